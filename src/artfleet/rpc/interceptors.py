@@ -1,0 +1,145 @@
+"""Cross-cutting concerns of every RPC: token auth, request ids, metrics, error mapping."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from grpc.aio import ServerInterceptor
+
+from artfleet.errors import ArtfleetError
+from artfleet.logs import request_id
+from artfleet.metrics import RPC_REQUESTS, RPC_SECONDS
+
+log = logging.getLogger(__name__)
+
+# Probes and tooling must work without the token: health checks (compose, load balancers)
+# and reflection (grpcurl) carry no secrets.
+PUBLIC_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+Handler = grpc.RpcMethodHandler
+
+
+def _metadata(details: grpc.HandlerCallDetails) -> dict[str, str]:
+    pairs = details.invocation_metadata or ()  # type: ignore[attr-defined]
+    return {k.lower(): v for k, v in pairs if isinstance(v, str)}
+
+
+def _abort_handler(code: grpc.StatusCode, message: str) -> Handler:
+    async def abort(request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(code, message)
+
+    return grpc.unary_unary_rpc_method_handler(abort)
+
+
+class AuthInterceptor(ServerInterceptor):
+    """Rejects calls without `authorization: Bearer <token>` (constant-time compare)."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"bearer {token}".encode()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler]],
+        details: grpc.HandlerCallDetails,
+    ) -> Handler:
+        method: str = details.method  # type: ignore[attr-defined]
+        if method.startswith(PUBLIC_SERVICES):
+            return await continuation(details)
+        given = _metadata(details).get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if not hmac.compare_digest(f"{scheme.lower()} {value}".encode(), self._expected):
+            reason = "missing" if not given else "invalid"
+            return _abort_handler(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"{reason} API token: send 'authorization: Bearer <ARTFLEET_API_TOKEN>'",
+            )
+        return await continuation(details)
+
+
+class ObservabilityInterceptor(ServerInterceptor):
+    """Request id, RPC metrics and error mapping, wrapped around every handler."""
+
+    def __init__(self, service: str) -> None:
+        self._service = service
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler]],
+        details: grpc.HandlerCallDetails,
+    ) -> Handler:
+        handler = await continuation(details)
+        if handler is None:
+            return handler
+        method = details.method.rsplit("/", 1)[-1]  # type: ignore[attr-defined]
+        rid = _metadata(details).get("x-request-id") or uuid.uuid4().hex[:12]
+        if handler.unary_unary is not None:
+            return handler._replace(  # type: ignore[attr-defined,no-any-return]
+                unary_unary=self._wrap_unary(handler.unary_unary, method, rid)
+            )
+        if handler.unary_stream is not None:
+            return handler._replace(  # type: ignore[attr-defined,no-any-return]
+                unary_stream=self._wrap_stream(handler.unary_stream, method, rid)
+            )
+        return handler
+
+    def _wrap_unary(self, fn: Any, method: str, rid: str) -> Any:
+        async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            request_id.set(rid)
+            start = time.perf_counter()
+            code = grpc.StatusCode.OK
+            try:
+                return await fn(request, context)
+            except BaseException as exc:
+                code = await _map_error(exc, context, rid)
+                raise
+            finally:
+                self._observe(method, context, code, start)
+
+        return wrapped
+
+    def _wrap_stream(self, fn: Any, method: str, rid: str) -> Any:
+        async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            request_id.set(rid)
+            start = time.perf_counter()
+            code = grpc.StatusCode.OK
+            try:
+                async for item in fn(request, context):
+                    yield item
+            except BaseException as exc:
+                code = await _map_error(exc, context, rid)
+                raise
+            finally:
+                self._observe(method, context, code, start)
+
+        return wrapped
+
+    def _observe(
+        self, method: str, context: grpc.aio.ServicerContext, code: grpc.StatusCode, start: float
+    ) -> None:
+        set_code = context.code()
+        final = set_code if isinstance(set_code, grpc.StatusCode) else code
+        RPC_REQUESTS.labels(self._service, method, final.name).inc()
+        RPC_SECONDS.labels(self._service, method).observe(time.perf_counter() - start)
+
+
+async def _map_error(
+    exc: BaseException, context: grpc.aio.ServicerContext, rid: str
+) -> grpc.StatusCode:
+    """Turns our errors into statuses and anything unexpected into INTERNAL (logged)."""
+    if isinstance(exc, grpc.aio.AbortError):
+        code = context.code()
+        return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
+    if isinstance(exc, ArtfleetError):
+        await context.abort(exc.code, exc.message)
+    if isinstance(exc, Exception):
+        log.exception("unhandled error in RPC")
+        await context.abort(
+            grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); request id {rid}"
+        )
+    return grpc.StatusCode.CANCELLED

@@ -1,0 +1,389 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_QUEUED: _ClassVar[JobState]
+    JOB_STATE_RUNNING: _ClassVar[JobState]
+    JOB_STATE_SUCCEEDED: _ClassVar[JobState]
+    JOB_STATE_FAILED: _ClassVar[JobState]
+    JOB_STATE_CANCELLING: _ClassVar[JobState]
+    JOB_STATE_CANCELLED: _ClassVar[JobState]
+
+class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_KIND_UNSPECIFIED: _ClassVar[EventKind]
+    EVENT_KIND_STATE: _ClassVar[EventKind]
+    EVENT_KIND_STEP_STARTED: _ClassVar[EventKind]
+    EVENT_KIND_STEP_DONE: _ClassVar[EventKind]
+    EVENT_KIND_LOG: _ClassVar[EventKind]
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_QUEUED: JobState
+JOB_STATE_RUNNING: JobState
+JOB_STATE_SUCCEEDED: JobState
+JOB_STATE_FAILED: JobState
+JOB_STATE_CANCELLING: JobState
+JOB_STATE_CANCELLED: JobState
+EVENT_KIND_UNSPECIFIED: EventKind
+EVENT_KIND_STATE: EventKind
+EVENT_KIND_STEP_STARTED: EventKind
+EVENT_KIND_STEP_DONE: EventKind
+EVENT_KIND_LOG: EventKind
+
+class TopLogprob(_message.Message):
+    __slots__ = ("token", "logprob", "bytes")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    logprob: float
+    bytes: bytes
+    def __init__(self, token: _Optional[str] = ..., logprob: _Optional[float] = ..., bytes: _Optional[bytes] = ...) -> None: ...
+
+class TokenLogprob(_message.Message):
+    __slots__ = ("token", "logprob", "bytes", "top_logprobs")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    logprob: float
+    bytes: bytes
+    top_logprobs: _containers.RepeatedCompositeFieldContainer[TopLogprob]
+    def __init__(self, token: _Optional[str] = ..., logprob: _Optional[float] = ..., bytes: _Optional[bytes] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprob, _Mapping]]] = ...) -> None: ...
+
+class ToolCall(_message.Message):
+    __slots__ = ("id", "type", "function_name", "function_arguments")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_NAME_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    type: str
+    function_name: str
+    function_arguments: str
+    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., function_name: _Optional[str] = ..., function_arguments: _Optional[str] = ...) -> None: ...
+
+class Scalar(_message.Message):
+    __slots__ = ("float_value", "int_value", "bool_value", "string_value", "null_value")
+    FLOAT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    INT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    BOOL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    STRING_VALUE_FIELD_NUMBER: _ClassVar[int]
+    NULL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    float_value: float
+    int_value: int
+    bool_value: bool
+    string_value: str
+    null_value: bool
+    def __init__(self, float_value: _Optional[float] = ..., int_value: _Optional[int] = ..., bool_value: _Optional[bool] = ..., string_value: _Optional[str] = ..., null_value: _Optional[bool] = ...) -> None: ...
+
+class ChatMessage(_message.Message):
+    __slots__ = ("role", "content", "has_tool_calls", "tool_calls", "tool_call_id", "name", "extra_json")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    HAS_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_JSON_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    content: str
+    has_tool_calls: bool
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    tool_call_id: str
+    name: str
+    extra_json: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., has_tool_calls: _Optional[bool] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., name: _Optional[str] = ..., extra_json: _Optional[str] = ...) -> None: ...
+
+class Choice(_message.Message):
+    __slots__ = ("index", "finish_reason", "message", "has_logprobs", "logprobs")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    HAS_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    finish_reason: str
+    message: ChatMessage
+    has_logprobs: bool
+    logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
+    def __init__(self, index: _Optional[int] = ..., finish_reason: _Optional[str] = ..., message: _Optional[_Union[ChatMessage, _Mapping]] = ..., has_logprobs: _Optional[bool] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
+
+class MessageOrChoice(_message.Message):
+    __slots__ = ("message", "choice")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CHOICE_FIELD_NUMBER: _ClassVar[int]
+    message: ChatMessage
+    choice: Choice
+    def __init__(self, message: _Optional[_Union[ChatMessage, _Mapping]] = ..., choice: _Optional[_Union[Choice, _Mapping]] = ...) -> None: ...
+
+class History(_message.Message):
+    __slots__ = ("messages_and_choices", "tools_json")
+    MESSAGES_AND_CHOICES_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_JSON_FIELD_NUMBER: _ClassVar[int]
+    messages_and_choices: _containers.RepeatedCompositeFieldContainer[MessageOrChoice]
+    tools_json: str
+    def __init__(self, messages_and_choices: _Optional[_Iterable[_Union[MessageOrChoice, _Mapping]]] = ..., tools_json: _Optional[str] = ...) -> None: ...
+
+class Trajectory(_message.Message):
+    __slots__ = ("messages_and_choices", "tools_json", "additional_histories", "reward", "initial_policy_version", "final_policy_version", "metrics", "metadata", "logs", "start_time")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Scalar
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Scalar, _Mapping]] = ...) -> None: ...
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Scalar
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Scalar, _Mapping]] = ...) -> None: ...
+    MESSAGES_AND_CHOICES_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ADDITIONAL_HISTORIES_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FINAL_POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    messages_and_choices: _containers.RepeatedCompositeFieldContainer[MessageOrChoice]
+    tools_json: str
+    additional_histories: _containers.RepeatedCompositeFieldContainer[History]
+    reward: float
+    initial_policy_version: int
+    final_policy_version: int
+    metrics: _containers.MessageMap[str, Scalar]
+    metadata: _containers.MessageMap[str, Scalar]
+    logs: _containers.RepeatedScalarFieldContainer[str]
+    start_time: _timestamp_pb2.Timestamp
+    def __init__(self, messages_and_choices: _Optional[_Iterable[_Union[MessageOrChoice, _Mapping]]] = ..., tools_json: _Optional[str] = ..., additional_histories: _Optional[_Iterable[_Union[History, _Mapping]]] = ..., reward: _Optional[float] = ..., initial_policy_version: _Optional[int] = ..., final_policy_version: _Optional[int] = ..., metrics: _Optional[_Mapping[str, Scalar]] = ..., metadata: _Optional[_Mapping[str, Scalar]] = ..., logs: _Optional[_Iterable[str]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RolloutException(_message.Message):
+    __slots__ = ("type", "message", "traceback")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    message: str
+    traceback: str
+    def __init__(self, type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
+
+class TrajectoryGroup(_message.Message):
+    __slots__ = ("trajectories", "exceptions", "metadata", "metrics", "logs")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Scalar
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Scalar, _Mapping]] = ...) -> None: ...
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Scalar
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Scalar, _Mapping]] = ...) -> None: ...
+    TRAJECTORIES_FIELD_NUMBER: _ClassVar[int]
+    EXCEPTIONS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    trajectories: _containers.RepeatedCompositeFieldContainer[Trajectory]
+    exceptions: _containers.RepeatedCompositeFieldContainer[RolloutException]
+    metadata: _containers.MessageMap[str, Scalar]
+    metrics: _containers.MessageMap[str, Scalar]
+    logs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, trajectories: _Optional[_Iterable[_Union[Trajectory, _Mapping]]] = ..., exceptions: _Optional[_Iterable[_Union[RolloutException, _Mapping]]] = ..., metadata: _Optional[_Mapping[str, Scalar]] = ..., metrics: _Optional[_Mapping[str, Scalar]] = ..., logs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class StepEvent(_message.Message):
+    __slots__ = ("turn", "valid_format", "is_submit", "executed", "exit_code", "timed_out", "code_modified", "tests_discovered")
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    VALID_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    IS_SUBMIT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTED_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    CODE_MODIFIED_FIELD_NUMBER: _ClassVar[int]
+    TESTS_DISCOVERED_FIELD_NUMBER: _ClassVar[int]
+    turn: int
+    valid_format: bool
+    is_submit: bool
+    executed: bool
+    exit_code: int
+    timed_out: bool
+    code_modified: bool
+    tests_discovered: bool
+    def __init__(self, turn: _Optional[int] = ..., valid_format: _Optional[bool] = ..., is_submit: _Optional[bool] = ..., executed: _Optional[bool] = ..., exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., code_modified: _Optional[bool] = ..., tests_discovered: _Optional[bool] = ...) -> None: ...
+
+class TestSummary(_message.Message):
+    __slots__ = ("passed", "failed", "errored", "total")
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    ERRORED_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    passed: int
+    failed: int
+    errored: int
+    total: int
+    def __init__(self, passed: _Optional[int] = ..., failed: _Optional[int] = ..., errored: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+
+class Episode(_message.Message):
+    __slots__ = ("steps", "check_ran", "check_passed", "tests", "finish", "turns")
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    CHECK_RAN_FIELD_NUMBER: _ClassVar[int]
+    CHECK_PASSED_FIELD_NUMBER: _ClassVar[int]
+    TESTS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    steps: _containers.RepeatedCompositeFieldContainer[StepEvent]
+    check_ran: bool
+    check_passed: bool
+    tests: TestSummary
+    finish: str
+    turns: int
+    def __init__(self, steps: _Optional[_Iterable[_Union[StepEvent, _Mapping]]] = ..., check_ran: _Optional[bool] = ..., check_passed: _Optional[bool] = ..., tests: _Optional[_Union[TestSummary, _Mapping]] = ..., finish: _Optional[str] = ..., turns: _Optional[int] = ...) -> None: ...
+
+class ScorerSpec(_message.Message):
+    __slots__ = ("name", "weight", "params_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    weight: float
+    params_json: str
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[float] = ..., params_json: _Optional[str] = ...) -> None: ...
+
+class RewardSpec(_message.Message):
+    __slots__ = ("scorers",)
+    SCORERS_FIELD_NUMBER: _ClassVar[int]
+    scorers: _containers.RepeatedCompositeFieldContainer[ScorerSpec]
+    def __init__(self, scorers: _Optional[_Iterable[_Union[ScorerSpec, _Mapping]]] = ...) -> None: ...
+
+class JobSpec(_message.Message):
+    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_PER_STEP_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUTS_PER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TURNS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LORA_RANK_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    GATHER_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    MIN_GROUP_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    project: str
+    base_model: str
+    backend: str
+    environment: str
+    split: str
+    steps: int
+    groups_per_step: int
+    rollouts_per_group: int
+    learning_rate: float
+    max_turns: int
+    seed: int
+    temperature: float
+    max_tokens: int
+    max_context_tokens: int
+    lora_rank: int
+    reward: RewardSpec
+    gather_timeout_s: float
+    min_group_fraction: float
+    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ...) -> None: ...
+
+class StepSummary(_message.Message):
+    __slots__ = ("step", "reward_mean", "reward_std", "turns_mean", "step_seconds", "trajectories", "groups", "loss", "trained_sequences", "rollout_seconds", "train_seconds")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    REWARD_MEAN_FIELD_NUMBER: _ClassVar[int]
+    REWARD_STD_FIELD_NUMBER: _ClassVar[int]
+    TURNS_MEAN_FIELD_NUMBER: _ClassVar[int]
+    STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TRAJECTORIES_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    TRAINED_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    reward_mean: float
+    reward_std: float
+    turns_mean: float
+    step_seconds: float
+    trajectories: int
+    groups: int
+    loss: float
+    trained_sequences: int
+    rollout_seconds: float
+    train_seconds: float
+    def __init__(self, step: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., turns_mean: _Optional[float] = ..., step_seconds: _Optional[float] = ..., trajectories: _Optional[int] = ..., groups: _Optional[int] = ..., loss: _Optional[float] = ..., trained_sequences: _Optional[int] = ..., rollout_seconds: _Optional[float] = ..., train_seconds: _Optional[float] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("id", "spec", "state", "completed_steps", "error", "created_at", "updated_at", "steps", "policy")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_STEPS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    spec: JobSpec
+    state: JobState
+    completed_steps: int
+    error: str
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    steps: _containers.RepeatedCompositeFieldContainer[StepSummary]
+    policy: str
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., completed_steps: _Optional[int] = ..., error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepSummary, _Mapping]]] = ..., policy: _Optional[str] = ...) -> None: ...
+
+class ProgressEvent(_message.Message):
+    __slots__ = ("job_id", "seq", "time", "kind", "state", "step", "total_steps", "summary", "message")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    seq: int
+    time: _timestamp_pb2.Timestamp
+    kind: EventKind
+    state: JobState
+    step: int
+    total_steps: int
+    summary: StepSummary
+    message: str
+    def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[_Union[EventKind, str]] = ..., state: _Optional[_Union[JobState, str]] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., summary: _Optional[_Union[StepSummary, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,41 @@
+from artfleet.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ScoreGroupRequest(_message.Message):
+    __slots__ = ("group", "episodes", "spec")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    EPISODES_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    group: _common_pb2.TrajectoryGroup
+    episodes: _containers.RepeatedCompositeFieldContainer[_common_pb2.Episode]
+    spec: _common_pb2.RewardSpec
+    def __init__(self, group: _Optional[_Union[_common_pb2.TrajectoryGroup, _Mapping]] = ..., episodes: _Optional[_Iterable[_Union[_common_pb2.Episode, _Mapping]]] = ..., spec: _Optional[_Union[_common_pb2.RewardSpec, _Mapping]] = ...) -> None: ...
+
+class TrajectoryScore(_message.Message):
+    __slots__ = ("reward", "components")
+    class ComponentsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    COMPONENTS_FIELD_NUMBER: _ClassVar[int]
+    reward: float
+    components: _containers.ScalarMap[str, float]
+    def __init__(self, reward: _Optional[float] = ..., components: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class ScoreGroupResponse(_message.Message):
+    __slots__ = ("group", "scores")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    group: _common_pb2.TrajectoryGroup
+    scores: _containers.RepeatedCompositeFieldContainer[TrajectoryScore]
+    def __init__(self, group: _Optional[_Union[_common_pb2.TrajectoryGroup, _Mapping]] = ..., scores: _Optional[_Iterable[_Union[TrajectoryScore, _Mapping]]] = ...) -> None: ...

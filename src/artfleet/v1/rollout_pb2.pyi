@@ -1,0 +1,91 @@
+from artfleet.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DescribeEnvironmentRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ScenarioInfo(_message.Message):
+    __slots__ = ("id", "split", "title")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    split: str
+    title: str
+    def __init__(self, id: _Optional[str] = ..., split: _Optional[str] = ..., title: _Optional[str] = ...) -> None: ...
+
+class EnvironmentInfo(_message.Message):
+    __slots__ = ("name", "description", "split_sizes", "scenarios", "agent")
+    class SplitSizesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_SIZES_FIELD_NUMBER: _ClassVar[int]
+    SCENARIOS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    split_sizes: _containers.ScalarMap[str, int]
+    scenarios: _containers.RepeatedCompositeFieldContainer[ScenarioInfo]
+    agent: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., split_sizes: _Optional[_Mapping[str, int]] = ..., scenarios: _Optional[_Iterable[_Union[ScenarioInfo, _Mapping]]] = ..., agent: _Optional[str] = ...) -> None: ...
+
+class GroupTask(_message.Message):
+    __slots__ = ("job_id", "step", "group_id", "environment", "scenario_id", "rollouts", "max_turns", "model_base_url", "policy", "temperature", "max_tokens", "max_context_tokens", "reward", "seed")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    SCENARIO_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TURNS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    step: int
+    group_id: str
+    environment: str
+    scenario_id: str
+    rollouts: int
+    max_turns: int
+    model_base_url: str
+    policy: str
+    temperature: float
+    max_tokens: int
+    max_context_tokens: int
+    reward: _common_pb2.RewardSpec
+    seed: int
+    def __init__(self, job_id: _Optional[str] = ..., step: _Optional[int] = ..., group_id: _Optional[str] = ..., environment: _Optional[str] = ..., scenario_id: _Optional[str] = ..., rollouts: _Optional[int] = ..., max_turns: _Optional[int] = ..., model_base_url: _Optional[str] = ..., policy: _Optional[str] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., reward: _Optional[_Union[_common_pb2.RewardSpec, _Mapping]] = ..., seed: _Optional[int] = ...) -> None: ...
+
+class RunGroupRequest(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: GroupTask
+    def __init__(self, task: _Optional[_Union[GroupTask, _Mapping]] = ...) -> None: ...
+
+class RunGroupResponse(_message.Message):
+    __slots__ = ("group", "episodes")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    EPISODES_FIELD_NUMBER: _ClassVar[int]
+    group: _common_pb2.TrajectoryGroup
+    episodes: _containers.RepeatedCompositeFieldContainer[_common_pb2.Episode]
+    def __init__(self, group: _Optional[_Union[_common_pb2.TrajectoryGroup, _Mapping]] = ..., episodes: _Optional[_Iterable[_Union[_common_pb2.Episode, _Mapping]]] = ...) -> None: ...

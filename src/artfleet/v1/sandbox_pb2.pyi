@@ -1,0 +1,185 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class File(_message.Message):
+    __slots__ = ("path", "content", "mode")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    content: bytes
+    mode: int
+    def __init__(self, path: _Optional[str] = ..., content: _Optional[bytes] = ..., mode: _Optional[int] = ...) -> None: ...
+
+class CreateSessionRequest(_message.Message):
+    __slots__ = ("image", "files", "env", "network", "job_id", "idle_ttl_s")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    image: str
+    files: _containers.RepeatedCompositeFieldContainer[File]
+    env: _containers.ScalarMap[str, str]
+    network: bool
+    job_id: str
+    idle_ttl_s: float
+    def __init__(self, image: _Optional[str] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: _Optional[bool] = ..., job_id: _Optional[str] = ..., idle_ttl_s: _Optional[float] = ...) -> None: ...
+
+class Session(_message.Message):
+    __slots__ = ("session_id", "workdir", "backend", "isolation")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    workdir: str
+    backend: str
+    isolation: str
+    def __init__(self, session_id: _Optional[str] = ..., workdir: _Optional[str] = ..., backend: _Optional[str] = ..., isolation: _Optional[str] = ...) -> None: ...
+
+class ExecRequest(_message.Message):
+    __slots__ = ("session_id", "command", "cwd", "env", "stdin", "timeout_s", "max_output_bytes")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    command: str
+    cwd: str
+    env: _containers.ScalarMap[str, str]
+    stdin: bytes
+    timeout_s: float
+    max_output_bytes: int
+    def __init__(self, session_id: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., max_output_bytes: _Optional[int] = ...) -> None: ...
+
+class ExecResult(_message.Message):
+    __slots__ = ("exit_code", "stdout", "stderr", "timed_out", "stdout_truncated", "stderr_truncated", "duration_s")
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    STDERR_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_s: float
+    def __init__(self, exit_code: _Optional[int] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., timed_out: _Optional[bool] = ..., stdout_truncated: _Optional[bool] = ..., stderr_truncated: _Optional[bool] = ..., duration_s: _Optional[float] = ...) -> None: ...
+
+class WriteFilesRequest(_message.Message):
+    __slots__ = ("session_id", "files")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    files: _containers.RepeatedCompositeFieldContainer[File]
+    def __init__(self, session_id: _Optional[str] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ...) -> None: ...
+
+class WriteFilesResponse(_message.Message):
+    __slots__ = ("written",)
+    WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    written: int
+    def __init__(self, written: _Optional[int] = ...) -> None: ...
+
+class ReadFileRequest(_message.Message):
+    __slots__ = ("session_id", "path", "max_bytes")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    path: str
+    max_bytes: int
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class ReadFileResponse(_message.Message):
+    __slots__ = ("content", "truncated")
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    content: bytes
+    truncated: bool
+    def __init__(self, content: _Optional[bytes] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class RunTestsRequest(_message.Message):
+    __slots__ = ("session_id", "command", "timeout_s")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    command: str
+    timeout_s: float
+    def __init__(self, session_id: _Optional[str] = ..., command: _Optional[str] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+
+class TestCaseResult(_message.Message):
+    __slots__ = ("name", "outcome", "duration_s", "message")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    outcome: str
+    duration_s: float
+    message: str
+    def __init__(self, name: _Optional[str] = ..., outcome: _Optional[str] = ..., duration_s: _Optional[float] = ..., message: _Optional[str] = ...) -> None: ...
+
+class TestReport(_message.Message):
+    __slots__ = ("passed", "failed", "errored", "skipped", "total", "exit_code", "timed_out", "duration_s", "output", "tests")
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    ERRORED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    TESTS_FIELD_NUMBER: _ClassVar[int]
+    passed: int
+    failed: int
+    errored: int
+    skipped: int
+    total: int
+    exit_code: int
+    timed_out: bool
+    duration_s: float
+    output: str
+    tests: _containers.RepeatedCompositeFieldContainer[TestCaseResult]
+    def __init__(self, passed: _Optional[int] = ..., failed: _Optional[int] = ..., errored: _Optional[int] = ..., skipped: _Optional[int] = ..., total: _Optional[int] = ..., exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., duration_s: _Optional[float] = ..., output: _Optional[str] = ..., tests: _Optional[_Iterable[_Union[TestCaseResult, _Mapping]]] = ...) -> None: ...
+
+class CloseSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class CloseSessionResponse(_message.Message):
+    __slots__ = ("closed",)
+    CLOSED_FIELD_NUMBER: _ClassVar[int]
+    closed: bool
+    def __init__(self, closed: _Optional[bool] = ...) -> None: ...
