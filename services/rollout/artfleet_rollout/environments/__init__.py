@@ -1,0 +1,27 @@
+"""Environments (task sets) the agent is trained and evaluated on."""
+
+from .base import (
+    SPLITS,
+    Environment,
+    Scenario,
+    UnknownEnvironment,
+    UnknownScenario,
+    UnknownSplit,
+)
+from .registry import get_environment, list_environments, register_environment
+from .shell_tasks import ScenarioDataError, load_shell_tasks, parse_shell_tasks
+
+__all__ = [
+    "SPLITS",
+    "Environment",
+    "Scenario",
+    "ScenarioDataError",
+    "UnknownEnvironment",
+    "UnknownScenario",
+    "UnknownSplit",
+    "get_environment",
+    "list_environments",
+    "load_shell_tasks",
+    "parse_shell_tasks",
+    "register_environment",
+]

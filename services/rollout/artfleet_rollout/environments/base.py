@@ -1,0 +1,98 @@
+"""Environments (task sets) and their scenarios: what the agent is asked, the files it
+starts with, and the check that says whether it succeeded."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from artfleet.v1 import rollout_pb2
+
+SPLITS = ("train", "test")
+
+
+class _KeyErrorWithMessage(KeyError):
+    # KeyError's str() is the repr of its argument (quotes, escaped newlines); these errors
+    # reach people, so they read as plain messages.
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownEnvironment(_KeyErrorWithMessage):
+    def __init__(self, name: str, known: Iterable[str]) -> None:
+        super().__init__(f"unknown environment {name!r}; known: {', '.join(sorted(known))}")
+        self.name = name
+
+
+class UnknownScenario(_KeyErrorWithMessage):
+    def __init__(self, environment: str, scenario_id: str) -> None:
+        super().__init__(f"environment {environment!r} has no scenario {scenario_id!r}")
+        self.scenario_id = scenario_id
+
+
+class UnknownSplit(_KeyErrorWithMessage):
+    def __init__(self, split: str) -> None:
+        super().__init__(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+        self.split = split
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One task. `check` runs in the workspace after the episode: exit status 0 = solved."""
+
+    id: str
+    split: str
+    title: str
+    instruction: str
+    files: dict[str, str] = field(default_factory=dict)  # relative path -> content
+    check: str = ""
+    image: str = ""  # container image for the Docker sandbox backend; "" = its default
+    difficulty: str = ""
+    # A known-good command, used only by tests to prove the check can pass; never shown
+    # to the agent (and kept out of repr so it does not leak into logs).
+    solution: str = field(default="", repr=False)
+
+
+class Environment:
+    """A named, fixed set of scenarios, split into train and test."""
+
+    def __init__(
+        self, name: str, description: str, scenarios: Iterable[Scenario], agent: str = "terminal"
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.agent = agent
+        self._scenarios = list(scenarios)
+        self._by_id = {s.id: s for s in self._scenarios}
+        if len(self._by_id) != len(self._scenarios):
+            raise ValueError(f"environment {name!r}: scenario ids are not unique")
+
+    def scenarios(self, split: str | None = None) -> list[Scenario]:
+        """The scenarios of `split` in their fixed order; None or "" = all of them."""
+        if not split:
+            return list(self._scenarios)
+        if split not in SPLITS:
+            raise UnknownSplit(split)
+        return [s for s in self._scenarios if s.split == split]
+
+    def get(self, scenario_id: str) -> Scenario:
+        try:
+            return self._by_id[scenario_id]
+        except KeyError:
+            raise UnknownScenario(self.name, scenario_id) from None
+
+    def split_sizes(self) -> dict[str, int]:
+        return {split: len(self.scenarios(split)) for split in SPLITS}
+
+    def describe(self) -> rollout_pb2.EnvironmentInfo:
+        """The DescribeEnvironment reply: no instructions, checks or solutions, only names."""
+        return rollout_pb2.EnvironmentInfo(
+            name=self.name,
+            description=self.description,
+            split_sizes=self.split_sizes(),
+            scenarios=[
+                rollout_pb2.ScenarioInfo(id=s.id, split=s.split, title=s.title)
+                for s in self._scenarios
+            ],
+            agent=self.agent,
+        )

@@ -1,0 +1,17 @@
+"""Rollout worker settings (`ARTFLEET_*`)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from artfleet.config import ServerSettings
+
+
+class RolloutSettings(ServerSettings):
+    sandbox_target: str = Field(default="127.0.0.1:50053", description="Sandbox gRPC address")
+    reward_target: str = Field(default="127.0.0.1:50054", description="Reward gRPC address")
+    exec_timeout_s: float = Field(default=20.0, gt=0, description="per agent command")
+    check_timeout_s: float = Field(default=30.0, gt=0, description="the scenario's check")
+    observation_chars: int = Field(default=1200, ge=100, description="per observation")
+    model_timeout_s: float = Field(default=600.0, gt=0, description="per model call")
+    celery_worker: bool = Field(default=True, description="consume the rollout queue")

@@ -1,0 +1,455 @@
+"""The `local` backend: one temporary directory per session, commands as host processes.
+
+For machines without Docker. With bubblewrap on PATH each command runs in fresh
+namespaces (read-only root, private /tmp, no network unless asked, other sessions
+hidden); without it commands are plain processes of the server's user, and every
+session says so in its `isolation` field.
+
+A session dir holds `work/` (the workspace clients see), `home/` and `tmp/` (HOME and
+TMPDIR of its commands) and `reports/` (JUnit files of RunTests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import resource
+import secrets
+import shlex
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from artfleet_sandbox import metrics
+from artfleet_sandbox.backend import (
+    CapacityExceeded,
+    CaseResult,
+    ExecOutcome,
+    ExecSpec,
+    FileSpec,
+    InvalidArgument,
+    RunTestsReport,
+    SandboxError,
+    SessionInfo,
+    SessionNotFound,
+    SessionSpec,
+)
+from artfleet_sandbox.junit import parse_junit
+from artfleet_sandbox.paths import read_file, remove_tree, resolve_dir, write_file
+from artfleet_sandbox.procs import TAG_VAR, ProcResult, kill_tagged, rlimit_preexec, run_process
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+DEFAULT_TEST_COMMAND = "python -m pytest -q --junitxml={junitxml}"
+DEFAULT_HIDE_PATHS = ("/root", "/home", "/run/secrets", "/var/run/secrets")
+ISOLATION_BWRAP = "bubblewrap"
+ISOLATION_NONE = "process (no isolation: commands run as the server's user)"
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MAX_JUNIT_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """Knobs of the local backend; `SandboxSettings` maps onto it (see factory.py)."""
+
+    workspace_root: str = ""  # parent of this backend's own dir; "" = the system temp dir
+    idle_ttl_s: float = 1800.0
+    reap_interval_s: float = 30.0
+    max_sessions: int = 256
+    use_bwrap: Literal["auto", "never", "require"] = "auto"
+    bwrap_hide_paths: Sequence[str] = DEFAULT_HIDE_PATHS
+    # Bound back read-only over the hidden ones, e.g. a Python installed under /root.
+    bwrap_expose_paths: Sequence[str] = ()
+    path: str = DEFAULT_SANDBOX_PATH  # PATH of sandboxed commands
+    test_command: str = DEFAULT_TEST_COMMAND
+    test_output_bytes: int = 64 * 1024
+    rlimits: Mapping[int, int] = field(
+        default_factory=lambda: {
+            resource.RLIMIT_AS: 8 << 30,
+            resource.RLIMIT_FSIZE: 1 << 30,
+            resource.RLIMIT_CPU: 1800,
+            resource.RLIMIT_NOFILE: 4096,
+        }
+    )
+    stop_timeout_s: float = 10.0
+
+
+@dataclass
+class _Session:
+    id: str
+    root: str
+    tag: str  # the TAG_VAR prefix of every process this session starts
+    env: Mapping[str, str]
+    network: bool
+    job_id: str
+    ttl_s: float
+    last_used: float = field(default_factory=time.monotonic)
+    busy: int = 0
+
+    @property
+    def workdir(self) -> str:
+        return os.path.join(self.root, "work")
+
+
+def _check_env(env: Mapping[str, str]) -> None:
+    for key, value in env.items():
+        if not _ENV_NAME.match(key):
+            raise InvalidArgument(f"invalid environment variable name: {key!r}")
+        if "\0" in value:
+            raise InvalidArgument(f"environment variable {key} contains a NUL byte")
+
+
+def _under(path: str, parents: Sequence[str]) -> bool:
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in parents)
+
+
+def _check_command(command: str) -> None:
+    if not command.strip():
+        raise InvalidArgument("command is empty")
+    if "\0" in command:
+        raise InvalidArgument("command contains a NUL byte")
+
+
+class LocalBackend:
+    """Sessions in temporary dirs, owned by this instance and removed on close."""
+
+    name = "local"
+
+    def __init__(self, config: LocalConfig | None = None) -> None:
+        self.config = config or LocalConfig()
+        self._sessions: dict[str, _Session] = {}
+        self._root = ""
+        self._bwrap: str | None = None
+        self._reaper: asyncio.Task[None] | None = None
+        self._shell = shutil.which("bash", path=self.config.path) or "/bin/sh"
+        self._preexec: Callable[[], None] = rlimit_preexec(self.config.rlimits)
+        real = os.path.realpath
+        self._hidden = sorted({real(p) for p in self.config.bwrap_hide_paths if os.path.isdir(p)})
+        self._exposed = sorted({real(p) for p in self.config.bwrap_expose_paths})
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._root:
+            return
+        self._bwrap = await self._find_bwrap()
+        self._root = await asyncio.to_thread(self._make_root)
+        if self._bwrap:
+            self._warn_hidden_path()
+        self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
+        log.info("local sandbox backend at %s, isolation: %s", self._root, self.isolation())
+
+    async def stop(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+            self._reaper = None
+        if not self._root:
+            return
+        try:
+            await asyncio.wait_for(self.close_all(), self.config.stop_timeout_s)
+        except TimeoutError:
+            log.warning("closing sessions took too long; removing what is left")
+        await asyncio.to_thread(remove_tree, self._root)
+        self._root = ""
+
+    async def __aenter__(self) -> LocalBackend:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def _make_root(self) -> str:
+        parent = self.config.workspace_root or None
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        # Our own dir: stop() removes it, and other replicas' sessions are never touched.
+        return os.path.realpath(tempfile.mkdtemp(prefix="artfleet-sandbox-", dir=parent))
+
+    def _warn_hidden_path(self) -> None:
+        for entry in self.config.path.split(":"):
+            real = os.path.realpath(entry)
+            if _under(real, self._hidden) and not _under(real, self._exposed):
+                log.warning(
+                    "sandbox PATH entry %s is hidden inside bubblewrap; add its "
+                    "installation to bwrap_expose_paths",
+                    entry,
+                )
+
+    async def _find_bwrap(self) -> str | None:
+        mode = self.config.use_bwrap
+        if mode == "never":
+            return None
+        found = shutil.which("bwrap")
+        if found and await self._bwrap_works(found):
+            return found
+        if mode == "require":
+            raise SandboxError("use_bwrap=require but bubblewrap is missing or cannot run here")
+        log.warning("bubblewrap unavailable: sandboxed commands run as plain processes")
+        return None
+
+    async def _bwrap_works(self, bwrap: str) -> bool:
+        # Installed is not enough: user namespaces may be disabled (e.g. inside Docker).
+        argv = [bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"]
+        env = {"PATH": self.config.path, TAG_VAR: f"probe.{secrets.token_hex(8)}"}
+        result = await run_process(argv, cwd="/", env=env, timeout_s=10, max_output_bytes=4096)
+        if result.exit_code != 0:
+            log.warning("bubblewrap probe failed: %s", result.stderr.decode(errors="replace"))
+        return result.exit_code == 0
+
+    def isolation(self, network: bool = False) -> str:
+        if self._bwrap is None:
+            return ISOLATION_NONE
+        return f"{ISOLATION_BWRAP} (host network)" if network else ISOLATION_BWRAP
+
+    @property
+    def active_sessions(self) -> int:
+        return len(self._sessions)
+
+    # -- sessions ----------------------------------------------------------------------
+
+    async def create_session(self, spec: SessionSpec) -> SessionInfo:
+        if not self._root:
+            raise SandboxError("backend not started")
+        if len(self._sessions) >= self.config.max_sessions:
+            raise CapacityExceeded(f"this replica holds {self.config.max_sessions} sessions")
+        _check_env(spec.env)
+        if spec.idle_ttl_s < 0:
+            raise InvalidArgument("idle_ttl_s must not be negative")
+        session = _Session(
+            id=secrets.token_hex(16),  # unguessable: the id is the only handle on a session
+            root=await asyncio.to_thread(self._make_session_dir, spec.files),
+            tag=secrets.token_hex(8),
+            env=dict(spec.env),
+            network=spec.network,
+            job_id=spec.job_id,
+            ttl_s=spec.idle_ttl_s or self.config.idle_ttl_s,
+        )
+        self._sessions[session.id] = session
+        metrics.SESSIONS_CREATED.inc()
+        metrics.ACTIVE_SESSIONS.set(len(self._sessions))
+        return SessionInfo(session.id, session.workdir, self.name, self.isolation(spec.network))
+
+    async def close_session(self, session_id: str) -> bool:
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            return False
+        metrics.ACTIVE_SESSIONS.set(len(self._sessions))
+        # Kill first: a live process could keep writing while the tree is removed.
+        await asyncio.to_thread(kill_tagged, session.tag + ".")
+        await asyncio.to_thread(remove_tree, session.root)
+        return True
+
+    async def close_all(self) -> int:
+        results = await asyncio.gather(*(self.close_session(sid) for sid in list(self._sessions)))
+        return sum(results)
+
+    def _get(self, session_id: str) -> _Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise SessionNotFound(f"no open session {session_id!r} (closed, reaped or unknown)")
+        return session
+
+    @contextlib.contextmanager
+    def _in_use(self, session: _Session) -> Iterator[None]:
+        # A session with a running command is never idle, however long the command runs.
+        session.busy += 1
+        try:
+            yield
+        finally:
+            session.busy -= 1
+            session.last_used = time.monotonic()
+
+    # -- files -------------------------------------------------------------------------
+
+    def _make_session_dir(self, files: Sequence[FileSpec]) -> str:
+        # The dir name is random but is not the session id: commands can see their path.
+        root = tempfile.mkdtemp(prefix="s-", dir=self._root)
+        try:
+            for sub in ("work", "home", "tmp", "reports"):
+                os.mkdir(os.path.join(root, sub), 0o700)
+            for spec in files:
+                write_file(os.path.join(root, "work"), spec)
+        except BaseException:
+            remove_tree(root)
+            raise
+        return root
+
+    @staticmethod
+    def _write_all(session: _Session, files: Sequence[FileSpec]) -> None:
+        for spec in files:
+            write_file(session.workdir, spec)
+
+    async def write_files(self, session_id: str, files: Sequence[FileSpec]) -> int:
+        session = self._get(session_id)
+        with self._in_use(session):
+            await asyncio.to_thread(self._write_all, session, files)
+        return len(files)
+
+    async def read_file(self, session_id: str, path: str, max_bytes: int) -> tuple[bytes, bool]:
+        if max_bytes < 0:
+            raise InvalidArgument("max_bytes must not be negative")
+        session = self._get(session_id)
+        with self._in_use(session):
+            return await asyncio.to_thread(read_file, session.workdir, path, max_bytes)
+
+    # -- commands ----------------------------------------------------------------------
+
+    def _env(self, session: _Session, extra: Mapping[str, str]) -> dict[str, str]:
+        # Built from scratch: the server's own environment (API token, cloud keys) must
+        # never reach a sandboxed command.
+        env = {
+            "PATH": self.config.path,
+            "HOME": os.path.join(session.root, "home"),
+            "TMPDIR": os.path.join(session.root, "tmp"),
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+        }
+        env.update(session.env)
+        env.update(extra)
+        env[TAG_VAR] = f"{session.tag}.{secrets.token_hex(8)}"  # set last: not overridable
+        return env
+
+    def _argv(self, session: _Session, cwd: str, command: str) -> list[str]:
+        shell = [self._shell, "-c", command]
+        if self._bwrap is None:
+            return shell
+        argv = [self._bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        # Empty dirs over secrets, then what must stay visible, then over other sessions.
+        for path in ["/tmp", *self._hidden]:
+            argv += ["--tmpfs", path]
+        for path in self._exposed:
+            argv += ["--ro-bind-try", path, path]
+        argv += ["--tmpfs", self._root]
+        argv += ["--bind", session.root, session.root, "--unshare-all"]
+        if session.network:
+            argv.append("--share-net")
+        # --new-session: no TIOCSTI into a terminal; --die-with-parent: gone if we are.
+        argv += ["--die-with-parent", "--new-session", "--chdir", cwd, "--", *shell]
+        return argv
+
+    async def _run(
+        self,
+        session: _Session,
+        command: str,
+        cwd: str,
+        env: Mapping[str, str],
+        *,
+        timeout_s: float,
+        max_output_bytes: int,
+        stdin: bytes = b"",
+        tail_bytes: int = 0,
+        merge_stderr: bool = False,
+    ) -> ProcResult:
+        _check_command(command)
+        _check_env(env)
+        with self._in_use(session):
+            real_cwd = await asyncio.to_thread(resolve_dir, session.workdir, cwd)
+            return await run_process(
+                self._argv(session, real_cwd, command),
+                cwd=real_cwd,
+                env=self._env(session, env),
+                timeout_s=timeout_s,
+                max_output_bytes=max_output_bytes,
+                stdin=stdin,
+                tail_bytes=tail_bytes,
+                merge_stderr=merge_stderr,
+                preexec=self._preexec,
+            )
+
+    async def exec(self, session_id: str, spec: ExecSpec) -> ExecOutcome:
+        if spec.timeout_s <= 0 or spec.max_output_bytes < 0:
+            raise InvalidArgument("timeout_s must be positive and max_output_bytes not negative")
+        session = self._get(session_id)
+        result = await self._run(
+            session,
+            spec.command,
+            spec.cwd,
+            spec.env,
+            timeout_s=spec.timeout_s,
+            max_output_bytes=spec.max_output_bytes,
+            stdin=spec.stdin,
+        )
+        return ExecOutcome(
+            exit_code=result.exit_code,
+            stdout=result.stdout,
+            stderr=result.stderr,
+            timed_out=result.timed_out,
+            stdout_truncated=result.stdout_truncated,
+            stderr_truncated=result.stderr_truncated,
+            duration_s=result.duration_s,
+        )
+
+    async def run_tests(self, session_id: str, command: str, timeout_s: float) -> RunTestsReport:
+        if timeout_s <= 0:
+            raise InvalidArgument("timeout_s must be positive")
+        session = self._get(session_id)
+        report = os.path.join(session.root, "reports", f"junit-{secrets.token_hex(6)}.xml")
+        # Custom commands may name `{junitxml}` too; plain replace, since shell text is
+        # full of braces that str.format would choke on.
+        text = (command or self.config.test_command).replace("{junitxml}", shlex.quote(report))
+        cap = self.config.test_output_bytes
+        result = await self._run(
+            session,
+            text,
+            "",
+            {},
+            timeout_s=timeout_s,
+            max_output_bytes=cap // 4,
+            tail_bytes=cap - cap // 4,
+            merge_stderr=True,  # pytest's summary sits at the end: keep head and tail
+        )
+        tests = await asyncio.to_thread(self._collect_report, report)
+        return RunTestsReport(
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            duration_s=result.duration_s,
+            output=result.stdout.decode("utf-8", errors="replace"),
+            tests=tests,
+        )
+
+    @staticmethod
+    def _collect_report(path: str) -> list[CaseResult]:
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(_MAX_JUNIT_BYTES + 1)
+        except OSError:
+            return []  # not pytest, or killed before it wrote the report
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        return [] if len(data) > _MAX_JUNIT_BYTES else parse_junit(data)
+
+    # -- reaper ------------------------------------------------------------------------
+
+    async def reap_idle(self) -> int:
+        """Close sessions idle for longer than their TTL; returns how many were closed."""
+        now = time.monotonic()
+        expired = [
+            s.id for s in self._sessions.values() if s.busy == 0 and now - s.last_used > s.ttl_s
+        ]
+        closed = 0
+        for session_id in expired:
+            if await self.close_session(session_id):
+                closed += 1
+                metrics.REAPED_SESSIONS.inc()
+                log.info("reaped idle session %s", session_id)
+        return closed
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.reap_interval_s)
+            try:
+                await self.reap_idle()
+            except Exception:  # one bad session must not stop the reaper for good
+                log.exception("idle reaper failed")

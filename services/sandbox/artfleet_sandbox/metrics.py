@@ -1,0 +1,21 @@
+"""Prometheus metrics of the sandbox service (registered once, in the default registry)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# Commands range from `ls` (milliseconds) to whole test suites (minutes).
+_COMMAND_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+ACTIVE_SESSIONS = Gauge("artfleet_sandbox_active_sessions", "Sandbox sessions open in this replica")
+SESSIONS_CREATED = Counter("artfleet_sandbox_sessions_created", "Sandbox sessions created")
+REAPED_SESSIONS = Counter(
+    "artfleet_sandbox_reaped_sessions", "Sandbox sessions closed because they sat idle too long"
+)
+EXEC_SECONDS = Histogram(
+    "artfleet_sandbox_exec_seconds", "Wall time of Exec commands", buckets=_COMMAND_BUCKETS
+)
+EXEC_TIMEOUTS = Counter("artfleet_sandbox_exec_timeouts", "Exec commands killed by their timeout")
+RUN_TESTS_SECONDS = Histogram(
+    "artfleet_sandbox_run_tests_seconds", "Wall time of RunTests calls", buckets=_COMMAND_BUCKETS
+)

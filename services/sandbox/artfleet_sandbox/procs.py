@@ -1,0 +1,231 @@
+"""Running one sandboxed command: capped output, a timeout that kills the whole tree.
+
+The event loop reads both pipes through a `SubprocessProtocol`, so output is consumed as
+it arrives: the first N bytes are kept and the rest is counted and dropped. A command
+that writes gigabytes therefore neither blocks on a full pipe nor grows server memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+# Every sandboxed process carries this variable; its value names the session and the
+# command. Process groups are not enough to find a tree (`setsid` leaves the group), and
+# the kernel keeps a process's initial environment readable in /proc/<pid>/environ.
+TAG_VAR = "ARTFLEET_SANDBOX_TAG"
+
+# After the main process exits, a background child may still hold the pipes open; its
+# output after this grace period is not part of the command's result.
+PIPE_GRACE_S = 0.5
+# SIGKILL is final, but a process in uninterruptible sleep may take a moment to go.
+KILL_WAIT_S = 5.0
+_KILL_ROUNDS = 20  # a fork bomb may spawn while we scan; scan again until nothing is left
+
+
+@dataclass(frozen=True)
+class ProcResult:
+    exit_code: int  # -1 on timeout; 128+N when killed by signal N (shell convention)
+    timed_out: bool
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_s: float
+
+
+class Capture:
+    """Keeps the first `head` bytes (and optionally the last `tail`) of a stream."""
+
+    def __init__(self, head: int, tail: int = 0) -> None:
+        self._head_cap = max(0, head)
+        self._tail_cap = max(0, tail)
+        self._head = bytearray()
+        self._tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self._head_cap - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+        if data and self._tail_cap:
+            self._tail += data[-self._tail_cap :]
+            excess = len(self._tail) - self._tail_cap
+            if excess > 0:
+                del self._tail[:excess]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self._head) + len(self._tail)
+
+    def value(self) -> bytes:
+        if not self._tail:
+            return bytes(self._head)
+        omitted = self.total - len(self._head) - len(self._tail)
+        marker = f"\n[... {omitted} bytes omitted ...]\n".encode() if omitted else b""
+        return bytes(self._head) + marker + bytes(self._tail)
+
+
+class _Collector(asyncio.SubprocessProtocol):
+    def __init__(self, loop: asyncio.AbstractEventLoop, captures: dict[int, Capture]) -> None:
+        self._captures = captures
+        self._open = set(captures)
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.pipes_closed: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        capture = self._captures.get(fd)
+        if capture is not None:
+            capture.feed(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._open.discard(fd)
+        if not self._open and not self.pipes_closed.done():
+            self.pipes_closed.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+def rlimit_preexec(limits: Mapping[int, int]) -> Callable[[], None]:
+    """A preexec_fn that lowers resource limits in the child before exec.
+
+    Values are clamped to the current hard limit here, in the parent, so the child only
+    makes `setrlimit` calls that cannot fail (an exception in preexec_fn aborts the spawn).
+    """
+    pairs: list[tuple[int, int]] = [(resource.RLIMIT_CORE, 0)]  # no core dumps in workspaces
+    for res, value in limits.items():
+        if value <= 0:
+            continue
+        _, hard = resource.getrlimit(res)
+        capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        pairs.append((res, capped))
+
+    def _apply() -> None:
+        for res, value in pairs:
+            resource.setrlimit(res, (value, value))
+
+    return _apply
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _tagged_pids(prefix: bytes) -> list[int]:
+    own = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == own:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:  # gone already, or not ours to read
+            continue
+        if any(item.startswith(prefix) for item in environ.split(b"\0")):
+            found.append(int(entry))
+    return found
+
+
+def kill_tagged(tag_prefix: str) -> int:
+    """SIGKILL every process whose TAG_VAR starts with `tag_prefix`; returns how many.
+
+    Blocking (it scans /proc): call it through `asyncio.to_thread`.
+    """
+    prefix = f"{TAG_VAR}={tag_prefix}".encode()
+    killed = 0
+    for _ in range(_KILL_ROUNDS):
+        pids = _tagged_pids(prefix)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+def _exit_code(returncode: int | None, timed_out: bool) -> int:
+    if timed_out or returncode is None:
+        return -1
+    return 128 - returncode if returncode < 0 else returncode
+
+
+async def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    timeout_s: float,
+    max_output_bytes: int,
+    stdin: bytes = b"",
+    merge_stderr: bool = False,
+    tail_bytes: int = 0,
+    preexec: Callable[[], None] | None = None,
+) -> ProcResult:
+    """Run argv in a new session; on timeout SIGKILL its group and everything tagged so.
+
+    The caller tags `env` with TAG_VAR; its exact value is the kill scope on timeout.
+    With `merge_stderr` both streams go to stdout; `tail_bytes` also keeps the stream's end.
+    """
+    loop = asyncio.get_running_loop()
+    captures = {1: Capture(max_output_bytes, tail_bytes)}
+    if not merge_stderr:
+        captures[2] = Capture(max_output_bytes, tail_bytes)
+    started = time.monotonic()
+    transport, proto = await loop.subprocess_exec(
+        lambda: _Collector(loop, captures),
+        *argv,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        cwd=cwd,
+        env=dict(env),
+        start_new_session=True,  # its own session and process group: killpg reaches the tree
+        preexec_fn=preexec,
+    )
+    pid = transport.get_pid()
+    timed_out = False
+    try:
+        if stdin:
+            writer = transport.get_pipe_transport(0)
+            assert isinstance(writer, asyncio.WriteTransport)
+            writer.write(stdin)  # buffered by the loop; a command that never reads can't block us
+            writer.write_eof()
+        try:
+            await asyncio.wait_for(asyncio.shield(proto.exited), timeout_s)
+        except TimeoutError:
+            timed_out = True
+            kill_group(pid)
+            await asyncio.to_thread(kill_tagged, env[TAG_VAR])
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(proto.exited), KILL_WAIT_S)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proto.pipes_closed), PIPE_GRACE_S)
+    finally:
+        if not proto.exited.done():  # cancelled (client went away) or stuck: leave nothing behind
+            kill_group(pid)
+        transport.close()
+    out = captures[1]
+    err = captures.get(2) or Capture(0)
+    return ProcResult(
+        exit_code=_exit_code(transport.get_returncode(), timed_out),
+        timed_out=timed_out,
+        stdout=out.value(),
+        stderr=err.value(),
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+        duration_s=time.monotonic() - started,
+    )

@@ -1,0 +1,1 @@
+"""ArtFleet trainer service: jobs, the model, training steps, checkpoints, inference."""

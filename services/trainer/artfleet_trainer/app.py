@@ -1,0 +1,55 @@
+"""The trainer process: Redis job store, ART backend, job runner and the gRPC API."""
+
+from __future__ import annotations
+
+import logging
+
+import redis.asyncio as aioredis
+
+from artfleet.queue import make_celery
+from artfleet.rpc.server import GrpcServer
+from artfleet.v1 import trainer_pb2_grpc
+from artfleet_trainer.backends import backend_unavailable_reason, make_backend
+from artfleet_trainer.rollouts import GroupDispatcher, RolloutClient
+from artfleet_trainer.runner import JobRunner
+from artfleet_trainer.servicer import TrainerServicer
+from artfleet_trainer.settings import TrainerSettings
+from artfleet_trainer.store import JobStore
+
+log = logging.getLogger(__name__)
+
+
+class TrainerApp:
+    def __init__(self, settings: TrainerSettings) -> None:
+        self.settings = settings
+        token = settings.api_token.get_secret_value()
+        self._redis = aioredis.from_url(settings.redis_url)
+        self.store = JobStore(self._redis)
+        self.backend = make_backend(settings.backend, settings)
+        rollout = RolloutClient(settings.rollout_target, token)
+        dispatcher = GroupDispatcher(
+            make_celery(settings.redis_url), self.store, settings.poll_interval_s
+        )
+        self.runner = JobRunner(settings, self.store, self.backend, dispatcher, rollout)
+        servicer = TrainerServicer(
+            self.store, rollout, lambda kind: backend_unavailable_reason(kind, settings.backend)
+        )
+        self.server = GrpcServer(
+            settings, "trainer",
+            [lambda server: trainer_pb2_grpc.add_TrainerServicer_to_server(servicer, server)],
+            ["artfleet.v1.Trainer"],
+        )
+
+    async def start(self) -> None:
+        await self._redis.ping()  # fail fast with a clear error when Redis is not there
+        await self.server.start()
+        self.runner.start()
+        await self.server.set_serving(True)
+
+    async def stop(self) -> None:
+        grace = self.settings.shutdown_grace_s
+        await self.server.set_serving(False)
+        await self.runner.stop(grace)
+        await self.server.stop(grace)
+        await self.backend.close()
+        await self._redis.aclose()

@@ -1,0 +1,38 @@
+"""Which ART backend trains on this node: `torch` (CPU or any torch device) or `art` (GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from artfleet_trainer.settings import TrainerSettings
+
+
+def backend_unavailable_reason(kind: str, configured: str) -> str:
+    """"" when this trainer runs `kind`; a trainer runs one backend, chosen at start."""
+    if kind != configured:
+        return (f"this trainer runs the {configured!r} backend; start one with "
+                f"ARTFLEET_BACKEND={kind} to run {kind!r} jobs")
+    return ""
+
+
+def make_backend(kind: str, settings: TrainerSettings) -> Any:
+    if kind == "torch":
+        from artfleet_trainer.torch_backend import TorchBackend
+
+        return TorchBackend(
+            path=settings.art_path,
+            device=settings.device,
+            host=settings.inference_host,
+            port=settings.inference_port,
+            api_key=settings.api_token.get_secret_value(),
+            cache_dir=settings.model_cache_dir or None,
+        )
+    if kind == "art":
+        if importlib.util.find_spec("unsloth") is None or importlib.util.find_spec("vllm") is None:
+            raise RuntimeError("the 'art' backend needs a GPU image with openpipe-art[backend] "
+                               "(Unsloth + vLLM); use ARTFLEET_BACKEND=torch on CPU")
+        from art.local import LocalBackend
+
+        return LocalBackend(path=settings.art_path)
+    raise ValueError(f"unknown backend {kind!r} (torch, art)")

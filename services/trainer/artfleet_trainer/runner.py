@@ -1,0 +1,181 @@
+"""The job runner: one job at a time, step by step: rollouts → gather → train → checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from artfleet.art_compat import art
+from artfleet.jobspec import JobSpecModel, reward_spec_proto, spec_from_proto
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import rollout_pb2
+from artfleet_trainer import metrics, scheduling
+from artfleet_trainer.rollouts import GatherResult, GroupDispatcher, RolloutClient
+from artfleet_trainer.settings import TrainerSettings
+from artfleet_trainer.steps import build_groups, summarize_step
+from artfleet_trainer.store import JobStore
+
+log = logging.getLogger(__name__)
+
+
+class JobCancelled(Exception):
+    pass
+
+
+class JobRunner:
+    """Runs queued jobs; on start it first resumes a job a previous trainer left running."""
+
+    def __init__(
+        self,
+        settings: TrainerSettings,
+        store: JobStore,
+        backend: Any,  # an ART Backend (TorchBackend or art.local.LocalBackend)
+        dispatcher: GroupDispatcher,
+        rollout: RolloutClient,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._backend = backend
+        self._dispatcher = dispatcher
+        self._rollout = rollout
+        self._owner = settings.replica_id or f"trainer-{id(self):x}"
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="job-runner")
+
+    async def stop(self, grace_s: float) -> None:
+        """Interrupts the current step: the job stays RUNNING and resumes at that step."""
+        self._stopping.set()
+        if self._task is None:
+            return
+        self._task.cancel()
+        try:
+            await asyncio.wait_for(self._task, grace_s)
+        except (asyncio.CancelledError, TimeoutError):
+            pass
+
+    async def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                job = await self._store.next_runnable()
+                if job is None or not await self._store.acquire_lease(
+                    job.id, self._owner, self._settings.job_lease_s
+                ):
+                    await asyncio.sleep(self._settings.poll_interval_s)
+                    continue
+                await self._run_with_lease(job)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep the runner alive for the next job
+                log.exception("job runner error")
+                await asyncio.sleep(self._settings.poll_interval_s)
+
+    async def _run_with_lease(self, job: pb.Job) -> None:
+        renew = asyncio.create_task(self._renew_lease(job.id))
+        try:
+            await self._run_job(job)
+        finally:
+            renew.cancel()
+            await self._store.release_lease(job.id, self._owner)
+
+    async def _renew_lease(self, job_id: str) -> None:
+        while True:
+            await asyncio.sleep(self._settings.job_lease_s / 3)
+            await self._store.acquire_lease(job_id, self._owner, self._settings.job_lease_s)
+
+    async def _run_job(self, job: pb.Job) -> None:
+        try:
+            spec = spec_from_proto(job.spec)
+            await self._store.set_state(job, pb.JOB_STATE_RUNNING)
+            metrics.JOBS_RUNNING.set(1)
+            await self._train(job, spec)
+            await self._store.set_state(job, pb.JOB_STATE_SUCCEEDED)
+            metrics.JOBS_FINISHED.labels("succeeded").inc()
+        except JobCancelled:
+            await self._store.set_state(job, pb.JOB_STATE_CANCELLED)
+            metrics.JOBS_FINISHED.labels("cancelled").inc()
+        except asyncio.CancelledError:
+            log.info("job %s interrupted at step %d; it resumes on restart",
+                     job.id, job.completed_steps + 1)
+            raise
+        except Exception as exc:
+            log.exception("job %s failed", job.id)
+            await self._store.set_state(job, pb.JOB_STATE_FAILED, error=f"{type(exc).__name__}: {exc}")
+            metrics.JOBS_FINISHED.labels("failed").inc()
+        finally:
+            metrics.JOBS_RUNNING.set(0)
+
+    async def _train(self, job: pb.Job, spec: JobSpecModel) -> None:
+        model = art.TrainableModel(
+            name=f"{spec.name}-{job.id}", project=spec.project, base_model=spec.base_model
+        )
+        await model.register(self._backend)
+        # The checkpoint is the truth: a trainer that died after saving step s but before
+        # recording it must not train step s again.
+        done = max(job.completed_steps, await self._backend._get_step(model))
+        if done != job.completed_steps:
+            job.completed_steps = done
+            await self._store.save(job)
+        scenario_ids = await self._rollout.scenario_ids(spec.environment, spec.split)
+        for step in range(done + 1, spec.steps + 1):
+            if await self._store.cancel_requested(job.id):
+                raise JobCancelled()
+            await self._run_step(job, spec, model, scenario_ids, step)
+        if await self._store.cancel_requested(job.id) and job.completed_steps < spec.steps:
+            raise JobCancelled()
+
+    async def _run_step(
+        self, job: pb.Job, spec: JobSpecModel, model: Any, scenario_ids: list[str], step: int
+    ) -> None:
+        start = time.monotonic()
+        await self._store.emit(job.id, pb.ProgressEvent(
+            kind=pb.EVENT_KIND_STEP_STARTED, step=step, total_steps=spec.steps,
+            state=pb.JOB_STATE_RUNNING))
+        gathered = await self._rollouts(job, spec, model, scenario_ids, step)
+        rollout_s = time.monotonic() - start
+        groups = build_groups(gathered.responses)
+        if not any(g.trajectories for g in groups):
+            raise RuntimeError(f"step {step}: every rollout failed; see the rollout worker logs")
+        result = await self._backend.train(model, groups, learning_rate=spec.learning_rate)
+        summary = summarize_step(step, groups, result, rollout_s, time.monotonic() - start)
+        job.completed_steps = step
+        job.policy = model.get_inference_name()
+        job.steps.append(summary)
+        await self._store.save(job)
+        await self._store.emit(job.id, pb.ProgressEvent(
+            kind=pb.EVENT_KIND_STEP_DONE, step=step, total_steps=spec.steps, summary=summary,
+            state=pb.JOB_STATE_RUNNING))
+        metrics.observe_step(summary)
+        try:  # ART's own history and trajectory logs under the ART path
+            await model.log(groups, split="train", metrics=dict(result.metrics), step=step)
+        except Exception:
+            log.warning("ART's model.log failed for step %d", step, exc_info=True)
+
+    async def _rollouts(
+        self, job: pb.Job, spec: JobSpecModel, model: Any, scenario_ids: list[str], step: int
+    ) -> GatherResult:
+        picked = scheduling.scenarios_for_step(scenario_ids, spec.seed, step, spec.groups_per_step)
+        tasks = [
+            rollout_pb2.GroupTask(
+                job_id=job.id, step=step, group_id=scheduling.group_id(job.id, step, i),
+                environment=spec.environment, scenario_id=scenario, rollouts=spec.rollouts_per_group,
+                max_turns=spec.max_turns, model_base_url=self._inference_url(model),
+                policy=model.get_inference_name(), temperature=spec.temperature,
+                max_tokens=spec.max_tokens, max_context_tokens=spec.max_context_tokens,
+                reward=reward_spec_proto(spec), seed=spec.seed,
+            )
+            for i, scenario in enumerate(picked)
+        ]
+        ready = set(await self._store.batch(job.id, step))
+        await self._dispatcher.enqueue(tasks, skip=ready)
+        return await self._dispatcher.gather(
+            job.id, step, [t.group_id for t in tasks], spec.gather_timeout_s,
+            scheduling.quorum(len(tasks), spec.min_group_fraction),
+        )
+
+    def _inference_url(self, model: Any) -> str:
+        return self._settings.inference_public_url or str(model.inference_base_url)

@@ -1,0 +1,47 @@
+"""Which scenarios a step trains on: deterministic from the seed, the epoch and the step."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Sequence
+
+
+def epoch_order(scenario_ids: Sequence[str], seed: int, epoch: int) -> list[str]:
+    order = sorted(scenario_ids)
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    return order
+
+
+def scenarios_for_step(
+    scenario_ids: Sequence[str], seed: int, step: int, groups_per_step: int
+) -> list[str]:
+    """Step s (1-based) takes the next `groups_per_step` scenarios of a stream of epochs.
+
+    Each epoch is a fresh permutation of all scenarios, so every scenario is seen once per
+    epoch and a resumed job picks exactly the scenarios it would have picked before.
+    """
+    if not scenario_ids:
+        raise ValueError("the environment split has no scenarios")
+    n = len(scenario_ids)
+    picked = []
+    for index in range((step - 1) * groups_per_step, step * groups_per_step):
+        epoch, offset = divmod(index, n)
+        picked.append(epoch_order(scenario_ids, seed, epoch)[offset])
+    return picked
+
+
+def group_id(job_id: str, step: int, index: int) -> str:
+    return f"{job_id}:{step}:{index}"
+
+
+def quorum(groups: int, min_fraction: float) -> int:
+    # The epsilon keeps 0.5 × 4 at 2 despite float error.
+    return max(1, math.ceil(groups * min_fraction - 1e-9))
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    if not values:
+        return 0.0, 0.0
+    return statistics.fmean(values), statistics.pstdev(values) if len(values) > 1 else 0.0

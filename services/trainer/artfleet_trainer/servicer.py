@@ -1,0 +1,71 @@
+"""Trainer gRPC API: jobs in, progress out. Validation happens here, before Redis."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from artfleet.errors import InvalidArgument
+from artfleet.jobspec import spec_from_proto, spec_to_proto
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet_trainer import metrics
+from artfleet_trainer.rollouts import RolloutClient
+from artfleet_trainer.store import JobStore
+
+
+class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
+    def __init__(
+        self, store: JobStore, rollout: RolloutClient, backend_available: Callable[[str], str]
+    ) -> None:
+        self._store = store
+        self._rollout = rollout
+        # Returns "" when this trainer can run the backend, else why not.
+        self._backend_available = backend_available
+
+    async def SubmitJob(
+        self, request: trainer_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Job:
+        if not request.HasField("spec"):
+            raise InvalidArgument("a job needs a spec", "spec")
+        spec = spec_from_proto(request.spec)
+        why_not = self._backend_available(spec.backend)
+        if why_not:
+            raise InvalidArgument(why_not, "backend")
+        await self._rollout.scenario_ids(spec.environment, spec.split)
+        job = await self._store.create(spec_to_proto(spec))
+        metrics.JOBS_SUBMITTED.inc()
+        return job
+
+    async def GetJob(
+        self, request: trainer_pb2.GetJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Job:
+        return await self._store.get(_job_id(request.job_id))
+
+    async def ListJobs(
+        self, request: trainer_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
+    ) -> trainer_pb2.ListJobsResponse:
+        if request.limit < 0:
+            raise InvalidArgument("must be >= 0", "limit")
+        return trainer_pb2.ListJobsResponse(jobs=await self._store.list(request.limit))
+
+    async def CancelJob(
+        self, request: trainer_pb2.CancelJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Job:
+        await self._store.request_cancel(_job_id(request.job_id))
+        return await self._store.get(request.job_id)
+
+    async def WatchJob(
+        self, request: trainer_pb2.WatchJobRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ProgressEvent]:
+        if request.from_seq < 0:
+            raise InvalidArgument("must be >= 0", "from_seq")
+        async for event in self._store.events(_job_id(request.job_id), request.from_seq):
+            yield event
+
+
+def _job_id(job_id: str) -> str:
+    if not job_id:
+        raise InvalidArgument("is required", "job_id")
+    return job_id

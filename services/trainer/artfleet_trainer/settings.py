@@ -1,0 +1,24 @@
+"""Trainer settings (`ARTFLEET_*`), parsed before anything heavy is imported."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from artfleet.config import ServerSettings
+
+
+class TrainerSettings(ServerSettings):
+    backend: Literal["torch", "art"] = Field(default="torch", description="ART backend")
+    art_path: str = Field(default=".art", description="ART's path: checkpoints, state, logs")
+    device: str = Field(default="cpu", description="torch device of the torch backend")
+    model_cache_dir: str = Field(default="", description="safetensors cache of base models")
+    inference_host: str = Field(default="127.0.0.1")
+    inference_port: int = Field(default=0, ge=0, le=65535, description="0 picks a free one")
+    inference_public_url: str = Field(
+        default="", description="URL rollout workers use (…/v1); default: host and port"
+    )
+    rollout_target: str = Field(default="127.0.0.1:50052", description="Rollout gRPC address")
+    poll_interval_s: float = Field(default=0.5, gt=0)
+    job_lease_s: float = Field(default=30.0, gt=1)

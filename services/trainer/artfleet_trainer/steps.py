@@ -1,0 +1,45 @@
+"""Pure step logic: rebuild ART groups from rollout responses and summarize a step."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from artfleet import codec
+from artfleet.art_compat import art
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import rollout_pb2
+from artfleet_trainer.scheduling import mean_std
+
+
+def build_groups(responses: Sequence[rollout_pb2.RunGroupResponse]) -> list[art.TrajectoryGroup]:
+    """Groups in a stable order; a group whose rollouts all failed has no trajectories."""
+    ordered = sorted(responses, key=lambda r: str(r.group.metadata["group_id"].string_value))
+    return [codec.group_from_proto(r.group) for r in ordered]
+
+
+def _turns(trajectory: art.Trajectory) -> float:
+    value = trajectory.metrics.get("turns")
+    return float(value) if value is not None else 0.0
+
+
+def summarize_step(
+    step: int, groups: Sequence[art.TrajectoryGroup], result: Any, rollout_s: float, step_s: float
+) -> pb.StepSummary:
+    trajectories = [t for g in groups for t in g.trajectories]
+    reward_mean, reward_std = mean_std([t.reward for t in trajectories])
+    turns_mean, _ = mean_std([_turns(t) for t in trajectories])
+    train_metrics = dict(getattr(result, "metrics", {}) or {})
+    return pb.StepSummary(
+        step=step,
+        reward_mean=reward_mean,
+        reward_std=reward_std,
+        turns_mean=turns_mean,
+        step_seconds=step_s,
+        trajectories=len(trajectories),
+        groups=sum(1 for g in groups if g.trajectories),
+        loss=float(train_metrics.get("loss", 0.0)),
+        trained_sequences=int(train_metrics.get("trained_sequences", 0)),
+        rollout_seconds=rollout_s,
+        train_seconds=step_s - rollout_s,
+    )

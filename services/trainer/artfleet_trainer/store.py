@@ -1,0 +1,147 @@
+"""Jobs, their progress events and step batches in Redis: jobs survive a trainer restart."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import redis.asyncio as aioredis
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from artfleet.errors import NotFound
+from artfleet.queue import batch_key
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import rollout_pb2
+
+JOBS_INDEX = "artfleet:jobs"
+TERMINAL = frozenset({pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED})
+ACTIVE = (pb.JOB_STATE_RUNNING, pb.JOB_STATE_CANCELLING, pb.JOB_STATE_QUEUED)
+
+
+def _job_key(job_id: str) -> str:
+    return f"artfleet:job:{job_id}"
+
+
+def _events_key(job_id: str) -> str:
+    return f"artfleet:events:{job_id}"
+
+
+def _now() -> Timestamp:
+    ts = Timestamp()
+    ts.GetCurrentTime()
+    return ts
+
+
+class JobStore:
+    """Owns every `artfleet:job*` and `artfleet:events:*` key; reads step batches."""
+
+    def __init__(self, redis: aioredis.Redis) -> None:
+        self._redis = redis
+
+    async def create(self, spec: pb.JobSpec) -> pb.Job:
+        job = pb.Job(id=uuid.uuid4().hex[:12], spec=spec, state=pb.JOB_STATE_QUEUED)
+        job.created_at.CopyFrom(_now())
+        await self.save(job)
+        await self._redis.zadd(JOBS_INDEX, {job.id: time.time()})
+        await self.emit(job.id, pb.ProgressEvent(kind=pb.EVENT_KIND_STATE, state=job.state))
+        return job
+
+    async def save(self, job: pb.Job) -> None:
+        job.updated_at.CopyFrom(_now())
+        await self._redis.set(_job_key(job.id), job.SerializeToString())
+
+    async def get(self, job_id: str) -> pb.Job:
+        raw = await self._redis.get(_job_key(job_id)) if job_id else None
+        if raw is None:
+            raise NotFound(f"no job with id {job_id!r}")
+        return pb.Job.FromString(raw)
+
+    async def list(self, limit: int = 0) -> list[pb.Job]:
+        ids = await self._redis.zrevrange(JOBS_INDEX, 0, (limit - 1) if limit > 0 else -1)
+        raws = await self._redis.mget([_job_key(i.decode()) for i in ids]) if ids else []
+        return [pb.Job.FromString(raw) for raw in raws if raw is not None]
+
+    async def next_runnable(self) -> pb.Job | None:
+        """The job to run next: one that was running (resume) first, else the oldest queued."""
+        jobs = list(reversed(await self.list()))
+        for wanted in ACTIVE:
+            for job in jobs:
+                if job.state == wanted:
+                    return job
+        return None
+
+    async def set_state(self, job: pb.Job, state: int, error: str = "") -> None:
+        job.state = state  # type: ignore[assignment]
+        if error:
+            job.error = error
+        await self.save(job)
+        await self.emit(job.id, pb.ProgressEvent(kind=pb.EVENT_KIND_STATE, state=job.state,
+                                                 message=error))
+
+    async def request_cancel(self, job_id: str) -> pb.Job:
+        """Queued jobs end now; a running one ends after its current step."""
+        job = await self.get(job_id)
+        if job.state in TERMINAL:
+            return job
+        # The flag, not the job record, is what the runner reads: it rewrites the record.
+        await self._redis.set(f"{_job_key(job_id)}:cancel", b"1")
+        if job.state == pb.JOB_STATE_QUEUED:
+            await self.set_state(job, pb.JOB_STATE_CANCELLED)
+        else:
+            await self.set_state(job, pb.JOB_STATE_CANCELLING)
+        return job
+
+    async def cancel_requested(self, job_id: str) -> bool:
+        return bool(await self._redis.exists(f"{_job_key(job_id)}:cancel"))
+
+    # ------------------------------------------------------------ events
+    async def emit(self, job_id: str, event: pb.ProgressEvent) -> None:
+        event.job_id = job_id
+        event.seq = await self._redis.incr(f"{_events_key(job_id)}:seq")
+        event.time.CopyFrom(_now())
+        await self._redis.xadd(_events_key(job_id), {"e": event.SerializeToString()})
+
+    async def events(
+        self, job_id: str, from_seq: int = 0, block_ms: int = 1000
+    ) -> AsyncIterator[pb.ProgressEvent]:
+        """Replays then follows the job's events until it reaches a terminal state."""
+        job = await self.get(job_id)
+        last_id = "0-0"
+        while True:
+            reply = await self._redis.xread({_events_key(job_id): last_id}, block=block_ms)
+            for _stream, entries in reply or []:
+                for entry_id, fields in entries:
+                    last_id = entry_id
+                    event = pb.ProgressEvent.FromString(fields[b"e"])
+                    if event.seq >= from_seq:
+                        yield event
+                    if event.kind == pb.EVENT_KIND_STATE and event.state in TERMINAL:
+                        return
+            if not reply:
+                job = await self.get(job_id)
+                if job.state in TERMINAL and last_id != "0-0":
+                    return
+
+    # ------------------------------------------------------------ batches
+    async def batch(self, job_id: str, step: int) -> dict[str, rollout_pb2.RunGroupResponse]:
+        raw = await self._redis.hgetall(batch_key(job_id, step))
+        return {k.decode(): rollout_pb2.RunGroupResponse.FromString(v) for k, v in raw.items()}
+
+    async def acquire_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
+        """One trainer runs a job at a time; the lease lapses if its trainer dies."""
+        key = f"{_job_key(job_id)}:lease"
+        ms = int(ttl_s * 1000)
+        if await self._redis.set(key, owner, nx=True, px=ms):
+            return True
+        current = await self._redis.get(key)
+        if current is not None and current.decode() == owner:
+            await self._redis.pexpire(key, ms)
+            return True
+        return False
+
+    async def release_lease(self, job_id: str, owner: str) -> None:
+        key = f"{_job_key(job_id)}:lease"
+        current = await self._redis.get(key)
+        if current is not None and current.decode() == owner:
+            await self._redis.delete(key)

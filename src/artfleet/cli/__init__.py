@@ -1,0 +1,1 @@
+"""The `artfleet` command line."""

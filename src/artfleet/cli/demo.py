@@ -1,0 +1,79 @@
+"""`artfleet demo` and `artfleet fleet up`: the whole fleet on this machine."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+import typer
+
+from artfleet.cli import render
+from artfleet.cli.client import trainer
+from artfleet.cli.fleet import LocalFleet
+from artfleet.jobspec import JobSpecModel, spec_to_proto
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import trainer_pb2
+
+WorkdirOpt = typer.Option(Path(".artfleet"), "--workdir", help="state, logs and checkpoints")
+
+
+def demo(
+    steps: int = typer.Option(3, min=1),
+    groups_per_step: int = typer.Option(2, min=1),
+    rollouts_per_group: int = typer.Option(4, min=2),
+    max_turns: int = typer.Option(3, min=1),
+    seed: int = typer.Option(0, min=0),
+    workdir: Path = WorkdirOpt,
+) -> None:
+    """Start a local fleet (Redis + the four services), train SmolLM2 with LoRA GRPO on the
+    bundled shell tasks, show progress and a summary, then stop everything."""
+    spec = JobSpecModel(name="demo", steps=steps, groups_per_step=groups_per_step,
+                        rollouts_per_group=rollouts_per_group, max_turns=max_turns, seed=seed)
+    fleet = LocalFleet(workdir.resolve())
+    start = time.monotonic()
+    render.console.print(f"starting the fleet in {fleet.workdir} (logs in logs/) ...")
+    try:
+        fleet.start()
+        render.console.print(f"fleet up in {time.monotonic() - start:.0f}s; trainer at "
+                             f"{fleet.trainer_target}")
+        job = _run_job(fleet, spec)
+    finally:
+        codes = fleet.stop()
+        render.console.print("fleet stopped: " + ", ".join(f"{k} exit {v}" for k, v in codes.items()))
+    render.console.print(f"demo wall time: {time.monotonic() - start:.0f}s")
+    if job.state != pb.JOB_STATE_SUCCEEDED:
+        raise SystemExit(1)
+
+
+def _run_job(fleet: LocalFleet, spec: JobSpecModel) -> pb.Job:
+    with trainer(fleet.trainer_target, fleet.token) as stub:
+        job = stub.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+        render.console.print(f"submitted job {job.id}: {spec.steps} steps × "
+                             f"{spec.groups_per_step} groups × {spec.rollouts_per_group} rollouts")
+        render.follow(stub.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id)), spec.steps)
+        job = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
+    render.console.print(render.summary_table(job))
+    if job.error:
+        render.console.print(f"[red]error:[/red] {job.error}")
+    return job
+
+
+def fleet_up(workdir: Path = WorkdirOpt) -> None:
+    """Start a local fleet and keep it up until Ctrl-C."""
+    fleet = LocalFleet(workdir.resolve())
+    fleet.start()
+    token_file = fleet.workdir / "token"
+    token_file.touch(mode=0o600)
+    token_file.write_text(fleet.token)
+    # The token goes to a private file, not to the terminal or its scrollback.
+    render.console.print(f"fleet up. export ARTFLEET_TRAINER_TARGET={fleet.trainer_target} "
+                         f"ARTFLEET_API_TOKEN=$(cat {token_file})")
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        done.wait()
+    finally:
+        fleet.stop()

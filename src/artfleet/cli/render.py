@@ -1,0 +1,72 @@
+"""How jobs and progress look in a terminal (rich)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from artfleet.v1 import common_pb2 as pb
+
+console = Console(highlight=False)
+
+
+def state_name(state: int) -> str:
+    return pb.JobState.Name(state).removeprefix("JOB_STATE_")  # type: ignore[arg-type]
+
+
+def step_line(s: pb.StepSummary) -> str:
+    return (f"step {s.step}: reward {s.reward_mean:+.3f} ± {s.reward_std:.3f} · "
+            f"turns {s.turns_mean:.1f} · {s.trajectories} trajectories · "
+            f"loss {s.loss:+.4f} · {s.step_seconds:.0f}s "
+            f"(rollouts {s.rollout_seconds:.0f}s, train {s.train_seconds:.0f}s)")
+
+
+def jobs_table(jobs: Iterable[pb.Job]) -> Table:
+    table = Table("id", "name", "state", "steps", "policy", "created")
+    for job in jobs:
+        table.add_row(job.id, job.spec.name, state_name(job.state),
+                      f"{job.completed_steps}/{job.spec.steps}", job.policy or "-",
+                      job.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"))
+    return table
+
+
+def summary_table(job: pb.Job) -> Table:
+    table = Table("step", "reward mean", "reward std", "turns", "trajectories", "trained seqs",
+                  "loss", "step time", title=f"job {job.id}: {state_name(job.state)}")
+    for s in job.steps:
+        table.add_row(str(s.step), f"{s.reward_mean:+.3f}", f"{s.reward_std:.3f}",
+                      f"{s.turns_mean:.1f}", str(s.trajectories), str(s.trained_sequences),
+                      f"{s.loss:+.4f}", f"{s.step_seconds:.0f}s")
+    return table
+
+
+def job_details(job: pb.Job) -> None:
+    console.print(f"job {job.id} ({job.spec.name}): {state_name(job.state)}, "
+                  f"{job.completed_steps}/{job.spec.steps} steps, policy {job.policy or '-'}")
+    if job.error:
+        console.print(f"[red]error:[/red] {job.error}")
+    if job.steps:
+        console.print(summary_table(job))
+
+
+def follow(events: Iterable[pb.ProgressEvent], total_steps: int) -> int:
+    """Shows a progress bar and a line per step; returns the final job state."""
+    final = pb.JOB_STATE_UNSPECIFIED
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        bar = progress.add_task("training", total=total_steps)
+        for event in events:
+            if event.kind == pb.EVENT_KIND_STEP_STARTED:
+                progress.update(bar, description=f"step {event.step}/{event.total_steps}")
+            elif event.kind == pb.EVENT_KIND_STEP_DONE:
+                progress.console.print(step_line(event.summary))
+                progress.update(bar, completed=event.step)
+            elif event.kind == pb.EVENT_KIND_STATE:
+                final = event.state
+                note = f": {event.message}" if event.message else ""
+                progress.console.print(f"job {state_name(event.state)}{note}")
+    return final

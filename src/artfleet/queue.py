@@ -1,0 +1,45 @@
+"""The Celery app and the Redis keys that rollout workers and the trainer share.
+
+Work goes trainer → rollout as one Celery task per group on the `rollout` queue; scored
+groups come back as entries of the step's batch hash in Redis, keyed by group id, so a
+redelivered task (acks_late) overwrites nothing and the trainer can gather a quorum.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from celery import Celery
+
+ROLLOUT_QUEUE = "rollout"
+RUN_GROUP_TASK = "artfleet.rollout.run_group"
+BATCH_TTL_S = 7 * 24 * 3600
+
+
+def make_celery(redis_url: str, name: str = "artfleet") -> Celery:
+    app = Celery(name, broker=redis_url)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        task_acks_late=True,  # a worker that dies mid-group gives the group back
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,  # a group is minutes of work: take one at a time
+        task_default_queue=ROLLOUT_QUEUE,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": 3600},
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+def batch_key(job_id: str, step: int) -> str:
+    return f"artfleet:batch:{job_id}:{step}"
+
+
+def encode_payload(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def decode_payload(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)

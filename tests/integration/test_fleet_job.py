@@ -1,0 +1,187 @@
+"""A real job through the real fleet: redis-server, Celery worker, four gRPC services, the
+real SmolLM2 model. One fleet for the module; the jobs run one after another."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+import redis
+from safetensors.torch import load_file
+
+from artfleet.cli.fleet import LocalFleet
+from artfleet.jobspec import JobSpecModel, spec_to_proto
+from artfleet.queue import batch_key
+from artfleet.rpc.client import sync_channel
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import rollout_pb2, trainer_pb2, trainer_pb2_grpc
+from artfleet_reward.scorers import score_group
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SMALL = dict(groups_per_step=2, rollouts_per_group=2, max_turns=2, max_tokens=40,
+             learning_rate=1e-3)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
+    fleet = LocalFleet(tmp_path_factory.mktemp("fleet"))
+    fleet.start()
+    try:
+        yield fleet
+    finally:
+        codes = fleet.stop()
+        # Every service shut down on SIGTERM by itself (a kill would show as -9).
+        assert all(code is not None and code >= 0 for code in codes.values()), codes
+
+
+@pytest.fixture(scope="module")
+def trainer(fleet: LocalFleet) -> Iterator[trainer_pb2_grpc.TrainerStub]:
+    channel = sync_channel(fleet.trainer_target, fleet.token)
+    yield trainer_pb2_grpc.TrainerStub(channel)
+    channel.close()
+
+
+def _submit(trainer: trainer_pb2_grpc.TrainerStub, **fields: object) -> pb.Job:
+    spec = JobSpecModel.model_validate({**SMALL, **fields})
+    return trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+
+
+def _wait_event(events: Iterator[pb.ProgressEvent], kind: int, step: int) -> None:
+    for event in events:
+        if event.kind == kind and event.step == step:
+            return
+    raise AssertionError(f"stream ended before event {kind} of step {step}")
+
+
+def _checkpoint_dir(fleet: LocalFleet, job: pb.Job, step: int) -> Path:
+    name = f"{job.spec.name}-{job.id}"
+    return fleet.workdir / "art" / job.spec.project / "models" / name / "checkpoints" / f"{step:04d}"
+
+
+def _lora_b_max(checkpoint: Path) -> float:
+    weights = load_file(str(checkpoint / "adapter_model.safetensors"))
+    return max(float(t.abs().max()) for k, t in weights.items() if "lora_B" in k)
+
+
+def test_job_trains_end_to_end(fleet: LocalFleet, trainer: trainer_pb2_grpc.TrainerStub) -> None:
+    job = _submit(trainer, name="e2e", steps=2)
+    events = list(trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500))
+    done_steps = [e.step for e in events if e.kind == pb.EVENT_KIND_STEP_DONE]
+    assert done_steps == [1, 2]
+    assert [e.seq for e in events] == sorted(e.seq for e in events)
+    job = trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert job.completed_steps == 2 and job.policy.endswith("@2")
+    # LoRA B starts at zero: non-zero B in the checkpoints means training moved the weights.
+    assert _lora_b_max(_checkpoint_dir(fleet, job, 2)) > 0
+    assert _checkpoint_dir(fleet, job, 1).is_dir()
+    _assert_batches_scored(fleet, job)
+
+
+def _assert_batches_scored(fleet: LocalFleet, job: pb.Job) -> None:
+    store = redis.Redis.from_url(fleet.redis_url)
+    spec = job.spec
+    for step in (1, 2):
+        batch = store.hgetall(batch_key(job.id, step))
+        assert len(batch) == spec.groups_per_step
+        for raw in batch.values():
+            response = rollout_pb2.RunGroupResponse.FromString(raw)
+            group = response.group
+            assert len(group.trajectories) == spec.rollouts_per_group
+            expected = score_group(spec.reward, list(response.episodes))
+            for trajectory, score in zip(group.trajectories, expected, strict=True):
+                assert trajectory.reward == pytest.approx(score.reward)
+                choices = [i.choice for i in trajectory.messages_and_choices
+                           if i.WhichOneof("item") == "choice"]
+                assert choices and all(c.has_logprobs and c.logprobs for c in choices)
+                assert all(t.token.startswith("token_id:") for c in choices for t in c.logprobs)
+
+
+def test_cancel_stops_after_current_step(trainer: trainer_pb2_grpc.TrainerStub) -> None:
+    job = _submit(trainer, name="cancel", steps=20)
+    events = trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500)
+    _wait_event(events, pb.EVENT_KIND_STEP_STARTED, 1)
+    cancelled = trainer.CancelJob(trainer_pb2.CancelJobRequest(job_id=job.id))
+    assert cancelled.state == pb.JOB_STATE_CANCELLING
+    states = [e.state for e in events if e.kind == pb.EVENT_KIND_STATE]
+    assert states[-1] == pb.JOB_STATE_CANCELLED
+    job = trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
+    assert job.state == pb.JOB_STATE_CANCELLED
+    assert job.completed_steps == 1  # the running step finished, no further step started
+
+
+def test_trainer_restart_resumes_at_next_step(
+    fleet: LocalFleet, trainer: trainer_pb2_grpc.TrainerStub
+) -> None:
+    job = _submit(trainer, name="resume", steps=3)
+    events = trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500)
+    _wait_event(events, pb.EVENT_KIND_STEP_STARTED, 2)
+    fleet.restart("trainer")  # SIGTERM mid-step 2: the step is abandoned, not recorded
+    deadline = time.monotonic() + 1500
+    while True:
+        job = trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
+        if job.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert [s.step for s in job.steps] == [1, 2, 3]  # every step trained exactly once
+    assert all(_checkpoint_dir(fleet, job, s).is_dir() for s in (1, 2, 3))
+
+
+def test_invalid_spec_is_rejected_with_the_field(
+    fleet: LocalFleet, trainer: trainer_pb2_grpc.TrainerStub
+) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=pb.JobSpec(steps=-1)))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "steps" in info.value.details()
+    with pytest.raises(grpc.RpcError) as info:
+        trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=pb.JobSpec(environment="nope")))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "environment" in info.value.details()
+    cli = subprocess.run(
+        [sys.executable, "-m", "artfleet.cli.main", "jobs", "submit", "--env", "nope"],
+        capture_output=True, text=True, timeout=120,
+        env={"ARTFLEET_TRAINER_TARGET": fleet.trainer_target, "ARTFLEET_API_TOKEN": fleet.token,
+             "PATH": "/usr/bin:/bin"},
+    )
+    assert cli.returncode == 2, cli.stderr
+    assert "environment" in cli.stderr and "Traceback" not in cli.stderr
+
+
+SERVICES = {"trainer": "artfleet.v1.Trainer", "rollout": "artfleet.v1.Rollout",
+            "sandbox": "artfleet.v1.Sandbox", "reward": "artfleet.v1.Reward"}
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token"])
+def test_every_rpc_requires_the_token(fleet: LocalFleet, token: str | None) -> None:
+    from google.protobuf import descriptor_pool, message_factory
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    pool = descriptor_pool.Default()
+    metadata = None if token is None else (("authorization", f"Bearer {token}"),)
+    for name, full_name in SERVICES.items():
+        with grpc.insecure_channel(f"127.0.0.1:{fleet.ports[name]}") as channel:
+            for method in pool.FindServiceByName(full_name).methods:
+                request_cls = message_factory.GetMessageClass(method.input_type)
+                path = f"/{full_name}/{method.name}"
+                if method.server_streaming:
+                    call = channel.unary_stream(path, request_cls.SerializeToString,
+                                                lambda b: b)
+                    with pytest.raises(grpc.RpcError) as info:
+                        list(call(request_cls(), metadata=metadata, timeout=10))
+                else:
+                    call = channel.unary_unary(path, request_cls.SerializeToString, lambda b: b)
+                    with pytest.raises(grpc.RpcError) as info:
+                        call(request_cls(), metadata=metadata, timeout=10)
+                assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, path
+            # Health is the one exception: probes carry no secret.
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=10)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
