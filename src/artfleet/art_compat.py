@@ -14,7 +14,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-import art  # noqa: E402
+import art
 
 try:  # transformers is optional for processes that only move trajectories around
     from art.transformers import patches as _patches

@@ -78,7 +78,9 @@ def _tool_calls_from_proto(calls: Any) -> list[dict[str, Any]]:
     ]
 
 
-def message_to_proto(message: Mapping[str, Any], keys: tuple[str, ...] = _MESSAGE_KEYS) -> pb.ChatMessage:
+def message_to_proto(
+    message: Mapping[str, Any], keys: tuple[str, ...] = _MESSAGE_KEYS
+) -> pb.ChatMessage:
     out = pb.ChatMessage(role=str(message.get("role", "")))
     extra = {k: v for k, v in message.items() if k not in keys}
     content = message.get("content")
@@ -188,7 +190,9 @@ def _items_to_proto(items: list[Any]) -> list[pb.MessageOrChoice]:
 
 def _items_from_proto(items: Any) -> list[Any]:
     return [
-        choice_from_proto(i.choice) if i.WhichOneof("item") == "choice" else message_from_proto(i.message)
+        choice_from_proto(i.choice)
+        if i.WhichOneof("item") == "choice"
+        else message_from_proto(i.message)
         for i in items
     ]
 

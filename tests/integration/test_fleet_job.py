@@ -24,8 +24,9 @@ from artfleet_reward.scorers import score_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-SMALL = dict(groups_per_step=2, rollouts_per_group=2, max_turns=2, max_tokens=40,
-             learning_rate=1e-3)
+SMALL = dict(
+    groups_per_step=2, rollouts_per_group=2, max_turns=2, max_tokens=40, learning_rate=1e-3
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,9 @@ def _wait_event(events: Iterator[pb.ProgressEvent], kind: int, step: int) -> Non
 
 def _checkpoint_dir(fleet: LocalFleet, job: pb.Job, step: int) -> Path:
     name = f"{job.spec.name}-{job.id}"
-    return fleet.workdir / "art" / job.spec.project / "models" / name / "checkpoints" / f"{step:04d}"
+    return (
+        fleet.workdir / "art" / job.spec.project / "models" / name / "checkpoints" / f"{step:04d}"
+    )
 
 
 def _lora_b_max(checkpoint: Path) -> float:
@@ -88,7 +91,7 @@ def _assert_batches_scored(fleet: LocalFleet, job: pb.Job) -> None:
     store = redis.Redis.from_url(fleet.redis_url)
     spec = job.spec
     for step in (1, 2):
-        batch = store.hgetall(batch_key(job.id, step))
+        batch: dict[bytes, bytes] = store.hgetall(batch_key(job.id, step))  # type: ignore[assignment]
         assert len(batch) == spec.groups_per_step
         for raw in batch.values():
             response = rollout_pb2.RunGroupResponse.FromString(raw)
@@ -97,8 +100,11 @@ def _assert_batches_scored(fleet: LocalFleet, job: pb.Job) -> None:
             expected = score_group(spec.reward, list(response.episodes))
             for trajectory, score in zip(group.trajectories, expected, strict=True):
                 assert trajectory.reward == pytest.approx(score.reward)
-                choices = [i.choice for i in trajectory.messages_and_choices
-                           if i.WhichOneof("item") == "choice"]
+                choices = [
+                    i.choice
+                    for i in trajectory.messages_and_choices
+                    if i.WhichOneof("item") == "choice"
+                ]
                 assert choices and all(c.has_logprobs and c.logprobs for c in choices)
                 assert all(t.token.startswith("token_id:") for c in choices for t in c.logprobs)
 
@@ -126,7 +132,10 @@ def test_trainer_restart_resumes_at_next_step(
     deadline = time.monotonic() + 1500
     while True:
         job = trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
-        if job.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED) or time.monotonic() > deadline:
+        if (
+            job.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED)
+            or time.monotonic() > deadline
+        ):
             break
         time.sleep(1)
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
@@ -147,16 +156,25 @@ def test_invalid_spec_is_rejected_with_the_field(
     assert "environment" in info.value.details()
     cli = subprocess.run(
         [sys.executable, "-m", "artfleet.cli.main", "jobs", "submit", "--env", "nope"],
-        capture_output=True, text=True, timeout=120,
-        env={"ARTFLEET_TRAINER_TARGET": fleet.trainer_target, "ARTFLEET_API_TOKEN": fleet.token,
-             "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            "ARTFLEET_TRAINER_TARGET": fleet.trainer_target,
+            "ARTFLEET_API_TOKEN": fleet.token,
+            "PATH": "/usr/bin:/bin",
+        },
     )
     assert cli.returncode == 2, cli.stderr
     assert "environment" in cli.stderr and "Traceback" not in cli.stderr
 
 
-SERVICES = {"trainer": "artfleet.v1.Trainer", "rollout": "artfleet.v1.Rollout",
-            "sandbox": "artfleet.v1.Sandbox", "reward": "artfleet.v1.Reward"}
+SERVICES = {
+    "trainer": "artfleet.v1.Trainer",
+    "rollout": "artfleet.v1.Rollout",
+    "sandbox": "artfleet.v1.Sandbox",
+    "reward": "artfleet.v1.Reward",
+}
 
 
 @pytest.mark.parametrize("token", [None, "wrong-token"])
@@ -172,8 +190,7 @@ def test_every_rpc_requires_the_token(fleet: LocalFleet, token: str | None) -> N
                 request_cls = message_factory.GetMessageClass(method.input_type)
                 path = f"/{full_name}/{method.name}"
                 if method.server_streaming:
-                    call = channel.unary_stream(path, request_cls.SerializeToString,
-                                                lambda b: b)
+                    call = channel.unary_stream(path, request_cls.SerializeToString, lambda b: b)
                     with pytest.raises(grpc.RpcError) as info:
                         list(call(request_cls(), metadata=metadata, timeout=10))
                 else:
@@ -183,5 +200,6 @@ def test_every_rpc_requires_the_token(fleet: LocalFleet, token: str | None) -> N
                 assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, path
             # Health is the one exception: probes carry no secret.
             reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=10)
+                health_pb2.HealthCheckRequest(), timeout=10
+            )
             assert reply.status == health_pb2.HealthCheckResponse.SERVING

@@ -24,7 +24,9 @@ def _choice(text: str, token_ids: list[int]) -> Choice:
                         "token": f"token_id:{tid}",
                         "logprob": -0.25 * (i + 1),
                         "bytes": None,
-                        "top_logprobs": [{"token": f"token_id:{tid}", "logprob": -0.1, "bytes": [65]}],
+                        "top_logprobs": [
+                            {"token": f"token_id:{tid}", "logprob": -0.1, "bytes": [65]}
+                        ],
                     }
                     for i, tid in enumerate(token_ids)
                 ],

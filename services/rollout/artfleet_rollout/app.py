@@ -25,7 +25,8 @@ class RolloutProcess:
         self.settings = settings
         servicer = RolloutServicer(GroupRunner(settings))
         self.server = GrpcServer(
-            settings, "rollout",
+            settings,
+            "rollout",
             [lambda server: rollout_pb2_grpc.add_RolloutServicer_to_server(servicer, server)],
             ["artfleet.v1.Rollout"],
         )
@@ -64,8 +65,12 @@ class RolloutProcess:
         # solo pool: one group at a time per process (its episodes run concurrently on
         # asyncio); scale with more workers. Celery turns SIGTERM into a warm shutdown.
         worker = app.Worker(
-            hostname=f"rollout@{replica}", queues=[ROLLOUT_QUEUE], pool="solo",
-            concurrency=1, loglevel=self.settings.log_level, without_mingle=True,
+            hostname=f"rollout@{replica}",
+            queues=[ROLLOUT_QUEUE],
+            pool="solo",
+            concurrency=1,
+            loglevel=self.settings.log_level,
+            without_mingle=True,
             without_gossip=True,
         )
         worker.start()

@@ -14,8 +14,12 @@ from artfleet.art_compat import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, sandbox_pb2, sandbox_pb2_grpc
 from artfleet_rollout import metrics
-from artfleet_rollout.agent import build_initial_messages, format_observation, parse_action
-from artfleet_rollout.agent import step_event
+from artfleet_rollout.agent import (
+    build_initial_messages,
+    format_observation,
+    parse_action,
+    step_event,
+)
 from artfleet_rollout.environments import Scenario
 from artfleet_rollout.settings import RolloutSettings
 
@@ -45,15 +49,22 @@ class _Budget:
 
 async def run_episode(ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, pb.Episode]:
     trajectory = art.Trajectory(
-        messages_and_choices=build_initial_messages(ctx.scenario),
-        metadata={"scenario_id": ctx.scenario.id, "rollout_index": index,
-                  "policy": ctx.task.policy, "step": ctx.task.step},
+        messages_and_choices=list(build_initial_messages(ctx.scenario)),  # type: ignore[arg-type]
+        metadata={
+            "scenario_id": ctx.scenario.id,
+            "rollout_index": index,
+            "policy": ctx.task.policy,
+            "step": ctx.task.step,
+        },
     )
     episode = pb.Episode()
     session = await ctx.sandbox.CreateSession(
         sandbox_pb2.CreateSessionRequest(
-            image=ctx.scenario.image, job_id=ctx.task.job_id,
-            files=[sandbox_pb2.File(path=p, content=c.encode()) for p, c in ctx.scenario.files.items()],
+            image=ctx.scenario.image,
+            job_id=ctx.task.job_id,
+            files=[
+                sandbox_pb2.File(path=p, content=c.encode()) for p, c in ctx.scenario.files.items()
+            ],
         ),
         timeout=120,
     )
@@ -88,8 +99,10 @@ async def _agent_loop(
         if action.kind == "bash":
             outcome = await _exec(ctx, session_id, action.command)
             observation = format_observation(
-                outcome.exit_code, outcome.stdout.decode(errors="replace"),
-                outcome.stderr.decode(errors="replace"), outcome.timed_out,
+                outcome.exit_code,
+                outcome.stdout.decode(errors="replace"),
+                outcome.stderr.decode(errors="replace"),
+                outcome.timed_out,
                 ctx.settings.observation_chars,
             )
         else:
@@ -103,7 +116,7 @@ async def _ask_model(ctx: EpisodeContext, trajectory: art.Trajectory, budget: _B
     start = time.perf_counter()
     completion = await ctx.model.chat.completions.create(
         model=ctx.task.policy,
-        messages=trajectory.messages(),  # type: ignore[arg-type]
+        messages=trajectory.messages(),
         temperature=ctx.task.temperature,
         max_tokens=ctx.task.max_tokens,
         logprobs=True,
@@ -130,7 +143,8 @@ async def _exec(ctx: EpisodeContext, session_id: str, command: str) -> sandbox_p
 async def _run_check(ctx: EpisodeContext, session_id: str, episode: pb.Episode) -> None:
     result = await ctx.sandbox.Exec(
         sandbox_pb2.ExecRequest(
-            session_id=session_id, command=ctx.scenario.check,
+            session_id=session_id,
+            command=ctx.scenario.check,
             timeout_s=ctx.settings.check_timeout_s,
         ),
         timeout=ctx.settings.check_timeout_s + 30,

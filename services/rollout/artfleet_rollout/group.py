@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 
 import grpc
 from openai import AsyncOpenAI
@@ -51,8 +52,9 @@ class GroupRunner:
         model = AsyncOpenAI(base_url=task.model_base_url, api_key=self._token, max_retries=1)
         try:
             async with aio_channel(self._settings.sandbox_target, self._token) as channel:
-                ctx = EpisodeContext(task, scenario, model,
-                                     sandbox_pb2_grpc.SandboxStub(channel), self._settings)
+                ctx = EpisodeContext(
+                    task, scenario, model, sandbox_pb2_grpc.SandboxStub(channel), self._settings
+                )
                 results = await asyncio.gather(
                     *(run_episode(ctx, i) for i in range(task.rollouts)), return_exceptions=True
                 )
@@ -63,7 +65,9 @@ class GroupRunner:
         return response
 
     async def _score(
-        self, task: rollout_pb2.GroupTask, results: list[object]
+        self,
+        task: rollout_pb2.GroupTask,
+        results: Sequence[tuple[art.Trajectory, pb.Episode] | BaseException],
     ) -> rollout_pb2.RunGroupResponse:
         trajectories: list[art.Trajectory] = []
         episodes: list[pb.Episode] = []
@@ -74,13 +78,16 @@ class GroupRunner:
                 metrics.FAILURES.labels("episode").inc()
                 errors.append(result)
             else:
-                trajectory, episode = result  # type: ignore[misc]
+                trajectory, episode = result
                 trajectories.append(trajectory)
                 episodes.append(episode)
         group = art.TrajectoryGroup(
             trajectories,
-            metadata={"group_id": task.group_id, "scenario_id": task.scenario_id,
-                      "step": task.step},
+            metadata={
+                "group_id": task.group_id,
+                "scenario_id": task.scenario_id,
+                "step": task.step,
+            },
             exceptions=errors,
         )
         message = codec.group_to_proto(group)

@@ -4,23 +4,32 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
-EPISODES = Counter("artfleet_rollout_episodes_total", "Episodes finished, by how they ended",
-                   ["finish"])
-TURNS = Histogram("artfleet_rollout_turns", "Assistant turns per episode",
-                  buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64))
+EPISODES = Counter(
+    "artfleet_rollout_episodes_total", "Episodes finished, by how they ended", ["finish"]
+)
+TURNS = Histogram(
+    "artfleet_rollout_turns",
+    "Assistant turns per episode",
+    buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64),
+)
 MODEL_SECONDS = Histogram(
-    "artfleet_rollout_model_seconds", "Latency of one model call (chat completion)",
+    "artfleet_rollout_model_seconds",
+    "Latency of one model call (chat completion)",
     buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160),
 )
 SANDBOX_SECONDS = Histogram(
-    "artfleet_rollout_sandbox_exec_seconds", "Latency of one sandbox Exec, seen by the worker",
+    "artfleet_rollout_sandbox_exec_seconds",
+    "Latency of one sandbox Exec, seen by the worker",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
-FAILURES = Counter("artfleet_rollout_failures_total", "Episodes or groups that failed, by kind",
-                   ["kind"])
-GROUPS = Counter("artfleet_rollout_groups_total", "Groups run and published, by outcome",
-                 ["outcome"])
+FAILURES = Counter(
+    "artfleet_rollout_failures_total", "Episodes or groups that failed, by kind", ["kind"]
+)
+GROUPS = Counter(
+    "artfleet_rollout_groups_total", "Groups run and published, by outcome", ["outcome"]
+)
 GROUP_SECONDS = Histogram(
-    "artfleet_rollout_group_seconds", "Wall time of one group (episodes + scoring)",
+    "artfleet_rollout_group_seconds",
+    "Wall time of one group (episodes + scoring)",
     buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1200),
 )

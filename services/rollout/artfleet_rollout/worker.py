@@ -36,7 +36,7 @@ def create_worker_app(settings: RolloutSettings) -> Celery:
     runner = GroupRunner(settings)
     store = redis.Redis.from_url(settings.redis_url)
 
-    @app.task(name=RUN_GROUP_TASK)  # type: ignore[untyped-decorator]
+    @app.task(name=RUN_GROUP_TASK)
     def run_group(payload: str) -> None:
         task = rollout_pb2.GroupTask.FromString(decode_payload(payload))
         key = batch_key(task.job_id, task.step)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -22,7 +23,7 @@ import shlex
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -40,20 +41,22 @@ from artfleet_sandbox.backend import (
     SessionNotFound,
     SessionSpec,
 )
+from artfleet_sandbox.bwrap import DEFAULT_HIDE_PATHS, Bubblewrap, find_bubblewrap
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.paths import read_file, remove_tree, resolve_dir, write_file
-from artfleet_sandbox.procs import TAG_VAR, ProcResult, kill_tagged, rlimit_preexec, run_process
+from artfleet_sandbox.procs import TAG_VAR, ProcResult, kill_tagged, rlimit_prefix, run_process
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_TEST_COMMAND = "python -m pytest -q --junitxml={junitxml}"
-DEFAULT_HIDE_PATHS = ("/root", "/home", "/run/secrets", "/var/run/secrets")
 ISOLATION_BWRAP = "bubblewrap"
 ISOLATION_NONE = "process (no isolation: commands run as the server's user)"
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_JUNIT_BYTES = 32 * 1024 * 1024
+_MAX_COMMAND_BYTES = 128 * 1024 - 1  # Linux refuses longer single arguments (E2BIG)
+_CLOSE_WAIT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -107,8 +110,14 @@ def _check_env(env: Mapping[str, str]) -> None:
             raise InvalidArgument(f"environment variable {key} contains a NUL byte")
 
 
-def _under(path: str, parents: Sequence[str]) -> bool:
-    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in parents)
+@contextlib.contextmanager
+def _spawn_errors() -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.E2BIG:  # the environment the client sent is too large
+            raise InvalidArgument(f"command or environment too large: {exc}") from exc
+        raise SandboxError(f"could not start the command: {exc}") from exc
 
 
 def _check_command(command: str) -> None:
@@ -116,6 +125,8 @@ def _check_command(command: str) -> None:
         raise InvalidArgument("command is empty")
     if "\0" in command:
         raise InvalidArgument("command contains a NUL byte")
+    if len(command.encode()) > _MAX_COMMAND_BYTES:
+        raise InvalidArgument("command is over 128 KiB: write it to a file and run that")
 
 
 class LocalBackend:
@@ -127,23 +138,21 @@ class LocalBackend:
         self.config = config or LocalConfig()
         self._sessions: dict[str, _Session] = {}
         self._root = ""
-        self._bwrap: str | None = None
+        self._bwrap: Bubblewrap | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._shell = shutil.which("bash", path=self.config.path) or "/bin/sh"
-        self._preexec: Callable[[], None] = rlimit_preexec(self.config.rlimits)
-        real = os.path.realpath
-        self._hidden = sorted({real(p) for p in self.config.bwrap_hide_paths if os.path.isdir(p)})
-        self._exposed = sorted({real(p) for p in self.config.bwrap_expose_paths})
+        self._limits = rlimit_prefix(self.config.rlimits)
 
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
         if self._root:
             return
-        self._bwrap = await self._find_bwrap()
+        cfg = self.config
+        self._bwrap = await find_bubblewrap(
+            cfg.use_bwrap, cfg.path, cfg.bwrap_hide_paths, cfg.bwrap_expose_paths
+        )
         self._root = await asyncio.to_thread(self._make_root)
-        if self._bwrap:
-            self._warn_hidden_path()
         self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
         log.info("local sandbox backend at %s, isolation: %s", self._root, self.isolation())
 
@@ -175,37 +184,6 @@ class LocalBackend:
             os.makedirs(parent, exist_ok=True)
         # Our own dir: stop() removes it, and other replicas' sessions are never touched.
         return os.path.realpath(tempfile.mkdtemp(prefix="artfleet-sandbox-", dir=parent))
-
-    def _warn_hidden_path(self) -> None:
-        for entry in self.config.path.split(":"):
-            real = os.path.realpath(entry)
-            if _under(real, self._hidden) and not _under(real, self._exposed):
-                log.warning(
-                    "sandbox PATH entry %s is hidden inside bubblewrap; add its "
-                    "installation to bwrap_expose_paths",
-                    entry,
-                )
-
-    async def _find_bwrap(self) -> str | None:
-        mode = self.config.use_bwrap
-        if mode == "never":
-            return None
-        found = shutil.which("bwrap")
-        if found and await self._bwrap_works(found):
-            return found
-        if mode == "require":
-            raise SandboxError("use_bwrap=require but bubblewrap is missing or cannot run here")
-        log.warning("bubblewrap unavailable: sandboxed commands run as plain processes")
-        return None
-
-    async def _bwrap_works(self, bwrap: str) -> bool:
-        # Installed is not enough: user namespaces may be disabled (e.g. inside Docker).
-        argv = [bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"]
-        env = {"PATH": self.config.path, TAG_VAR: f"probe.{secrets.token_hex(8)}"}
-        result = await run_process(argv, cwd="/", env=env, timeout_s=10, max_output_bytes=4096)
-        if result.exit_code != 0:
-            log.warning("bubblewrap probe failed: %s", result.stderr.decode(errors="replace"))
-        return result.exit_code == 0
 
     def isolation(self, network: bool = False) -> str:
         if self._bwrap is None:
@@ -245,8 +223,13 @@ class LocalBackend:
         if session is None:
             return False
         metrics.ACTIVE_SESSIONS.set(len(self._sessions))
-        # Kill first: a live process could keep writing while the tree is removed.
+        # Kill first: a live process could keep writing while the tree is removed. A call
+        # in flight may spawn its command just after a scan, so scan until none is left.
+        deadline = time.monotonic() + _CLOSE_WAIT_S
         await asyncio.to_thread(kill_tagged, session.tag + ".")
+        while session.busy and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            await asyncio.to_thread(kill_tagged, session.tag + ".")
         await asyncio.to_thread(remove_tree, session.root)
         return True
 
@@ -324,19 +307,13 @@ class LocalBackend:
         shell = [self._shell, "-c", command]
         if self._bwrap is None:
             return shell
-        argv = [self._bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        # Empty dirs over secrets, then what must stay visible, then over other sessions.
-        for path in ["/tmp", *self._hidden]:
-            argv += ["--tmpfs", path]
-        for path in self._exposed:
-            argv += ["--ro-bind-try", path, path]
-        argv += ["--tmpfs", self._root]
-        argv += ["--bind", session.root, session.root, "--unshare-all"]
-        if session.network:
-            argv.append("--share-net")
-        # --new-session: no TIOCSTI into a terminal; --die-with-parent: gone if we are.
-        argv += ["--die-with-parent", "--new-session", "--chdir", cwd, "--", *shell]
-        return argv
+        return self._bwrap.argv(
+            session_root=session.root,
+            others_root=self._root,
+            cwd=cwd,
+            network=session.network,
+            command=shell,
+        )
 
     async def _run(
         self,
@@ -353,7 +330,7 @@ class LocalBackend:
     ) -> ProcResult:
         _check_command(command)
         _check_env(env)
-        with self._in_use(session):
+        with self._in_use(session), _spawn_errors():
             real_cwd = await asyncio.to_thread(resolve_dir, session.workdir, cwd)
             return await run_process(
                 self._argv(session, real_cwd, command),
@@ -364,7 +341,7 @@ class LocalBackend:
                 stdin=stdin,
                 tail_bytes=tail_bytes,
                 merge_stderr=merge_stderr,
-                preexec=self._preexec,
+                argv_prefix=self._limits,
             )
 
     async def exec(self, session_id: str, spec: ExecSpec) -> ExecOutcome:
@@ -394,7 +371,9 @@ class LocalBackend:
         if timeout_s <= 0:
             raise InvalidArgument("timeout_s must be positive")
         session = self._get(session_id)
-        report = os.path.join(session.root, "reports", f"junit-{secrets.token_hex(6)}.xml")
+        reports_dir = os.path.join(session.root, "reports")
+        report_name = f"junit-{secrets.token_hex(6)}.xml"
+        report = os.path.join(reports_dir, report_name)
         # Custom commands may name `{junitxml}` too; plain replace, since shell text is
         # full of braces that str.format would choke on.
         text = (command or self.config.test_command).replace("{junitxml}", shlex.quote(report))
@@ -409,7 +388,7 @@ class LocalBackend:
             tail_bytes=cap - cap // 4,
             merge_stderr=True,  # pytest's summary sits at the end: keep head and tail
         )
-        tests = await asyncio.to_thread(self._collect_report, report)
+        tests = await asyncio.to_thread(self._collect_report, reports_dir, report_name)
         return RunTestsReport(
             exit_code=result.exit_code,
             timed_out=result.timed_out,
@@ -419,16 +398,17 @@ class LocalBackend:
         )
 
     @staticmethod
-    def _collect_report(path: str) -> list[CaseResult]:
+    def _collect_report(reports_dir: str, name: str) -> list[CaseResult]:
+        # read_file refuses symlinks and non-files: the command under test could plant a
+        # link to a host file here, and the server must not read that on its behalf.
         try:
-            with open(path, "rb") as fh:
-                data = fh.read(_MAX_JUNIT_BYTES + 1)
-        except OSError:
+            data, truncated = read_file(reports_dir, name, _MAX_JUNIT_BYTES)
+        except (SandboxError, OSError):
             return []  # not pytest, or killed before it wrote the report
         finally:
             with contextlib.suppress(OSError):
-                os.unlink(path)
-        return [] if len(data) > _MAX_JUNIT_BYTES else parse_junit(data)
+                os.unlink(os.path.join(reports_dir, name))
+        return [] if truncated else parse_junit(data)
 
     # -- reaper ------------------------------------------------------------------------
 

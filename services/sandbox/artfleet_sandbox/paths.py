@@ -91,9 +91,10 @@ def read_file(root: str, path: str, max_bytes: int) -> tuple[bytes, bool]:
         fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | _OPEN_FLAGS)
     except OSError as exc:
         raise _os_error(exc, path) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InvalidPath(f"not a regular file: {path!r}")
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidPath(f"not a regular file: {path!r}")
         data = fh.read(max_bytes + 1)
     return data[:max_bytes], len(data) > max_bytes
 

@@ -13,8 +13,9 @@ import os
 import resource
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # Every sandboxed process carries this variable; its value names the session and the
@@ -97,25 +98,34 @@ class _Collector(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
-def rlimit_preexec(limits: Mapping[int, int]) -> Callable[[], None]:
-    """A preexec_fn that lowers resource limits in the child before exec.
+# Applies resource limits, then execs the real command. A `preexec_fn` would be simpler,
+# but it makes CPython run fork handlers in the child, and grpc's crash there (segfault).
+# The launcher costs one short interpreter start (~15 ms) per command.
+_LIMITER = """
+import os, resource, sys
+for item in filter(None, sys.argv[1].split(",")):
+    res, value = (int(part) for part in item.split("="))
+    resource.setrlimit(res, (value, value))
+os.execv(sys.argv[2], sys.argv[2:])
+"""
 
-    Values are clamped to the current hard limit here, in the parent, so the child only
-    makes `setrlimit` calls that cannot fail (an exception in preexec_fn aborts the spawn).
+
+def rlimit_prefix(limits: Mapping[int, int]) -> list[str]:
+    """An argv prefix that lowers resource limits and then execs the rest of the argv.
+
+    Values are clamped to the current hard limit here, in the parent, so the launcher only
+    makes `setrlimit` calls that cannot fail. The argv that follows must start with an
+    absolute path.
     """
     pairs: list[tuple[int, int]] = [(resource.RLIMIT_CORE, 0)]  # no core dumps in workspaces
     for res, value in limits.items():
         if value <= 0:
             continue
         _, hard = resource.getrlimit(res)
-        capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        pairs.append((res, capped))
-
-    def _apply() -> None:
-        for res, value in pairs:
-            resource.setrlimit(res, (value, value))
-
-    return _apply
+        pairs.append((res, value if hard == resource.RLIM_INFINITY else min(value, hard)))
+    spec = ",".join(f"{res}={value}" for res, value in pairs)
+    # -I -S: ignore PYTHON* variables, user site and site-packages; start fast.
+    return [sys.executable, "-I", "-S", "-c", _LIMITER, spec]
 
 
 def kill_group(pgid: int) -> None:
@@ -163,6 +173,22 @@ def _exit_code(returncode: int | None, timed_out: bool) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+async def _wait(proto: _Collector, pid: int, tag: str, timeout_s: float) -> bool:
+    """Wait for the process and its output; on timeout kill the tree. True if timed out."""
+    timed_out = False
+    try:
+        await asyncio.wait_for(asyncio.shield(proto.exited), timeout_s)
+    except TimeoutError:
+        timed_out = True
+        kill_group(pid)
+        await asyncio.to_thread(kill_tagged, tag)  # also what left the group (setsid)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proto.exited), KILL_WAIT_S)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(proto.pipes_closed), PIPE_GRACE_S)
+    return timed_out
+
+
 async def run_process(
     argv: Sequence[str],
     *,
@@ -173,12 +199,13 @@ async def run_process(
     stdin: bytes = b"",
     merge_stderr: bool = False,
     tail_bytes: int = 0,
-    preexec: Callable[[], None] | None = None,
+    argv_prefix: Sequence[str] = (),
 ) -> ProcResult:
     """Run argv in a new session; on timeout SIGKILL its group and everything tagged so.
 
     The caller tags `env` with TAG_VAR; its exact value is the kill scope on timeout.
     With `merge_stderr` both streams go to stdout; `tail_bytes` also keeps the stream's end.
+    `argv_prefix` comes first on the command line (see `rlimit_prefix`).
     """
     loop = asyncio.get_running_loop()
     captures = {1: Capture(max_output_bytes, tail_bytes)}
@@ -187,6 +214,7 @@ async def run_process(
     started = time.monotonic()
     transport, proto = await loop.subprocess_exec(
         lambda: _Collector(loop, captures),
+        *argv_prefix,
         *argv,
         stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -194,26 +222,15 @@ async def run_process(
         cwd=cwd,
         env=dict(env),
         start_new_session=True,  # its own session and process group: killpg reaches the tree
-        preexec_fn=preexec,
     )
     pid = transport.get_pid()
-    timed_out = False
     try:
         if stdin:
             writer = transport.get_pipe_transport(0)
             assert isinstance(writer, asyncio.WriteTransport)
             writer.write(stdin)  # buffered by the loop; a command that never reads can't block us
             writer.write_eof()
-        try:
-            await asyncio.wait_for(asyncio.shield(proto.exited), timeout_s)
-        except TimeoutError:
-            timed_out = True
-            kill_group(pid)
-            await asyncio.to_thread(kill_tagged, env[TAG_VAR])
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(proto.exited), KILL_WAIT_S)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(proto.pipes_closed), PIPE_GRACE_S)
+        timed_out = await _wait(proto, pid, env[TAG_VAR], timeout_s)
     finally:
         if not proto.exited.done():  # cancelled (client went away) or stuck: leave nothing behind
             kill_group(pid)

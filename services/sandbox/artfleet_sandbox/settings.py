@@ -11,7 +11,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from artfleet.config import ServerSettings
-from artfleet_sandbox.local import DEFAULT_HIDE_PATHS, DEFAULT_SANDBOX_PATH, DEFAULT_TEST_COMMAND
+from artfleet_sandbox.bwrap import DEFAULT_HIDE_PATHS
+from artfleet_sandbox.local import DEFAULT_SANDBOX_PATH, DEFAULT_TEST_COMMAND
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -61,10 +62,9 @@ class SandboxSettings(ServerSettings):
 
     @model_validator(mode="after")
     def _defaults_within_caps(self) -> SandboxSettings:
-        if self.default_timeout_s > self.max_timeout_s:
-            raise ValueError("default_timeout_s must not exceed max_timeout_s")
-        if self.default_output_bytes > self.max_output_bytes:
-            raise ValueError("default_output_bytes must not exceed max_output_bytes")
-        if self.idle_ttl_s > self.max_idle_ttl_s:
-            raise ValueError("idle_ttl_s must not exceed max_idle_ttl_s")
+        # Lowering a cap alone (ARTFLEET_MAX_TIMEOUT_S=30) should just work, so defaults
+        # follow their caps down instead of failing the start.
+        self.default_timeout_s = min(self.default_timeout_s, self.max_timeout_s)
+        self.default_output_bytes = min(self.default_output_bytes, self.max_output_bytes)
+        self.idle_ttl_s = min(self.idle_ttl_s, self.max_idle_ttl_s)
         return self

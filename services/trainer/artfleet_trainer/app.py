@@ -35,7 +35,8 @@ class TrainerApp:
             self.store, rollout, lambda kind: backend_unavailable_reason(kind, settings.backend)
         )
         self.server = GrpcServer(
-            settings, "trainer",
+            settings,
+            "trainer",
             [lambda server: trainer_pb2_grpc.add_TrainerServicer_to_server(servicer, server)],
             ["artfleet.v1.Trainer"],
         )

@@ -9,10 +9,12 @@ from artfleet_trainer.settings import TrainerSettings
 
 
 def backend_unavailable_reason(kind: str, configured: str) -> str:
-    """"" when this trainer runs `kind`; a trainer runs one backend, chosen at start."""
+    """ "" when this trainer runs `kind`; a trainer runs one backend, chosen at start."""
     if kind != configured:
-        return (f"this trainer runs the {configured!r} backend; start one with "
-                f"ARTFLEET_BACKEND={kind} to run {kind!r} jobs")
+        return (
+            f"this trainer runs the {configured!r} backend; start one with "
+            f"ARTFLEET_BACKEND={kind} to run {kind!r} jobs"
+        )
     return ""
 
 
@@ -30,8 +32,10 @@ def make_backend(kind: str, settings: TrainerSettings) -> Any:
         )
     if kind == "art":
         if importlib.util.find_spec("unsloth") is None or importlib.util.find_spec("vllm") is None:
-            raise RuntimeError("the 'art' backend needs a GPU image with openpipe-art[backend] "
-                               "(Unsloth + vLLM); use ARTFLEET_BACKEND=torch on CPU")
+            raise RuntimeError(
+                "the 'art' backend needs a GPU image with openpipe-art[backend] "
+                "(Unsloth + vLLM); use ARTFLEET_BACKEND=torch on CPU"
+            )
         from art.local import LocalBackend
 
         return LocalBackend(path=settings.art_path)

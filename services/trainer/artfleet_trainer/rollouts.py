@@ -41,8 +41,10 @@ class RolloutClient:
         ids = [s.id for s in info.scenarios if s.split == split]
         if not ids:
             known = sorted(info.split_sizes)
-            raise InvalidArgument(f"environment {environment!r} has no split {split!r} "
-                                  f"(splits: {', '.join(known)})", "split")
+            raise InvalidArgument(
+                f"environment {environment!r} has no split {split!r} (splits: {', '.join(known)})",
+                "split",
+            )
         return ids
 
 
@@ -80,8 +82,9 @@ class GroupDispatcher:
         start = time.monotonic()
         wanted = set(group_ids)
         while True:
-            batch = {k: v for k, v in (await self._store.batch(job_id, step)).items()
-                     if k in wanted}
+            batch = {
+                k: v for k, v in (await self._store.batch(job_id, step)).items() if k in wanted
+            }
             waited = time.monotonic() - start
             if len(batch) == len(wanted) or (waited >= timeout_s and len(batch) >= quorum):
                 return GatherResult(list(batch.values()), len(wanted), waited)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -53,10 +54,8 @@ class JobRunner:
         if self._task is None:
             return
         self._task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(self._task, grace_s)
-        except (asyncio.CancelledError, TimeoutError):
-            pass
 
     async def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -99,18 +98,23 @@ class JobRunner:
             await self._store.set_state(job, pb.JOB_STATE_CANCELLED)
             metrics.JOBS_FINISHED.labels("cancelled").inc()
         except asyncio.CancelledError:
-            log.info("job %s interrupted at step %d; it resumes on restart",
-                     job.id, job.completed_steps + 1)
+            log.info(
+                "job %s interrupted at step %d; it resumes on restart",
+                job.id,
+                job.completed_steps + 1,
+            )
             raise
         except Exception as exc:
             log.exception("job %s failed", job.id)
-            await self._store.set_state(job, pb.JOB_STATE_FAILED, error=f"{type(exc).__name__}: {exc}")
+            await self._store.set_state(
+                job, pb.JOB_STATE_FAILED, error=f"{type(exc).__name__}: {exc}"
+            )
             metrics.JOBS_FINISHED.labels("failed").inc()
         finally:
             metrics.JOBS_RUNNING.set(0)
 
     async def _train(self, job: pb.Job, spec: JobSpecModel) -> None:
-        model = art.TrainableModel(
+        model: art.TrainableModel = art.TrainableModel(
             name=f"{spec.name}-{job.id}", project=spec.project, base_model=spec.base_model
         )
         await model.register(self._backend)
@@ -132,9 +136,15 @@ class JobRunner:
         self, job: pb.Job, spec: JobSpecModel, model: Any, scenario_ids: list[str], step: int
     ) -> None:
         start = time.monotonic()
-        await self._store.emit(job.id, pb.ProgressEvent(
-            kind=pb.EVENT_KIND_STEP_STARTED, step=step, total_steps=spec.steps,
-            state=pb.JOB_STATE_RUNNING))
+        await self._store.emit(
+            job.id,
+            pb.ProgressEvent(
+                kind=pb.EVENT_KIND_STEP_STARTED,
+                step=step,
+                total_steps=spec.steps,
+                state=pb.JOB_STATE_RUNNING,
+            ),
+        )
         gathered = await self._rollouts(job, spec, model, scenario_ids, step)
         rollout_s = time.monotonic() - start
         groups = build_groups(gathered.responses)
@@ -146,9 +156,16 @@ class JobRunner:
         job.policy = model.get_inference_name()
         job.steps.append(summary)
         await self._store.save(job)
-        await self._store.emit(job.id, pb.ProgressEvent(
-            kind=pb.EVENT_KIND_STEP_DONE, step=step, total_steps=spec.steps, summary=summary,
-            state=pb.JOB_STATE_RUNNING))
+        await self._store.emit(
+            job.id,
+            pb.ProgressEvent(
+                kind=pb.EVENT_KIND_STEP_DONE,
+                step=step,
+                total_steps=spec.steps,
+                summary=summary,
+                state=pb.JOB_STATE_RUNNING,
+            ),
+        )
         metrics.observe_step(summary)
         try:  # ART's own history and trajectory logs under the ART path
             await model.log(groups, split="train", metrics=dict(result.metrics), step=step)
@@ -161,19 +178,30 @@ class JobRunner:
         picked = scheduling.scenarios_for_step(scenario_ids, spec.seed, step, spec.groups_per_step)
         tasks = [
             rollout_pb2.GroupTask(
-                job_id=job.id, step=step, group_id=scheduling.group_id(job.id, step, i),
-                environment=spec.environment, scenario_id=scenario, rollouts=spec.rollouts_per_group,
-                max_turns=spec.max_turns, model_base_url=self._inference_url(model),
-                policy=model.get_inference_name(), temperature=spec.temperature,
-                max_tokens=spec.max_tokens, max_context_tokens=spec.max_context_tokens,
-                reward=reward_spec_proto(spec), seed=spec.seed,
+                job_id=job.id,
+                step=step,
+                group_id=scheduling.group_id(job.id, step, i),
+                environment=spec.environment,
+                scenario_id=scenario,
+                rollouts=spec.rollouts_per_group,
+                max_turns=spec.max_turns,
+                model_base_url=self._inference_url(model),
+                policy=model.get_inference_name(),
+                temperature=spec.temperature,
+                max_tokens=spec.max_tokens,
+                max_context_tokens=spec.max_context_tokens,
+                reward=reward_spec_proto(spec),
+                seed=spec.seed,
             )
             for i, scenario in enumerate(picked)
         ]
         ready = set(await self._store.batch(job.id, step))
         await self._dispatcher.enqueue(tasks, skip=ready)
         return await self._dispatcher.gather(
-            job.id, step, [t.group_id for t in tasks], spec.gather_timeout_s,
+            job.id,
+            step,
+            [t.group_id for t in tasks],
+            spec.gather_timeout_s,
             scheduling.quorum(len(tasks), spec.min_group_fraction),
         )
 

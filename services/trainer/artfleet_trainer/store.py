@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import redis.asyncio as aioredis
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -37,7 +38,8 @@ class JobStore:
     """Owns every `artfleet:job*` and `artfleet:events:*` key; reads step batches."""
 
     def __init__(self, redis: aioredis.Redis) -> None:
-        self._redis = redis
+        # redis-py's return types are unions of bytes/str/awaitables: typed loosely here.
+        self._redis: Any = redis
 
     async def create(self, spec: pb.JobSpec) -> pb.Job:
         job = pb.Job(id=uuid.uuid4().hex[:12], spec=spec, state=pb.JOB_STATE_QUEUED)
@@ -76,8 +78,9 @@ class JobStore:
         if error:
             job.error = error
         await self.save(job)
-        await self.emit(job.id, pb.ProgressEvent(kind=pb.EVENT_KIND_STATE, state=job.state,
-                                                 message=error))
+        await self.emit(
+            job.id, pb.ProgressEvent(kind=pb.EVENT_KIND_STATE, state=job.state, message=error)
+        )
 
     async def request_cancel(self, job_id: str) -> pb.Job:
         """Queued jobs end now; a running one ends after its current step."""

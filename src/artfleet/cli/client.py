@@ -13,10 +13,14 @@ from artfleet.rpc.client import sync_channel
 from artfleet.v1 import trainer_pb2_grpc
 
 # Exit codes: 2 = the request was wrong (bad spec, unknown job, bad token), 1 = anything else.
-USAGE_CODES = frozenset({
-    grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-    grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.FAILED_PRECONDITION,
-})
+USAGE_CODES = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+    }
+)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -32,8 +36,8 @@ def trainer(target: str, token: str) -> Iterator[trainer_pb2_grpc.TrainerStub]:
     try:
         yield trainer_pb2_grpc.TrainerStub(channel)
     except grpc.RpcError as exc:
-        code = exc.code()  # type: ignore[attr-defined]
-        details = exc.details()  # type: ignore[attr-defined]
+        code = exc.code()
+        details = exc.details()
         if code == grpc.StatusCode.UNAVAILABLE:
             fail(f"cannot reach the trainer at {target}: {details}", 1)
         fail(f"{code.name}: {details}", 2 if code in USAGE_CODES else 1)

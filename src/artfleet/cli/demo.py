@@ -29,19 +29,28 @@ def demo(
 ) -> None:
     """Start a local fleet (Redis + the four services), train SmolLM2 with LoRA GRPO on the
     bundled shell tasks, show progress and a summary, then stop everything."""
-    spec = JobSpecModel(name="demo", steps=steps, groups_per_step=groups_per_step,
-                        rollouts_per_group=rollouts_per_group, max_turns=max_turns, seed=seed)
+    spec = JobSpecModel(
+        name="demo",
+        steps=steps,
+        groups_per_step=groups_per_step,
+        rollouts_per_group=rollouts_per_group,
+        max_turns=max_turns,
+        seed=seed,
+    )
     fleet = LocalFleet(workdir.resolve())
     start = time.monotonic()
     render.console.print(f"starting the fleet in {fleet.workdir} (logs in logs/) ...")
     try:
         fleet.start()
-        render.console.print(f"fleet up in {time.monotonic() - start:.0f}s; trainer at "
-                             f"{fleet.trainer_target}")
+        render.console.print(
+            f"fleet up in {time.monotonic() - start:.0f}s; trainer at {fleet.trainer_target}"
+        )
         job = _run_job(fleet, spec)
     finally:
         codes = fleet.stop()
-        render.console.print("fleet stopped: " + ", ".join(f"{k} exit {v}" for k, v in codes.items()))
+        render.console.print(
+            "fleet stopped: " + ", ".join(f"{k} exit {v}" for k, v in codes.items())
+        )
     render.console.print(f"demo wall time: {time.monotonic() - start:.0f}s")
     if job.state != pb.JOB_STATE_SUCCEEDED:
         raise SystemExit(1)
@@ -50,8 +59,10 @@ def demo(
 def _run_job(fleet: LocalFleet, spec: JobSpecModel) -> pb.Job:
     with trainer(fleet.trainer_target, fleet.token) as stub:
         job = stub.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
-        render.console.print(f"submitted job {job.id}: {spec.steps} steps × "
-                             f"{spec.groups_per_step} groups × {spec.rollouts_per_group} rollouts")
+        render.console.print(
+            f"submitted job {job.id}: {spec.steps} steps × "
+            f"{spec.groups_per_step} groups × {spec.rollouts_per_group} rollouts"
+        )
         render.follow(stub.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id)), spec.steps)
         job = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
     render.console.print(render.summary_table(job))
@@ -68,8 +79,10 @@ def fleet_up(workdir: Path = WorkdirOpt) -> None:
     token_file.touch(mode=0o600)
     token_file.write_text(fleet.token)
     # The token goes to a private file, not to the terminal or its scrollback.
-    render.console.print(f"fleet up. export ARTFLEET_TRAINER_TARGET={fleet.trainer_target} "
-                         f"ARTFLEET_API_TOKEN=$(cat {token_file})")
+    render.console.print(
+        f"fleet up. export ARTFLEET_TRAINER_TARGET={fleet.trainer_target} "
+        f"ARTFLEET_API_TOKEN=$(cat {token_file})"
+    )
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

@@ -86,8 +86,21 @@ class LocalFleet:
         data = self.workdir / "redis"
         data.mkdir(exist_ok=True)
         password = secrets.token_urlsafe(16)
-        cmd = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
-               "--dir", str(data), "--requirepass", password, "--save", "", "--appendonly", "yes"]
+        cmd = [
+            redis_server_binary(),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(data),
+            "--requirepass",
+            password,
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+        ]
         self._spawn("redis", cmd, os.environ.copy())
         self.redis_url = f"redis://:{password}@127.0.0.1:{port}/0"
         self._wait_redis(time.monotonic() + 30)
@@ -130,8 +143,14 @@ class LocalFleet:
         log_path = self.workdir / "logs" / f"{name}.log"
         with open(log_path, "ab") as log:
             # Own process group: a Ctrl-C in the terminal reaches us, and we stop them in order.
-            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.processes.append(FleetProcess(name, proc, grpc_port, log_path))
 
     def _check_alive(self, process: FleetProcess) -> None:

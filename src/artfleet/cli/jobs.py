@@ -17,10 +17,12 @@ from artfleet.v1 import trainer_pb2
 
 app = typer.Typer(help="Submit, inspect, follow and cancel training jobs.", no_args_is_help=True)
 
-TargetOpt = typer.Option("127.0.0.1:50051", "--target", envvar="ARTFLEET_TRAINER_TARGET",
-                         help="trainer gRPC address")
-TokenOpt = typer.Option("", "--token", envvar="ARTFLEET_API_TOKEN", help="API token",
-                        show_default=False)
+TargetOpt = typer.Option(
+    "127.0.0.1:50051", "--target", envvar="ARTFLEET_TRAINER_TARGET", help="trainer gRPC address"
+)
+TokenOpt = typer.Option(
+    "", "--token", envvar="ARTFLEET_API_TOKEN", help="API token", show_default=False
+)
 
 
 def load_spec(path: Path | None, overrides: dict[str, Any]) -> JobSpecModel:
@@ -59,11 +61,21 @@ def submit(
     token: str = TokenOpt,
 ) -> None:
     """Submit a job from a YAML file and/or flags (flags win)."""
-    spec = load_spec(file, dict(
-        base_model=model, environment=env, name=name, steps=steps,
-        groups_per_step=groups_per_step, rollouts_per_group=rollouts_per_group,
-        learning_rate=learning_rate, max_turns=max_turns, seed=seed, backend=backend,
-    ))
+    spec = load_spec(
+        file,
+        dict(
+            base_model=model,
+            environment=env,
+            name=name,
+            steps=steps,
+            groups_per_step=groups_per_step,
+            rollouts_per_group=rollouts_per_group,
+            learning_rate=learning_rate,
+            max_turns=max_turns,
+            seed=seed,
+            backend=backend,
+        ),
+    )
     with trainer(target, token) as stub:
         job = stub.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
     render.console.print(f"submitted job {job.id}")
@@ -72,8 +84,9 @@ def submit(
 
 
 @app.command("list")
-def list_jobs(limit: int = typer.Option(20, min=0), target: str = TargetOpt,
-              token: str = TokenOpt) -> None:
+def list_jobs(
+    limit: int = typer.Option(20, min=0), target: str = TargetOpt, token: str = TokenOpt
+) -> None:
     """List jobs, newest first."""
     with trainer(target, token) as stub:
         reply = stub.ListJobs(trainer_pb2.ListJobsRequest(limit=limit))

@@ -6,8 +6,11 @@ import typer
 
 from artfleet.cli import demo, jobs
 
-app = typer.Typer(help="ArtFleet: train LLM agents with RL on a fleet.", no_args_is_help=True,
-                  pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="ArtFleet: train LLM agents with RL on a fleet.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 app.add_typer(jobs.app, name="jobs")
 app.command("demo")(demo.demo)
 fleet = typer.Typer(help="Run the fleet on this machine.", no_args_is_help=True)

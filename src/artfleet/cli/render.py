@@ -14,38 +14,63 @@ console = Console(highlight=False)
 
 
 def state_name(state: int) -> str:
-    return pb.JobState.Name(state).removeprefix("JOB_STATE_")  # type: ignore[arg-type]
+    return pb.JobState.Name(state).removeprefix("JOB_STATE_")
 
 
 def step_line(s: pb.StepSummary) -> str:
-    return (f"step {s.step}: reward {s.reward_mean:+.3f} ± {s.reward_std:.3f} · "
-            f"turns {s.turns_mean:.1f} · {s.trajectories} trajectories · "
-            f"loss {s.loss:+.4f} · {s.step_seconds:.0f}s "
-            f"(rollouts {s.rollout_seconds:.0f}s, train {s.train_seconds:.0f}s)")
+    return (
+        f"step {s.step}: reward {s.reward_mean:+.3f} ± {s.reward_std:.3f} · "
+        f"turns {s.turns_mean:.1f} · {s.trajectories} trajectories · "
+        f"loss {s.loss:+.4f} · {s.step_seconds:.0f}s "
+        f"(rollouts {s.rollout_seconds:.0f}s, train {s.train_seconds:.0f}s)"
+    )
 
 
 def jobs_table(jobs: Iterable[pb.Job]) -> Table:
     table = Table("id", "name", "state", "steps", "policy", "created")
     for job in jobs:
-        table.add_row(job.id, job.spec.name, state_name(job.state),
-                      f"{job.completed_steps}/{job.spec.steps}", job.policy or "-",
-                      job.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"))
+        table.add_row(
+            job.id,
+            job.spec.name,
+            state_name(job.state),
+            f"{job.completed_steps}/{job.spec.steps}",
+            job.policy or "-",
+            job.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"),
+        )
     return table
 
 
 def summary_table(job: pb.Job) -> Table:
-    table = Table("step", "reward mean", "reward std", "turns", "trajectories", "trained seqs",
-                  "loss", "step time", title=f"job {job.id}: {state_name(job.state)}")
+    table = Table(
+        "step",
+        "reward mean",
+        "reward std",
+        "turns",
+        "trajectories",
+        "trained seqs",
+        "loss",
+        "step time",
+        title=f"job {job.id}: {state_name(job.state)}",
+    )
     for s in job.steps:
-        table.add_row(str(s.step), f"{s.reward_mean:+.3f}", f"{s.reward_std:.3f}",
-                      f"{s.turns_mean:.1f}", str(s.trajectories), str(s.trained_sequences),
-                      f"{s.loss:+.4f}", f"{s.step_seconds:.0f}s")
+        table.add_row(
+            str(s.step),
+            f"{s.reward_mean:+.3f}",
+            f"{s.reward_std:.3f}",
+            f"{s.turns_mean:.1f}",
+            str(s.trajectories),
+            str(s.trained_sequences),
+            f"{s.loss:+.4f}",
+            f"{s.step_seconds:.0f}s",
+        )
     return table
 
 
 def job_details(job: pb.Job) -> None:
-    console.print(f"job {job.id} ({job.spec.name}): {state_name(job.state)}, "
-                  f"{job.completed_steps}/{job.spec.steps} steps, policy {job.policy or '-'}")
+    console.print(
+        f"job {job.id} ({job.spec.name}): {state_name(job.state)}, "
+        f"{job.completed_steps}/{job.spec.steps} steps, policy {job.policy or '-'}"
+    )
     if job.error:
         console.print(f"[red]error:[/red] {job.error}")
     if job.steps:
@@ -55,8 +80,12 @@ def job_details(job: pb.Job) -> None:
 def follow(events: Iterable[pb.ProgressEvent], total_steps: int) -> int:
     """Shows a progress bar and a line per step; returns the final job state."""
     final = pb.JOB_STATE_UNSPECIFIED
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console) as progress:
         bar = progress.add_task("training", total=total_steps)
         for event in events:

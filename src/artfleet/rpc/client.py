@@ -20,17 +20,18 @@ def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"), ("x-request-id", uuid.uuid4().hex[:12]))
 
 
-class _AioAuth(
-    grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor
-):
+class _AioAuth(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
     def __init__(self, token: str) -> None:
         self._token = token
 
     def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
         metadata = list(details.metadata or ()) + list(auth_metadata(self._token))
         return grpc.aio.ClientCallDetails(
-            details.method, details.timeout, grpc.aio.Metadata(*metadata),
-            details.credentials, details.wait_for_ready,
+            details.method,
+            details.timeout,
+            grpc.aio.Metadata(*metadata),
+            details.credentials,
+            details.wait_for_ready,
         )
 
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
@@ -48,10 +49,10 @@ def aio_channel(target: str, token: str) -> grpc.aio.Channel:
 
 class _SyncDetails(grpc.ClientCallDetails):
     def __init__(self, base: grpc.ClientCallDetails, metadata: Sequence[tuple[str, str]]) -> None:
-        self.method = base.method  # type: ignore[misc]
-        self.timeout = base.timeout  # type: ignore[misc]
-        self.metadata = metadata  # type: ignore[misc]
-        self.credentials = base.credentials  # type: ignore[misc]
+        self.method = base.method
+        self.timeout = base.timeout
+        self.metadata = metadata
+        self.credentials = base.credentials
         self.wait_for_ready = getattr(base, "wait_for_ready", None)
         self.compression = getattr(base, "compression", None)
 

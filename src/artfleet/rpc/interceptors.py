@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 from grpc.aio import ServerInterceptor
@@ -22,11 +22,11 @@ log = logging.getLogger(__name__)
 # and reflection (grpcurl) carry no secrets.
 PUBLIC_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
-Handler = grpc.RpcMethodHandler
+Handler: TypeAlias = grpc.RpcMethodHandler
 
 
 def _metadata(details: grpc.HandlerCallDetails) -> dict[str, str]:
-    pairs = details.invocation_metadata or ()  # type: ignore[attr-defined]
+    pairs = details.invocation_metadata or ()
     return {k.lower(): v for k, v in pairs if isinstance(v, str)}
 
 
@@ -48,7 +48,7 @@ class AuthInterceptor(ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler]],
         details: grpc.HandlerCallDetails,
     ) -> Handler:
-        method: str = details.method  # type: ignore[attr-defined]
+        method: str = details.method
         if method.startswith(PUBLIC_SERVICES):
             return await continuation(details)
         given = _metadata(details).get("authorization", "")
@@ -76,14 +76,12 @@ class ObservabilityInterceptor(ServerInterceptor):
         handler = await continuation(details)
         if handler is None:
             return handler
-        method = details.method.rsplit("/", 1)[-1]  # type: ignore[attr-defined]
+        method = details.method.rsplit("/", 1)[-1]
         rid = _metadata(details).get("x-request-id") or uuid.uuid4().hex[:12]
         if handler.unary_unary is not None:
-            return handler._replace(  # type: ignore[attr-defined,no-any-return]
-                unary_unary=self._wrap_unary(handler.unary_unary, method, rid)
-            )
+            return handler._replace(unary_unary=self._wrap_unary(handler.unary_unary, method, rid))
         if handler.unary_stream is not None:
-            return handler._replace(  # type: ignore[attr-defined,no-any-return]
+            return handler._replace(
                 unary_stream=self._wrap_stream(handler.unary_stream, method, rid)
             )
         return handler

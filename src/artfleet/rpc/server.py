@@ -71,7 +71,10 @@ class GrpcServer:
         self.metrics.start()
         log.info(
             "%s listening on %s:%d (metrics on :%d)",
-            self._component, self._settings.host, self.port, self.metrics.port,
+            self._component,
+            self._settings.host,
+            self.port,
+            self.metrics.port,
         )
 
     async def set_serving(self, serving: bool) -> None:

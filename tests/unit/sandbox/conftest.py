@@ -27,6 +27,11 @@ def make_config(**overrides: object) -> LocalConfig:
     return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
 
 
+@pytest.fixture
+def config_factory() -> Callable[..., LocalConfig]:
+    return make_config
+
+
 ISOLATION_MODES = [
     pytest.param("never", id="process"),
     pytest.param(

@@ -2,7 +2,13 @@
 and the per-step facts that process rewards are computed from."""
 
 from .actions import FORMAT_HELP, SUBMIT_COMMAND, Action, ActionKind, parse_action
-from .events import ExecOutcome, build_step_event, observation_for
+from .events import (
+    ExecOutcome,
+    ExecResultLike,
+    build_step_event,
+    observation_for,
+    step_event,
+)
 from .observation import format_observation, truncate_middle
 from .prompts import TaskLike, build_initial_messages, system_prompt
 from .traits import CommandTraits, classify_command
@@ -17,6 +23,7 @@ __all__ = [
     "ActionKind",
     "CommandTraits",
     "ExecOutcome",
+    "ExecResultLike",
     "TaskLike",
     "build_initial_messages",
     "build_step_event",
@@ -24,6 +31,7 @@ __all__ = [
     "format_observation",
     "observation_for",
     "parse_action",
+    "step_event",
     "system_prompt",
     "truncate_middle",
 ]

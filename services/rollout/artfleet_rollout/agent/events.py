@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from artfleet.v1 import common_pb2
 
@@ -14,9 +15,25 @@ from .traits import classify_command
 _TESTS_FAILED_EXIT = 1
 
 
+class ExecResultLike(Protocol):
+    """What a command run gave back: `sandbox_pb2.ExecResult` and `ExecOutcome` both fit."""
+
+    @property
+    def exit_code(self) -> int: ...
+
+    @property
+    def stdout(self) -> str | bytes: ...
+
+    @property
+    def stderr(self) -> str | bytes: ...
+
+    @property
+    def timed_out(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class ExecOutcome:
-    """What running a command in the sandbox gave back (the episode loop fills it in)."""
+    """A plain ExecResultLike, for tests and for sandboxes that are not the gRPC one."""
 
     exit_code: int
     stdout: str | bytes = ""
@@ -24,8 +41,8 @@ class ExecOutcome:
     timed_out: bool = False
 
 
-def build_step_event(
-    turn: int, action: Action, outcome: ExecOutcome | None = None
+def step_event(
+    turn: int, action: Action, outcome: ExecResultLike | None = None
 ) -> common_pb2.StepEvent:
     """The step's facts for process rewards; `outcome` is None when nothing was executed.
 
@@ -43,17 +60,18 @@ def build_step_event(
     traits = classify_command(action.command)
     finished = not outcome.timed_out
     succeeded = finished and outcome.exit_code == 0
-    tests_ok = succeeded or (
-        finished and traits.runs_tests and outcome.exit_code == _TESTS_FAILED_EXIT
-    )
+    tests_ran = finished and traits.runs_tests and outcome.exit_code == _TESTS_FAILED_EXIT
     event.exit_code = outcome.exit_code
     event.timed_out = outcome.timed_out
     event.code_modified = succeeded and traits.modifies_files
-    event.tests_discovered = tests_ok and traits.discovers_tests
+    event.tests_discovered = (succeeded or tests_ran) and traits.discovers_tests
     return event
 
 
-def observation_for(action: Action, outcome: ExecOutcome | None, max_chars: int) -> str:
+build_step_event = step_event  # the name the design notes use
+
+
+def observation_for(action: Action, outcome: ExecResultLike | None, max_chars: int) -> str:
     """The next user message: the format error, or the formatted command outcome."""
     if not action.valid:
         return action.error

@@ -21,33 +21,38 @@ import re
 import shlex
 from dataclasses import dataclass
 
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 _OPERATOR_CHARS = "();<>|&\n"
 _WRITE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>"})
 _NULL_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 _MAX_DEPTH = 3  # `sh -c "bash -c '...'"` nests; deeper than this is not worth reading
 
 # Words that run the next word as the command (`sudo rm x`, `timeout 5 pytest`, `do mv ...`).
-_WRAPPERS = frozenset(
-    {"sudo", "doas", "env", "command", "builtin", "exec", "nohup", "time", "nice", "timeout",
-     "stdbuf", "xargs", "then", "do", "else", "elif", "if", "while", "until", "!", "{"}
+_WRAPPERS = _words(
+    "sudo doas env command builtin exec nohup time nice timeout stdbuf xargs then do else "
+    "elif if while until ! {"
 )
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _WRAPPER_ARG = re.compile(r"^(-.*|\d+(\.\d+)?[smhd]?)$")  # options, counts, durations
 _PYTHON = re.compile(r"^python[0-9.]*$")
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 
-_ALWAYS_MODIFY = frozenset(
-    {"mv", "cp", "rm", "rmdir", "mkdir", "touch", "chmod", "chown", "chgrp", "ln", "install",
-     "truncate", "patch", "rsync", "shred", "split", "csplit", "mktemp", "zip", "ed", "ex"}
+_ALWAYS_MODIFY = _words(
+    "mv cp rm rmdir mkdir touch chmod chown chgrp ln install truncate patch rsync shred "
+    "split csplit mktemp zip ed ex"
 )
 # Compressors write files unless they only print, list or test.
 _COMPRESSORS = frozenset({"gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz", "unzip"})
 _READ_ONLY_COMPRESS_FLAGS = frozenset(
     {"-c", "-l", "-t", "-p", "-Z", "--stdout", "--to-stdout", "--list", "--test"}
 )
-_GIT_MODIFY = frozenset(
-    {"apply", "am", "checkout", "restore", "mv", "rm", "reset", "stash", "merge", "rebase",
-     "cherry-pick", "revert", "pull", "clone", "init", "switch"}
+_GIT_MODIFY = _words(
+    "apply am checkout restore mv rm reset stash merge rebase cherry-pick revert pull "
+    "clone init switch"
 )
 _IN_PLACE_FLAG = re.compile(r"^(-[^-]*i|--in-place)")  # sed -i, sed -Ei.bak, perl -pi
 _PY_WRITES = re.compile(
@@ -59,9 +64,8 @@ _PY_WRITES = re.compile(
 )
 
 _TEST_NAME = re.compile(r"(?<![a-zA-Z])[Tt]ests?(?![a-z])|conftest|pytest|unittest")
-_TEST_RUNNERS = frozenset(
-    {"pytest", "py.test", "tox", "nox", "nosetests", "nose2", "bats", "phpunit", "jest",
-     "mocha", "rspec", "ctest", "trial"}
+_TEST_RUNNERS = _words(
+    "pytest py.test tox nox nosetests nose2 bats phpunit jest mocha rspec ctest trial"
 )
 _PYTHON_TEST_MODULES = frozenset({"pytest", "unittest", "nose", "nose2", "doctest", "tox"})
 _MAKE_TEST_TARGETS = frozenset({"test", "tests", "check", "test-all", "unittest"})
@@ -69,9 +73,9 @@ _TOOLCHAINS_WITH_TEST = frozenset(
     {"go", "cargo", "mvn", "gradle", "dotnet", "mix", "deno", "bun", "npm", "yarn", "pnpm"}
 )
 # Commands that list, search or read files: naming tests in their arguments is looking.
-_SEARCHERS = frozenset(
-    {"find", "ls", "tree", "grep", "egrep", "fgrep", "rg", "ag", "ack", "fd", "locate", "cat",
-     "head", "tail", "less", "more", "wc", "file", "stat", "nl", "sed", "awk"}
+_SEARCHERS = _words(
+    "find ls tree grep egrep fgrep rg ag ack fd locate cat head tail less more wc file "
+    "stat nl sed awk"
 )
 
 
@@ -214,9 +218,9 @@ def _runs_tests(name: str, args: list[str]) -> bool:
         if "-m" in args and args.index("-m") + 1 < len(args):
             return args[args.index("-m") + 1] in _PYTHON_TEST_MODULES
         script = next((a for a in args if not a.startswith("-")), "")
-        return bool(_TEST_NAME.search(os.path.basename(script)))
+        return bool(_TEST_NAME.search(script))  # the path: `python tests/run.py` too
     if name in _SHELLS and args and not args[0].startswith("-"):
-        return bool(_TEST_NAME.search(os.path.basename(args[0])))
+        return bool(_TEST_NAME.search(args[0]))
     if name in ("make", "gmake", "ninja"):
         return any(a in _MAKE_TEST_TARGETS for a in args)
     if name in _TOOLCHAINS_WITH_TEST:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from importlib import resources
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -31,9 +31,9 @@ class ScenarioDataError(ValueError):
 def _check_path(path: Any, where: str) -> str:
     if not isinstance(path, str) or not path:
         raise ScenarioDataError(f"{where}: a file path must be a non-empty string")
-    parts = PurePosixPath(path).parts
-    # Workspace files must stay inside the workspace: no absolute paths, no `..`.
-    if path.startswith("/") or "\\" in path or any(p in ("..", ".") for p in parts):
+    # Workspace files must stay inside the workspace: no absolute paths, no `..`; and one
+    # spelling per file, so no `.` segments either.
+    if path.startswith("/") or "\\" in path or any(p in ("..", ".") for p in path.split("/")):
         raise ScenarioDataError(f"{where}: {path!r} must be a plain relative path")
     if path.endswith("/") or "//" in path:
         raise ScenarioDataError(f"{where}: {path!r} must name a file")
@@ -98,9 +98,11 @@ def parse_shell_tasks(data: Any) -> Environment:
         raise ScenarioDataError(f"{DATA_FILE}: expected a mapping with a `tasks` list")
     scenarios = [_scenario(raw, i) for i, raw in enumerate(data["tasks"])]
     seen: set[str] = set()
-    for scenario in scenarios:
+    for i, scenario in enumerate(scenarios):
         if scenario.id in seen:
-            raise ScenarioDataError(f"{DATA_FILE}: duplicate task id {scenario.id!r}")
+            raise ScenarioDataError(
+                f"{DATA_FILE}: tasks[{i}].id: duplicate task id {scenario.id!r}"
+            )
         seen.add(scenario.id)
     return Environment(
         name=str(data.get("name") or NAME),

@@ -18,15 +18,15 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import art  # noqa: E402
-import art.dev  # noqa: E402
-import art.loss  # noqa: E402
-import art.preprocessing.inputs  # noqa: E402
-import art.preprocessing.pack  # noqa: E402
-import art.preprocessing.tokenize  # noqa: E402
-import art.types  # noqa: E402
-import art.utils.output_dirs  # noqa: E402
-from transformers import masking_utils  # noqa: E402
+import art
+import art.dev
+import art.loss
+import art.preprocessing.inputs
+import art.preprocessing.pack
+import art.preprocessing.tokenize
+import art.types
+import art.utils.output_dirs
+from transformers import masking_utils
 
 
 def restore_transformers_masking() -> None:
@@ -38,7 +38,7 @@ def restore_transformers_masking() -> None:
     patched = getattr(patches, "_patched_preprocess_mask_arguments", None)
     original = getattr(patches, "_preprocess_mask_arguments", None)
     if original is not None and masking_utils._preprocess_mask_arguments is patched:
-        masking_utils._preprocess_mask_arguments = original  # type: ignore[assignment]
+        masking_utils._preprocess_mask_arguments = original
 
 
 restore_transformers_masking()

@@ -1,9 +1,11 @@
 """Batched sampling with a KV cache: many chat requests, one forward pass per token.
 
-On a CPU a decode step costs about the same for 1 row as for 8 (reading the weights
-dominates), so the server gathers concurrent requests and runs them here together:
-prompts are left-padded and prefilled once per request, the cache is then repeated for
-the request's `n` choices, and rows leave the batch as soon as they finish.
+On a CPU a decode step costs about the same for 1 row as for 8 (streaming the weights
+from memory dominates), so requests are generated together. `BatchEngine` holds one
+running batch: prompts are left-padded and prefilled once per request, the cache is
+repeated for the request's `n` choices, rows leave as soon as they finish, and new
+requests can join between steps (their cache is left-padded to the batch's length), so
+an agent's next turn need not wait for a whole batch to drain.
 
 Reported logprobs are those of the *raw* model distribution (log-softmax of the
 unscaled logits), not of the temperature/top-p distribution actually sampled from.
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+from transformers.cache_utils import DynamicLayer
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 FinishReason = Literal["stop", "length"]
@@ -31,14 +34,7 @@ class SamplingParams:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     seed: int | None = None
-    logprobs: bool = False
     top_logprobs: int = 0
-
-
-@dataclass
-class GenerationRequest:
-    prompt_ids: list[int]
-    params: SamplingParams
 
 
 @dataclass
@@ -51,14 +47,23 @@ class SequenceOutput:
     finish_reason: FinishReason | None = None
 
 
-@dataclass
+@dataclass(eq=False)
+class GenerationRequest:
+    prompt_ids: list[int]
+    params: SamplingParams
+    outputs: list[SequenceOutput] = field(default_factory=list)
+    unfinished: int = 0
+    cancelled: bool = False  # set by the server when the client went away
+
+
+@dataclass(eq=False)
 class _Row:
-    """One choice being generated, and what it needs at every step."""
+    """One choice being generated."""
 
     request: GenerationRequest
+    out: SequenceOutput
     max_tokens: int
     generator: torch.Generator | None
-    out: SequenceOutput = field(default_factory=SequenceOutput)
 
 
 def stop_token_ids_of(model: Any, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
@@ -73,7 +78,153 @@ def stop_token_ids_of(model: Any, tokenizer: PreTrainedTokenizerBase) -> frozens
     return frozenset(ids)
 
 
-@torch.inference_mode()
+class BatchEngine:
+    """The running batch of one model. Not thread-safe: one caller at a time."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        stop_token_ids: frozenset[int],
+        max_context: int,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.stop_token_ids = stop_token_ids
+        self.max_context = max_context
+        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+        self.device = next(model.parameters()).device
+        self.reset()
+
+    def reset(self) -> None:
+        self.rows: list[_Row] = []
+        self.cache: Any = None
+        self.mask = torch.zeros((0, 0), dtype=torch.long)  # [rows, cache length]
+        self.positions = torch.zeros(0, dtype=torch.long)  # each row's last position
+        self.logits = torch.zeros(0)  # [rows, vocab]: the next token's distribution
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows)
+
+    def prompt_room(self, prompt_len: int) -> int:
+        """How many tokens a prompt of this length leaves for the completion."""
+        return self.max_context - prompt_len
+
+    def can_join(self) -> bool:
+        """New requests can join a running batch only with plain dynamic caches."""
+        return self.cache is None or all(type(layer) is DynamicLayer for layer in self.cache.layers)
+
+    @torch.inference_mode()
+    def admit(self, requests: list[GenerationRequest]) -> None:
+        """Prefill `requests` and add their rows (one per choice) to the batch."""
+        if not requests:
+            return
+        rows = [row for r in requests for row in _make_rows(r, self.max_context, self.device)]
+        logits, cache, mask = _prefill(self.model, requests, self.pad_id, self.device)
+        expand = torch.tensor(
+            [i for i, r in enumerate(requests) for _ in range(r.params.n)], device=self.device
+        )
+        cache.batch_select_indices(expand)
+        logits, mask = logits[expand], mask[expand]
+        positions = mask.sum(dim=1) - 1
+        if self.cache is None:
+            self.cache, self.mask, self.logits, self.positions = cache, mask, logits, positions
+        else:
+            self._merge(cache, mask, logits, positions)
+        self.rows.extend(rows)
+
+    def _merge(
+        self, cache: Any, mask: torch.Tensor, logits: torch.Tensor, positions: torch.Tensor
+    ) -> None:
+        """Append rows of another cache, left-padding the shorter one to the same length."""
+        length = max(self.mask.shape[1], mask.shape[1])
+        for mine, theirs in zip(self.cache.layers, cache.layers, strict=True):
+            mine.keys = torch.cat([_left_pad(mine.keys, length), _left_pad(theirs.keys, length)])
+            mine.values = torch.cat(
+                [_left_pad(mine.values, length), _left_pad(theirs.values, length)]
+            )
+        self.mask = torch.cat([_left_pad(self.mask, length, dim=1), _left_pad(mask, length, dim=1)])
+        self.logits = torch.cat([self.logits, logits])
+        self.positions = torch.cat([self.positions, positions])
+
+    @torch.inference_mode()
+    def step(self) -> list[GenerationRequest]:
+        """Sample one token for every row; return the requests that just completed."""
+        if not self.rows:
+            return []
+        tokens = _sample(self.logits, self.rows)
+        completed = self._record(tokens)
+        keep = [i for i, row in enumerate(self.rows) if row.out.finish_reason is None]
+        if not keep:
+            self.reset()
+            return completed
+        if len(keep) < len(self.rows):
+            self._select(keep)
+            tokens = tokens[torch.tensor(keep, device=self.device)]
+        self._forward(tokens)
+        return completed
+
+    def _record(self, tokens: torch.Tensor) -> list[GenerationRequest]:
+        logprobs = torch.log_softmax(self.logits, dim=-1)
+        chosen = logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist()
+        k = max(row.request.params.top_logprobs for row in self.rows)
+        top = torch.topk(logprobs, k, dim=-1) if k > 0 else None
+        completed: list[GenerationRequest] = []
+        for i, row in enumerate(self.rows):
+            token = int(tokens[i])
+            row.out.token_ids.append(token)
+            row.out.logprobs.append(float(chosen[i]))
+            if top is not None and row.request.params.top_logprobs > 0:
+                n_top = row.request.params.top_logprobs
+                ids, values = top.indices[i, :n_top].tolist(), top.values[i, :n_top].tolist()
+                row.out.top_logprobs.append(list(zip(ids, values, strict=True)))
+            row.out.finish_reason = self._finish_reason(row, token)
+            if row.out.finish_reason is not None:
+                row.request.unfinished -= 1
+                if row.request.unfinished == 0:
+                    _finalize(row.request, self.tokenizer)
+                    completed.append(row.request)
+        return completed
+
+    def _finish_reason(self, row: _Row, token: int) -> FinishReason | None:
+        if token in self.stop_token_ids:
+            return "stop"
+        stop = row.request.params.stop
+        if stop and _find_stop(_decode(self.tokenizer, row.out.token_ids), stop) is not None:
+            return "stop"
+        if len(row.out.token_ids) >= row.max_tokens or row.request.cancelled:
+            return "length"
+        return None
+
+    def _select(self, keep: list[int]) -> None:
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        self.cache.batch_select_indices(index)
+        self.rows = [self.rows[i] for i in keep]
+        self.mask, self.positions = self.mask[index], self.positions[index]
+        # Columns that are padding in every remaining row (left over from rows that
+        # left) cost attention time for nothing: drop them.
+        first_used = int(self.mask.any(dim=0).long().argmax())
+        if first_used > 0 and self.can_join():
+            for layer in self.cache.layers:
+                layer.keys = layer.keys[:, :, first_used:]
+                layer.values = layer.values[:, :, first_used:]
+            self.mask = self.mask[:, first_used:]
+
+    def _forward(self, tokens: torch.Tensor) -> None:
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        self.positions = self.positions + 1
+        out = self.model(
+            input_ids=tokens.unsqueeze(1),
+            attention_mask=self.mask,
+            position_ids=self.positions.unsqueeze(1),
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.logits, self.cache = out.logits[:, -1, :].float(), out.past_key_values
+
+
 def generate_batch(
     model: Any,
     tokenizer: PreTrainedTokenizerBase,
@@ -82,63 +233,36 @@ def generate_batch(
     stop_token_ids: frozenset[int],
     max_context: int,
 ) -> list[list[SequenceOutput]]:
-    """Generate every request's `n` choices together; outputs in request order."""
-    rows = _make_rows(requests, max_context)
-    pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
-    logits, cache, mask, positions = _prefill(model, requests, pad_id)
-    # Expand the per-request prefill to one row per choice.
-    row_to_request = torch.tensor(
-        [i for i, r in enumerate(requests) for _ in range(r.params.n)], dtype=torch.long
-    )
-    cache.batch_select_indices(row_to_request)
-    logits, mask, positions = logits[row_to_request], mask[row_to_request], positions[row_to_request]
-    active = list(range(len(rows)))
-    while True:
-        tokens = _sample_step(logits, [rows[i] for i in active])
-        _record_step(logits, tokens, [rows[i] for i in active], tokenizer, stop_token_ids)
-        keep = [k for k, i in enumerate(active) if rows[i].out.finish_reason is None]
-        if not keep:
-            break
-        if len(keep) < len(active):
-            # Finished rows leave the batch: no more compute spent on them.
-            index = torch.tensor(keep, dtype=torch.long)
-            cache.batch_select_indices(index)
-            tokens, mask, positions = tokens[index], mask[index], positions[index]
-            active = [active[k] for k in keep]
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        positions = positions + 1
-        out = model(
-            input_ids=tokens.unsqueeze(1),
-            attention_mask=mask,
-            position_ids=positions.unsqueeze(1),
-            past_key_values=cache,
-            use_cache=True,
+    """Generate every request's `n` choices together (no late joiners); request order."""
+    engine = BatchEngine(model, tokenizer, stop_token_ids=stop_token_ids, max_context=max_context)
+    engine.admit(requests)
+    while engine.num_rows:
+        engine.step()
+    return [r.outputs for r in requests]
+
+
+def _make_rows(request: GenerationRequest, max_context: int, device: torch.device) -> list[_Row]:
+    room = max_context - len(request.prompt_ids)
+    if room < 1:
+        raise ValueError(
+            f"prompt has {len(request.prompt_ids)} tokens; the context holds {max_context}"
         )
-        logits, cache = out.logits[:, -1, :].float(), out.past_key_values
-    return _collect(rows, requests, tokenizer)
-
-
-def _make_rows(requests: list[GenerationRequest], max_context: int) -> list[_Row]:
-    rows: list[_Row] = []
-    for request in requests:
-        room = max_context - len(request.prompt_ids)
-        if room < 1:
-            raise ValueError(
-                f"prompt has {len(request.prompt_ids)} tokens; the context holds {max_context}"
-            )
-        for choice in range(request.params.n):
-            generator = None
-            if request.params.seed is not None:
-                # Distinct but reproducible streams for the n choices of a seeded request.
-                generator = torch.Generator().manual_seed(request.params.seed + choice)
-            rows.append(_Row(request, min(request.params.max_tokens, room), generator))
+    request.outputs = [SequenceOutput() for _ in range(request.params.n)]
+    request.unfinished = request.params.n
+    rows = []
+    for choice, out in enumerate(request.outputs):
+        generator = None
+        if request.params.seed is not None:
+            # Distinct but reproducible streams for the n choices of a seeded request.
+            generator = torch.Generator(device=device).manual_seed(request.params.seed + choice)
+        rows.append(_Row(request, out, min(request.params.max_tokens, room), generator))
     return rows
 
 
 def _prefill(
-    model: Any, requests: list[GenerationRequest], pad_id: int
-) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
-    """Left-pad the prompts and run them once; return last logits, cache, mask, positions."""
+    model: Any, requests: list[GenerationRequest], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, Any, torch.Tensor]:
+    """Left-pad the prompts and run them once; return last logits, cache and mask."""
     width = max(len(r.prompt_ids) for r in requests)
     input_ids = torch.full((len(requests), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(requests), width), dtype=torch.long)
@@ -148,6 +272,7 @@ def _prefill(
     # Positions count real tokens only, so a left-padded row sees the same positions
     # as it would alone (and as the trainer's input_pos).
     position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    input_ids, mask, position_ids = input_ids.to(device), mask.to(device), position_ids.to(device)
     out = model(
         input_ids=input_ids,
         attention_mask=mask,
@@ -155,17 +280,27 @@ def _prefill(
         use_cache=True,
         logits_to_keep=1,  # the prompt's other logits are never needed
     )
-    return out.logits[:, -1, :].float(), out.past_key_values, mask, position_ids[:, -1]
+    return out.logits[:, -1, :].float(), out.past_key_values, mask
 
 
-def _sample_step(logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
+def _left_pad(tensor: torch.Tensor, length: int, dim: int = 2) -> torch.Tensor:
+    """Zero-pad `tensor` on the left of `dim` up to `length` (masked positions)."""
+    missing = length - tensor.shape[dim]
+    if missing <= 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+
+def _sample(logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
     """One token per row from its temperature/top-p distribution (greedy at temperature 0)."""
-    temperatures = torch.tensor([r.request.params.temperature for r in rows])
-    top_ps = torch.tensor([r.request.params.top_p for r in rows])
+    temperatures = torch.tensor([r.request.params.temperature for r in rows], device=logits.device)
+    top_ps = torch.tensor([r.request.params.top_p for r in rows], device=logits.device)
     probs = torch.softmax(logits / temperatures.clamp(min=1e-5).unsqueeze(1), dim=-1)
     if bool((top_ps < 1.0).any()):
         probs = top_p_filter(probs, top_ps)
-    tokens = torch.empty(len(rows), dtype=torch.long)
+    tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
     for i, row in enumerate(rows):
         if row.request.params.temperature <= 0:
             tokens[i] = torch.argmax(logits[i])
@@ -183,43 +318,9 @@ def top_p_filter(probs: torch.Tensor, top_ps: torch.Tensor) -> torch.Tensor:
     return filtered / filtered.sum(dim=-1, keepdim=True)
 
 
-def _record_step(
-    logits: torch.Tensor,
-    tokens: torch.Tensor,
-    rows: list[_Row],
-    tokenizer: PreTrainedTokenizerBase,
-    stop_token_ids: frozenset[int],
-) -> None:
-    logprobs = torch.log_softmax(logits, dim=-1)
-    chosen = logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist()
-    k = max(r.request.params.top_logprobs for r in rows)
-    top = torch.topk(logprobs, k, dim=-1) if k > 0 else None
-    for i, row in enumerate(rows):
-        token = int(tokens[i])
-        row.out.token_ids.append(token)
-        row.out.logprobs.append(float(chosen[i]))
-        if top is not None and row.request.params.top_logprobs > 0:
-            n_top = row.request.params.top_logprobs
-            ids, values = top.indices[i, :n_top].tolist(), top.values[i, :n_top].tolist()
-            row.out.top_logprobs.append(list(zip(ids, values, strict=True)))
-        row.out.finish_reason = _finish_reason(row, token, tokenizer, stop_token_ids)
-
-
-def _finish_reason(
-    row: _Row, token: int, tokenizer: PreTrainedTokenizerBase, stop_token_ids: frozenset[int]
-) -> FinishReason | None:
-    if token in stop_token_ids:
-        return "stop"
-    if row.request.params.stop and _find_stop(_decode(tokenizer, row.out.token_ids), row):
-        return "stop"
-    if len(row.out.token_ids) >= row.max_tokens:
-        return "length"
-    return None
-
-
-def _find_stop(text: str, row: _Row) -> int | None:
+def _find_stop(text: str, stop: tuple[str, ...]) -> int | None:
     """Where the earliest stop string starts in `text`, or None."""
-    hits = [text.find(s) for s in row.request.params.stop if s and s in text]
+    hits = [text.find(s) for s in stop if s and s in text]
     return min(hits) if hits else None
 
 
@@ -227,17 +328,11 @@ def _decode(tokenizer: PreTrainedTokenizerBase, token_ids: list[int]) -> str:
     return str(tokenizer.decode(token_ids, skip_special_tokens=True))
 
 
-def _collect(
-    rows: list[_Row], requests: list[GenerationRequest], tokenizer: PreTrainedTokenizerBase
-) -> list[list[SequenceOutput]]:
-    results: list[list[SequenceOutput]] = [[] for _ in requests]
-    by_request = {id(r): i for i, r in enumerate(requests)}
-    for row in rows:
-        out = row.out
-        # The end-of-turn token stays in token_ids/logprobs (ART expects it, as from
-        # vLLM) but not in the text; a stop string and what follows it are cut off.
+def _finalize(request: GenerationRequest, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Set each choice's text: the end-of-turn token stays in token_ids/logprobs (ART
+    expects it there, as from vLLM) but not in the text; a stop string and what follows
+    it are cut off."""
+    for out in request.outputs:
         text = _decode(tokenizer, out.token_ids)
-        cut = _find_stop(text, row) if row.request.params.stop else None
+        cut = _find_stop(text, request.params.stop)
         out.text = text if cut is None else text[:cut]
-        results[by_request[id(row.request)]].append(out)
-    return results

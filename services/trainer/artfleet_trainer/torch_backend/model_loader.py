@@ -15,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
@@ -92,7 +93,7 @@ def load_base_model(
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(source)
     ensure_chat_template_and_pad(tokenizer, model)
-    model.to(device)
+    cast(Any, model).to(device)  # transformers' typing of .to() confuses mypy
     model.eval()
     seconds = time.monotonic() - started
     log.info("loaded %s from %s in %.1fs", base_model, source, seconds)
@@ -123,7 +124,7 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # The weights are now plain fp32: a saved config that still says "gguf" would make
     # transformers look for a GGUF file when it reads the copy.
-    model.hf_quantizer = None
+    cast(Any, model).hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.config.name_or_path = DEFAULT_MODEL_NAME

@@ -1,0 +1,1 @@
+"""ArtFleet reward service: scores trajectories (process rewards, task checks, ...)."""

@@ -1,0 +1,42 @@
+"""`artfleet-sandbox`: settings first, then the backend and the Sandbox gRPC service."""
+
+from __future__ import annotations
+
+from artfleet.logs import setup_logging
+from artfleet.rpc.server import GrpcServer
+from artfleet.service import load_settings, run
+from artfleet.v1 import sandbox_pb2_grpc
+from artfleet_sandbox.settings import SandboxSettings
+
+
+class SandboxApp:
+    def __init__(self, settings: SandboxSettings) -> None:
+        from artfleet_sandbox.factory import build_servicer
+
+        servicer, self.backend = build_servicer(settings)
+        self.server = GrpcServer(
+            settings,
+            "sandbox",
+            [lambda server: sandbox_pb2_grpc.add_SandboxServicer_to_server(servicer, server)],
+            ["artfleet.v1.Sandbox"],
+        )
+
+    async def start(self) -> None:
+        await self.backend.start()
+        await self.server.start()
+        await self.server.set_serving(True)
+
+    async def stop(self) -> None:
+        # Stop taking calls first, then remove every session this replica owns.
+        await self.server.stop()
+        await self.backend.stop()
+
+
+def main() -> None:
+    settings = load_settings(SandboxSettings)
+    setup_logging(settings.log_level, "sandbox")
+    run(SandboxApp(settings))
+
+
+if __name__ == "__main__":
+    main()

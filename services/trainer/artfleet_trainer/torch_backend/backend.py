@@ -1,0 +1,300 @@
+"""`TorchBackend`: ART's Backend protocol on plain torch + peft (CPU or any torch device).
+
+A job runner speaks only ART:
+
+    backend = TorchBackend(path=".art", api_key=key)
+    model = art.TrainableModel(name="agent", project="demo", base_model="smollm2-135m-instruct")
+    await model.register(backend)          # loads weights, resumes the latest checkpoint,
+                                           # starts the OpenAI-compatible server
+    client = model.openai_client()         # rollouts call it with model.get_inference_name()
+    result = await backend.train(model, groups, learning_rate=5e-6)
+
+Model work runs in worker threads (the event loop and the server stay responsive), and
+one FIFO gate keeps generation and training from touching the model at the same time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import PeftModel, get_peft_model
+
+from . import checkpoints, training
+from .art_compat import art
+from .generation import BatchEngine, stop_token_ids_of
+from .model_loader import load_base_model
+from .scheduler import GenerationScheduler
+from .server import InferenceServer, ServedPolicy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _ModelState:
+    """A registered trainable model: its weights, optimizer and served policy."""
+
+    model: art.TrainableModel
+    peft_model: Any
+    tokenizer: Any
+    optimizer: torch.optim.AdamW
+    output_dir: Path
+    policy: ServedPolicy
+
+
+class TorchBackend:
+    """ART Backend on HF transformers + peft LoRA, with a built-in inference server."""
+
+    def __init__(
+        self,
+        path: str = ".art",
+        device: str = "cpu",
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        cache_dir: str | None = None,
+        lora_rank: int = 8,
+        num_threads: int | None = None,
+        advertise_host: str | None = None,
+        max_batch_rows: int = 32,
+        batch_window_s: float = 0.03,
+        default_max_tokens: int = 512,
+    ) -> None:
+        """`api_key` guards the server (a random one when None; `_prepare_backend_for_training`
+        returns it). `advertise_host` is the host put in base_url when clients reach the
+        server by another name (e.g. a compose service name while binding 0.0.0.0)."""
+        self._path = path
+        self.device = device
+        self.cache_dir = cache_dir
+        self.lora_rank = lora_rank
+        self.max_batch_rows = max_batch_rows
+        self.batch_window_s = batch_window_s
+        self.api_key = api_key or secrets.token_urlsafe(24)
+        self._advertise_host = advertise_host
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        self._states: dict[str, _ModelState] = {}
+        self._policies: dict[str, ServedPolicy] = {}
+        self._gate = asyncio.Lock()  # generation slices and training steps take turns
+        self._server = InferenceServer(
+            self._policies,
+            api_key=self.api_key,
+            host=host,
+            port=port,
+            default_max_tokens=default_max_tokens,
+        )
+        Path(path).mkdir(parents=True, exist_ok=True)
+
+    async def __aenter__(self) -> TorchBackend:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    @property
+    def base_url(self) -> str | None:
+        """The server's OpenAI base URL, once started."""
+        if self._server.port is None:
+            return None
+        host = self._advertise_host or self._server.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"http://{host}:{self._server.port}/v1"
+
+    async def close(self) -> None:
+        await self._server.stop()
+        for state in self._states.values():
+            await state.policy.scheduler.close()
+
+    # --- registration and steps -------------------------------------------------------
+
+    async def register(self, model: art.Model) -> None:
+        model.base_path = self._path
+        output_dir = checkpoints.model_dir(self._path, model)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "model.json").write_text(json.dumps(model.model_dump(), default=str))
+        if not isinstance(model, art.TrainableModel) or not model.trainable:
+            return  # nothing to train or serve: the path is all a plain Model needs
+        existing = self._states.get(model.name)
+        if existing is not None:
+            if existing.output_dir != output_dir:
+                raise ValueError(f"a model named {model.name!r} is already registered")
+            existing.model = model
+            return
+        state = await asyncio.to_thread(self._load_state, model, output_dir)
+        self._states[model.name] = state
+        self._policies[model.name] = state.policy
+
+    def _load_state(self, model: art.TrainableModel, output_dir: Path) -> _ModelState:
+        loaded = load_base_model(model.base_model, cache_dir=self.cache_dir, device=self.device)
+        steps = checkpoints.checkpoint_steps(output_dir)
+        if steps:  # a restarted trainer resumes from its latest adapter
+            latest = checkpoints.checkpoint_dir(output_dir, steps[-1])
+            peft_model = PeftModel.from_pretrained(loaded.model, str(latest), is_trainable=True)
+        else:
+            peft_model = get_peft_model(loaded.model, training.lora_config(self.lora_rank))
+        peft_model.eval()
+        trainable = [p for p in peft_model.parameters() if p.requires_grad]
+        optimizer = training.make_optimizer(trainable)
+        if steps:
+            latest_dir = checkpoints.checkpoint_dir(output_dir, steps[-1])
+            optimizer_state = checkpoints.load_optimizer_state(latest_dir)
+            if optimizer_state is not None:
+                optimizer.load_state_dict(optimizer_state)
+        else:  # step 0 on disk too, so `name@0` can be reloaded like any other step
+            checkpoints.save_checkpoint(peft_model, output_dir, 0)
+        step = steps[-1] if steps else 0
+        log.info("registered %s at step %d (%.1fs to load)", model.name, step, loaded.load_seconds)
+        return _ModelState(
+            model,
+            peft_model,
+            loaded.tokenizer,
+            optimizer,
+            output_dir,
+            self._make_policy(model.name, peft_model, loaded.tokenizer, step),
+        )
+
+    def _make_policy(self, name: str, peft_model: Any, tokenizer: Any, step: int) -> ServedPolicy:
+        config = peft_model.get_base_model().config
+        max_context = int(getattr(config, "max_position_embeddings", 0) or 4096)
+        engine = BatchEngine(
+            peft_model,
+            tokenizer,
+            stop_token_ids=stop_token_ids_of(peft_model.get_base_model(), tokenizer),
+            max_context=max_context,
+        )
+        scheduler = GenerationScheduler(
+            engine,
+            self._gate,
+            max_batch_rows=self.max_batch_rows,
+            batch_window_s=self.batch_window_s,
+        )
+        return ServedPolicy(name, tokenizer, scheduler, max_context, step=step)
+
+    def _state_of(self, model: art.Model) -> _ModelState:
+        state = self._states.get(model.name)
+        if state is None:
+            raise ValueError(f"model {model.name!r} is not registered with this TorchBackend")
+        return state
+
+    def _model_inference_name(self, model: art.Model, step: int | None = None) -> str:
+        if step is None:
+            state = self._states.get(model.name)
+            if state is not None:
+                step = state.policy.step
+            elif isinstance(model, art.TrainableModel):
+                step = checkpoints.latest_step(checkpoints.model_dir(self._path, model))
+            else:
+                step = 0
+        return f"{model.name}@{step}"
+
+    async def _get_step(self, model: art.TrainableModel) -> int:
+        return checkpoints.latest_step(checkpoints.model_dir(self._path, model))
+
+    async def _delete_checkpoint_files(
+        self, model: art.TrainableModel, steps_to_keep: list[int]
+    ) -> None:
+        keep = set(steps_to_keep)
+        state = self._states.get(model.name)
+        if state is not None:
+            keep.add(state.policy.step)  # never the step being served
+        output_dir = checkpoints.model_dir(self._path, model)
+        await asyncio.to_thread(checkpoints.delete_checkpoints, output_dir, keep)
+
+    async def _prepare_backend_for_training(
+        self, model: art.TrainableModel, config: Any = None
+    ) -> tuple[str, str]:
+        """Start the inference server (once) and return (base_url, api_key)."""
+        if config:
+            log.debug("TorchBackend ignores the OpenAI server config %r", config)
+        await self._server.start()
+        assert self.base_url is not None
+        return self.base_url, self.api_key
+
+    # --- training ------------------------------------------------------------------------
+
+    async def train(
+        self,
+        model: art.TrainableModel,
+        trajectory_groups: Iterable[art.TrajectoryGroup],
+        *,
+        learning_rate: float = 5e-6,
+        **kwargs: Any,
+    ) -> art.types.TrainResult:
+        """One GRPO step on `trajectory_groups`; saves checkpoint step+1 and serves it.
+
+        Accepts LocalBackend's loss options (loss_fn, kl_penalty_coef, epsilon, ...,
+        packed_sequence_length, grad_accumulation_sequences); others raise TypeError.
+        """
+        state = self._state_of(model)
+        groups = list(trajectory_groups)
+        config, dev_config = training.build_train_configs(learning_rate, kwargs)
+        async with self._gate:
+            result = await asyncio.to_thread(self._train_sync, state, groups, config, dev_config)
+            state.policy.step = result.step  # requests for name@step+1 are served from now
+        return result
+
+    def _train_sync(
+        self,
+        state: _ModelState,
+        groups: list[art.TrajectoryGroup],
+        config: art.types.TrainConfig,
+        dev_config: art.dev.TrainConfig,
+    ) -> art.types.LocalTrainResult:
+        started = time.monotonic()
+        max_context = state.policy.max_context
+        batch = training.pack_trajectory_groups(
+            state.tokenizer, groups, dev_config, max_context=max_context
+        )
+        stats = training.StepStats()
+        if batch is not None:
+            stats = training.train_on_packed(
+                state.peft_model, state.optimizer, batch.tensors, config, dev_config
+            )
+        else:
+            log.info("no trainable data (equal rewards in every group): weights unchanged")
+        new_step = max(state.policy.step, checkpoints.latest_step(state.output_dir)) + 1
+        path = checkpoints.save_checkpoint(
+            state.peft_model, state.output_dir, new_step, state.optimizer.state_dict()
+        )
+        metrics = {
+            **stats.summary(),
+            "trained_sequences": float(batch.num_results if batch else 0),
+            "tokens": float((batch.tensors["group_ids"] != -1).sum()) if batch else 0.0,
+            "trainable_tokens": float(batch.tensors["assistant_mask"].sum()) if batch else 0.0,
+            "learning_rate": config.learning_rate,
+            "train_seconds": time.monotonic() - started,
+        }
+        return art.types.LocalTrainResult(step=new_step, metrics=metrics, checkpoint_path=str(path))
+
+    async def _train_sft(
+        self,
+        model: art.TrainableModel,
+        trajectories: Iterable[art.Trajectory],
+        config: art.types.TrainSFTConfig,
+        dev_config: art.dev.TrainSFTConfig,
+        verbose: bool = False,
+    ) -> AsyncIterator[dict[str, float]]:
+        raise NotImplementedError(
+            "TorchBackend trains with RL (backend.train with trajectory groups) only; "
+            "supervised fine-tuning (train_sft) is not implemented"
+        )
+        yield {}  # unreachable; makes this an async generator, as the protocol expects
+
+    # --- for tests and the job runner ------------------------------------------------------
+
+    def peft_model_of(self, model: art.Model) -> Any:
+        """The live peft model (tests compare LoRA weights before and after train())."""
+        return self._state_of(model).peft_model
+
+    def served_step(self, model: art.Model) -> int:
+        return self._state_of(model).policy.step

@@ -1,0 +1,264 @@
+"""OpenAI chat-completions wire format: request validation and response building.
+
+Pure functions (no I/O) so the exact schema is unit-tested without a model. Token
+logprob entries name tokens as `token_id:<id>`, as vLLM does with
+`return_tokens_as_token_ids`: ART maps each entry back to a token id, and decoded text
+would silently become id 0 (or a wrong id for a piece containing a colon).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .generation import SamplingParams, SequenceOutput
+
+MAX_N = 64
+MAX_TOP_LOGPROBS = 20
+MAX_STOP_STRINGS = 16
+# JSON has no -inf; vLLM clamps the same way.
+MIN_LOGPROB = -9999.0
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+class RequestError(Exception):
+    """A request the server refuses, with its HTTP status and OpenAI error fields."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.code = code
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, type=self.type, code=self.code, param=self.param)
+
+
+def error_body(
+    message: str,
+    *,
+    type: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "code": code, "param": param}}
+
+
+def bad_request(message: str, param: str | None = None) -> RequestError:
+    return RequestError(400, message, code="invalid_value" if param else None, param=param)
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[Any] | None
+    params: SamplingParams
+    logprobs: bool
+
+
+def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
+    """Validate a /v1/chat/completions body; raise RequestError(400) on anything wrong."""
+    if not isinstance(body, dict):
+        raise bad_request("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("'model' must be a non-empty string", "model")
+    if body.get("stream"):
+        raise bad_request("streaming is not supported by this server", "stream")
+    logprobs = _optional(body, "logprobs", bool, False)
+    top_logprobs = _int(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
+    if top_logprobs and not logprobs:
+        raise bad_request("'top_logprobs' requires 'logprobs': true", "top_logprobs")
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise bad_request("'tools' must be a list", "tools")
+    params = SamplingParams(
+        n=_int(body, "n", 1, 1, MAX_N),
+        temperature=_float(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_float(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
+        max_tokens=_max_tokens(body, default_max_tokens),
+        stop=_stop(body.get("stop")),
+        seed=_optional(body, "seed", int, None),
+        top_logprobs=top_logprobs,
+    )
+    return ChatRequest(model, _messages(body.get("messages")), tools, params, logprobs)
+
+
+def _optional(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = body.get(key)
+    if value is None:
+        return default
+    # bool is an int subclass: `"n": true` must not pass as 1.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise bad_request(f"'{key}' must be of type {kind.__name__}", key)
+    return value
+
+
+def _int(body: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = int(_optional(body, key, int, default))
+    if not low <= value <= high:
+        raise bad_request(f"'{key}' must be between {low} and {high}", key)
+    return value
+
+
+def _float(
+    body: dict[str, Any], key: str, default: float, low: float, high: float, low_open: bool = False
+) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise bad_request(f"'{key}' must be a number", key)
+    if value > high or value < low or (low_open and value == low):
+        interval = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
+        raise bad_request(f"'{key}' must be in {interval}", key)
+    return float(value)
+
+
+def _max_tokens(body: dict[str, Any], default: int) -> int:
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    return _int(body, key, default, 1, 1 << 20)
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise bad_request("'stop' must be a string or a list of strings", "stop")
+    if len(value) > MAX_STOP_STRINGS:
+        raise bad_request(f"'stop' takes at most {MAX_STOP_STRINGS} strings", "stop")
+    return tuple(s for s in value if s)
+
+
+def _messages(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise bad_request("'messages' must be a non-empty list", "messages")
+    return [_message(m, i) for i, m in enumerate(value)]
+
+
+def _message(message: Any, index: int) -> dict[str, Any]:
+    param = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise bad_request("each message must be an object", param)
+    role = message.get("role")
+    if role not in _ROLES:
+        raise bad_request(f"unknown role {role!r}", f"{param}.role")
+    content = message.get("content")
+    if content is None:
+        content = ""  # e.g. an assistant turn that only made tool calls
+    elif isinstance(content, list):
+        content = _join_text_parts(content, f"{param}.content")
+    elif not isinstance(content, str):
+        raise bad_request("message content must be a string or a list of parts", param)
+    return {**message, "content": content}
+
+
+def _join_text_parts(parts: list[Any], param: str) -> str:
+    texts = []
+    for part in parts:
+        if not isinstance(part, dict) or part.get("type") != "text":
+            raise bad_request("only text content parts are supported", param)
+        if not isinstance(part.get("text"), str):
+            raise bad_request("a text part needs a string 'text'", param)
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def parse_model_name(requested: str) -> tuple[str, int | None]:
+    """Split `name@step` into (name, step); a plain name gives step None (current)."""
+    name, sep, step = requested.rpartition("@")
+    if sep and name and step.isdigit():
+        return name, int(step)
+    return requested, None
+
+
+def model_not_found(requested: str) -> RequestError:
+    return RequestError(
+        404,
+        f"The model `{requested}` does not exist or is not served at that step.",
+        code="model_not_found",
+        param="model",
+    )
+
+
+TokenText = Callable[[int], str]
+
+
+def token_entry(token_id: int, logprob: float, token_text: TokenText) -> dict[str, Any]:
+    return {
+        "token": f"token_id:{token_id}",
+        "logprob": max(float(logprob), MIN_LOGPROB) if not math.isnan(logprob) else MIN_LOGPROB,
+        # The bytes of the decoded text (always valid UTF-8: ART decodes the first one).
+        "bytes": list(token_text(token_id).encode("utf-8")),
+    }
+
+
+def choice_logprobs(out: SequenceOutput, token_text: TokenText) -> dict[str, Any]:
+    content = []
+    for i, (token_id, logprob) in enumerate(zip(out.token_ids, out.logprobs, strict=True)):
+        top = out.top_logprobs[i] if i < len(out.top_logprobs) else []
+        entry = token_entry(token_id, logprob, token_text)
+        entry["top_logprobs"] = [token_entry(t, lp, token_text) for t, lp in top]
+        content.append(entry)
+    return {"content": content, "refusal": None}
+
+
+def chat_completion(
+    *,
+    model: str,
+    outputs: Sequence[SequenceOutput],
+    prompt_tokens: int,
+    logprobs: bool,
+    token_text: TokenText,
+    created: int | None = None,
+) -> dict[str, Any]:
+    """The response body of a chat completion, in OpenAI's schema."""
+    choices = [
+        {
+            "index": i,
+            "message": {"role": "assistant", "content": out.text, "refusal": None},
+            "finish_reason": out.finish_reason or "length",
+            "logprobs": choice_logprobs(out, token_text) if logprobs else None,
+        }
+        for i, out in enumerate(outputs)
+    ]
+    completion_tokens = sum(len(out.token_ids) for out in outputs)
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()) if created is None else created,
+        "model": model,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def model_list(names: Sequence[str], created: int) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [
+            {"id": name, "object": "model", "created": created, "owned_by": "artfleet"}
+            for name in names
+        ],
+    }

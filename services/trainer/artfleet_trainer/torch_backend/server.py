@@ -1,0 +1,213 @@
+"""The built-in OpenAI-compatible server (aiohttp) that rollout workers call.
+
+It runs on the backend's event loop: `GET /v1/models` and `POST /v1/chat/completions`
+(no streaming), every route behind `Authorization: Bearer <api_key>`. Errors are
+OpenAI-style JSON bodies, never tracebacks. The policy is addressed as `name@step`
+(or plain `name`, meaning the current step); only the current step is served, since
+the backend holds one set of LoRA weights per model.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from aiohttp import web
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from .generation import GenerationRequest
+from .metrics import GENERATED_TOKENS, GENERATION_REQUESTS, GENERATION_SECONDS
+from .protocol import (
+    ChatRequest,
+    RequestError,
+    bad_request,
+    chat_completion,
+    error_body,
+    model_list,
+    model_not_found,
+    parse_chat_request,
+    parse_model_name,
+)
+from .scheduler import GenerationScheduler, SchedulerClosed
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MAX_BODY_BYTES = 32 * 1024 * 1024  # long agent histories with tool outputs
+
+
+@dataclass(eq=False)
+class ServedPolicy:
+    """One trainable model as the server sees it; the backend bumps `step` after training."""
+
+    name: str
+    tokenizer: PreTrainedTokenizerBase
+    scheduler: GenerationScheduler
+    max_context: int
+    step: int = 0
+    token_text: Callable[[int], str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        decode = self.tokenizer.decode
+        self.token_text = functools.lru_cache(maxsize=1 << 16)(lambda i: str(decode([i])))
+
+    @property
+    def served_name(self) -> str:
+        return f"{self.name}@{self.step}"
+
+
+class InferenceServer:
+    def __init__(
+        self,
+        policies: Mapping[str, ServedPolicy],
+        *,
+        api_key: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        default_max_tokens: int = 512,
+    ) -> None:
+        if not api_key:
+            raise ValueError("the inference server needs an API key")
+        self._policies = policies
+        self._api_key = api_key.encode()
+        self.host = host
+        self._requested_port = port
+        self.default_max_tokens = default_max_tokens
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+        self.started_at = int(time.time())
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
+    def make_app(self) -> web.Application:
+        app = web.Application(
+            middlewares=[self._errors, self._auth], client_max_size=MAX_BODY_BYTES
+        )
+        app.router.add_get("/v1/models", self._list_models)
+        app.router.add_post("/v1/chat/completions", self._chat_completions)
+        return app
+
+    async def start(self) -> int:
+        """Listen (port 0 picks a free one) and return the port."""
+        if self._runner is not None and self.port is not None:
+            return self.port
+        runner = web.AppRunner(self.make_app(), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self._requested_port)
+        await site.start()
+        self._runner = runner
+        self.port = int(runner.addresses[0][1])
+        log.info("torch backend inference server on %s:%s", self.host, self.port)
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._runner = None
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except RequestError as exc:
+            return web.json_response(exc.body(), status=exc.status)
+        except web.HTTPException as exc:  # unknown route, wrong method, ...
+            code = "not_found" if exc.status == 404 else None
+            return web.json_response(
+                error_body(exc.reason, code=code), status=exc.status, headers=exc.headers
+            )
+        except SchedulerClosed as exc:
+            return web.json_response(error_body(str(exc), type="server_error"), status=503)
+        except Exception:
+            log.exception("unexpected error serving %s %s", request.method, request.path)
+            body = error_body("internal server error", type="server_error")
+            return web.json_response(body, status=500)
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), self._api_key
+        ):
+            raise RequestError(401, "Incorrect API key provided.", code="invalid_api_key")
+        return await handler(request)
+
+    async def _list_models(self, request: web.Request) -> web.Response:
+        names = [policy.served_name for policy in self._policies.values()]
+        return web.json_response(model_list(names, self.started_at))
+
+    async def _chat_completions(self, request: web.Request) -> web.Response:
+        started = time.monotonic()
+        try:
+            body = await self._chat_completion_body(request)
+        except RequestError as exc:
+            GENERATION_REQUESTS.labels(status=str(exc.status)).inc()
+            raise
+        except Exception:
+            GENERATION_REQUESTS.labels(status="500").inc()
+            raise
+        GENERATION_REQUESTS.labels(status="200").inc()
+        GENERATION_SECONDS.observe(time.monotonic() - started)
+        return web.json_response(body)
+
+    async def _chat_completion_body(self, request: web.Request) -> dict[str, Any]:
+        chat = parse_chat_request(
+            await _read_json(request), default_max_tokens=self.default_max_tokens
+        )
+        policy = self._resolve(chat.model)
+        served_name = policy.served_name
+        prompt = _prompt_ids(policy, chat)
+        outputs = await policy.scheduler.generate(GenerationRequest(prompt, chat.params))
+        GENERATED_TOKENS.inc(sum(len(out.token_ids) for out in outputs))
+        return chat_completion(
+            model=served_name,
+            outputs=outputs,
+            prompt_tokens=len(prompt),
+            logprobs=chat.logprobs,
+            token_text=policy.token_text,
+        )
+
+    def _resolve(self, requested: str) -> ServedPolicy:
+        name, step = parse_model_name(requested)
+        policy = self._policies.get(name)
+        if policy is None or (step is not None and step != policy.step):
+            raise model_not_found(requested)
+        return policy
+
+
+async def _read_json(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise bad_request(f"request body is not valid JSON: {exc}") from exc
+
+
+def _prompt_ids(policy: ServedPolicy, chat: ChatRequest) -> list[int]:
+    try:
+        ids = policy.tokenizer.apply_chat_template(
+            chat.messages,
+            tools=chat.tools,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+    except Exception as exc:  # a template that rejects these messages: the caller's problem
+        raise bad_request(f"cannot apply the chat template to these messages: {exc}") from exc
+    prompt = [int(i) for i in cast(list[int], ids)]
+    if len(prompt) >= policy.max_context:
+        raise RequestError(
+            400,
+            f"the prompt has {len(prompt)} tokens; this model's context is "
+            f"{policy.max_context} tokens",
+            code="context_length_exceeded",
+            param="messages",
+        )
+    return prompt

@@ -1,0 +1,325 @@
+"""One GRPO step with ART's own tokenization, packing and loss, on plain torch + peft.
+
+ART computes the attention mask and the new logprobs in `art/unsloth/train.py`, which
+does not import without Unsloth; the few lines are rewritten here:
+- packed rows hold several trajectories, so attention is causal AND within the same
+  group or its parent group (the shared prompt), as a 4-D additive mask, and position
+  ids come from `input_pos` (each trajectory restarts where its prompt ended);
+- the new logprob at position t is that of token t+1, computed from hidden states in
+  chunks (full fp32 logits would be S x vocab x 4 bytes per row), each chunk under
+  activation checkpointing so its logits are not kept for the backward pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import torch
+from peft import LoraConfig
+from torch.utils.checkpoint import checkpoint
+
+from .art_compat import art
+
+log = logging.getLogger(__name__)
+
+LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+MAX_GRAD_NORM = 0.1
+DEFAULT_PACKED_LENGTH = 2048
+DEFAULT_CHUNK_SIZE = 512
+
+PackedTensors = art.preprocessing.pack.PackedTensors
+
+
+def lora_config(rank: int = 8) -> LoraConfig:
+    """ART's defaults: r=8, alpha=2r, all attention and MLP projections, no dropout."""
+    return LoraConfig(
+        r=rank,
+        lora_alpha=2 * rank,
+        target_modules=list(LORA_TARGET_MODULES),
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def make_optimizer(parameters: Sequence[torch.nn.Parameter]) -> torch.optim.AdamW:
+    """ART's AdamW settings; the learning rate is set per train() call."""
+    return torch.optim.AdamW(parameters, lr=5e-6, betas=(0.9, 0.99), weight_decay=0.1)
+
+
+@dataclass
+class PackedBatch:
+    tensors: PackedTensors
+    num_results: int  # tokenized trajectories (histories) in the rows
+
+
+def pack_trajectory_groups(
+    tokenizer: Any,
+    groups: list[art.TrajectoryGroup],
+    dev_config: art.dev.TrainConfig,
+    *,
+    max_context: int,
+) -> PackedBatch | None:
+    """Tokenize and pack; None when nothing is trainable (e.g. equal rewards everywhere)."""
+    results = list(
+        art.preprocessing.tokenize.tokenize_trajectory_groups(
+            tokenizer,
+            groups,
+            allow_training_without_logprobs=dev_config.get(
+                "allow_training_without_logprobs", False
+            ),
+            scale_rewards=dev_config.get("scale_rewards", True),
+        )
+    )
+    too_long = [r for r in results if len(r.token_ids) > max_context]
+    if too_long:
+        warnings.warn(
+            f"dropping {len(too_long)} trajectories longer than the context ({max_context})",
+            stacklevel=2,
+        )
+        results = [r for r in results if len(r.token_ids) <= max_context]
+    if not results:
+        return None
+    wanted = dev_config.get("packed_sequence_length") or DEFAULT_PACKED_LENGTH
+    seq_len = min(max(wanted, max(len(r.token_ids) for r in results)), max_context)
+    packed = art.preprocessing.pack.packed_tensors_from_tokenized_results(
+        results,
+        seq_len,
+        pad_token_id=int(tokenizer.pad_token_id),  # the default -100 crashes the embedding
+        truncate_long_results=False,
+        advantage_balance=dev_config.get("advantage_balance", 0.0),
+        verbosity=0,
+        pack_results=True,
+    )
+    allow_missing = dev_config.get("allow_training_without_logprobs", False)
+    if not allow_missing and bool(torch.isnan(packed["logprobs"]).all()):
+        return None
+    return PackedBatch(trim_padding(packed), len(results))
+
+
+def trim_padding(packed: PackedTensors) -> PackedTensors:
+    """Drop the trailing columns that are padding in every row (pads have group id -1)."""
+    used = (packed["group_ids"] != -1).any(dim=0).nonzero()
+    width = int(used.max()) + 1 if used.numel() else 1
+    trimmed = {
+        key: value[:, :width] if isinstance(value, torch.Tensor) else value
+        for key, value in packed.items()
+    }
+    return cast(PackedTensors, trimmed)
+
+
+def attention_bias(
+    group_ids: torch.Tensor, parent_ids: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """[B, 1, S, S] additive mask: 0 where query i may see key j, -inf elsewhere."""
+    seq_len = group_ids.shape[1]
+    causal = torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool, device=group_ids.device))
+    same_group = group_ids.unsqueeze(2) == group_ids.unsqueeze(1)
+    parent_group = parent_ids.unsqueeze(2) == group_ids.unsqueeze(1)
+    allowed = causal.unsqueeze(0) & (same_group | parent_group)
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=group_ids.device)
+    bias.masked_fill_(~allowed, float("-inf"))
+    return bias.unsqueeze(1)
+
+
+def shifted_targets(tokens: torch.Tensor) -> torch.Tensor:
+    """The token each position predicts (t+1); the last column gets a dummy 0."""
+    return torch.nn.functional.pad(tokens[:, 1:], (0, 1), value=0)
+
+
+def compute_logprobs(
+    model: Any,
+    tokens: torch.Tensor,
+    input_pos: torch.Tensor,
+    group_ids: torch.Tensor,
+    parent_ids: torch.Tensor,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """New logprobs and entropies [B, S]; position t scores token t+1 (ART's convention)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = base.get_decoder()(
+        input_ids=tokens,
+        attention_mask=attention_bias(group_ids, parent_ids, dtype=torch.float32),
+        position_ids=input_pos,
+        use_cache=False,
+    ).last_hidden_state
+    weight = base.get_output_embeddings().weight
+    targets = shifted_targets(tokens)
+    logprobs, entropies = [], []
+    for start in range(0, tokens.shape[1], chunk_size):
+        args = (
+            hidden[:, start : start + chunk_size],
+            weight,
+            targets[:, start : start + chunk_size],
+        )
+        if torch.is_grad_enabled():
+            chunk_lp, chunk_ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+        else:
+            chunk_lp, chunk_ent = _chunk_logprobs(*args)
+        logprobs.append(chunk_lp)
+        entropies.append(chunk_ent)
+    return torch.cat(logprobs, dim=1), torch.cat(entropies, dim=1)
+
+
+def _chunk_logprobs(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = (hidden @ weight.t()).float()
+    logsumexp = torch.logsumexp(logits, dim=-1)
+    selected = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logsumexp
+    with torch.no_grad():  # entropy is reported, not trained on
+        full = logits - logsumexp.unsqueeze(-1)
+        entropy = -(full.exp() * full).sum(dim=-1)
+    return selected, entropy
+
+
+@dataclass
+class StepStats:
+    losses: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    probs_corrs: list[float] = field(default_factory=list)
+    kls: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        out = {
+            "loss": _mean(self.losses),
+            "grad_norm": _mean(self.grad_norms),
+            "entropy": _mean(self.entropies),
+            "probs_corr": _mean(self.probs_corrs),
+            "num_gradient_steps": float(len(self.grad_norms)),
+        }
+        if self.kls:
+            out["kl_policy_ref"] = _mean(self.kls)
+        return out
+
+
+def _mean(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else float("nan")
+
+
+def train_on_packed(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    packed: PackedTensors,
+    config: art.types.TrainConfig,
+    dev_config: art.dev.TrainConfig,
+    *,
+    max_grad_norm: float = MAX_GRAD_NORM,
+) -> StepStats:
+    """Optimizer steps over the packed rows, `grad_accumulation_sequences` rows per step."""
+    stats = StepStats()
+    params = [p for p in model.parameters() if p.requires_grad]
+    for group in optimizer.param_groups:
+        group["lr"] = config.learning_rate
+    model.train()
+    try:
+        for rows in _row_batches(packed, config.grad_accumulation_sequences or 1):
+            optimizer.zero_grad(set_to_none=True)
+            for row in rows:
+                inputs = _to_device(
+                    art.preprocessing.inputs.create_train_inputs(
+                        packed, row, config, dev_config, warmup=False
+                    ),
+                    params[0].device,
+                )
+                loss = _row_loss(model, inputs, config, dev_config)
+                (loss.policy_loss / len(rows)).backward()
+                _record_loss(stats, loss)
+            norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            stats.grad_norms.append(float(norm))
+            optimizer.step()
+    finally:
+        optimizer.zero_grad(set_to_none=True)
+        model.eval()
+    return stats
+
+
+def _to_device(inputs: Any, device: torch.device) -> Any:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def _row_batches(packed: PackedTensors, per_step: int) -> Iterator[list[int]]:
+    rows = list(range(packed["tokens"].shape[0]))
+    for start in range(0, len(rows), per_step):
+        yield rows[start : start + per_step]
+
+
+def _row_loss(
+    model: Any, inputs: Any, config: art.types.TrainConfig, dev_config: art.dev.TrainConfig
+) -> art.loss.Loss:
+    chunk = dev_config.get("logprob_calculation_chunk_size", DEFAULT_CHUNK_SIZE)
+    args = (inputs["tokens"], inputs["input_pos"], inputs["group_ids"], inputs["parent_ids"])
+    new_logprobs, entropies = compute_logprobs(model, *args, chunk_size=chunk)
+    ref_logprobs = None
+    if config.kl_penalty_coef > 0:
+        # The reference policy is the base model: the same forward with LoRA disabled.
+        adapter_off = (
+            model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
+        )
+        with torch.no_grad(), adapter_off:
+            ref_logprobs, _ = compute_logprobs(model, *args, chunk_size=chunk)
+    return art.loss.loss_fn(inputs, new_logprobs, ref_logprobs, entropies, dev_config)
+
+
+def _record_loss(stats: StepStats, loss: art.loss.Loss) -> None:
+    stats.losses.append(float(loss.policy_loss.detach()))
+    stats.probs_corrs.append(float(loss.probs_corr.detach()))
+    if loss.entropy is not None:
+        stats.entropies.append(float(loss.entropy.detach()))
+    if loss.kl_policy_ref is not None:
+        stats.kls.append(float(loss.kl_policy_ref.detach()))
+
+
+# train() keyword arguments this backend understands (LocalBackend's names).
+_CONFIG_KWARGS = frozenset(
+    {
+        "advantage_balance",
+        "allow_training_without_logprobs",
+        "epsilon",
+        "epsilon_high",
+        "importance_sampling_level",
+        "kimi_k2_tau",
+        "kl_penalty_coef",
+        "logprob_calculation_chunk_size",
+        "mask_prob_ratio",
+        "max_negative_advantage_importance_sampling_weight",
+        "packed_sequence_length",
+        "scale_rewards",
+        "truncated_importance_sampling",
+    }
+)
+_IGNORED_KWARGS = frozenset({"verbose", "plot_tensors", "precalculate_logprobs", "save_checkpoint"})
+
+
+def build_train_configs(
+    learning_rate: float, kwargs: dict[str, Any]
+) -> tuple[art.types.TrainConfig, art.dev.TrainConfig]:
+    """ART's TrainConfig pair from LocalBackend-style train() keyword arguments."""
+    from art._backend_training import build_rl_train_configs
+
+    options = dict(kwargs)
+    loss_fn = options.pop("loss_fn", "cispo")
+    if loss_fn not in ("cispo", "ppo"):
+        raise ValueError(f"loss_fn must be 'cispo' or 'ppo', not {loss_fn!r}")
+    if options.pop("normalize_advantages", True) is False:
+        options["scale_rewards"] = False
+    grad_accumulation = options.pop("grad_accumulation_sequences", None)
+    unknown = set(options) - _CONFIG_KWARGS - _IGNORED_KWARGS
+    if unknown:
+        raise TypeError(f"TorchBackend.train() got unsupported arguments: {sorted(unknown)}")
+    known = {k: v for k, v in options.items() if k in _CONFIG_KWARGS}
+    config, dev_config = build_rl_train_configs(
+        learning_rate=learning_rate, ppo=loss_fn == "ppo", **known
+    )
+    if grad_accumulation is not None:
+        config = config.model_copy(update={"grad_accumulation_sequences": grad_accumulation})
+    return config, dev_config
