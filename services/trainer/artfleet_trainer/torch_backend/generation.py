@@ -122,9 +122,14 @@ class BatchEngine:
         if not requests:
             return
         rows = [row for r in requests for row in _make_rows(r, self.max_context, self.device)]
-        logits, cache, mask = _prefill(self.model, requests, self.pad_id, self.device)
+        # Identical prompts (the episodes of one group start alike) are prefilled once.
+        unique: dict[tuple[int, ...], int] = {}
+        for request in requests:
+            unique.setdefault(tuple(request.prompt_ids), len(unique))
+        logits, cache, mask = _prefill(self.model, list(unique), self.pad_id, self.device)
         expand = torch.tensor(
-            [i for i, r in enumerate(requests) for _ in range(r.params.n)], device=self.device
+            [unique[tuple(r.prompt_ids)] for r in requests for _ in range(r.params.n)],
+            device=self.device,
         )
         cache.batch_select_indices(expand)
         logits, mask = logits[expand], mask[expand]
@@ -260,15 +265,15 @@ def _make_rows(request: GenerationRequest, max_context: int, device: torch.devic
 
 
 def _prefill(
-    model: Any, requests: list[GenerationRequest], pad_id: int, device: torch.device
+    model: Any, prompts: list[tuple[int, ...]], pad_id: int, device: torch.device
 ) -> tuple[torch.Tensor, Any, torch.Tensor]:
     """Left-pad the prompts and run them once; return last logits, cache and mask."""
-    width = max(len(r.prompt_ids) for r in requests)
-    input_ids = torch.full((len(requests), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(requests), width), dtype=torch.long)
-    for i, request in enumerate(requests):
-        input_ids[i, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids)
-        mask[i, width - len(request.prompt_ids) :] = 1
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, prompt in enumerate(prompts):
+        input_ids[i, width - len(prompt) :] = torch.tensor(prompt)
+        mask[i, width - len(prompt) :] = 1
     # Positions count real tokens only, so a left-padded row sees the same positions
     # as it would alone (and as the trainer's input_pos).
     position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)

@@ -121,8 +121,9 @@ class InferenceServer:
             return web.json_response(exc.body(), status=exc.status)
         except web.HTTPException as exc:  # unknown route, wrong method, ...
             code = "not_found" if exc.status == 404 else None
+            allow = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
             return web.json_response(
-                error_body(exc.reason, code=code), status=exc.status, headers=exc.headers
+                error_body(exc.reason, code=code), status=exc.status, headers=allow
             )
         except SchedulerClosed as exc:
             return web.json_response(error_body(str(exc), type="server_error"), status=503)

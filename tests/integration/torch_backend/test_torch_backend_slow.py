@@ -1,0 +1,222 @@
+"""The torch backend end to end with the real SmolLM2-135M: serve, batch, train, resume.
+
+One backend (one event loop) for the whole module: loading the model is the slow part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import openai
+import pytest
+import pytest_asyncio
+import torch
+from openai import AsyncOpenAI
+from openai.types.chat.chat_completion import Choice
+from prometheus_client import REGISTRY
+
+from artfleet_trainer.torch_backend import training
+from artfleet_trainer.torch_backend.art_compat import art
+from artfleet_trainer.torch_backend.backend import TorchBackend
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+KEY = "integration-test-key"
+PROMPTS = ["Name a color.", "Name an animal."]
+
+
+@dataclass
+class Fleet:
+    backend: TorchBackend
+    model: art.TrainableModel
+    client: AsyncOpenAI
+    path: Path
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def fleet(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fleet]:
+    path = tmp_path_factory.mktemp("art")
+    backend = TorchBackend(path=str(path), api_key=KEY)
+    model = art.TrainableModel(name="agent", project="it", base_model="smollm2-135m-instruct")
+    await model.register(backend)
+    assert model.inference_base_url is not None
+    client = AsyncOpenAI(base_url=model.inference_base_url, api_key=KEY, max_retries=0)
+    try:
+        yield Fleet(backend, model, client, path)
+    finally:
+        await client.close()
+        await backend.close()
+
+
+async def _ask(fleet: Fleet, prompt: str, **kwargs: object) -> openai.types.chat.ChatCompletion:
+    return await fleet.client.chat.completions.create(
+        model=fleet.model.get_inference_name(),
+        messages=[{"role": "user", "content": prompt}],
+        **{"max_tokens": 8, "logprobs": True, **kwargs},  # type: ignore[arg-type]
+    )
+
+
+async def test_tokenizer_has_chatml_template_and_real_pad(fleet: Fleet) -> None:
+    tokenizer = fleet.backend._states["agent"].tokenizer
+    assert "<|im_start|>" in tokenizer.chat_template
+    assert 0 <= tokenizer.pad_token_id < tokenizer.vocab_size
+
+
+async def test_models_lists_the_served_policy(fleet: Fleet) -> None:
+    assert fleet.model.get_inference_name() == "agent@0"
+    models = await fleet.client.models.list()
+    assert [m.id for m in models.data] == ["agent@0"]
+
+
+async def test_chat_completion_with_n_and_token_id_logprobs(fleet: Fleet) -> None:
+    response = await _ask(fleet, PROMPTS[0], n=2, top_logprobs=2, seed=3)
+    assert response.model == "agent@0"
+    assert len(response.choices) == 2
+    end_of_turn = fleet.backend._states["agent"].tokenizer.eos_token_id
+    for choice in response.choices:
+        assert choice.finish_reason in ("stop", "length")
+        assert choice.logprobs is not None and choice.logprobs.content
+        tokens = choice.logprobs.content
+        assert all(t.token.startswith("token_id:") for t in tokens)
+        assert all(t.logprob <= 0 and len(t.top_logprobs) == 2 for t in tokens)
+        ids = [int(t.token.split(":")[1]) for t in tokens]
+        assert (ids[-1] == end_of_turn) == (choice.finish_reason == "stop")
+        assert "<|im_end|>" not in (choice.message.content or "")
+    assert response.usage is not None
+    assert response.usage.completion_tokens == sum(
+        len(c.logprobs.content or []) for c in response.choices if c.logprobs
+    )
+
+
+def _batch_histogram(bucket: str) -> float:
+    labels = {"le": bucket}
+    return REGISTRY.get_sample_value("artfleet_trainer_batch_size_bucket", labels) or 0.0
+
+
+async def test_concurrent_requests_are_batched(fleet: Fleet) -> None:
+    small, total = _batch_histogram("2.0"), _batch_histogram("+Inf")
+    responses = await asyncio.gather(*[_ask(fleet, f"Count to {i}.") for i in range(4)])
+    assert all(len(r.choices) == 1 for r in responses)
+    # Some slice held more than 2 rows: the 4 requests were generated together.
+    assert (_batch_histogram("+Inf") - total) - (_batch_histogram("2.0") - small) >= 1
+
+
+async def test_wrong_key_is_401(fleet: Fleet) -> None:
+    bad = AsyncOpenAI(base_url=fleet.model.inference_base_url, api_key="nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as caught:
+        await bad.chat.completions.create(
+            model="agent@0", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+    await bad.close()
+    assert caught.value.status_code == 401
+
+
+@pytest.mark.parametrize("name", ["ghost", "agent@7"])
+async def test_unknown_model_or_step_is_404(fleet: Fleet, name: str) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        await fleet.client.chat.completions.create(
+            model=name, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+    assert caught.value.status_code == 404
+
+
+async def test_malformed_body_is_400(fleet: Fleet) -> None:
+    url = f"{fleet.model.inference_base_url}/chat/completions"
+    headers = {"Authorization": f"Bearer {KEY}"}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url, data=b"{oops", headers=headers) as response:
+            assert response.status == 400
+            assert "error" in await response.json()
+
+
+async def _groups(fleet: Fleet, rewards: list[float]) -> list[art.TrajectoryGroup]:
+    """Real completions as ART trajectories (assistant turns stay `Choice` objects)."""
+    responses = await asyncio.gather(
+        *[_ask(fleet, p, n=len(rewards), max_tokens=12, temperature=1.0) for p in PROMPTS]
+    )
+    groups = []
+    for prompt, response in zip(PROMPTS, responses, strict=True):
+        trajectories = []
+        for choice, reward in zip(response.choices, rewards, strict=True):
+            assert isinstance(choice, Choice)
+            messages = [{"role": "user", "content": prompt}, choice]
+            trajectories.append(art.Trajectory(messages_and_choices=messages, reward=reward))
+        groups.append(art.TrajectoryGroup(trajectories))
+    return groups
+
+
+async def test_old_logprobs_equal_new_before_any_update(fleet: Fleet) -> None:
+    groups = await _groups(fleet, [0.0, 1.0, 0.5, 0.2])
+    state = fleet.backend._states["agent"]
+    _, dev_config = training.build_train_configs(5e-6, {})
+    batch = training.pack_trajectory_groups(state.tokenizer, groups, dev_config, max_context=8192)
+    assert batch is not None and batch.num_results == 8
+    packed = batch.tensors
+    with torch.no_grad():
+        new, _ = training.compute_logprobs(
+            state.peft_model,
+            packed["tokens"],
+            packed["input_pos"],
+            packed["group_ids"],
+            packed["parent_ids"],
+        )
+    old = torch.nn.functional.pad(packed["logprobs"][:, 1:], (0, 1), value=float("nan"))
+    sampled = ~torch.isnan(old)
+    assert int(sampled.sum()) == int(packed["assistant_mask"].sum())
+    assert float((old[sampled] - new[sampled]).abs().max()) < 1e-4
+
+
+def _lora_weights(fleet: Fleet) -> dict[str, torch.Tensor]:
+    peft_model = fleet.backend.peft_model_of(fleet.model)
+    return {n: p.detach().clone() for n, p in peft_model.named_parameters() if "lora_" in n}
+
+
+async def test_train_updates_weights_saves_and_serves_step_1(fleet: Fleet) -> None:
+    groups = await _groups(fleet, [0.0, 1.0, 0.5, 0.2])
+    before = _lora_weights(fleet)
+    result = await fleet.backend.train(fleet.model, groups, learning_rate=1e-4)
+    after = _lora_weights(fleet)
+    assert result.step == 1
+    assert result.metrics["trained_sequences"] == 8
+    assert result.metrics["grad_norm"] > 0 and result.metrics["tokens"] > 0
+    assert any(not torch.equal(before[n], after[n]) for n in before)
+    checkpoint = fleet.path / "it" / "models" / "agent" / "checkpoints" / "0001"
+    assert (checkpoint / "adapter_model.safetensors").is_file()
+    assert fleet.model.get_inference_name() == "agent@1"
+    assert await fleet.model.get_step() == 1
+    assert (await _ask(fleet, "hi")).model == "agent@1"
+    with pytest.raises(openai.NotFoundError):  # step 0 is no longer served
+        await fleet.client.chat.completions.create(
+            model="agent@0", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+
+
+async def test_equal_rewards_still_advance_the_step(fleet: Fleet) -> None:
+    groups = await _groups(fleet, [1.0, 1.0])
+    before = _lora_weights(fleet)
+    result = await fleet.backend.train(fleet.model, groups)
+    assert result.step == 2
+    assert result.metrics["trained_sequences"] == 0
+    assert all(torch.equal(before[n], w) for n, w in _lora_weights(fleet).items())
+    assert (fleet.path / "it" / "models" / "agent" / "checkpoints" / "0002").is_dir()
+    assert fleet.model.get_inference_name() == "agent@2"
+
+
+async def test_a_fresh_backend_resumes_from_the_latest_checkpoint(fleet: Fleet) -> None:
+    trained = _lora_weights(fleet)
+    again = TorchBackend(path=str(fleet.path), api_key=KEY)
+    model = art.TrainableModel(name="agent", project="it", base_model="smollm2-135m-instruct")
+    await again.register(model)  # no server needed: register alone loads the weights
+    try:
+        assert await again._get_step(model) == 2
+        assert again._model_inference_name(model) == "agent@2"
+        resumed = again.peft_model_of(model)
+        weights = {n: p.detach() for n, p in resumed.named_parameters() if "lora_" in n}
+        assert weights.keys() == trained.keys()
+        assert all(torch.equal(trained[n], weights[n]) for n in trained)
+    finally:
+        await again.close()
