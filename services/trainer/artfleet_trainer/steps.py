@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,11 @@ def _turns(trajectory: art.Trajectory) -> float:
     return float(value) if value is not None else 0.0
 
 
+def _finite(value: object) -> float:
+    number = float(value)  # type: ignore[arg-type]
+    return number if math.isfinite(number) else 0.0
+
+
 def summarize_step(
     step: int, groups: Sequence[art.TrajectoryGroup], result: Any, rollout_s: float, step_s: float
 ) -> pb.StepSummary:
@@ -38,7 +44,7 @@ def summarize_step(
         step_seconds=step_s,
         trajectories=len(trajectories),
         groups=sum(1 for g in groups if g.trajectories),
-        loss=float(train_metrics.get("loss", 0.0)),
+        loss=_finite(train_metrics.get("loss", 0.0)),
         trained_sequences=int(train_metrics.get("trained_sequences", 0)),
         rollout_seconds=rollout_s,
         train_seconds=step_s - rollout_s,

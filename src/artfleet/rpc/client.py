@@ -20,7 +20,7 @@ def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"), ("x-request-id", uuid.uuid4().hex[:12]))
 
 
-class _AioAuth(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+class _AioAuth:
     def __init__(self, token: str) -> None:
         self._token = token
 
@@ -34,16 +34,23 @@ class _AioAuth(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientI
             details.wait_for_ready,
         )
 
+
+# grpc.aio files an interceptor under the first call kind it implements only: one class each.
+class _AioUnaryAuth(_AioAuth, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(self._details(details), request)
 
+
+class _AioStreamAuth(_AioAuth, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(self._details(details), request)
 
 
 def aio_channel(target: str, token: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(
-        target, options=list(CHANNEL_OPTIONS), interceptors=[_AioAuth(token)]
+        target,
+        options=list(CHANNEL_OPTIONS),
+        interceptors=[_AioUnaryAuth(token), _AioStreamAuth(token)],
     )
 
 

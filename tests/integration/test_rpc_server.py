@@ -1,0 +1,112 @@
+"""The shared server bootstrap on a real grpc.aio server: health, auth, error mapping,
+metrics, bounded shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from artfleet.config import ServerSettings
+from artfleet.errors import InvalidArgument, NotFound
+from artfleet.rpc.client import aio_channel
+from artfleet.rpc.server import GrpcServer
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+
+TOKEN = "test-token-123"
+
+
+class _Servicer(trainer_pb2_grpc.TrainerServicer):
+    async def GetJob(self, request: trainer_pb2.GetJobRequest, context: object) -> pb.Job:
+        if request.job_id == "missing":
+            raise NotFound("no job with id 'missing'")
+        if request.job_id == "boom":
+            raise RuntimeError("secret internals")
+        if request.job_id == "slow":
+            await asyncio.sleep(30)
+        return pb.Job(id=request.job_id)
+
+    async def WatchJob(
+        self, request: trainer_pb2.WatchJobRequest, context: object
+    ) -> AsyncIterator[pb.ProgressEvent]:
+        yield pb.ProgressEvent(seq=1)
+        raise InvalidArgument("must be >= 0", "from_seq")
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[GrpcServer]:
+    settings = ServerSettings(api_token=TOKEN, port=0, metrics_port=0)
+    servicer = _Servicer()
+    srv = GrpcServer(
+        settings,
+        "test",
+        [lambda s: trainer_pb2_grpc.add_TrainerServicer_to_server(servicer, s)],
+        ["artfleet.v1.Trainer"],
+    )
+    await srv.start()
+    yield srv
+    await srv.stop(1)
+
+
+async def _health(port: int) -> int:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="artfleet.v1.Trainer")
+        )
+        return int(reply.status)
+
+
+async def test_health_says_serving_only_when_ready(server: GrpcServer) -> None:
+    assert await _health(server.port) == health_pb2.HealthCheckResponse.NOT_SERVING
+    await server.set_serving(True)
+    assert await _health(server.port) == health_pb2.HealthCheckResponse.SERVING
+
+
+@pytest.mark.parametrize("token", ["", "wrong"])
+async def test_missing_or_wrong_token_is_unauthenticated(server: GrpcServer, token: str) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = trainer_pb2_grpc.TrainerStub(channel)
+        metadata = (("authorization", f"Bearer {token}"),) if token else None
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.GetJob(trainer_pb2.GetJobRequest(job_id="x"), metadata=metadata)
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_errors_map_to_status_codes(server: GrpcServer) -> None:
+    async with aio_channel(f"127.0.0.1:{server.port}", TOKEN) as channel:
+        stub = trainer_pb2_grpc.TrainerStub(channel)
+        assert (await stub.GetJob(trainer_pb2.GetJobRequest(job_id="ok"))).id == "ok"
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.GetJob(trainer_pb2.GetJobRequest(job_id="missing"))
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.GetJob(trainer_pb2.GetJobRequest(job_id="boom"))
+        assert info.value.code() == grpc.StatusCode.INTERNAL
+        assert "secret internals" not in (info.value.details() or "")
+        events = []
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            async for event in stub.WatchJob(trainer_pb2.WatchJobRequest()):
+                events.append(event)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert info.value.details() == "from_seq: must be >= 0"
+    body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics.port}/metrics").read()
+    assert b'artfleet_rpc_requests_total{code="NOT_FOUND",method="GetJob",service="test"}' in body
+
+
+async def test_stop_is_bounded_by_the_grace(server: GrpcServer) -> None:
+    async with aio_channel(f"127.0.0.1:{server.port}", TOKEN) as channel:
+        call = trainer_pb2_grpc.TrainerStub(channel).GetJob(
+            trainer_pb2.GetJobRequest(job_id="slow")
+        )
+        await asyncio.sleep(0.2)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await server.stop(0.5)
+        assert loop.time() - start < 5
+        with pytest.raises(grpc.aio.AioRpcError):
+            await call

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from artfleet.errors import InvalidArgument
+from artfleet.jobspec import JobSpecModel, spec_from_proto, spec_to_proto, validate_spec
+from artfleet.v1 import common_pb2 as pb
+
+
+def test_proto_round_trip_keeps_every_field() -> None:
+    spec = JobSpecModel(
+        name="x",
+        steps=7,
+        temperature=0.0,
+        seed=0,
+        reward=[{"name": "process", "weight": 2.0, "params": {"a": 1}}],
+    )
+    assert spec_from_proto(spec_to_proto(spec)) == spec
+
+
+def test_unset_proto_fields_take_the_defaults() -> None:
+    assert spec_from_proto(pb.JobSpec()) == JobSpecModel()
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"steps": 0}, "steps"),
+        ({"rollouts_per_group": 1}, "rollouts_per_group"),
+        ({"name": "Bad Name"}, "name"),
+        ({"backend": "jax"}, "backend"),
+        ({"reward": [{"name": "process"}, {"weight": 1}]}, "reward[1].name"),
+        ({"stepz": 3}, "stepz"),
+    ],
+)
+def test_invalid_specs_name_the_field(data: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        validate_spec(data)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+
+
+def test_bad_params_json_names_the_field() -> None:
+    message = pb.JobSpec(reward=pb.RewardSpec(scorers=[pb.ScorerSpec(name="p", params_json="{")]))
+    with pytest.raises(InvalidArgument) as info:
+        spec_from_proto(message)
+    assert info.value.field == "reward[0].params"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "artfleet.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"ARTFLEET_API_TOKEN": "t", "PATH": "/usr/bin"},
+    )
+
+
+def test_cli_rejects_a_bad_spec_with_exit_2(tmp_path: Path) -> None:
+    result = _cli("jobs", "submit", "--steps", "0", "--target", "127.0.0.1:1")
+    assert result.returncode == 2
+    assert "steps" in result.stderr and "Traceback" not in result.stderr
+    job = tmp_path / "job.yaml"
+    job.write_text("steps: 2\nrollouts_per_group: one\n")
+    result = _cli("jobs", "submit", str(job))
+    assert result.returncode == 2 and "rollouts_per_group" in result.stderr
+    job.write_text(json.dumps([1, 2]))
+    assert _cli("jobs", "submit", str(job)).returncode == 2
+
+
+def test_cli_unreachable_trainer_is_exit_1() -> None:
+    result = _cli("jobs", "list", "--target", "127.0.0.1:1")
+    assert result.returncode == 1
+    assert "cannot reach the trainer" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import pytest
+
+from artfleet_trainer import scheduling
+
+IDS = [f"s{i}" for i in range(5)]
+
+
+def test_steps_walk_whole_epochs_without_repeats() -> None:
+    picked = [s for step in range(1, 6) for s in scheduling.scenarios_for_step(IDS, 7, step, 2)]
+    # 10 picks = 2 epochs: each epoch is a permutation of all scenarios.
+    assert sorted(picked[:5]) == IDS and sorted(picked[5:]) == IDS
+
+
+def test_deterministic_from_seed_and_step_only() -> None:
+    again = scheduling.scenarios_for_step(list(reversed(IDS)), 7, 3, 2)
+    assert scheduling.scenarios_for_step(IDS, 7, 3, 2) == again
+    seeds = {tuple(scheduling.scenarios_for_step(IDS, seed, 1, 5)) for seed in range(10)}
+    assert len(seeds) > 1
+
+
+def test_empty_split_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        scheduling.scenarios_for_step([], 0, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("groups", "fraction", "expected"),
+    [(4, 0.5, 2), (3, 0.5, 2), (1, 0.1, 1), (10, 1.0, 10), (7, 0.3, 3)],
+)
+def test_quorum(groups: int, fraction: float, expected: int) -> None:
+    assert scheduling.quorum(groups, fraction) == expected
+
+
+def test_mean_std() -> None:
+    assert scheduling.mean_std([]) == (0.0, 0.0)
+    assert scheduling.mean_std([1.0, 3.0]) == (2.0, 1.0)
