@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from pydantic import SecretStr
 
 from artfleet.config import ServerSettings
 from artfleet.errors import InvalidArgument, NotFound
@@ -40,7 +41,7 @@ class _Servicer(trainer_pb2_grpc.TrainerServicer):
 
 @pytest.fixture
 async def server() -> AsyncIterator[GrpcServer]:
-    settings = ServerSettings(api_token=TOKEN, port=0, metrics_port=0)
+    settings = ServerSettings(api_token=SecretStr(TOKEN), port=0, metrics_port=0)
     servicer = _Servicer()
     srv = GrpcServer(
         settings,
@@ -94,7 +95,8 @@ async def test_errors_map_to_status_codes(server: GrpcServer) -> None:
                 events.append(event)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert info.value.details() == "from_seq: must be >= 0"
-    body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics.port}/metrics").read()
+    url = f"http://127.0.0.1:{server.metrics.port}/metrics"
+    body = await asyncio.to_thread(lambda: urllib.request.urlopen(url).read())
     assert b'artfleet_rpc_requests_total{code="NOT_FOUND",method="GetJob",service="test"}' in body
 
 

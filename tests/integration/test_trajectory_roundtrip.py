@@ -8,7 +8,7 @@ import pytest
 import redis
 from art.preprocessing.tokenize import tokenize_trajectory_groups
 from openai.types.chat.chat_completion import Choice
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from artfleet import codec
 from artfleet.art_compat import art
@@ -21,15 +21,15 @@ TURNS = ("THOUGHT: list files\n```bash\nls\n```", "THOUGHT: done\n```bash\nsubmi
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> object:
+def tokenizer() -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(ensure_embedded_cache())
 
 
-def _choice(tokenizer: object, text: str, base: float) -> Choice:
+def _choice(tokenizer: PreTrainedTokenizerBase, text: str, base: float) -> Choice:
     ids = [
-        *tokenizer.encode(text, add_special_tokens=False),  # type: ignore[attr-defined]
+        *tokenizer.encode(text, add_special_tokens=False),
         tokenizer.convert_tokens_to_ids("<|im_end|>"),
-    ]  # type: ignore[attr-defined]
+    ]
     return Choice.model_validate(
         {
             "index": 0,
@@ -51,7 +51,7 @@ def _choice(tokenizer: object, text: str, base: float) -> Choice:
     )
 
 
-def _trajectory(tokenizer: object, reward: float) -> art.Trajectory:
+def _trajectory(tokenizer: PreTrainedTokenizerBase, reward: float) -> art.Trajectory:
     return art.Trajectory(
         messages_and_choices=[
             {"role": "system", "content": "You are a terminal agent."},
@@ -65,7 +65,9 @@ def _trajectory(tokenizer: object, reward: float) -> art.Trajectory:
     )
 
 
-def test_redis_round_trip_stays_trainable(tokenizer: object, redis_url: str) -> None:
+def test_redis_round_trip_stays_trainable(
+    tokenizer: PreTrainedTokenizerBase, redis_url: str
+) -> None:
     group = art.TrajectoryGroup([_trajectory(tokenizer, 0.1), _trajectory(tokenizer, 0.9)])
     store = redis.Redis.from_url(redis_url)
     store.set("artfleet:test:group", codec.group_to_proto(group).SerializeToString())
@@ -77,7 +79,7 @@ def test_redis_round_trip_stays_trainable(tokenizer: object, redis_url: str) -> 
         tokenize_trajectory_groups(
             tokenizer, [back], allow_training_without_logprobs=False, scale_rewards=True
         )
-    )  # type: ignore[arg-type]
+    )
     assert len(results) == 2  # both trajectories carry a non-zero advantage
     for result in results:
         choices = [c for c in result.trajectory.messages_and_choices if isinstance(c, Choice)]

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from artfleet.errors import InvalidArgument
-from artfleet.jobspec import JobSpecModel, spec_from_proto, spec_to_proto, validate_spec
+from artfleet.jobspec import (
+    JobSpecModel,
+    ScorerModel,
+    spec_from_proto,
+    spec_to_proto,
+    validate_spec,
+)
 from artfleet.v1 import common_pb2 as pb
 
 
@@ -18,7 +24,7 @@ def test_proto_round_trip_keeps_every_field() -> None:
         steps=7,
         temperature=0.0,
         seed=0,
-        reward=[{"name": "process", "weight": 2.0, "params": {"a": 1}}],
+        reward=[ScorerModel(name="process", weight=2.0, params={"a": 1})],
     )
     assert spec_from_proto(spec_to_proto(spec)) == spec
 

@@ -49,7 +49,13 @@ class GroupRunner:
         except KeyError as exc:
             raise InvalidArgument(str(exc), "task.scenario_id") from None
         start = time.perf_counter()
-        model = AsyncOpenAI(base_url=task.model_base_url, api_key=self._token, max_retries=1)
+        # Retries with backoff ride out a trainer restart (its endpoint comes back, serving
+        # the same policy) instead of failing every episode in flight.
+        model = AsyncOpenAI(
+            base_url=task.model_base_url,
+            api_key=self._token,
+            max_retries=self._settings.model_retries,
+        )
         try:
             async with aio_channel(self._settings.sandbox_target, self._token) as channel:
                 ctx = EpisodeContext(

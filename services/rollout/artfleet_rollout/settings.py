@@ -13,6 +13,7 @@ class RolloutSettings(ServerSettings):
     exec_timeout_s: float = Field(default=20.0, gt=0, description="per agent command")
     check_timeout_s: float = Field(default=30.0, gt=0, description="the scenario's check")
     observation_chars: int = Field(default=1200, ge=100, description="per observation")
+    model_retries: int = Field(default=10, ge=0, le=50, description="backoff up to ~1 min")
     model_timeout_s: float = Field(default=600.0, gt=0, description="per model call")
     groups_concurrency: int = Field(default=4, ge=1, le=64, description="groups at once")
     celery_worker: bool = Field(default=True, description="consume the rollout queue")

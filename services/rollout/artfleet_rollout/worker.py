@@ -31,6 +31,23 @@ def failed_group(task: rollout_pb2.GroupTask, exc: BaseException) -> rollout_pb2
     return rollout_pb2.RunGroupResponse(group=group)
 
 
+def is_scored(raw: bytes | None) -> bool:
+    return raw is not None and bool(rollout_pb2.RunGroupResponse.FromString(raw).group.trajectories)
+
+
+def publish(
+    store: redis.Redis, key: str, group_id: str, response: rollout_pb2.RunGroupResponse
+) -> None:
+    """A scored group replaces a failure; a failure never replaces anything."""
+    if response.group.trajectories:
+        store.hset(key, group_id, response.SerializeToString())
+        metrics.GROUPS.labels("ok").inc()
+    else:
+        store.hsetnx(key, group_id, response.SerializeToString())
+        metrics.GROUPS.labels("failed").inc()
+    store.expire(key, BATCH_TTL_S)
+
+
 def create_worker_app(settings: RolloutSettings) -> Celery:
     app = make_celery(settings.redis_url, name="artfleet-rollout")
     runner = GroupRunner(settings)
@@ -40,17 +57,14 @@ def create_worker_app(settings: RolloutSettings) -> Celery:
     def run_group(payload: str) -> None:
         task = rollout_pb2.GroupTask.FromString(decode_payload(payload))
         key = batch_key(task.job_id, task.step)
-        if store.hexists(key, task.group_id):
+        if is_scored(store.hget(key, task.group_id)):  # type: ignore[arg-type]
             log.info("group %s already published; skipping", task.group_id)
             return
         try:
             response = asyncio.run(runner.run(task))
-            metrics.GROUPS.labels("ok").inc()
         except Exception as exc:
             log.exception("group %s failed", task.group_id)
-            metrics.GROUPS.labels("failed").inc()
             response = failed_group(task, exc)
-        store.hsetnx(key, task.group_id, response.SerializeToString())
-        store.expire(key, BATCH_TTL_S)
+        publish(store, key, task.group_id, response)
 
     return app

@@ -195,7 +195,11 @@ class JobRunner:
             )
             for i, scenario in enumerate(picked)
         ]
-        ready = set(await self._store.batch(job.id, step))
+        # After a restart the step's batch may hold groups already scored (keep them) and
+        # failures from rollouts that lost the old trainer (drop them: they run again).
+        batch = await self._store.batch(job.id, step)
+        ready = {gid for gid, response in batch.items() if response.group.trajectories}
+        await self._store.drop_groups(job.id, step, set(batch) - ready)
         await self._dispatcher.enqueue(tasks, skip=ready)
         return await self._dispatcher.gather(
             job.id,

@@ -131,6 +131,10 @@ class JobStore:
         raw = await self._redis.hgetall(batch_key(job_id, step))
         return {k.decode(): rollout_pb2.RunGroupResponse.FromString(v) for k, v in raw.items()}
 
+    async def drop_groups(self, job_id: str, step: int, group_ids: set[str]) -> None:
+        if group_ids:
+            await self._redis.hdel(batch_key(job_id, step), *group_ids)
+
     async def acquire_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
         """One trainer runs a job at a time; the lease lapses if its trainer dies."""
         key = f"{_job_key(job_id)}:lease"
