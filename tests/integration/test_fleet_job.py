@@ -19,7 +19,7 @@ from artfleet.jobspec import JobSpecModel, spec_to_proto
 from artfleet.queue import batch_key
 from artfleet.rpc.client import sync_channel
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import rollout_pb2, trainer_pb2, trainer_pb2_grpc
+from artfleet.v1 import reward_pb2, rollout_pb2, sandbox_pb2, trainer_pb2, trainer_pb2_grpc
 from artfleet_reward.scorers import score_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -170,23 +170,24 @@ def test_invalid_spec_is_rejected_with_the_field(
 
 
 SERVICES = {
-    "trainer": "artfleet.v1.Trainer",
-    "rollout": "artfleet.v1.Rollout",
-    "sandbox": "artfleet.v1.Sandbox",
-    "reward": "artfleet.v1.Reward",
+    "trainer": trainer_pb2,
+    "rollout": rollout_pb2,
+    "sandbox": sandbox_pb2,
+    "reward": reward_pb2,
 }
 
 
 @pytest.mark.parametrize("token", [None, "wrong-token"])
 def test_every_rpc_requires_the_token(fleet: LocalFleet, token: str | None) -> None:
-    from google.protobuf import descriptor_pool, message_factory
+    from google.protobuf import message_factory
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    pool = descriptor_pool.Default()
     metadata = None if token is None else (("authorization", f"Bearer {token}"),)
-    for name, full_name in SERVICES.items():
+    for name, module in SERVICES.items():
+        (service,) = module.DESCRIPTOR.services_by_name.values()
+        full_name = service.full_name
         with grpc.insecure_channel(f"127.0.0.1:{fleet.ports[name]}") as channel:
-            for method in pool.FindServiceByName(full_name).methods:
+            for method in service.methods:
                 request_cls = message_factory.GetMessageClass(method.input_type)
                 path = f"/{full_name}/{method.name}"
                 if method.server_streaming:

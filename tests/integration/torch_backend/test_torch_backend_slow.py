@@ -6,20 +6,25 @@ One backend (one event loop) for the whole module: loading the model is the slow
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import gguf
 import openai
 import pytest
 import pytest_asyncio
 import torch
 from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion import Choice
 from prometheus_client import REGISTRY
 
-from artfleet_trainer.torch_backend import training
+from artfleet_trainer.torch_backend import model_loader, training
 from artfleet_trainer.torch_backend.art_compat import art
 from artfleet_trainer.torch_backend.backend import TorchBackend
 
@@ -32,7 +37,7 @@ PROMPTS = ["Name a color.", "Name an animal."]
 @dataclass
 class Fleet:
     backend: TorchBackend
-    model: art.TrainableModel
+    model: art.TrainableModel[Any, Any]
     client: AsyncOpenAI
     path: Path
 
@@ -41,7 +46,9 @@ class Fleet:
 async def fleet(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fleet]:
     path = tmp_path_factory.mktemp("art")
     backend = TorchBackend(path=str(path), api_key=KEY)
-    model = art.TrainableModel(name="agent", project="it", base_model="smollm2-135m-instruct")
+    model: art.TrainableModel[Any, Any] = art.TrainableModel(
+        name="agent", project="it", base_model="smollm2-135m-instruct"
+    )
     await model.register(backend)
     assert model.inference_base_url is not None
     client = AsyncOpenAI(base_url=model.inference_base_url, api_key=KEY, max_retries=0)
@@ -52,11 +59,25 @@ async def fleet(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fleet
         await backend.close()
 
 
-async def _ask(fleet: Fleet, prompt: str, **kwargs: object) -> openai.types.chat.ChatCompletion:
+async def _ask(
+    fleet: Fleet,
+    prompt: str,
+    *,
+    n: int = 1,
+    max_tokens: int = 8,
+    temperature: float = 1.0,
+    top_logprobs: int | None = None,
+    seed: int | None = None,
+) -> ChatCompletion:
     return await fleet.client.chat.completions.create(
         model=fleet.model.get_inference_name(),
         messages=[{"role": "user", "content": prompt}],
-        **{"max_tokens": 8, "logprobs": True, **kwargs},  # type: ignore[arg-type]
+        n=n,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        logprobs=True,
+        top_logprobs=top_logprobs,
+        seed=seed,
     )
 
 
@@ -127,10 +148,12 @@ async def test_unknown_model_or_step_is_404(fleet: Fleet, name: str) -> None:
 async def test_malformed_body_is_400(fleet: Fleet) -> None:
     url = f"{fleet.model.inference_base_url}/chat/completions"
     headers = {"Authorization": f"Bearer {KEY}"}
-    async with aiohttp.ClientSession() as session:
-        async with session.post(url, data=b"{oops", headers=headers) as response:
-            assert response.status == 400
-            assert "error" in await response.json()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=b"{oops", headers=headers) as response,
+    ):
+        assert response.status == 400
+        assert "error" in await response.json()
 
 
 async def _groups(fleet: Fleet, rewards: list[float]) -> list[art.TrajectoryGroup]:
@@ -143,7 +166,7 @@ async def _groups(fleet: Fleet, rewards: list[float]) -> list[art.TrajectoryGrou
         trajectories = []
         for choice, reward in zip(response.choices, rewards, strict=True):
             assert isinstance(choice, Choice)
-            messages = [{"role": "user", "content": prompt}, choice]
+            messages: art.types.MessagesAndChoices = [{"role": "user", "content": prompt}, choice]
             trajectories.append(art.Trajectory(messages_and_choices=messages, reward=reward))
         groups.append(art.TrajectoryGroup(trajectories))
     return groups
@@ -156,14 +179,18 @@ async def test_old_logprobs_equal_new_before_any_update(fleet: Fleet) -> None:
     batch = training.pack_trajectory_groups(state.tokenizer, groups, dev_config, max_context=8192)
     assert batch is not None and batch.num_results == 8
     packed = batch.tensors
-    with torch.no_grad():
-        new, _ = training.compute_logprobs(
-            state.peft_model,
-            packed["tokens"],
-            packed["input_pos"],
-            packed["group_ids"],
-            packed["parent_ids"],
-        )
+
+    def score() -> torch.Tensor:
+        with torch.no_grad():
+            return training.compute_logprobs(
+                state.peft_model,
+                packed["tokens"],
+                packed["input_pos"],
+                packed["group_ids"],
+                packed["parent_ids"],
+            )[0]
+
+    new = await fleet.backend.run_on_torch_thread(score)  # where the backend's model runs
     old = torch.nn.functional.pad(packed["logprobs"][:, 1:], (0, 1), value=float("nan"))
     sampled = ~torch.isnan(old)
     assert int(sampled.sum()) == int(packed["assistant_mask"].sum())
@@ -209,7 +236,9 @@ async def test_equal_rewards_still_advance_the_step(fleet: Fleet) -> None:
 async def test_a_fresh_backend_resumes_from_the_latest_checkpoint(fleet: Fleet) -> None:
     trained = _lora_weights(fleet)
     again = TorchBackend(path=str(fleet.path), api_key=KEY)
-    model = art.TrainableModel(name="agent", project="it", base_model="smollm2-135m-instruct")
+    model: art.TrainableModel[Any, Any] = art.TrainableModel(
+        name="agent", project="it", base_model="smollm2-135m-instruct"
+    )
     await again.register(model)  # no server needed: register alone loads the weights
     try:
         assert await again._get_step(model) == 2
@@ -220,3 +249,34 @@ async def test_a_fresh_backend_resumes_from_the_latest_checkpoint(fleet: Fleet) 
         assert all(torch.equal(trained[n], weights[n]) for n in trained)
     finally:
         await again.close()
+
+
+async def test_the_gguf_carries_smollm2s_chat_template(fleet: Fleet) -> None:
+    reader = gguf.GGUFReader(str(model_loader.embedded_gguf_path()))
+    field = reader.fields["tokenizer.chat_template"]
+    assert bytes(field.parts[field.data[0]]).decode() == model_loader.CHATML_TEMPLATE
+
+
+async def test_a_local_hf_folder_is_a_base_model(fleet: Fleet) -> None:
+    folder = str(model_loader.DEFAULT_CACHE_DIR.expanduser())  # written by the fixture
+    loaded = await fleet.backend.run_on_torch_thread(model_loader.load_base_model, folder)
+    assert loaded.source == folder
+    assert loaded.tokenizer.chat_template == model_loader.CHATML_TEMPLATE
+
+
+def _staging_leftovers(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if ".tmp-" in p.name]
+
+
+async def test_first_load_converts_the_gguf_into_a_cache(fleet: Fleet, tmp_path: Path) -> None:
+    cache = tmp_path / "smollm2"
+    loaded = await fleet.backend.run_on_torch_thread(
+        functools.partial(model_loader.load_base_model, cache_dir=cache)
+    )
+    assert loaded.source == str(cache)
+    assert (cache / "model.safetensors").is_file() and (cache / ".artfleet-complete").is_file()
+    assert not _staging_leftovers(tmp_path)
+    assert loaded.tokenizer.chat_template == model_loader.CHATML_TEMPLATE
+    assert loaded.tokenizer.pad_token_id == loaded.tokenizer.eos_token_id == 2
+    config = json.loads((cache / "config.json").read_text())
+    assert "quantization_config" not in config  # plain fp32 weights, no GGUF left

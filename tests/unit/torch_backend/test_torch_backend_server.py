@@ -31,9 +31,11 @@ async def _call(
     headers = {"Content-Type": "application/json"}
     if key is not None:
         headers["Authorization"] = f"Bearer {key}"
-    async with aiohttp.ClientSession() as session:
-        async with session.request(method, url, headers=headers, data=data) as response:
-            return response.status, await response.json()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, url, headers=headers, data=data) as response,
+    ):
+        return response.status, await response.json()
 
 
 def _assert_error(body: dict) -> dict:

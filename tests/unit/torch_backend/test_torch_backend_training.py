@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,17 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from artfleet_trainer.torch_backend import checkpoints, training
 from artfleet_trainer.torch_backend.generation import _left_pad, top_p_filter
+from artfleet_trainer.torch_backend.worker import torch_threads
 
 NEG_INF = float("-inf")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread() -> Iterator[None]:
+    # A tiny model gains nothing from threads, and on a busy 2-core machine a 2-thread
+    # OpenMP team stalls at every op (measurements in torch_backend/worker.py).
+    with torch_threads(1):
+        yield
 
 
 def _tiny_llama() -> LlamaForCausalLM:
@@ -87,7 +97,7 @@ def test_chunked_logprobs_equal_a_plain_forward(tiny_model: LlamaForCausalLM) ->
 def test_packed_rows_score_like_separate_sequences(tiny_model: LlamaForCausalLM) -> None:
     # ART shares the prompt minus its last token; each completion repeats that token.
     prompt, a, b = [3, 9, 12, 5], [20, 21, 22], [30, 31]
-    row = prompt[:-1] + [prompt[-1], *a] + [prompt[-1], *b] + [0, 0]
+    row = [*prompt[:-1], prompt[-1], *a, prompt[-1], *b, 0, 0]
     group_ids = [1] * 3 + [2] * 4 + [3] * 3 + [-1] * 2
     parent_ids = [1] * 10 + [-1] * 2
     input_pos = [0, 1, 2, 3, 4, 5, 6, 3, 4, 5, 0, 0]
@@ -115,7 +125,7 @@ def _single(model: LlamaForCausalLM, tokens: list[int]) -> torch.Tensor:
 def test_lora_defaults_follow_art() -> None:
     config = training.lora_config()
     assert (config.r, config.lora_alpha, config.lora_dropout) == (8, 16, 0.0)
-    assert set(config.target_modules) == set(training.LORA_TARGET_MODULES)
+    assert sorted(config.target_modules or ()) == sorted(training.LORA_TARGET_MODULES)
     optimizer = training.make_optimizer([torch.nn.Parameter(torch.zeros(1))])
     assert optimizer.defaults["betas"] == (0.9, 0.99)
     assert optimizer.defaults["weight_decay"] == 0.1

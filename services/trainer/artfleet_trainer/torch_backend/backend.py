@@ -9,8 +9,9 @@ A job runner speaks only ART:
     client = model.openai_client()         # rollouts call it with model.get_inference_name()
     result = await backend.train(model, groups, learning_rate=5e-6)
 
-Model work runs in worker threads (the event loop and the server stay responsive), and
-one FIFO gate keeps generation and training from touching the model at the same time.
+Model work runs on one dedicated torch thread (the event loop and the server stay
+responsive), and one FIFO gate keeps generation and training from touching the model
+at the same time.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from peft import PeftModel, get_peft_model
@@ -34,8 +35,10 @@ from .generation import BatchEngine, stop_token_ids_of
 from .model_loader import load_base_model
 from .scheduler import GenerationScheduler
 from .server import InferenceServer, ServedPolicy
+from .worker import TorchWorker, torch_threads, training_threads
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -64,6 +67,8 @@ class TorchBackend:
         cache_dir: str | None = None,
         lora_rank: int = 8,
         num_threads: int | None = None,
+        train_num_threads: int | None = None,
+        activation_checkpointing: bool = True,
         advertise_host: str | None = None,
         max_batch_rows: int = 32,
         batch_window_s: float = 0.03,
@@ -71,7 +76,11 @@ class TorchBackend:
     ) -> None:
         """`api_key` guards the server (a random one when None; `_prepare_backend_for_training`
         returns it). `advertise_host` is the host put in base_url when clients reach the
-        server by another name (e.g. a compose service name while binding 0.0.0.0)."""
+        server by another name (e.g. a compose service name while binding 0.0.0.0).
+        `num_threads` (torch threads for loading and generation) defaults to all cores
+        but one; `train_num_threads` to all cores when the machine is otherwise idle at
+        the start of a step, else all but one (see worker.py for the measurements).
+        `activation_checkpointing` halves training memory at about the same speed."""
         self._path = path
         self.device = device
         self.cache_dir = cache_dir
@@ -80,8 +89,9 @@ class TorchBackend:
         self.batch_window_s = batch_window_s
         self.api_key = api_key or secrets.token_urlsafe(24)
         self._advertise_host = advertise_host
-        if num_threads:
-            torch.set_num_threads(num_threads)
+        self._worker = TorchWorker(num_threads)  # every torch op of this backend runs there
+        self.train_num_threads = train_num_threads  # None: decided per step, see worker.py
+        self.activation_checkpointing = activation_checkpointing
         self._states: dict[str, _ModelState] = {}
         self._policies: dict[str, ServedPolicy] = {}
         self._gate = asyncio.Lock()  # generation slices and training steps take turns
@@ -114,6 +124,11 @@ class TorchBackend:
         await self._server.stop()
         for state in self._states.values():
             await state.policy.scheduler.close()
+        self._worker.shutdown()
+
+    async def run_on_torch_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(*args)` on this backend's torch thread (where all its model work runs)."""
+        return await self._worker.run(fn, *args)
 
     # --- registration and steps -------------------------------------------------------
 
@@ -130,29 +145,29 @@ class TorchBackend:
                 raise ValueError(f"a model named {model.name!r} is already registered")
             existing.model = model
             return
-        state = await asyncio.to_thread(self._load_state, model, output_dir)
+        state = await self._worker.run(self._load_state, model, output_dir)
         self._states[model.name] = state
         self._policies[model.name] = state.policy
 
     def _load_state(self, model: art.TrainableModel, output_dir: Path) -> _ModelState:
+        """Torch thread: base weights + the latest adapter and optimizer state, if any."""
         loaded = load_base_model(model.base_model, cache_dir=self.cache_dir, device=self.device)
-        steps = checkpoints.checkpoint_steps(output_dir)
-        if steps:  # a restarted trainer resumes from its latest adapter
-            latest = checkpoints.checkpoint_dir(output_dir, steps[-1])
+        step = checkpoints.latest_step(output_dir)
+        latest = checkpoints.checkpoint_dir(output_dir, step)
+        resume = (latest / checkpoints.ADAPTER_CONFIG).is_file()
+        if resume:  # a restarted trainer goes on from its latest adapter
             peft_model = PeftModel.from_pretrained(loaded.model, str(latest), is_trainable=True)
         else:
             peft_model = get_peft_model(loaded.model, training.lora_config(self.lora_rank))
+        if self.activation_checkpointing:
+            training.enable_activation_checkpointing(peft_model)
         peft_model.eval()
-        trainable = [p for p in peft_model.parameters() if p.requires_grad]
-        optimizer = training.make_optimizer(trainable)
-        if steps:
-            latest_dir = checkpoints.checkpoint_dir(output_dir, steps[-1])
-            optimizer_state = checkpoints.load_optimizer_state(latest_dir)
-            if optimizer_state is not None:
-                optimizer.load_state_dict(optimizer_state)
-        else:  # step 0 on disk too, so `name@0` can be reloaded like any other step
+        optimizer = training.make_optimizer([p for p in peft_model.parameters() if p.requires_grad])
+        optimizer_state = checkpoints.load_optimizer_state(latest) if resume else None
+        if optimizer_state is not None:
+            optimizer.load_state_dict(optimizer_state)
+        if not resume:  # step 0 on disk too, so `name@0` can be reloaded like any other step
             checkpoints.save_checkpoint(peft_model, output_dir, 0)
-        step = steps[-1] if steps else 0
         log.info("registered %s at step %d (%.1fs to load)", model.name, step, loaded.load_seconds)
         return _ModelState(
             model,
@@ -175,6 +190,7 @@ class TorchBackend:
         scheduler = GenerationScheduler(
             engine,
             self._gate,
+            self._worker,
             max_batch_rows=self.max_batch_rows,
             batch_window_s=self.batch_window_s,
         )
@@ -208,7 +224,7 @@ class TorchBackend:
         if state is not None:
             keep.add(state.policy.step)  # never the step being served
         output_dir = checkpoints.model_dir(self._path, model)
-        await asyncio.to_thread(checkpoints.delete_checkpoints, output_dir, keep)
+        await self._worker.run(checkpoints.delete_checkpoints, output_dir, keep)
 
     async def _prepare_backend_for_training(
         self, model: art.TrainableModel, config: Any = None
@@ -239,7 +255,7 @@ class TorchBackend:
         groups = list(trajectory_groups)
         config, dev_config = training.build_train_configs(learning_rate, kwargs)
         async with self._gate:
-            result = await asyncio.to_thread(self._train_sync, state, groups, config, dev_config)
+            result = await self._worker.run(self._train_sync, state, groups, config, dev_config)
             state.policy.step = result.step  # requests for name@step+1 are served from now
         return result
 
@@ -257,9 +273,10 @@ class TorchBackend:
         )
         stats = training.StepStats()
         if batch is not None:
-            stats = training.train_on_packed(
-                state.peft_model, state.optimizer, batch.tensors, config, dev_config
-            )
+            with torch_threads(training_threads(self.train_num_threads)):
+                stats = training.train_on_packed(
+                    state.peft_model, state.optimizer, batch.tensors, config, dev_config
+                )
         else:
             log.info("no trainable data (equal rewards in every group): weights unchanged")
         new_step = max(state.policy.step, checkpoints.latest_step(state.output_dir)) + 1

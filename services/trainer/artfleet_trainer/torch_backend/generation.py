@@ -108,10 +108,6 @@ class BatchEngine:
     def num_rows(self) -> int:
         return len(self.rows)
 
-    def prompt_room(self, prompt_len: int) -> int:
-        """How many tokens a prompt of this length leaves for the completion."""
-        return self.max_context - prompt_len
-
     def can_join(self) -> bool:
         """New requests can join a running batch only with plain dynamic caches."""
         return self.cache is None or all(type(layer) is DynamicLayer for layer in self.cache.layers)

@@ -2,8 +2,8 @@
 
 Rollout workers run many episodes at once. A request that arrives while the model is
 idle waits a short window for others, so they are prefilled together; a request that
-arrives while a batch runs joins it at the next slice boundary. The model work runs in
-a worker thread, in slices of at most `max_steps_per_slice` tokens, so the event loop
+arrives while a batch runs joins it at the next slice boundary. The model work runs on
+the backend's torch thread, in slices of at most `max_steps_per_slice` tokens, so the event loop
 (HTTP server, job runner) stays responsive. A slice ends early when a request completes
 (its agent can go on at once) or when new requests wait. Every slice holds the
 model gate, so training and generation never touch the model at the same time; the gate
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from .generation import BatchEngine, GenerationRequest, SequenceOutput
 from .metrics import BATCH_SIZE
+from .worker import TorchWorker
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,10 @@ log = logging.getLogger(__name__)
 class _Job:
     request: GenerationRequest
     future: asyncio.Future[list[SequenceOutput]]
+
+
+def _too_long(request: GenerationRequest, engine: BatchEngine) -> str:
+    return f"prompt has {len(request.prompt_ids)} tokens; the context holds {engine.max_context}"
 
 
 class SchedulerClosed(RuntimeError):
@@ -40,6 +45,7 @@ class GenerationScheduler:
         self,
         engine: BatchEngine,
         gate: asyncio.Lock,
+        worker: TorchWorker,
         *,
         max_batch_rows: int = 32,
         batch_window_s: float = 0.03,
@@ -47,6 +53,7 @@ class GenerationScheduler:
     ) -> None:
         self.engine = engine
         self._gate = gate
+        self._worker = worker
         self.max_batch_rows = max_batch_rows
         self.batch_window_s = batch_window_s
         self.max_steps_per_slice = max_steps_per_slice
@@ -88,7 +95,9 @@ class GenerationScheduler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        self._fail_all(SchedulerClosed("the inference server is shutting down"), [])
+        self._fail_running(SchedulerClosed("the inference server is shutting down"))
+        self._fail(SchedulerClosed("the inference server is shutting down"), list(self._pending))
+        self._pending.clear()
         self.engine.reset()
 
     async def _run(self, wakeup: asyncio.Event) -> None:
@@ -106,10 +115,10 @@ class GenerationScheduler:
             try:
                 async with self._gate:
                     requests = [job.request for job in jobs]
-                    completed = await asyncio.to_thread(self._slice, requests)
+                    completed = await self._worker.run(self._slice, requests)
             except Exception as exc:  # a broken batch must not kill the server
                 log.exception("generation failed; failing the requests of this batch")
-                self._fail_all(exc, jobs)
+                self._fail_running(exc)
                 self.engine.reset()
                 continue
             self._deliver(completed)
@@ -127,12 +136,16 @@ class GenerationScheduler:
             self._pending.popleft()
             if job.request.cancelled or job.future.done():
                 continue
+            if len(job.request.prompt_ids) >= self.engine.max_context:
+                # Refused here, alone: an error inside the batch would fail all its rows.
+                job.future.set_exception(ValueError(_too_long(job.request, self.engine)))
+                continue
             taken.append(job)
             rows += n
         return taken
 
     def _slice(self, requests: list[GenerationRequest]) -> list[GenerationRequest]:
-        """Worker thread: admit `requests`, then step until something completes."""
+        """Torch thread: admit `requests`, then step until something completes."""
         self._new_work.clear()
         self.engine.admit(requests)
         BATCH_SIZE.observe(self.engine.num_rows)
@@ -151,10 +164,13 @@ class GenerationScheduler:
             if job is not None and not job.future.done():
                 job.future.set_result(request.outputs)
 
-    def _fail_all(self, exc: BaseException, jobs: list[_Job]) -> None:
-        doomed = [*jobs, *self._inflight.values(), *self._pending]
+    def _fail_running(self, exc: BaseException) -> None:
+        """Fail the admitted requests (their rows are lost); waiting ones stay queued."""
+        self._fail(exc, list(self._inflight.values()))
         self._inflight.clear()
-        self._pending.clear()
-        for job in doomed:
+
+    @staticmethod
+    def _fail(exc: BaseException, jobs: list[_Job]) -> None:
+        for job in jobs:
             if not job.future.done():
                 job.future.set_exception(exc)

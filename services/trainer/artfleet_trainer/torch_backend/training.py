@@ -48,6 +48,17 @@ def lora_config(rank: int = 8) -> LoraConfig:
     )
 
 
+def enable_activation_checkpointing(peft_model: Any) -> None:
+    """Recompute each decoder layer's activations in the backward pass (training only).
+
+    Measured on one packed row of 2048 tokens (SmolLM2-135M, 2 threads): peak memory
+    6.5 GB without, 3.3 GB with, and no slower (34 s vs 33 s for forward + backward).
+    """
+    peft_model.get_base_model().activation_checkpointing_enable(
+        activation_checkpointing_kwargs={"use_reentrant": False}
+    )
+
+
 def make_optimizer(parameters: Sequence[torch.nn.Parameter]) -> torch.optim.AdamW:
     """ART's AdamW settings; the learning rate is set per train() call."""
     return torch.optim.AdamW(parameters, lr=5e-6, betas=(0.9, 0.99), weight_decay=0.1)
@@ -225,12 +236,12 @@ def train_on_packed(
         for rows in _row_batches(packed, config.grad_accumulation_sequences or 1):
             optimizer.zero_grad(set_to_none=True)
             for row in rows:
-                inputs = _to_device(
-                    art.preprocessing.inputs.create_train_inputs(
-                        packed, row, config, dev_config, warmup=False
-                    ),
-                    params[0].device,
+                inputs = art.preprocessing.inputs.create_train_inputs(
+                    packed, row, config, dev_config, warmup=False
                 )
+                # Rows are computed one at a time: each drops its own trailing padding
+                # (the last row of a batch is often short).
+                inputs = _to_device(trim_padding(inputs), params[0].device)
                 loss = _row_loss(model, inputs, config, dev_config)
                 (loss.policy_loss / len(rows)).backward()
                 _record_loss(stats, loss)
