@@ -12,7 +12,13 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from artfleet_trainer.torch_backend import checkpoints, training
 from artfleet_trainer.torch_backend.generation import _left_pad, top_p_filter
-from artfleet_trainer.torch_backend.worker import torch_threads
+from artfleet_trainer.torch_backend.worker import (
+    available_cores,
+    cores_busy_elsewhere,
+    default_num_threads,
+    torch_threads,
+    training_threads,
+)
 
 NEG_INF = float("-inf")
 
@@ -178,3 +184,15 @@ def test_checkpoints_are_saved_found_and_pruned(tmp_path: Path) -> None:
     assert checkpoints.load_optimizer_state(saved) is not None
     assert checkpoints.delete_checkpoints(tmp_path, {2}) == [0, 1]
     assert checkpoints.checkpoint_steps(tmp_path) == [2]
+
+
+def test_thread_counts_stay_within_the_machine() -> None:
+    assert training_threads(3) == 3  # configured wins
+    assert 1 <= training_threads() <= available_cores()
+    assert default_num_threads() == max(1, available_cores() - 1)
+    busy = cores_busy_elsewhere(0.05)
+    assert busy is None or busy >= 0.0
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -44,16 +45,38 @@ def available_cores() -> int:
 
 
 def training_threads(configured: int | None = None) -> int:
-    """`configured`, else all cores if nothing else keeps them busy, else all but one."""
+    """`configured`, else all cores if other processes leave them idle, else all but one."""
     if configured:
         return configured
-    cores = available_cores()
-    try:
-        load = os.getloadavg()[0]
-    except OSError:  # no load average on this platform: stay on the safe side
+    busy = cores_busy_elsewhere()
+    if busy is None or busy >= 0.5:
         return default_num_threads()
-    # Our own generation thread accounts for about 1 of the load until just before.
-    return cores if load < cores - 0.5 else default_num_threads()
+    return available_cores()
+
+
+def cores_busy_elsewhere(interval_s: float = 0.2) -> float | None:
+    """How many cores other processes keep busy now (Linux /proc/stat); None if unknown.
+
+    The 1-minute load average lags and counts this process's own recent generation, so
+    busy time is sampled over a short interval, minus this process's CPU time.
+    """
+    try:
+        total_before, idle_before = _cpu_ticks()
+        own_before = time.process_time()
+        time.sleep(interval_s)
+        total_after, idle_after = _cpu_ticks()
+        own_after = time.process_time()
+    except (OSError, ValueError, IndexError):
+        return None
+    busy_s = ((total_after - total_before) - (idle_after - idle_before)) / os.sysconf("SC_CLK_TCK")
+    return max(0.0, busy_s - (own_after - own_before)) / interval_s
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(all, idle + iowait) jiffies since boot, summed over cores."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    return sum(fields), fields[3] + fields[4]
 
 
 @contextlib.contextmanager
