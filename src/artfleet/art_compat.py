@@ -1,9 +1,15 @@
-"""The one place that imports `art`: fixes what importing it breaks (see shared/notes).
+"""The one place that imports ART: `from artfleet.art_compat import art`.
 
-- litellm would download a price list at import: keep its bundled map.
-- `import art` swaps transformers' `_preprocess_mask_arguments` for a wrapper written for
-  transformers 5.2 that breaks every forward pass on 5.23; the wrapper only matters for
-  3-D (mrope) position ids, so the original is restored.
+Importing ART has side effects that break a CPU trainer on transformers 5.23 (see
+shared/notes), so every module goes through here instead of `import art`:
+
+- litellm (imported by ART) downloads a model price list at import unless told to use
+  its local copy: no network here, and a slow import everywhere else.
+- `import art` replaces `transformers.masking_utils._preprocess_mask_arguments` with a
+  wrapper written for transformers 5.2; on 5.23 every forward pass then fails with
+  "missing 1 required positional argument: 'layer_idx'". The wrapper only matters for
+  3-D (mrope) position ids, which SmolLM2/Llama never use, so the original goes back.
+  ART keeps it as `art.transformers.patches._preprocess_mask_arguments`.
 """
 
 from __future__ import annotations
@@ -11,17 +17,33 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # weights ship with packages; never download
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 import art
+import art.dev
+import art.loss
+import art.preprocessing.inputs
+import art.preprocessing.pack
+import art.preprocessing.tokenize
+import art.trajectories
+import art.types
+import art.utils.output_dirs
 
-try:  # transformers is optional for processes that only move trajectories around
-    from art.transformers import patches as _patches
-    from transformers import masking_utils as _masking_utils
 
-    _masking_utils._preprocess_mask_arguments = _patches._preprocess_mask_arguments
-except ImportError:  # pragma: no cover - art without its transformers extras
-    pass
+def restore_transformers_masking() -> None:
+    """Undo ART's masking patch (idempotent; safe when ART was imported elsewhere first)."""
+    try:
+        from art.transformers import patches
+        from transformers import masking_utils
+    except ImportError:  # no transformers, or an ART without the patch: nothing to undo
+        return
+    patched = getattr(patches, "_patched_preprocess_mask_arguments", None)
+    original = getattr(patches, "_preprocess_mask_arguments", None)
+    if original is not None and masking_utils._preprocess_mask_arguments is patched:
+        masking_utils._preprocess_mask_arguments = original
 
-__all__ = ["art"]
+
+restore_transformers_masking()
+
+__all__ = ["art", "restore_transformers_masking"]

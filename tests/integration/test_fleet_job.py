@@ -3,6 +3,7 @@ real SmolLM2 model. One fleet for the module; the jobs run one after another."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -73,7 +74,7 @@ def _lora_b_max(checkpoint: Path) -> float:
 
 
 def test_job_trains_end_to_end(fleet: LocalFleet, trainer: trainer_pb2_grpc.TrainerStub) -> None:
-    job = _submit(trainer, name="e2e", steps=2)
+    job = _submit(trainer, name="e2e", steps=2, lora_rank=4)
     events = list(trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500))
     done_steps = [e.step for e in events if e.kind == pb.EVENT_KIND_STEP_DONE]
     assert done_steps == [1, 2]
@@ -84,6 +85,8 @@ def test_job_trains_end_to_end(fleet: LocalFleet, trainer: trainer_pb2_grpc.Trai
     # LoRA B starts at zero: non-zero B in the checkpoints means training moved the weights.
     assert _lora_b_max(_checkpoint_dir(fleet, job, 2)) > 0
     assert _checkpoint_dir(fleet, job, 1).is_dir()
+    adapter = json.loads((_checkpoint_dir(fleet, job, 2) / "adapter_config.json").read_text())
+    assert adapter["r"] == 4  # the job's lora_rank
     _assert_batches_scored(fleet, job)
 
 

@@ -115,7 +115,12 @@ class JobRunner:
 
     async def _train(self, job: pb.Job, spec: JobSpecModel) -> None:
         model: art.TrainableModel = art.TrainableModel(
-            name=f"{spec.name}-{job.id}", project=spec.project, base_model=spec.base_model
+            name=f"{spec.name}-{job.id}",
+            project=spec.project,
+            base_model=spec.base_model,
+            _internal_config=art.dev.InternalModelConfig(
+                peft_args=art.dev.PeftArgs(r=spec.lora_rank, lora_alpha=2 * spec.lora_rank)
+            ),
         )
         await model.register(self._backend)
         # The checkpoint is the truth: a trainer that died after saving step s but before

@@ -29,8 +29,9 @@ from typing import Any, TypeVar
 import torch
 from peft import PeftModel, get_peft_model
 
+from artfleet.art_compat import art
+
 from . import checkpoints, training
-from .art_compat import art
 from .generation import BatchEngine, stop_token_ids_of
 from .model_loader import load_base_model
 from .scheduler import GenerationScheduler
@@ -149,6 +150,11 @@ class TorchBackend:
         self._states[model.name] = state
         self._policies[model.name] = state.policy
 
+    def _rank(self, model: art.TrainableModel) -> int:
+        """The model's own LoRA rank (ART's `_internal_config.peft_args.r`), else ours."""
+        peft_args = (model._internal_config or {}).get("peft_args") or {}
+        return int(peft_args.get("r", self.lora_rank))
+
     def _load_state(self, model: art.TrainableModel, output_dir: Path) -> _ModelState:
         """Torch thread: base weights + the latest adapter and optimizer state, if any."""
         loaded = load_base_model(model.base_model, cache_dir=self.cache_dir, device=self.device)
@@ -158,7 +164,7 @@ class TorchBackend:
         if resume:  # a restarted trainer goes on from its latest adapter
             peft_model = PeftModel.from_pretrained(loaded.model, str(latest), is_trainable=True)
         else:
-            peft_model = get_peft_model(loaded.model, training.lora_config(self.lora_rank))
+            peft_model = get_peft_model(loaded.model, training.lora_config(self._rank(model)))
         if self.activation_checkpointing:
             training.enable_activation_checkpointing(peft_model)
         peft_model.eval()

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .art_compat import art
+from artfleet.art_compat import art
 
 log = logging.getLogger(__name__)
 

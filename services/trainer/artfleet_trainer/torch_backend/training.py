@@ -24,7 +24,7 @@ import torch
 from peft import LoraConfig
 from torch.utils.checkpoint import checkpoint
 
-from .art_compat import art
+from artfleet.art_compat import art
 
 log = logging.getLogger(__name__)
 

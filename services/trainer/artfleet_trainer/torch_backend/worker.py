@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from typing import Any, TypeVar
 
 import torch
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -49,9 +51,9 @@ def training_threads(configured: int | None = None) -> int:
     if configured:
         return configured
     busy = cores_busy_elsewhere()
-    if busy is None or busy >= 0.5:
-        return default_num_threads()
-    return available_cores()
+    threads = default_num_threads() if busy is None or busy >= 0.5 else available_cores()
+    log.info("training on %d threads (%s cores busy elsewhere)", threads, busy)
+    return threads
 
 
 def cores_busy_elsewhere(interval_s: float = 0.2) -> float | None:
