@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
+from openai.types.chat.chat_completion import Choice
 
 
 def require(condition: bool, why: str) -> None:
@@ -17,6 +18,36 @@ def require(condition: bool, why: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"required in CI: {why}")
     pytest.skip(why)
+
+
+def sampled_choice(text: str, token_ids: list[int], logprobs: list[float]) -> Choice:
+    """An assistant turn as the policy server returns it: token ids with their logprobs."""
+    return Choice.model_validate(
+        {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": text},
+            "logprobs": {
+                "content": [
+                    {
+                        "token": f"token_id:{tid}",
+                        "logprob": lp,
+                        "bytes": None,
+                        "top_logprobs": [
+                            {"token": f"token_id:{tid}", "logprob": lp, "bytes": [65]}
+                        ],
+                    }
+                    for tid, lp in zip(token_ids, logprobs, strict=True)
+                ],
+                "refusal": None,
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def make_choice() -> Callable[[str, list[int], list[float]], Choice]:
+    return sampled_choice
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -17,6 +18,8 @@ from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
 
 pytestmark = pytest.mark.integration
 
+MakeChoice = Callable[[str, list[int], list[float]], Choice]
+
 TURNS = ("THOUGHT: list files\n```bash\nls\n```", "THOUGHT: done\n```bash\nsubmit\n```")
 
 
@@ -25,40 +28,27 @@ def tokenizer() -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(ensure_embedded_cache())
 
 
-def _choice(tokenizer: PreTrainedTokenizerBase, text: str, base: float) -> Choice:
+def _choice(
+    tokenizer: PreTrainedTokenizerBase, make_choice: MakeChoice, text: str, base: float
+) -> Choice:
+    # The end-of-turn token closes the turn, as the policy server reports it.
     ids = [
         *tokenizer.encode(text, add_special_tokens=False),
         tokenizer.convert_tokens_to_ids("<|im_end|>"),
     ]
-    return Choice.model_validate(
-        {
-            "index": 0,
-            "finish_reason": "stop",
-            "message": {"role": "assistant", "content": text},
-            "logprobs": {
-                "content": [
-                    {
-                        "token": f"token_id:{tid}",
-                        "logprob": base - i / 100,
-                        "bytes": None,
-                        "top_logprobs": [],
-                    }
-                    for i, tid in enumerate(ids)
-                ],
-                "refusal": None,
-            },
-        }
-    )
+    return make_choice(text, ids, [base - i / 100 for i in range(len(ids))])
 
 
-def _trajectory(tokenizer: PreTrainedTokenizerBase, reward: float) -> art.Trajectory:
+def _trajectory(
+    tokenizer: PreTrainedTokenizerBase, make_choice: MakeChoice, reward: float
+) -> art.Trajectory:
     return art.Trajectory(
         messages_and_choices=[
             {"role": "system", "content": "You are a terminal agent."},
             {"role": "user", "content": "Task: list the files."},
-            _choice(tokenizer, TURNS[0], -0.5),
+            _choice(tokenizer, make_choice, TURNS[0], -0.5),
             {"role": "user", "content": "exit code: 0\nstdout:\na.txt"},
-            _choice(tokenizer, TURNS[1], -0.7),
+            _choice(tokenizer, make_choice, TURNS[1], -0.7),
         ],
         reward=reward,
         metrics={"turns": 2},
@@ -66,9 +56,11 @@ def _trajectory(tokenizer: PreTrainedTokenizerBase, reward: float) -> art.Trajec
 
 
 def test_redis_round_trip_stays_trainable(
-    tokenizer: PreTrainedTokenizerBase, redis_url: str
+    tokenizer: PreTrainedTokenizerBase, make_choice: MakeChoice, redis_url: str
 ) -> None:
-    group = art.TrajectoryGroup([_trajectory(tokenizer, 0.1), _trajectory(tokenizer, 0.9)])
+    group = art.TrajectoryGroup(
+        [_trajectory(tokenizer, make_choice, 0.1), _trajectory(tokenizer, make_choice, 0.9)]
+    )
     store = redis.Redis.from_url(redis_url)
     store.set("artfleet:test:group", codec.group_to_proto(group).SerializeToString())
     raw: bytes = store.get("artfleet:test:group")  # type: ignore[assignment]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 from openai.types.chat.chat_completion import Choice
@@ -11,37 +12,15 @@ from artfleet import codec
 from artfleet.art_compat import art
 from artfleet.v1 import common_pb2
 
-
-def _choice(text: str, token_ids: list[int]) -> Choice:
-    return Choice.model_validate(
-        {
-            "index": 0,
-            "finish_reason": "stop",
-            "message": {"role": "assistant", "content": text},
-            "logprobs": {
-                "content": [
-                    {
-                        "token": f"token_id:{tid}",
-                        "logprob": -0.25 * (i + 1),
-                        "bytes": None,
-                        "top_logprobs": [
-                            {"token": f"token_id:{tid}", "logprob": -0.1, "bytes": [65]}
-                        ],
-                    }
-                    for i, tid in enumerate(token_ids)
-                ],
-                "refusal": None,
-            },
-        }
-    )
+MakeChoice = Callable[[str, list[int], list[float]], Choice]
 
 
-def _trajectory(reward: float) -> art.Trajectory:
+def _trajectory(make_choice: MakeChoice, reward: float) -> art.Trajectory:
     return art.Trajectory(
         messages_and_choices=[
             {"role": "system", "content": "be brief"},
             {"role": "user", "content": "hi"},
-            _choice("hello", [1, 2, 3]),
+            make_choice("hello", [1, 2, 3], [-0.25, -0.5, -0.75]),
             {"role": "tool", "content": "x", "tool_call_id": "c1"},
             {"role": "user", "content": [{"type": "text", "text": "parts"}]},
         ],
@@ -58,8 +37,8 @@ def _trajectory(reward: float) -> art.Trajectory:
     )
 
 
-def test_trajectory_round_trip_is_lossless() -> None:
-    original = _trajectory(0.75)
+def test_trajectory_round_trip_is_lossless(make_choice: MakeChoice) -> None:
+    original = _trajectory(make_choice, 0.75)
     wire = codec.trajectory_to_proto(original).SerializeToString()
     back = codec.trajectory_from_proto(common_pb2.Trajectory.FromString(wire))
     assert isinstance(back.messages_and_choices[2], Choice)
@@ -69,9 +48,11 @@ def test_trajectory_round_trip_is_lossless() -> None:
     assert back.metadata["n"] is None
 
 
-def test_group_round_trip_keeps_trajectories_and_exceptions() -> None:
+def test_group_round_trip_keeps_trajectories_and_exceptions(make_choice: MakeChoice) -> None:
     group = art.TrajectoryGroup(
-        [_trajectory(0.0), _trajectory(1.0)], metadata={"group": "g"}, logs=["l"]
+        [_trajectory(make_choice, 0.0), _trajectory(make_choice, 1.0)],
+        metadata={"group": "g"},
+        logs=["l"],
     )
     group.exceptions = [art.trajectories.PydanticException(type="E", message="m", traceback="t")]
     wire = codec.group_to_proto(group).SerializeToString()
