@@ -160,6 +160,8 @@ class JobRunner:
         job.completed_steps = step
         job.policy = model.get_inference_name()
         job.steps.append(summary)
+        if await self._store.cancel_requested(job.id):  # keep what CancelJob recorded
+            job.state = pb.JOB_STATE_CANCELLING
         await self._store.save(job)
         await self._store.emit(
             job.id,
