@@ -157,6 +157,11 @@ def test_invalid_spec_is_rejected_with_the_field(
         trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=pb.JobSpec(environment="nope")))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "environment" in info.value.details()
+    bad_reward = pb.RewardSpec(scorers=[pb.ScorerSpec(name="process"), pb.ScorerSpec(name="nope")])
+    with pytest.raises(grpc.RpcError) as info:
+        trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=pb.JobSpec(reward=bad_reward)))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith("reward[1].name: unknown scorer 'nope'")
     cli = subprocess.run(
         [sys.executable, "-m", "artfleet.cli.main", "jobs", "submit", "--env", "nope"],
         capture_output=True,

@@ -61,6 +61,15 @@ class RewardServicer(reward_pb2_grpc.RewardServicer):
             for name, value in score.components.items():
                 self._metrics.score.labels(scorer=name).observe(value)
 
+    async def ValidateSpec(
+        self, request: reward_pb2.ValidateSpecRequest, context: Any
+    ) -> reward_pb2.ValidateSpecResponse:
+        try:
+            scorers = resolve_spec(request.spec if request.HasField("spec") else None)
+        except InvalidSpec as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return reward_pb2.ValidateSpecResponse(scorers=[s.name for s in scorers])
+
     async def ScoreGroup(
         self, request: reward_pb2.ScoreGroupRequest, context: Any
     ) -> reward_pb2.ScoreGroupResponse:

@@ -10,6 +10,7 @@ from artfleet.queue import make_celery
 from artfleet.rpc.server import GrpcServer
 from artfleet.v1 import trainer_pb2_grpc
 from artfleet_trainer.backends import backend_unavailable_reason, make_backend
+from artfleet_trainer.reward_client import RewardClient
 from artfleet_trainer.rollouts import GroupDispatcher, RolloutClient
 from artfleet_trainer.runner import JobRunner
 from artfleet_trainer.servicer import TrainerServicer
@@ -32,7 +33,10 @@ class TrainerApp:
         )
         self.runner = JobRunner(settings, self.store, self.backend, dispatcher, rollout)
         servicer = TrainerServicer(
-            self.store, rollout, lambda kind: backend_unavailable_reason(kind, settings.backend)
+            self.store,
+            rollout,
+            RewardClient(settings.reward_target, token),
+            lambda kind: backend_unavailable_reason(kind, settings.backend),
         )
         self.server = GrpcServer(
             settings,

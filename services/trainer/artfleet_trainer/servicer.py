@@ -11,16 +11,22 @@ from artfleet.jobspec import spec_from_proto, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_trainer import metrics
+from artfleet_trainer.reward_client import RewardClient
 from artfleet_trainer.rollouts import RolloutClient
 from artfleet_trainer.store import JobStore
 
 
 class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
     def __init__(
-        self, store: JobStore, rollout: RolloutClient, backend_available: Callable[[str], str]
+        self,
+        store: JobStore,
+        rollout: RolloutClient,
+        reward: RewardClient,
+        backend_available: Callable[[str], str],
     ) -> None:
         self._store = store
         self._rollout = rollout
+        self._reward = reward
         # Returns "" when this trainer can run the backend, else why not.
         self._backend_available = backend_available
 
@@ -34,7 +40,9 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         if why_not:
             raise InvalidArgument(why_not, "backend")
         await self._rollout.scenario_ids(spec.environment, spec.split)
-        job = await self._store.create(spec_to_proto(spec))
+        message = spec_to_proto(spec)
+        await self._reward.validate(message.reward)
+        job = await self._store.create(message)
         metrics.JOBS_SUBMITTED.inc()
         return job
 

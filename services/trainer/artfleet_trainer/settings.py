@@ -20,5 +20,6 @@ class TrainerSettings(ServerSettings):
         default="", description="URL rollout workers use (…/v1); default: host and port"
     )
     rollout_target: str = Field(default="127.0.0.1:50052", description="Rollout gRPC address")
+    reward_target: str = Field(default="127.0.0.1:50054", description="Reward gRPC address")
     poll_interval_s: float = Field(default=0.5, gt=0)
     job_lease_s: float = Field(default=30.0, gt=1)

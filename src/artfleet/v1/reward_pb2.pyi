@@ -7,6 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ValidateSpecRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: _common_pb2.RewardSpec
+    def __init__(self, spec: _Optional[_Union[_common_pb2.RewardSpec, _Mapping]] = ...) -> None: ...
+
+class ValidateSpecResponse(_message.Message):
+    __slots__ = ("scorers",)
+    SCORERS_FIELD_NUMBER: _ClassVar[int]
+    scorers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, scorers: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class ScoreGroupRequest(_message.Message):
     __slots__ = ("group", "episodes", "spec")
     GROUP_FIELD_NUMBER: _ClassVar[int]

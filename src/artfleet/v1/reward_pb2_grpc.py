@@ -39,6 +39,11 @@ class RewardStub:
                 request_serializer=artfleet_dot_v1_dot_reward__pb2.ScoreGroupRequest.SerializeToString,
                 response_deserializer=artfleet_dot_v1_dot_reward__pb2.ScoreGroupResponse.FromString,
                 _registered_method=True)
+        self.ValidateSpec = channel.unary_unary(
+                '/artfleet.v1.Reward/ValidateSpec',
+                request_serializer=artfleet_dot_v1_dot_reward__pb2.ValidateSpecRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_reward__pb2.ValidateSpecResponse.FromString,
+                _registered_method=True)
 
 
 class RewardServicer:
@@ -51,6 +56,14 @@ class RewardServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ValidateSpec(self, request, context):
+        """Checks a job's reward spec (scorer names, weights, params) before the job starts:
+        INVALID_ARGUMENT names the field, e.g. "reward[1].name".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RewardServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -58,6 +71,11 @@ def add_RewardServicer_to_server(servicer, server):
                     servicer.ScoreGroup,
                     request_deserializer=artfleet_dot_v1_dot_reward__pb2.ScoreGroupRequest.FromString,
                     response_serializer=artfleet_dot_v1_dot_reward__pb2.ScoreGroupResponse.SerializeToString,
+            ),
+            'ValidateSpec': grpc.unary_unary_rpc_method_handler(
+                    servicer.ValidateSpec,
+                    request_deserializer=artfleet_dot_v1_dot_reward__pb2.ValidateSpecRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_reward__pb2.ValidateSpecResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -87,6 +105,33 @@ class Reward:
             '/artfleet.v1.Reward/ScoreGroup',
             artfleet_dot_v1_dot_reward__pb2.ScoreGroupRequest.SerializeToString,
             artfleet_dot_v1_dot_reward__pb2.ScoreGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ValidateSpec(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/artfleet.v1.Reward/ValidateSpec',
+            artfleet_dot_v1_dot_reward__pb2.ValidateSpecRequest.SerializeToString,
+            artfleet_dot_v1_dot_reward__pb2.ValidateSpecResponse.FromString,
             options,
             channel_credentials,
             insecure,

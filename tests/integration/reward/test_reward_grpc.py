@@ -81,3 +81,15 @@ async def test_mismatched_episodes_is_invalid_argument(stub: reward_pb2_grpc.Rew
         await stub.ScoreGroup(request, timeout=10)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (info.value.details() or "").startswith("episodes: ")
+
+
+async def test_validate_spec_resolves_defaults_and_names_bad_fields(
+    stub: reward_pb2_grpc.RewardStub,
+) -> None:
+    reply = await stub.ValidateSpec(reward_pb2.ValidateSpecRequest(), timeout=10)
+    assert list(reply.scorers) == ["process", "task_check"]
+    spec = pb.RewardSpec(scorers=[pb.ScorerSpec(name="task_check", params_json="[1]")])
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.ValidateSpec(reward_pb2.ValidateSpecRequest(spec=spec), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (info.value.details() or "").startswith("reward[0].params")
