@@ -78,7 +78,7 @@ class ExecSpec:
 
 @dataclass(frozen=True)
 class ExecOutcome:
-    exit_code: int  # -1 when killed by the timeout
+    exit_code: int  # -1 on timeout; 128+N when killed by signal N (shell convention)
     stdout: bytes
     stderr: bytes
     timed_out: bool

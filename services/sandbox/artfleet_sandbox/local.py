@@ -44,7 +44,7 @@ from artfleet_sandbox.backend import (
 from artfleet_sandbox.bwrap import DEFAULT_HIDE_PATHS, Bubblewrap, find_bubblewrap
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.paths import read_file, remove_tree, resolve_dir, write_file
-from artfleet_sandbox.procs import TAG_VAR, ProcResult, kill_tagged, rlimit_prefix, run_process
+from artfleet_sandbox.procs import TAG_VAR, kill_tagged, rlimit_prefix, run_process
 
 log = logging.getLogger(__name__)
 
@@ -327,7 +327,7 @@ class LocalBackend:
         stdin: bytes = b"",
         tail_bytes: int = 0,
         merge_stderr: bool = False,
-    ) -> ProcResult:
+    ) -> ExecOutcome:
         _check_command(command)
         _check_env(env)
         with self._in_use(session), _spawn_errors():
@@ -348,7 +348,7 @@ class LocalBackend:
         if spec.timeout_s <= 0 or spec.max_output_bytes < 0:
             raise InvalidArgument("timeout_s must be positive and max_output_bytes not negative")
         session = self._get(session_id)
-        result = await self._run(
+        return await self._run(
             session,
             spec.command,
             spec.cwd,
@@ -356,15 +356,6 @@ class LocalBackend:
             timeout_s=spec.timeout_s,
             max_output_bytes=spec.max_output_bytes,
             stdin=spec.stdin,
-        )
-        return ExecOutcome(
-            exit_code=result.exit_code,
-            stdout=result.stdout,
-            stderr=result.stderr,
-            timed_out=result.timed_out,
-            stdout_truncated=result.stdout_truncated,
-            stderr_truncated=result.stderr_truncated,
-            duration_s=result.duration_s,
         )
 
     async def run_tests(self, session_id: str, command: str, timeout_s: float) -> RunTestsReport:

@@ -16,7 +16,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+from artfleet_sandbox.backend import ExecOutcome
 
 # Every sandboxed process carries this variable; its value names the session and the
 # command. Process groups are not enough to find a tree (`setsid` leaves the group), and
@@ -29,17 +30,6 @@ PIPE_GRACE_S = 0.5
 # SIGKILL is final, but a process in uninterruptible sleep may take a moment to go.
 KILL_WAIT_S = 5.0
 _KILL_ROUNDS = 20  # a fork bomb may spawn while we scan; scan again until nothing is left
-
-
-@dataclass(frozen=True)
-class ProcResult:
-    exit_code: int  # -1 on timeout; 128+N when killed by signal N (shell convention)
-    timed_out: bool
-    stdout: bytes
-    stderr: bytes
-    stdout_truncated: bool
-    stderr_truncated: bool
-    duration_s: float
 
 
 class Capture:
@@ -200,7 +190,7 @@ async def run_process(
     merge_stderr: bool = False,
     tail_bytes: int = 0,
     argv_prefix: Sequence[str] = (),
-) -> ProcResult:
+) -> ExecOutcome:
     """Run argv in a new session; on timeout SIGKILL its group and everything tagged so.
 
     The caller tags `env` with TAG_VAR; its exact value is the kill scope on timeout.
@@ -237,7 +227,7 @@ async def run_process(
         transport.close()
     out = captures[1]
     err = captures.get(2) or Capture(0)
-    return ProcResult(
+    return ExecOutcome(
         exit_code=_exit_code(transport.get_returncode(), timed_out),
         timed_out=timed_out,
         stdout=out.value(),
