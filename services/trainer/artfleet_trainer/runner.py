@@ -141,15 +141,7 @@ class JobRunner:
         self, job: pb.Job, spec: JobSpecModel, model: Any, scenario_ids: list[str], step: int
     ) -> None:
         start = time.monotonic()
-        await self._store.emit(
-            job.id,
-            pb.ProgressEvent(
-                kind=pb.EVENT_KIND_STEP_STARTED,
-                step=step,
-                total_steps=spec.steps,
-                state=pb.JOB_STATE_RUNNING,
-            ),
-        )
+        await self._emit_step(job, pb.EVENT_KIND_STEP_STARTED, step, spec.steps)
         gathered = await self._rollouts(job, spec, model, scenario_ids, step)
         rollout_s = time.monotonic() - start
         groups = build_groups(gathered.responses)
@@ -163,21 +155,27 @@ class JobRunner:
         if await self._store.cancel_requested(job.id):  # keep what CancelJob recorded
             job.state = pb.JOB_STATE_CANCELLING
         await self._store.save(job)
-        await self._store.emit(
-            job.id,
-            pb.ProgressEvent(
-                kind=pb.EVENT_KIND_STEP_DONE,
-                step=step,
-                total_steps=spec.steps,
-                summary=summary,
-                state=pb.JOB_STATE_RUNNING,
-            ),
-        )
+        await self._emit_step(job, pb.EVENT_KIND_STEP_DONE, step, spec.steps, summary)
         metrics.observe_step(summary)
         try:  # ART's own history and trajectory logs under the ART path
             await model.log(groups, split="train", metrics=dict(result.metrics), step=step)
         except Exception:
             log.warning("ART's model.log failed for step %d", step, exc_info=True)
+
+    async def _emit_step(
+        self,
+        job: pb.Job,
+        kind: pb.EventKind,
+        step: int,
+        total_steps: int,
+        summary: pb.StepSummary | None = None,
+    ) -> None:
+        event = pb.ProgressEvent(
+            kind=kind, step=step, total_steps=total_steps, state=pb.JOB_STATE_RUNNING
+        )
+        if summary is not None:
+            event.summary.CopyFrom(summary)
+        await self._store.emit(job.id, event)
 
     async def _rollouts(
         self, job: pb.Job, spec: JobSpecModel, model: Any, scenario_ids: list[str], step: int
