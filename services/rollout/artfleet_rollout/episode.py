@@ -11,6 +11,7 @@ from typing import Any
 from openai import AsyncOpenAI
 
 from artfleet.art_compat import art
+from artfleet.sandbox_client import SandboxRouter
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, sandbox_pb2, sandbox_pb2_grpc
 from artfleet_rollout import metrics
@@ -31,7 +32,7 @@ class EpisodeContext:
     task: rollout_pb2.GroupTask
     scenario: Scenario
     model: AsyncOpenAI
-    sandbox: sandbox_pb2_grpc.SandboxStub
+    sandbox: SandboxRouter
     settings: RolloutSettings
 
 
@@ -58,7 +59,7 @@ async def run_episode(ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, 
         },
     )
     episode = pb.Episode()
-    session = await ctx.sandbox.CreateSession(
+    session = await ctx.sandbox.create_session(
         sandbox_pb2.CreateSessionRequest(
             image=ctx.scenario.image,
             job_id=ctx.task.job_id,
@@ -66,15 +67,14 @@ async def run_episode(ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, 
                 sandbox_pb2.File(path=p, content=c.encode()) for p, c in ctx.scenario.files.items()
             ],
         ),
-        timeout=120,
+        deadline_s=120,
     )
+    sandbox = _Pinned(session.stub, session.session_id)
     try:
-        episode.finish = await _agent_loop(ctx, session.session_id, trajectory, episode)
-        await _run_check(ctx, session.session_id, episode)
+        episode.finish = await _agent_loop(ctx, sandbox, trajectory, episode)
+        await _run_check(ctx, sandbox, episode)
     finally:
-        await ctx.sandbox.CloseSession(
-            sandbox_pb2.CloseSessionRequest(session_id=session.session_id), timeout=30
-        )
+        await session.close()
     episode.turns = len(episode.steps)
     trajectory.metrics.update(turns=episode.turns, check_passed=episode.check_passed)
     metrics.EPISODES.labels(episode.finish).inc()
@@ -82,8 +82,16 @@ async def run_episode(ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, 
     return trajectory.finish(), episode
 
 
+@dataclass(frozen=True)
+class _Pinned:
+    """The session's replica (every call of a session goes there) and the session id."""
+
+    stub: sandbox_pb2_grpc.SandboxStub
+    session_id: str
+
+
 async def _agent_loop(
-    ctx: EpisodeContext, session_id: str, trajectory: art.Trajectory, episode: pb.Episode
+    ctx: EpisodeContext, sandbox: _Pinned, trajectory: art.Trajectory, episode: pb.Episode
 ) -> str:
     budget = _Budget(ctx.task.max_context_tokens, ctx.task.max_tokens)
     for turn in range(1, ctx.task.max_turns + 1):
@@ -97,7 +105,7 @@ async def _agent_loop(
             return "submit"
         outcome = None
         if action.kind == "bash":
-            outcome = await _exec(ctx, session_id, action.command)
+            outcome = await _exec(ctx, sandbox, action.command)
             observation = format_observation(
                 outcome.exit_code,
                 outcome.stdout.decode(errors="replace"),
@@ -128,11 +136,11 @@ async def _ask_model(ctx: EpisodeContext, trajectory: art.Trajectory, budget: _B
     return completion.choices[0]
 
 
-async def _exec(ctx: EpisodeContext, session_id: str, command: str) -> sandbox_pb2.ExecResult:
+async def _exec(ctx: EpisodeContext, sandbox: _Pinned, command: str) -> sandbox_pb2.ExecResult:
     start = time.perf_counter()
-    result = await ctx.sandbox.Exec(
+    result = await sandbox.stub.Exec(
         sandbox_pb2.ExecRequest(
-            session_id=session_id, command=command, timeout_s=ctx.settings.exec_timeout_s
+            session_id=sandbox.session_id, command=command, timeout_s=ctx.settings.exec_timeout_s
         ),
         timeout=ctx.settings.exec_timeout_s + 30,
     )
@@ -140,10 +148,10 @@ async def _exec(ctx: EpisodeContext, session_id: str, command: str) -> sandbox_p
     return result
 
 
-async def _run_check(ctx: EpisodeContext, session_id: str, episode: pb.Episode) -> None:
-    result = await ctx.sandbox.Exec(
+async def _run_check(ctx: EpisodeContext, sandbox: _Pinned, episode: pb.Episode) -> None:
+    result = await sandbox.stub.Exec(
         sandbox_pb2.ExecRequest(
-            session_id=session_id,
+            session_id=sandbox.session_id,
             command=ctx.scenario.check,
             timeout_s=ctx.settings.check_timeout_s,
         ),

@@ -7,15 +7,15 @@ import logging
 import time
 from collections.abc import Sequence
 
-import grpc
 from openai import AsyncOpenAI
 
 from artfleet import codec
 from artfleet.art_compat import art
 from artfleet.errors import InvalidArgument
 from artfleet.rpc.client import aio_channel
+from artfleet.sandbox_client import SandboxRouter, describe, is_replica_lost
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import reward_pb2, reward_pb2_grpc, rollout_pb2, sandbox_pb2_grpc
+from artfleet.v1 import reward_pb2, reward_pb2_grpc, rollout_pb2
 from artfleet_rollout import metrics
 from artfleet_rollout.environments import UnknownEnvironment, get_environment
 from artfleet_rollout.episode import EpisodeContext, run_episode
@@ -57,18 +57,30 @@ class GroupRunner:
             max_retries=self._settings.model_retries,
         )
         try:
-            async with aio_channel(self._settings.sandbox_target, self._token) as channel:
-                ctx = EpisodeContext(
-                    task, scenario, model, sandbox_pb2_grpc.SandboxStub(channel), self._settings
-                )
+            async with SandboxRouter(self._settings.sandbox_target, self._token) as router:
+                ctx = EpisodeContext(task, scenario, model, router, self._settings)
                 results = await asyncio.gather(
-                    *(run_episode(ctx, i) for i in range(task.rollouts)), return_exceptions=True
+                    *(self._episode(ctx, i) for i in range(task.rollouts)),
+                    return_exceptions=True,
                 )
         finally:
             await model.close()
         response = await self._score(task, results)
         metrics.GROUP_SECONDS.observe(time.perf_counter() - start)
         return response
+
+    async def _episode(self, ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, pb.Episode]:
+        """One episode; started again from scratch when its sandbox replica is lost."""
+        retries = self._settings.episode_retries
+        for attempt in range(retries + 1):
+            try:
+                return await run_episode(ctx, index)
+            except Exception as exc:
+                if attempt == retries or not is_replica_lost(exc):
+                    raise
+                metrics.FAILURES.labels("sandbox_lost").inc()
+                log.warning("episode %d: %s; starting it again", index, describe(exc))
+        raise AssertionError("unreachable")
 
     async def _score(
         self,
@@ -80,7 +92,7 @@ class GroupRunner:
         errors: list[BaseException] = []
         for result in results:
             if isinstance(result, BaseException):
-                log.warning("episode failed: %s", _describe(result))
+                log.warning("episode failed: %s", describe(result))
                 metrics.FAILURES.labels("episode").inc()
                 errors.append(result)
             else:
@@ -110,9 +122,3 @@ class GroupRunner:
                 timeout=600,
             )
         return scored.group
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, grpc.aio.AioRpcError):
-        return f"{exc.code().name}: {exc.details()}"
-    return f"{type(exc).__name__}: {exc}"

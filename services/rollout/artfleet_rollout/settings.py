@@ -8,7 +8,14 @@ from artfleet.config import ServerSettings
 
 
 class RolloutSettings(ServerSettings):
-    sandbox_target: str = Field(default="127.0.0.1:50053", description="Sandbox gRPC address")
+    sandbox_target: str = Field(
+        default="127.0.0.1:50053",
+        description="host:port of the sandbox service; a name resolving to several "
+        "addresses (compose replicas) spreads sessions over them; or a comma list",
+    )
+    episode_retries: int = Field(
+        default=2, ge=0, le=10, description="restarts of an episode whose sandbox replica died"
+    )
     reward_target: str = Field(default="127.0.0.1:50054", description="Reward gRPC address")
     exec_timeout_s: float = Field(default=20.0, gt=0, description="per agent command")
     check_timeout_s: float = Field(default=30.0, gt=0, description="the scenario's check")

@@ -6,11 +6,17 @@ real processes and no gRPC, and lets the Docker backend slot in beside `local` l
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from artfleet_sandbox.replica import replica_of
+
 Outcome = Literal["passed", "failed", "errored", "skipped"]
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MAX_COMMAND_BYTES = 128 * 1024 - 1  # Linux refuses longer single arguments (E2BIG)
 
 
 class SandboxError(Exception):
@@ -37,6 +43,19 @@ class InvalidPath(InvalidArgument):
     """A client path is absolute, climbs out with `..`, or escapes through a symlink."""
 
 
+class Forbidden(SandboxError):
+    """The deployment's policy does not allow what the request asks (PERMISSION_DENIED)."""
+
+
+class Unavailable(SandboxError):
+    """The session or the engine behind it is gone; retrying the episode elsewhere may help
+    (maps to UNAVAILABLE)."""
+
+
+class SessionElsewhere(Unavailable):
+    """The session id names another replica: this one restarted, or the call was misrouted."""
+
+
 class CapacityExceeded(SandboxError):
     """The backend holds as many sessions as it may (maps to RESOURCE_EXHAUSTED)."""
 
@@ -49,6 +68,16 @@ class FileSpec:
 
 
 @dataclass(frozen=True)
+class Resources:
+    """Per-session limits; 0 means the deployment default (the servicer fills them in)."""
+
+    memory_bytes: int = 0
+    cpus: float = 0.0
+    pids: int = 0
+    tmp_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class SessionSpec:
     files: Sequence[FileSpec] = ()
     env: Mapping[str, str] = field(default_factory=dict)
@@ -56,6 +85,7 @@ class SessionSpec:
     job_id: str = ""
     image: str = ""  # container image; the local backend ignores it
     idle_ttl_s: float = 0.0  # 0 = the backend's default
+    resources: Resources = Resources()
 
 
 @dataclass(frozen=True)
@@ -64,6 +94,7 @@ class SessionInfo:
     workdir: str
     backend: str
     isolation: str  # says plainly how isolated the session is
+    replica: str = ""  # the replica holding it; session ids start with it
 
 
 @dataclass(frozen=True)
@@ -85,6 +116,7 @@ class ExecOutcome:
     stdout_truncated: bool
     stderr_truncated: bool
     duration_s: float
+    oom_killed: bool = False  # the kernel's OOM killer ended a process of the command
 
 
 @dataclass(frozen=True)
@@ -109,6 +141,36 @@ class RunTestsReport:
     @property
     def total(self) -> int:
         return len(self.tests)
+
+
+def check_env(env: Mapping[str, str]) -> None:
+    for key, value in env.items():
+        if not _ENV_NAME.match(key):
+            raise InvalidArgument(f"invalid environment variable name: {key!r}")
+        if "\0" in value:
+            raise InvalidArgument(f"environment variable {key} contains a NUL byte")
+
+
+def check_command(command: str) -> None:
+    if not command.strip():
+        raise InvalidArgument("command is empty")
+    if "\0" in command:
+        raise InvalidArgument("command contains a NUL byte")
+    if len(command.encode()) > _MAX_COMMAND_BYTES:
+        raise InvalidArgument("command is over 128 KiB: write it to a file and run that")
+
+
+def session_missing(session_id: str, replica_id: str) -> SandboxError:
+    """The error for a session id this replica does not hold: UNAVAILABLE when the id names
+    another replica (restarted, gone, or misrouted), NOT_FOUND otherwise."""
+    owner = replica_of(session_id)
+    if owner is not None and owner != replica_id:
+        return SessionElsewhere(
+            f"session {session_id!r} belongs to sandbox replica {owner}, not this one "
+            f"({replica_id}): that replica restarted or is gone, or the call was routed to "
+            "the wrong replica; start the episode again on a new session"
+        )
+    return SessionNotFound(f"no open session {session_id!r} (closed, reaped or unknown)")
 
 
 @runtime_checkable

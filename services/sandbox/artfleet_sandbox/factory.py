@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import resource
 
+from artfleet_sandbox.backend import Resources, SandboxBackend
+from artfleet_sandbox.docker_backend import DockerBackend, DockerConfig
 from artfleet_sandbox.local import LocalBackend, LocalConfig
+from artfleet_sandbox.replica import new_replica_id
 from artfleet_sandbox.servicer import Limits, SandboxServicer
 from artfleet_sandbox.settings import SandboxSettings
 
+log = logging.getLogger(__name__)
 
-def local_config(settings: SandboxSettings) -> LocalConfig:
+
+def local_config(settings: SandboxSettings, replica_id: str = "") -> LocalConfig:
     return LocalConfig(
+        replica_id=replica_id,
         workspace_root=settings.workspace_root,
         idle_ttl_s=settings.idle_ttl_s,
         reap_interval_s=settings.reap_interval_s,
@@ -31,14 +38,68 @@ def local_config(settings: SandboxSettings) -> LocalConfig:
     )
 
 
-def build_backend(settings: SandboxSettings) -> LocalBackend:
-    """The backend `settings.sandbox_backend` names (only `local` so far); not started."""
-    if settings.sandbox_backend != "local":
-        raise ValueError(f"unknown sandbox backend {settings.sandbox_backend!r}")
-    return LocalBackend(local_config(settings))
+def docker_config(settings: SandboxSettings, replica_id: str = "") -> DockerConfig:
+    return DockerConfig(
+        deployment=settings.deployment,
+        replica_id=replica_id,
+        docker_host=settings.docker_host,
+        default_image=settings.sandbox_image,
+        defaults=Resources(settings.memory_bytes, settings.cpus, settings.pids, settings.tmp_bytes),
+        caps=Resources(
+            settings.max_memory_bytes, settings.max_cpus, settings.max_pids, settings.max_tmp_bytes
+        ),
+        allow_network=settings.allow_network,
+        network=settings.sandbox_network,
+        user=settings.sandbox_user,
+        idle_ttl_s=settings.idle_ttl_s,
+        max_lifetime_s=settings.max_lifetime_s,
+        reap_interval_s=settings.reap_interval_s,
+        max_sessions=settings.max_sessions,
+        pool_size=settings.pool_size,
+        pool_images=(settings.sandbox_image, *settings.pool_images),
+        pool_max_age_s=settings.pool_max_age_s,
+        pull=settings.pull_images,
+        test_output_bytes=settings.test_output_bytes,
+        drain_limit_bytes=settings.drain_limit_bytes,
+        threads=settings.docker_threads,
+        stop_timeout_s=settings.shutdown_grace_s,
+    )
 
 
-def build_servicer(settings: SandboxSettings) -> tuple[SandboxServicer, LocalBackend]:
+def docker_usable(docker_host: str, image: str) -> str:
+    """ "" when the engine answers and has `image`, else why not."""
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
+    except Exception as exc:  # no socket, no permission: both mean "not here"
+        return f"no Docker engine ({exc})"
+    try:
+        client.ping()
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        return f"image {image} is not on the engine (scripts/build_base_image.sh builds it)"
+    except Exception as exc:
+        return f"Docker engine unusable ({exc})"
+    finally:
+        client.close()
+    return ""
+
+
+def build_backend(settings: SandboxSettings) -> SandboxBackend:
+    """The backend `settings.sandbox_backend` names (auto: docker when reachable); not started."""
+    kind = settings.sandbox_backend
+    if kind == "auto":
+        why_not = docker_usable(settings.docker_host, settings.sandbox_image)
+        kind = "local" if why_not else "docker"
+        log.info("sandbox backend: %s (auto%s)", kind, f": {why_not}" if why_not else "")
+    replica_id = new_replica_id()
+    if kind == "docker":
+        return DockerBackend(docker_config(settings, replica_id))
+    return LocalBackend(local_config(settings, replica_id))
+
+
+def build_servicer(settings: SandboxSettings) -> tuple[SandboxServicer, SandboxBackend]:
     """The servicer and its backend; the caller awaits `backend.start()` / `backend.stop()`."""
     backend = build_backend(settings)
     return SandboxServicer(backend, Limits.from_settings(settings)), backend

@@ -16,7 +16,6 @@ import contextlib
 import errno
 import logging
 import os
-import re
 import resource
 import secrets
 import shlex
@@ -38,13 +37,16 @@ from artfleet_sandbox.backend import (
     RunTestsReport,
     SandboxError,
     SessionInfo,
-    SessionNotFound,
     SessionSpec,
+    check_command,
+    check_env,
+    session_missing,
 )
 from artfleet_sandbox.bwrap import DEFAULT_HIDE_PATHS, Bubblewrap, find_bubblewrap
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.paths import read_file, remove_tree, resolve_dir, write_file
 from artfleet_sandbox.procs import TAG_VAR, kill_tagged, rlimit_prefix, run_process
+from artfleet_sandbox.replica import new_replica_id, new_session_id
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +55,7 @@ DEFAULT_TEST_COMMAND = "python -m pytest -q --junitxml={junitxml}"
 ISOLATION_BWRAP = "bubblewrap"
 ISOLATION_NONE = "process (no isolation: commands run as the server's user)"
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_JUNIT_BYTES = 32 * 1024 * 1024
-_MAX_COMMAND_BYTES = 128 * 1024 - 1  # Linux refuses longer single arguments (E2BIG)
 _CLOSE_WAIT_S = 3.0
 
 
@@ -63,6 +63,7 @@ _CLOSE_WAIT_S = 3.0
 class LocalConfig:
     """Knobs of the local backend; `SandboxSettings` maps onto it (see factory.py)."""
 
+    replica_id: str = ""  # prefixes session ids; "" = a new one
     workspace_root: str = ""  # parent of this backend's own dir; "" = the system temp dir
     idle_ttl_s: float = 1800.0
     reap_interval_s: float = 30.0
@@ -102,14 +103,6 @@ class _Session:
         return os.path.join(self.root, "work")
 
 
-def _check_env(env: Mapping[str, str]) -> None:
-    for key, value in env.items():
-        if not _ENV_NAME.match(key):
-            raise InvalidArgument(f"invalid environment variable name: {key!r}")
-        if "\0" in value:
-            raise InvalidArgument(f"environment variable {key} contains a NUL byte")
-
-
 @contextlib.contextmanager
 def _spawn_errors() -> Iterator[None]:
     try:
@@ -120,15 +113,6 @@ def _spawn_errors() -> Iterator[None]:
         raise SandboxError(f"could not start the command: {exc}") from exc
 
 
-def _check_command(command: str) -> None:
-    if not command.strip():
-        raise InvalidArgument("command is empty")
-    if "\0" in command:
-        raise InvalidArgument("command contains a NUL byte")
-    if len(command.encode()) > _MAX_COMMAND_BYTES:
-        raise InvalidArgument("command is over 128 KiB: write it to a file and run that")
-
-
 class LocalBackend:
     """Sessions in temporary dirs, owned by this instance and removed on close."""
 
@@ -136,6 +120,7 @@ class LocalBackend:
 
     def __init__(self, config: LocalConfig | None = None) -> None:
         self.config = config or LocalConfig()
+        self.replica_id = self.config.replica_id or new_replica_id()
         self._sessions: dict[str, _Session] = {}
         self._root = ""
         self._bwrap: Bubblewrap | None = None
@@ -201,11 +186,11 @@ class LocalBackend:
             raise SandboxError("backend not started")
         if len(self._sessions) >= self.config.max_sessions:
             raise CapacityExceeded(f"this replica holds {self.config.max_sessions} sessions")
-        _check_env(spec.env)
+        check_env(spec.env)
         if spec.idle_ttl_s < 0:
             raise InvalidArgument("idle_ttl_s must not be negative")
         session = _Session(
-            id=secrets.token_hex(16),  # unguessable: the id is the only handle on a session
+            id=new_session_id(self.replica_id),
             root=await asyncio.to_thread(self._make_session_dir, spec.files),
             tag=secrets.token_hex(8),
             env=dict(spec.env),
@@ -216,7 +201,9 @@ class LocalBackend:
         self._sessions[session.id] = session
         metrics.SESSIONS_CREATED.inc()
         metrics.ACTIVE_SESSIONS.set(len(self._sessions))
-        return SessionInfo(session.id, session.workdir, self.name, self.isolation(spec.network))
+        return SessionInfo(
+            session.id, session.workdir, self.name, self.isolation(spec.network), self.replica_id
+        )
 
     async def close_session(self, session_id: str) -> bool:
         session = self._sessions.pop(session_id, None)
@@ -240,7 +227,7 @@ class LocalBackend:
     def _get(self, session_id: str) -> _Session:
         session = self._sessions.get(session_id)
         if session is None:
-            raise SessionNotFound(f"no open session {session_id!r} (closed, reaped or unknown)")
+            raise session_missing(session_id, self.replica_id)
         return session
 
     @contextlib.contextmanager
@@ -328,8 +315,8 @@ class LocalBackend:
         tail_bytes: int = 0,
         merge_stderr: bool = False,
     ) -> ExecOutcome:
-        _check_command(command)
-        _check_env(env)
+        check_command(command)
+        check_env(env)
         with self._in_use(session), _spawn_errors():
             real_cwd = await asyncio.to_thread(resolve_dir, session.workdir, cwd)
             return await run_process(
@@ -413,7 +400,7 @@ class LocalBackend:
         for session_id in expired:
             if await self.close_session(session_id):
                 closed += 1
-                metrics.REAPED_SESSIONS.inc()
+                metrics.REAPED_SESSIONS.labels("idle").inc()
                 log.info("reaped idle session %s", session_id)
         return closed
 

@@ -22,11 +22,14 @@ from artfleet_sandbox.backend import (
     CapacityExceeded,
     ExecSpec,
     FileSpec,
+    Forbidden,
     InvalidArgument,
     NotFound,
+    Resources,
     SandboxBackend,
     SandboxError,
     SessionSpec,
+    Unavailable,
 )
 from artfleet_sandbox.settings import SandboxSettings
 
@@ -40,6 +43,8 @@ _CODES: tuple[tuple[type[SandboxError], grpc.StatusCode], ...] = (
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (CapacityExceeded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (Forbidden, grpc.StatusCode.PERMISSION_DENIED),
 )
 
 
@@ -80,6 +85,21 @@ def _require_session(session_id: str) -> str:
 
 def _files(files: Any) -> list[FileSpec]:
     return [FileSpec(path=f.path, content=f.content, mode=f.mode) for f in files]
+
+
+def _resources(message: pb.Resources) -> Resources:
+    # Zeros stay zeros (the backend's defaults); the backend clamps to its caps.
+    if not math.isfinite(message.cpus):
+        raise InvalidArgument("resources.cpus must be a finite number")
+    for name in ("memory_bytes", "cpus", "pids", "tmp_bytes"):
+        if getattr(message, name) < 0:
+            raise InvalidArgument(f"resources.{name} must not be negative (0 = default)")
+    return Resources(
+        memory_bytes=message.memory_bytes,
+        cpus=message.cpus,
+        pids=message.pids,
+        tmp_bytes=message.tmp_bytes,
+    )
 
 
 def _rpc(
@@ -127,6 +147,7 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
             idle_ttl_s=_clamp(
                 request.idle_ttl_s, lim.default_idle_ttl_s, lim.max_idle_ttl_s, "idle_ttl_s"
             ),
+            resources=_resources(request.resources),
         )
         info = await self.backend.create_session(spec)
         log.info("session %s created (job %r, %s)", info.session_id, spec.job_id, info.isolation)
@@ -135,6 +156,7 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
             workdir=info.workdir,
             backend=info.backend,
             isolation=info.isolation,
+            replica=info.replica,
         )
 
     @_rpc
@@ -169,6 +191,7 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
             stdout_truncated=out.stdout_truncated,
             stderr_truncated=out.stderr_truncated,
             duration_s=out.duration_s,
+            oom_killed=out.oom_killed,
         )
 
     @_rpc

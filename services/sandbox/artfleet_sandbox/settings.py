@@ -21,7 +21,8 @@ GiB = 1024 * MiB
 class SandboxSettings(ServerSettings):
     """Deployment policy of one sandbox replica; requests asking for more are clamped."""
 
-    sandbox_backend: Literal["local"] = "local"
+    # auto: docker wherever an engine answers, else local (and the log says which).
+    sandbox_backend: Literal["auto", "docker", "local"] = "auto"
 
     default_timeout_s: float = Field(default=60.0, gt=0, description="Exec/RunTests default")
     max_timeout_s: float = Field(default=600.0, gt=0, description="Longer requests are clamped")
@@ -60,6 +61,37 @@ class SandboxSettings(ServerSettings):
     rlimit_cpu_s: int = Field(default=1800, ge=0)
     rlimit_nofile: int = Field(default=4096, ge=0)
 
+    # -- docker backend ------------------------------------------------------------------
+    deployment: str = Field(
+        default="artfleet",
+        pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$",
+        description="Label scope: replicas reap only containers of their own deployment",
+    )
+    docker_host: str = Field(default="", description="'' = DOCKER_HOST or the local socket")
+    sandbox_image: str = Field(default="artfleet/base:bookworm", description="Default image")
+    pull_images: bool = Field(default=False, description="Pull images the engine lacks")
+    sandbox_user: str = Field(default="1000:1000", pattern=r"^[1-9][0-9]*:[0-9]+$")
+    memory_bytes: int = Field(default=1 * GiB, gt=0, description="Per session, no swap")
+    max_memory_bytes: int = Field(default=8 * GiB, gt=0)
+    cpus: float = Field(default=1.0, gt=0)
+    max_cpus: float = Field(default=4.0, gt=0)
+    pids: int = Field(default=256, gt=0, description="Processes per session")
+    max_pids: int = Field(default=4096, gt=0)
+    tmp_bytes: int = Field(default=256 * MiB, gt=0, description="Size of /tmp (tmpfs)")
+    max_tmp_bytes: int = Field(default=4 * GiB, gt=0)
+    allow_network: bool = Field(default=True, description="May sessions opt in to network")
+    sandbox_network: str = Field(default="bridge", description="Network of opted-in sessions")
+    max_lifetime_s: float = Field(default=4 * 3600.0, gt=0, description="Hard session bound")
+    pool_size: int = Field(default=2, ge=0, le=64, description="Warm containers per image")
+    pool_images: list[str] = Field(
+        default_factory=list, description="Warmed at start besides sandbox_image"
+    )
+    pool_max_age_s: float = Field(default=3600.0, gt=0)
+    drain_limit_bytes: int = Field(
+        default=64 * MiB, gt=0, description="A command printing more than this is killed"
+    )
+    docker_threads: int = Field(default=64, ge=4, le=1024, description="Blocking engine calls")
+
     @model_validator(mode="after")
     def _defaults_within_caps(self) -> SandboxSettings:
         # Lowering a cap alone (ARTFLEET_MAX_TIMEOUT_S=30) should just work, so defaults
@@ -67,4 +99,8 @@ class SandboxSettings(ServerSettings):
         self.default_timeout_s = min(self.default_timeout_s, self.max_timeout_s)
         self.default_output_bytes = min(self.default_output_bytes, self.max_output_bytes)
         self.idle_ttl_s = min(self.idle_ttl_s, self.max_idle_ttl_s)
+        self.memory_bytes = min(self.memory_bytes, self.max_memory_bytes)
+        self.cpus = min(self.cpus, self.max_cpus)
+        self.pids = min(self.pids, self.max_pids)
+        self.tmp_bytes = min(self.tmp_bytes, self.max_tmp_bytes)
         return self

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61rtfleet/v1/sandbox.proto\x12\x0b\x61rtfleet.v1\"3\n\x04\x46ile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\x0c\x12\x0c\n\x04mode\x18\x03 \x01(\r\"\xe1\x01\n\x14\x43reateSessionRequest\x12\r\n\x05image\x18\x01 \x01(\t\x12 \n\x05\x66iles\x18\x02 \x03(\x0b\x32\x11.artfleet.v1.File\x12\x37\n\x03\x65nv\x18\x03 \x03(\x0b\x32*.artfleet.v1.CreateSessionRequest.EnvEntry\x12\x0f\n\x07network\x18\x04 \x01(\x08\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\x12\n\nidle_ttl_s\x18\x06 \x01(\x01\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"R\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07workdir\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x11\n\tisolation\x18\x04 \x01(\t\"\xd7\x01\n\x0b\x45xecRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\t\x12\x0b\n\x03\x63wd\x18\x03 \x01(\t\x12.\n\x03\x65nv\x18\x04 \x03(\x0b\x32!.artfleet.v1.ExecRequest.EnvEntry\x12\r\n\x05stdin\x18\x05 \x01(\x0c\x12\x11\n\ttimeout_s\x18\x06 \x01(\x01\x12\x18\n\x10max_output_bytes\x18\x07 \x01(\x03\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9a\x01\n\nExecResult\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0e\n\x06stdout\x18\x02 \x01(\x0c\x12\x0e\n\x06stderr\x18\x03 \x01(\x0c\x12\x11\n\ttimed_out\x18\x04 \x01(\x08\x12\x18\n\x10stdout_truncated\x18\x05 \x01(\x08\x12\x18\n\x10stderr_truncated\x18\x06 \x01(\x08\x12\x12\n\nduration_s\x18\x07 \x01(\x01\"I\n\x11WriteFilesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12 \n\x05\x66iles\x18\x02 \x03(\x0b\x32\x11.artfleet.v1.File\"%\n\x12WriteFilesResponse\x12\x0f\n\x07written\x18\x01 \x01(\x05\"F\n\x0fReadFileRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x11\n\tmax_bytes\x18\x03 \x01(\x03\"6\n\x10ReadFileResponse\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\x0c\x12\x11\n\ttruncated\x18\x02 \x01(\x08\"I\n\x0fRunTestsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\t\x12\x11\n\ttimeout_s\x18\x03 \x01(\x01\"T\n\x0eTestCaseResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x12\n\nduration_s\x18\x03 \x01(\x01\x12\x0f\n\x07message\x18\x04 \x01(\t\"\xd3\x01\n\nTestReport\x12\x0e\n\x06passed\x18\x01 \x01(\x05\x12\x0e\n\x06\x66\x61iled\x18\x02 \x01(\x05\x12\x0f\n\x07\x65rrored\x18\x03 \x01(\x05\x12\x0f\n\x07skipped\x18\x04 \x01(\x05\x12\r\n\x05total\x18\x05 \x01(\x05\x12\x11\n\texit_code\x18\x06 \x01(\x05\x12\x11\n\ttimed_out\x18\x07 \x01(\x08\x12\x12\n\nduration_s\x18\x08 \x01(\x01\x12\x0e\n\x06output\x18\t \x01(\t\x12*\n\x05tests\x18\n \x03(\x0b\x32\x1b.artfleet.v1.TestCaseResult\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"&\n\x14\x43loseSessionResponse\x12\x0e\n\x06\x63losed\x18\x01 \x01(\x08\x32\xbe\x03\n\x07Sandbox\x12H\n\rCreateSession\x12!.artfleet.v1.CreateSessionRequest\x1a\x14.artfleet.v1.Session\x12\x39\n\x04\x45xec\x12\x18.artfleet.v1.ExecRequest\x1a\x17.artfleet.v1.ExecResult\x12M\n\nWriteFiles\x12\x1e.artfleet.v1.WriteFilesRequest\x1a\x1f.artfleet.v1.WriteFilesResponse\x12G\n\x08ReadFile\x12\x1c.artfleet.v1.ReadFileRequest\x1a\x1d.artfleet.v1.ReadFileResponse\x12\x41\n\x08RunTests\x12\x1c.artfleet.v1.RunTestsRequest\x1a\x17.artfleet.v1.TestReport\x12S\n\x0c\x43loseSession\x12 .artfleet.v1.CloseSessionRequest\x1a!.artfleet.v1.CloseSessionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61rtfleet/v1/sandbox.proto\x12\x0b\x61rtfleet.v1\"3\n\x04\x46ile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\x0c\x12\x0c\n\x04mode\x18\x03 \x01(\r\"\x8c\x02\n\x14\x43reateSessionRequest\x12\r\n\x05image\x18\x01 \x01(\t\x12 \n\x05\x66iles\x18\x02 \x03(\x0b\x32\x11.artfleet.v1.File\x12\x37\n\x03\x65nv\x18\x03 \x03(\x0b\x32*.artfleet.v1.CreateSessionRequest.EnvEntry\x12\x0f\n\x07network\x18\x04 \x01(\x08\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\x12\n\nidle_ttl_s\x18\x06 \x01(\x01\x12)\n\tresources\x18\x07 \x01(\x0b\x32\x16.artfleet.v1.Resources\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"P\n\tResources\x12\x14\n\x0cmemory_bytes\x18\x01 \x01(\x03\x12\x0c\n\x04\x63pus\x18\x02 \x01(\x01\x12\x0c\n\x04pids\x18\x03 \x01(\x03\x12\x11\n\ttmp_bytes\x18\x04 \x01(\x03\"c\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07workdir\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x11\n\tisolation\x18\x04 \x01(\t\x12\x0f\n\x07replica\x18\x05 \x01(\t\"\xd7\x01\n\x0b\x45xecRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\t\x12\x0b\n\x03\x63wd\x18\x03 \x01(\t\x12.\n\x03\x65nv\x18\x04 \x03(\x0b\x32!.artfleet.v1.ExecRequest.EnvEntry\x12\r\n\x05stdin\x18\x05 \x01(\x0c\x12\x11\n\ttimeout_s\x18\x06 \x01(\x01\x12\x18\n\x10max_output_bytes\x18\x07 \x01(\x03\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xae\x01\n\nExecResult\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0e\n\x06stdout\x18\x02 \x01(\x0c\x12\x0e\n\x06stderr\x18\x03 \x01(\x0c\x12\x11\n\ttimed_out\x18\x04 \x01(\x08\x12\x18\n\x10stdout_truncated\x18\x05 \x01(\x08\x12\x18\n\x10stderr_truncated\x18\x06 \x01(\x08\x12\x12\n\nduration_s\x18\x07 \x01(\x01\x12\x12\n\noom_killed\x18\x08 \x01(\x08\"I\n\x11WriteFilesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12 \n\x05\x66iles\x18\x02 \x03(\x0b\x32\x11.artfleet.v1.File\"%\n\x12WriteFilesResponse\x12\x0f\n\x07written\x18\x01 \x01(\x05\"F\n\x0fReadFileRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x11\n\tmax_bytes\x18\x03 \x01(\x03\"6\n\x10ReadFileResponse\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\x0c\x12\x11\n\ttruncated\x18\x02 \x01(\x08\"I\n\x0fRunTestsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\t\x12\x11\n\ttimeout_s\x18\x03 \x01(\x01\"T\n\x0eTestCaseResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x12\n\nduration_s\x18\x03 \x01(\x01\x12\x0f\n\x07message\x18\x04 \x01(\t\"\xd3\x01\n\nTestReport\x12\x0e\n\x06passed\x18\x01 \x01(\x05\x12\x0e\n\x06\x66\x61iled\x18\x02 \x01(\x05\x12\x0f\n\x07\x65rrored\x18\x03 \x01(\x05\x12\x0f\n\x07skipped\x18\x04 \x01(\x05\x12\r\n\x05total\x18\x05 \x01(\x05\x12\x11\n\texit_code\x18\x06 \x01(\x05\x12\x11\n\ttimed_out\x18\x07 \x01(\x08\x12\x12\n\nduration_s\x18\x08 \x01(\x01\x12\x0e\n\x06output\x18\t \x01(\t\x12*\n\x05tests\x18\n \x03(\x0b\x32\x1b.artfleet.v1.TestCaseResult\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"&\n\x14\x43loseSessionResponse\x12\x0e\n\x06\x63losed\x18\x01 \x01(\x08\x32\xbe\x03\n\x07Sandbox\x12H\n\rCreateSession\x12!.artfleet.v1.CreateSessionRequest\x1a\x14.artfleet.v1.Session\x12\x39\n\x04\x45xec\x12\x18.artfleet.v1.ExecRequest\x1a\x17.artfleet.v1.ExecResult\x12M\n\nWriteFiles\x12\x1e.artfleet.v1.WriteFilesRequest\x1a\x1f.artfleet.v1.WriteFilesResponse\x12G\n\x08ReadFile\x12\x1c.artfleet.v1.ReadFileRequest\x1a\x1d.artfleet.v1.ReadFileResponse\x12\x41\n\x08RunTests\x12\x1c.artfleet.v1.RunTestsRequest\x1a\x17.artfleet.v1.TestReport\x12S\n\x0c\x43loseSession\x12 .artfleet.v1.CloseSessionRequest\x1a!.artfleet.v1.CloseSessionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,35 +38,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FILE']._serialized_start=42
   _globals['_FILE']._serialized_end=93
   _globals['_CREATESESSIONREQUEST']._serialized_start=96
-  _globals['_CREATESESSIONREQUEST']._serialized_end=321
-  _globals['_CREATESESSIONREQUEST_ENVENTRY']._serialized_start=279
-  _globals['_CREATESESSIONREQUEST_ENVENTRY']._serialized_end=321
-  _globals['_SESSION']._serialized_start=323
-  _globals['_SESSION']._serialized_end=405
-  _globals['_EXECREQUEST']._serialized_start=408
-  _globals['_EXECREQUEST']._serialized_end=623
-  _globals['_EXECREQUEST_ENVENTRY']._serialized_start=279
-  _globals['_EXECREQUEST_ENVENTRY']._serialized_end=321
-  _globals['_EXECRESULT']._serialized_start=626
-  _globals['_EXECRESULT']._serialized_end=780
-  _globals['_WRITEFILESREQUEST']._serialized_start=782
-  _globals['_WRITEFILESREQUEST']._serialized_end=855
-  _globals['_WRITEFILESRESPONSE']._serialized_start=857
-  _globals['_WRITEFILESRESPONSE']._serialized_end=894
-  _globals['_READFILEREQUEST']._serialized_start=896
-  _globals['_READFILEREQUEST']._serialized_end=966
-  _globals['_READFILERESPONSE']._serialized_start=968
-  _globals['_READFILERESPONSE']._serialized_end=1022
-  _globals['_RUNTESTSREQUEST']._serialized_start=1024
-  _globals['_RUNTESTSREQUEST']._serialized_end=1097
-  _globals['_TESTCASERESULT']._serialized_start=1099
-  _globals['_TESTCASERESULT']._serialized_end=1183
-  _globals['_TESTREPORT']._serialized_start=1186
-  _globals['_TESTREPORT']._serialized_end=1397
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=1399
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=1440
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1442
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1480
-  _globals['_SANDBOX']._serialized_start=1483
-  _globals['_SANDBOX']._serialized_end=1929
+  _globals['_CREATESESSIONREQUEST']._serialized_end=364
+  _globals['_CREATESESSIONREQUEST_ENVENTRY']._serialized_start=322
+  _globals['_CREATESESSIONREQUEST_ENVENTRY']._serialized_end=364
+  _globals['_RESOURCES']._serialized_start=366
+  _globals['_RESOURCES']._serialized_end=446
+  _globals['_SESSION']._serialized_start=448
+  _globals['_SESSION']._serialized_end=547
+  _globals['_EXECREQUEST']._serialized_start=550
+  _globals['_EXECREQUEST']._serialized_end=765
+  _globals['_EXECREQUEST_ENVENTRY']._serialized_start=322
+  _globals['_EXECREQUEST_ENVENTRY']._serialized_end=364
+  _globals['_EXECRESULT']._serialized_start=768
+  _globals['_EXECRESULT']._serialized_end=942
+  _globals['_WRITEFILESREQUEST']._serialized_start=944
+  _globals['_WRITEFILESREQUEST']._serialized_end=1017
+  _globals['_WRITEFILESRESPONSE']._serialized_start=1019
+  _globals['_WRITEFILESRESPONSE']._serialized_end=1056
+  _globals['_READFILEREQUEST']._serialized_start=1058
+  _globals['_READFILEREQUEST']._serialized_end=1128
+  _globals['_READFILERESPONSE']._serialized_start=1130
+  _globals['_READFILERESPONSE']._serialized_end=1184
+  _globals['_RUNTESTSREQUEST']._serialized_start=1186
+  _globals['_RUNTESTSREQUEST']._serialized_end=1259
+  _globals['_TESTCASERESULT']._serialized_start=1261
+  _globals['_TESTCASERESULT']._serialized_end=1345
+  _globals['_TESTREPORT']._serialized_start=1348
+  _globals['_TESTREPORT']._serialized_end=1559
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=1561
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=1602
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1604
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1642
+  _globals['_SANDBOX']._serialized_start=1645
+  _globals['_SANDBOX']._serialized_end=2091
 # @@protoc_insertion_point(module_scope)

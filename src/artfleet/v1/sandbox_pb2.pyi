@@ -17,7 +17,7 @@ class File(_message.Message):
     def __init__(self, path: _Optional[str] = ..., content: _Optional[bytes] = ..., mode: _Optional[int] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("image", "files", "env", "network", "job_id", "idle_ttl_s")
+    __slots__ = ("image", "files", "env", "network", "job_id", "idle_ttl_s", "resources")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -31,25 +31,41 @@ class CreateSessionRequest(_message.Message):
     NETWORK_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     IDLE_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
     image: str
     files: _containers.RepeatedCompositeFieldContainer[File]
     env: _containers.ScalarMap[str, str]
     network: bool
     job_id: str
     idle_ttl_s: float
-    def __init__(self, image: _Optional[str] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: _Optional[bool] = ..., job_id: _Optional[str] = ..., idle_ttl_s: _Optional[float] = ...) -> None: ...
+    resources: Resources
+    def __init__(self, image: _Optional[str] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: _Optional[bool] = ..., job_id: _Optional[str] = ..., idle_ttl_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
+
+class Resources(_message.Message):
+    __slots__ = ("memory_bytes", "cpus", "pids", "tmp_bytes")
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    PIDS_FIELD_NUMBER: _ClassVar[int]
+    TMP_BYTES_FIELD_NUMBER: _ClassVar[int]
+    memory_bytes: int
+    cpus: float
+    pids: int
+    tmp_bytes: int
+    def __init__(self, memory_bytes: _Optional[int] = ..., cpus: _Optional[float] = ..., pids: _Optional[int] = ..., tmp_bytes: _Optional[int] = ...) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "workdir", "backend", "isolation")
+    __slots__ = ("session_id", "workdir", "backend", "isolation", "replica")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     WORKDIR_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     ISOLATION_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     workdir: str
     backend: str
     isolation: str
-    def __init__(self, session_id: _Optional[str] = ..., workdir: _Optional[str] = ..., backend: _Optional[str] = ..., isolation: _Optional[str] = ...) -> None: ...
+    replica: str
+    def __init__(self, session_id: _Optional[str] = ..., workdir: _Optional[str] = ..., backend: _Optional[str] = ..., isolation: _Optional[str] = ..., replica: _Optional[str] = ...) -> None: ...
 
 class ExecRequest(_message.Message):
     __slots__ = ("session_id", "command", "cwd", "env", "stdin", "timeout_s", "max_output_bytes")
@@ -77,7 +93,7 @@ class ExecRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., max_output_bytes: _Optional[int] = ...) -> None: ...
 
 class ExecResult(_message.Message):
-    __slots__ = ("exit_code", "stdout", "stderr", "timed_out", "stdout_truncated", "stderr_truncated", "duration_s")
+    __slots__ = ("exit_code", "stdout", "stderr", "timed_out", "stdout_truncated", "stderr_truncated", "duration_s", "oom_killed")
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     STDOUT_FIELD_NUMBER: _ClassVar[int]
     STDERR_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +101,7 @@ class ExecResult(_message.Message):
     STDOUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     STDERR_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    OOM_KILLED_FIELD_NUMBER: _ClassVar[int]
     exit_code: int
     stdout: bytes
     stderr: bytes
@@ -92,7 +109,8 @@ class ExecResult(_message.Message):
     stdout_truncated: bool
     stderr_truncated: bool
     duration_s: float
-    def __init__(self, exit_code: _Optional[int] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., timed_out: _Optional[bool] = ..., stdout_truncated: _Optional[bool] = ..., stderr_truncated: _Optional[bool] = ..., duration_s: _Optional[float] = ...) -> None: ...
+    oom_killed: bool
+    def __init__(self, exit_code: _Optional[int] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., timed_out: _Optional[bool] = ..., stdout_truncated: _Optional[bool] = ..., stderr_truncated: _Optional[bool] = ..., duration_s: _Optional[float] = ..., oom_killed: _Optional[bool] = ...) -> None: ...
 
 class WriteFilesRequest(_message.Message):
     __slots__ = ("session_id", "files")

@@ -32,6 +32,7 @@ def test_two():
 async def stub() -> AsyncIterator[sandbox_pb2_grpc.SandboxStub]:
     settings = SandboxSettings(
         api_token=SecretStr("integration-test-token"),
+        sandbox_backend="local",
         max_timeout_s=2,
         max_output_bytes=4096,
         max_read_bytes=1024,
@@ -66,7 +67,8 @@ async def test_every_rpc_round_trip(stub: sandbox_pb2_grpc.SandboxStub) -> None:
             job_id="job-1",
         )
     )
-    assert session.backend == "local" and session.isolation and len(session.session_id) == 32
+    assert session.backend == "local" and session.isolation
+    assert session.session_id.startswith(session.replica + ".") and len(session.session_id) == 42
     sid = session.session_id
 
     result = await stub.Exec(

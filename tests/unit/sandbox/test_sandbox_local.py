@@ -21,6 +21,7 @@ from artfleet_sandbox.backend import (
     InvalidPath,
     PathNotFound,
     SandboxError,
+    SessionElsewhere,
     SessionNotFound,
     SessionSpec,
 )
@@ -377,11 +378,21 @@ async def test_overlong_command_is_refused(backend: LocalBackend) -> None:
         await backend.exec(sid, spec("true " + "x" * 200_000))
 
 
-async def test_session_ids_are_unguessable(backend: LocalBackend) -> None:
+async def test_session_ids_are_unguessable_and_name_the_replica(backend: LocalBackend) -> None:
     first = await backend.create_session(SessionSpec())
     second = await backend.create_session(SessionSpec())
-    assert len(first.session_id) == 32 and first.session_id != second.session_id
-    assert first.session_id not in first.workdir  # commands see their path, not the id
+    replica, _, secret = first.session_id.partition(".")
+    assert replica == first.replica == backend.replica_id
+    assert len(secret) == 32 and first.session_id != second.session_id
+    assert secret not in first.workdir  # commands see their path, not the id
+
+
+async def test_a_session_of_another_replica_is_unavailable(backend: LocalBackend) -> None:
+    foreign = "r0000beef." + "0" * 32
+    with pytest.raises(SessionElsewhere, match="belongs to sandbox replica r0000beef"):
+        await backend.exec(foreign, spec("true"))
+    with pytest.raises(SessionNotFound):
+        await backend.exec(f"{backend.replica_id}." + "0" * 32, spec("true"))
 
 
 async def test_capacity_is_bounded(backend_factory: Callable[..., LocalBackend]) -> None:
@@ -392,7 +403,9 @@ async def test_capacity_is_bounded(backend_factory: Callable[..., LocalBackend])
 
 
 async def test_idle_sessions_are_reaped(backend_factory: Callable[..., LocalBackend]) -> None:
-    before = REGISTRY.get_sample_value("artfleet_sandbox_reaped_sessions_total") or 0
+    before = (
+        REGISTRY.get_sample_value("artfleet_sandbox_reaped_sessions_total", {"reason": "idle"}) or 0
+    )
     async with backend_factory(idle_ttl_s=0.5, reap_interval_s=0.1) as backend:
         idle = await backend.create_session(SessionSpec())
         busy = await new_session(backend)
@@ -404,7 +417,9 @@ async def test_idle_sessions_are_reaped(backend_factory: Callable[..., LocalBack
             await backend.exec(idle.session_id, spec("true"))
         assert not await asyncio.to_thread(os.path.exists, idle.workdir)
         assert (await backend.exec(kept, spec("echo ok"))).stdout == b"ok\n"
-    after = REGISTRY.get_sample_value("artfleet_sandbox_reaped_sessions_total") or 0
+    after = (
+        REGISTRY.get_sample_value("artfleet_sandbox_reaped_sessions_total", {"reason": "idle"}) or 0
+    )
     assert after - before >= 1
 
 

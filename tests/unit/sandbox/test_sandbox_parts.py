@@ -8,6 +8,7 @@ from pydantic import SecretStr, ValidationError
 from artfleet_sandbox.backend import InvalidArgument, InvalidPath
 from artfleet_sandbox.factory import build_servicer
 from artfleet_sandbox.junit import parse_junit
+from artfleet_sandbox.local import LocalBackend
 from artfleet_sandbox.paths import clean_relpath
 from artfleet_sandbox.procs import Capture
 from artfleet_sandbox.servicer import _clamp
@@ -94,7 +95,7 @@ def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = SandboxSettings()  # type: ignore[call-arg]  # the token comes from the env
     assert settings.max_timeout_s == 120 and settings.use_bwrap == "never"
     assert settings.bwrap_expose_paths == ["/opt/python"]
-    assert settings.sandbox_backend == "local"
+    assert settings.sandbox_backend == "auto"
 
 
 def test_settings_defaults_follow_caps_and_bad_values_fail() -> None:
@@ -107,8 +108,10 @@ def test_settings_defaults_follow_caps_and_bad_values_fail() -> None:
 
 
 def test_build_servicer_wires_limits() -> None:
-    settings = SandboxSettings(api_token=SecretStr(TOKEN), max_timeout_s=42, use_bwrap="never")
+    settings = SandboxSettings(
+        api_token=SecretStr(TOKEN), max_timeout_s=42, use_bwrap="never", sandbox_backend="local"
+    )
     servicer, backend = build_servicer(settings)
     assert servicer.backend is backend and servicer.limits.max_timeout_s == 42
     assert servicer.limits.default_timeout_s == 42
-    assert backend.config.use_bwrap == "never"
+    assert isinstance(backend, LocalBackend) and backend.config.use_bwrap == "never"

@@ -1,0 +1,394 @@
+"""DockerBackend: sessions as containers, owned by this replica and removed on close."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+import shlex
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from artfleet_sandbox import metrics
+from artfleet_sandbox.backend import (
+    CapacityExceeded,
+    ExecOutcome,
+    ExecSpec,
+    FileSpec,
+    InvalidArgument,
+    Resources,
+    RunTestsReport,
+    SandboxError,
+    SessionInfo,
+    SessionSpec,
+    check_command,
+    check_env,
+    session_missing,
+)
+from artfleet_sandbox.docker_backend import config as c
+from artfleet_sandbox.docker_backend.engine import DockerEngine
+from artfleet_sandbox.docker_backend.execio import ReadLimits
+from artfleet_sandbox.docker_backend.pool import Pooled, WarmPool
+from artfleet_sandbox.docker_backend.reaper import owner_containers, reap_reason
+from artfleet_sandbox.docker_backend.spec import (
+    ContainerRequest,
+    check_network,
+    container_options,
+    effective_resources,
+)
+from artfleet_sandbox.junit import parse_junit
+from artfleet_sandbox.paths import clean_relpath
+from artfleet_sandbox.replica import ReplicaIdentity, new_session_id
+
+log = logging.getLogger(__name__)
+
+# bash when the image has it (the proto's promise), plain sh otherwise.
+_SHELL = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; else exec sh -c "$1"; fi'
+_MAX_JUNIT_BYTES = 32 * 1024 * 1024
+_NAME_SAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
+
+
+def _shell_argv(command: str) -> list[str]:
+    return ["/bin/sh", "-c", _SHELL, "sh", command]
+
+
+@dataclass
+class _Session:
+    id: str
+    container_id: str
+    job_id: str
+    env: dict[str, str]
+    network: bool
+    ttl_s: float
+    created: float = field(default_factory=time.monotonic)
+    last_used: float = field(default_factory=time.monotonic)
+    busy: int = 0
+
+
+class DockerBackend:
+    name = "docker"
+
+    def __init__(self, config: c.DockerConfig | None = None) -> None:
+        self.config = config or c.DockerConfig()
+        self.identity = ReplicaIdentity.current(self.config.replica_id)
+        self.engine = DockerEngine(self.config.docker_host, self.config.threads)
+        self._uid = int(self.config.user.split(":")[0])
+        self._sessions: dict[str, _Session] = {}
+        self._creating: set[str] = set()  # session ids whose container is on its way
+        self._pool = WarmPool(
+            self.config.pool_size, self.config.pool_max_age_s, self._create_pooled, self._remove
+        )
+        self._reaper: asyncio.Task[None] | None = None
+        self._renames: set[asyncio.Task[None]] = set()
+        self._started = False
+
+    @property
+    def replica_id(self) -> str:
+        return self.identity.replica_id
+
+    def isolation(self, network: bool) -> str:
+        net = "network" if network else "no network"
+        return f"docker container ({net}, read-only root, non-root {self.config.user})"
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        await self.engine.connect()
+        self._started = True
+        removed = await self.reap()
+        for image in dict.fromkeys([*self.config.pool_images]):
+            await self.engine.ensure_image(image, self.config.pull)
+            self._pool.refill(image)
+        self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
+        log.info(
+            "docker sandbox backend up: replica %s, deployment %r, %d leftover containers removed",
+            self.replica_id,
+            self.config.deployment,
+            removed,
+        )
+
+    async def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        try:
+            await asyncio.wait_for(self._remove_own(), self.config.stop_timeout_s)
+        except TimeoutError:
+            log.warning(
+                "removing this replica's containers took over %.0f s", self.config.stop_timeout_s
+            )
+        await self.engine.close()
+
+    async def _remove_own(self) -> None:
+        pooled = await self._pool.stop()
+        if self._renames:
+            await asyncio.gather(*self._renames, return_exceptions=True)
+        await self.close_all()
+        await asyncio.gather(*(self._remove(cid) for cid in pooled))
+        # Whatever else carries our replica id (a create cut short by the shutdown).
+        leftovers = [
+            item.id
+            for item in await self.engine.list_managed(self.config.deployment)
+            if item.labels.get(c.LABEL_REPLICA) == self.replica_id
+        ]
+        await asyncio.gather(*(self._remove(cid) for cid in leftovers))
+
+    async def __aenter__(self) -> DockerBackend:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    @property
+    def active_sessions(self) -> int:
+        return len(self._sessions)
+
+    # -- containers --------------------------------------------------------------------
+
+    def _request(
+        self,
+        session_id: str,
+        image: str,
+        resources: Resources,
+        network: bool,
+        job_id: str = "",
+        pooled: bool = False,
+    ) -> ContainerRequest:
+        return ContainerRequest(session_id, image, resources, network, job_id, pooled)
+
+    async def _start(self, req: ContainerRequest) -> str:
+        self._creating.add(req.session_id)
+        try:
+            options = container_options(req, self.config, self.identity)
+            return await self.engine.start_container(options, self._uid)
+        finally:
+            self._creating.discard(req.session_id)
+
+    async def _create_pooled(self, image: str) -> Pooled:
+        session_id = new_session_id(self.replica_id)
+        req = self._request(session_id, image, self.config.defaults, False, pooled=True)
+        self._creating.add(session_id)  # tracked until the pool holds it
+        try:
+            return Pooled(await self._start(req), session_id)
+        finally:
+            self._creating.discard(session_id)
+
+    async def _remove(self, container_id: str) -> bool:
+        try:
+            return await self.engine.remove(container_id)
+        except SandboxError as exc:
+            log.warning("could not remove container %s: %s", container_id[:12], exc)
+            return False
+
+    # -- sessions ----------------------------------------------------------------------
+
+    async def create_session(self, spec: SessionSpec) -> SessionInfo:
+        if not self._started:
+            raise SandboxError("backend not started")
+        if len(self._sessions) + len(self._creating) >= self.config.max_sessions:
+            raise CapacityExceeded(f"this replica holds {self.config.max_sessions} sessions")
+        check_env(spec.env)
+        check_network(spec.network, self.config)
+        resources = effective_resources(spec.resources, self.config.defaults, self.config.caps)
+        image = spec.image or self.config.default_image
+        await self.engine.ensure_image(image, self.config.pull)
+        started = time.perf_counter()
+        pooled = None
+        if not spec.network and resources == self.config.defaults:
+            pooled = self._pool.take(image)
+        if pooled is not None:
+            session_id, container_id, source = pooled.session_id, pooled.container_id, "pool"
+            self._label_job_later(container_id, session_id, spec.job_id)
+        else:
+            session_id = new_session_id(self.replica_id)
+            req = self._request(session_id, image, resources, spec.network, spec.job_id)
+            container_id, source = await self._start(req), "cold"
+        session = _Session(
+            id=session_id,
+            container_id=container_id,
+            job_id=spec.job_id,
+            env=dict(spec.env),
+            network=spec.network,
+            ttl_s=spec.idle_ttl_s or self.config.idle_ttl_s,
+        )
+        self._sessions[session_id] = session
+        try:
+            await self.engine.put_files(container_id, spec.files, self._uid)
+        except BaseException:
+            await self.close_session(session_id)
+            raise
+        metrics.CREATE_SECONDS.labels(source).observe(time.perf_counter() - started)
+        metrics.SESSIONS_CREATED.inc()
+        metrics.ACTIVE_SESSIONS.set(len(self._sessions))
+        return SessionInfo(
+            session_id, c.WORKSPACE, self.name, self.isolation(spec.network), self.replica_id
+        )
+
+    def _label_job_later(self, container_id: str, session_id: str, job_id: str) -> None:
+        # Labels are fixed at creation, and a pooled container was made before its job was
+        # known: the container name carries the job instead (`docker ps` shows it).
+        slug = _NAME_SAFE.sub("-", job_id)[:40].strip("-.") or "nojob"
+        name = f"artfleet-{slug}-{session_id.split('.')[1][:12]}"
+
+        async def rename() -> None:
+            with contextlib.suppress(SandboxError):
+                await self.engine.rename(container_id, name)
+
+        task = asyncio.get_running_loop().create_task(rename())
+        self._renames.add(task)
+        task.add_done_callback(self._renames.discard)
+
+    async def close_session(self, session_id: str) -> bool:
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            return False
+        metrics.ACTIVE_SESSIONS.set(len(self._sessions))
+        await self._remove(session.container_id)
+        return True
+
+    async def close_all(self) -> int:
+        results = await asyncio.gather(*(self.close_session(sid) for sid in list(self._sessions)))
+        return sum(results)
+
+    def _get(self, session_id: str) -> _Session:
+        session = self._sessions.get(session_id)
+        if session is not None:
+            return session
+        raise session_missing(session_id, self.replica_id)
+
+    @contextlib.contextmanager
+    def _in_use(self, session: _Session) -> Iterator[None]:
+        session.busy += 1
+        try:
+            yield
+        finally:
+            session.busy -= 1
+            session.last_used = time.monotonic()
+
+    # -- commands and files ------------------------------------------------------------
+
+    async def _run(
+        self,
+        session: _Session,
+        command: str,
+        cwd: str,
+        env: Mapping[str, str],
+        stdin: bytes,
+        limits: ReadLimits,
+    ) -> ExecOutcome:
+        check_command(command)
+        check_env(env)
+        rel = clean_relpath(cwd, allow_empty=True)
+        workdir = f"{c.WORKSPACE}/{rel}" if rel else c.WORKSPACE
+        with self._in_use(session):
+            outcome = await self.engine.exec(
+                session.container_id,
+                _shell_argv(command),
+                user=self.config.user,
+                env={**session.env, **env},
+                workdir=workdir,
+                stdin=stdin,
+                limits=limits,
+            )
+        if outcome.oom_killed:
+            metrics.OOM_KILLS.inc()
+        return outcome
+
+    async def exec(self, session_id: str, spec: ExecSpec) -> ExecOutcome:
+        if spec.timeout_s <= 0 or spec.max_output_bytes < 0:
+            raise InvalidArgument("timeout_s must be positive and max_output_bytes not negative")
+        session = self._get(session_id)
+        limits = ReadLimits(spec.timeout_s, spec.max_output_bytes, self.config.drain_limit_bytes)
+        return await self._run(session, spec.command, spec.cwd, spec.env, spec.stdin, limits)
+
+    async def write_files(self, session_id: str, files: Sequence[FileSpec]) -> int:
+        session = self._get(session_id)
+        with self._in_use(session):
+            await self.engine.put_files(session.container_id, files, self._uid)
+        return len(files)
+
+    async def read_file(self, session_id: str, path: str, max_bytes: int) -> tuple[bytes, bool]:
+        if max_bytes < 0:
+            raise InvalidArgument("max_bytes must not be negative")
+        session = self._get(session_id)
+        with self._in_use(session):
+            return await self.engine.read_file(session.container_id, path, max_bytes)
+
+    async def run_tests(self, session_id: str, command: str, timeout_s: float) -> RunTestsReport:
+        if timeout_s <= 0:
+            raise InvalidArgument("timeout_s must be positive")
+        session = self._get(session_id)
+        # /tmp is a tmpfs the engine's archive API cannot read: the report comes back
+        # through `cat`, capped like any output.
+        report = f"/tmp/.artfleet-junit-{secrets.token_hex(6)}.xml"
+        text = (command or self.config.test_command).replace("{junitxml}", shlex.quote(report))
+        cap = self.config.test_output_bytes
+        limits = ReadLimits(
+            timeout_s,
+            cap // 4,
+            self.config.drain_limit_bytes,
+            tail_bytes=cap - cap // 4,
+            merge=True,
+        )
+        result = await self._run(session, text, "", {}, b"", limits)
+        fetch = ReadLimits(30.0, _MAX_JUNIT_BYTES, _MAX_JUNIT_BYTES + 1)
+        junit = await self._run(
+            session, f"cat {report} 2>/dev/null; rm -f {report}", "", {}, b"", fetch
+        )
+        tests = [] if junit.stdout_truncated else parse_junit(junit.stdout)
+        return RunTestsReport(
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            duration_s=result.duration_s,
+            output=result.stdout.decode("utf-8", errors="replace"),
+            tests=tests,
+        )
+
+    # -- reaper ------------------------------------------------------------------------
+
+    async def reap(self) -> int:
+        """One pass: expired sessions of ours, then orphaned or stale containers."""
+        now = time.monotonic()
+        removed = 0
+        for session in list(self._sessions.values()):
+            reason = None
+            if now - session.created > self.config.max_lifetime_s:
+                reason = "lifetime"  # even when busy: max lifetime is a hard bound
+            elif session.busy == 0 and now - session.last_used > session.ttl_s:
+                reason = "idle"
+            if reason and await self.close_session(session.id):
+                metrics.REAPED_SESSIONS.labels(reason).inc()
+                log.info("reaped session %s (%s)", session.id, reason)
+                removed += 1
+        self._pool.expire()
+        containers = await self.engine.list_managed(self.config.deployment)
+        owners = {
+            owner: await self.engine.container_running(owner)
+            for owner in owner_containers(containers, self.identity)
+        }
+        tracked = set(self._sessions) | self._creating | self._pool.session_ids()
+        for item in containers:
+            reason = reap_reason(item, self.identity, tracked, owners)
+            if reason and await self._remove(item.id):
+                metrics.REAPED_SESSIONS.labels(reason).inc()
+                log.info("removed %s container %s", reason, item.id[:12])
+                removed += 1
+        return removed
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.reap_interval_s)
+            try:
+                await self.reap()
+            except Exception:  # the engine may be down for a moment; try again next round
+                log.exception("reaper pass failed")
