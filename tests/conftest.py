@@ -20,6 +20,12 @@ def require(condition: bool, why: str) -> None:
     pytest.skip(why)
 
 
+@pytest.fixture(scope="session")
+def require_infra() -> Callable[[bool, str], None]:
+    """`require` for conftests below this one (they cannot import this module)."""
+    return require
+
+
 def sampled_choice(text: str, token_ids: list[int], logprobs: list[float]) -> Choice:
     """An assistant turn as the policy server returns it: token ids with their logprobs."""
     return Choice.model_validate(
