@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from pathlib import Path
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
