@@ -1,0 +1,152 @@
+"""The reaper and shutdown against real containers: what is removed, and what never is."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+from sandbox_docker_kit import TEST_IMAGE, TOKEN, BackendFactory, our_containers
+
+from artfleet.cli.fleet import free_port
+from artfleet.rpc.client import aio_channel
+from artfleet.v1 import sandbox_pb2 as pb
+from artfleet.v1 import sandbox_pb2_grpc
+from artfleet_sandbox.backend import SessionSpec
+from artfleet_sandbox.docker_backend.config import (
+    LABEL_DEPLOYMENT,
+    LABEL_MANAGED,
+    LABEL_REPLICA,
+    LABEL_SESSION,
+)
+from artfleet_sandbox.docker_backend.spec import ContainerRequest, container_options
+from artfleet_sandbox.replica import new_session_id
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+def _reaped(reason: str) -> float:
+    return (
+        REGISTRY.get_sample_value("artfleet_sandbox_reaped_sessions_total", {"reason": reason}) or 0
+    )
+
+
+def _sessions(docker_client: Any, deployment: str) -> set[str]:
+    return {c.labels[LABEL_SESSION] for c in our_containers(docker_client, deployment)}
+
+
+async def _wait_healthy(port: int, proc: asyncio.subprocess.Process) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + 60
+    async with aio_channel(f"127.0.0.1:{port}", TOKEN) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while True:
+            assert proc.returncode is None, "the sandbox service exited"
+            try:
+                reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except Exception:
+                pass
+            assert time.monotonic() < deadline, "the sandbox service did not become healthy"
+            await asyncio.sleep(0.2)
+
+
+async def test_containers_of_a_dead_replica_are_reaped_at_start(
+    docker_backend: BackendFactory, docker_client: Any, deployment: str
+) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "ARTFLEET_API_TOKEN": TOKEN,
+        "ARTFLEET_SANDBOX_BACKEND": "docker",
+        "ARTFLEET_DEPLOYMENT": deployment,
+        "ARTFLEET_SANDBOX_IMAGE": TEST_IMAGE,
+        "ARTFLEET_PORT": str(port),
+        "ARTFLEET_POOL_SIZE": "1",
+    }
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "artfleet_sandbox", env=env)
+    try:
+        await _wait_healthy(port, proc)
+        async with aio_channel(f"127.0.0.1:{port}", TOKEN) as channel:
+            stub = sandbox_pb2_grpc.SandboxStub(channel)
+            session = await stub.CreateSession(pb.CreateSessionRequest(job_id="doomed"))
+    finally:
+        proc.send_signal(signal.SIGKILL)  # a crash: no graceful shutdown removes anything
+        await asyncio.wait_for(proc.wait(), 30)
+    assert session.session_id in _sessions(docker_client, deployment)
+
+    # Containers that are not ours: no labels at all, and ours but another deployment.
+    stranger = docker_client.containers.run(TEST_IMAGE, ["sleep", "300"], detach=True)
+    neighbour = docker_client.containers.run(
+        TEST_IMAGE,
+        ["sleep", "300"],
+        detach=True,
+        labels={LABEL_MANAGED: "sandbox", LABEL_DEPLOYMENT: f"{deployment}-other"},
+    )
+    try:
+        before = _reaped("orphan")
+        async with docker_backend() as backend:
+            assert _sessions(docker_client, deployment) == set()  # session and pool container
+            assert _reaped("orphan") - before >= 1
+            assert backend.replica_id != session.replica
+        stranger.reload()
+        neighbour.reload()
+        assert stranger.status == "running" and neighbour.status == "running"
+    finally:
+        stranger.remove(force=True)
+        neighbour.remove(force=True)
+
+
+async def test_idle_and_lifetime_expiry_and_stale_containers(
+    docker_backend: BackendFactory, docker_client: Any, deployment: str
+) -> None:
+    async with docker_backend(max_lifetime_s=2.0) as backend:
+        idle = await backend.create_session(SessionSpec(idle_ttl_s=0.5))
+        old = await backend.create_session(SessionSpec())
+        # A container with this replica's labels that no session knows (a create that
+        # crashed half way): stale.
+        stray_id = new_session_id(backend.replica_id)
+        request = ContainerRequest(stray_id, TEST_IMAGE, backend.config.defaults, False)
+        docker_client.containers.run(**container_options(request, backend.config, backend.identity))
+        await asyncio.sleep(0.8)
+        counts = {reason: _reaped(reason) for reason in ("idle", "lifetime", "stale")}
+        await backend.reap()
+        left = _sessions(docker_client, deployment)
+        assert idle.session_id not in left and stray_id not in left and old.session_id in left
+        await asyncio.sleep(1.5)
+        await backend.reap()
+        assert old.session_id not in _sessions(docker_client, deployment)
+        assert _reaped("idle") == counts["idle"] + 1
+        assert _reaped("stale") == counts["stale"] + 1
+        assert _reaped("lifetime") == counts["lifetime"] + 1
+
+
+async def test_graceful_stop_removes_only_this_replicas_containers(
+    docker_backend: BackendFactory, docker_client: Any, deployment: str
+) -> None:
+    async with docker_backend(pool_size=1, pool_images=(TEST_IMAGE,)) as other:
+        async with docker_backend(pool_size=2, pool_images=(TEST_IMAGE,)) as backend:
+            await backend.create_session(SessionSpec(job_id="a"))
+            await backend.create_session(SessionSpec(job_id="b"))
+            kept = await other.create_session(SessionSpec())
+            for _ in range(100):
+                mine = [
+                    c
+                    for c in our_containers(docker_client, deployment)
+                    if c.labels[LABEL_REPLICA] == backend.replica_id
+                ]
+                if len(mine) >= 4:  # two sessions and a full pool
+                    break
+                await asyncio.sleep(0.1)
+            assert len(mine) >= 4
+        owners = {c.labels[LABEL_REPLICA] for c in our_containers(docker_client, deployment)}
+        assert owners == {other.replica_id}
+        assert kept.session_id in _sessions(docker_client, deployment)
+    assert _sessions(docker_client, deployment) == set()
