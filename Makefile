@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install demo check lint typecheck proto proto-check test test-fast clean
+.PHONY: install demo check lint typecheck proto proto-check test test-fast bench infra clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,14 @@ test:
 
 test-fast:
 	$(BIN)/pytest -ra -m "not slow"
+
+# Docker engine, bubblewrap and the sandbox base image (Debian; needs root).
+infra:
+	scripts/ci_infra.sh
+
+# Ratios against baselines measured in the same run; see bench/*.py.
+bench:
+	$(BIN)/python bench/sandbox_bench.py
 
 # The test command README.md gives: contracts, lint, types, then every test.
 check: proto-check lint typecheck test

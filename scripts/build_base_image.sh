@@ -49,7 +49,7 @@ debootstrap --variant=minbase --include="${PACKAGES// /,}" "$SUITE" "$ROOT" >/tm
 if [[ -d $CA_DIR ]] && compgen -G "$CA_DIR/*.crt" >/dev/null; then
   mkdir -p "$ROOT/usr/local/share/ca-certificates"
   cp "$CA_DIR"/*.crt "$ROOT/usr/local/share/ca-certificates/"
-  chroot "$ROOT" update-ca-certificates >/dev/null
+  chroot "$ROOT" update-ca-certificates >/dev/null 2>&1
 fi
 
 chroot "$ROOT" groupadd --gid 1000 sandbox
