@@ -4,6 +4,7 @@ real SmolLM2 model. One fleet for the module; the jobs run one after another."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -32,7 +33,11 @@ SMALL = dict(
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
-    fleet = LocalFleet(tmp_path_factory.mktemp("fleet"))
+    # Its own deployment label: the sandbox's containers (docker backend) are checked below.
+    deployment = f"artfleet-fleet-test-{os.getpid()}"
+    fleet = LocalFleet(
+        tmp_path_factory.mktemp("fleet"), extra_env={"ARTFLEET_DEPLOYMENT": deployment}
+    )
     fleet.start()
     try:
         yield fleet
@@ -40,6 +45,26 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
         codes = fleet.stop()
         # Every service shut down on SIGTERM by itself (a kill would show as -9).
         assert all(code is not None and code >= 0 for code in codes.values()), codes
+        assert _sandbox_containers(deployment) == [], "the sandbox left containers behind"
+
+
+def _sandbox_containers(deployment: str) -> list[str]:
+    """Names of containers with the deployment's label ([] without a Docker engine)."""
+    try:
+        import docker
+
+        client = docker.from_env()
+    except Exception:
+        return []
+    try:
+        found = client.containers.list(
+            all=True, filters={"label": f"io.artfleet.deployment={deployment}"}
+        )
+        for container in found:
+            container.remove(force=True, v=True)
+        return [c.name for c in found]
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="module")

@@ -189,6 +189,7 @@ class LocalBackend:
         check_env(spec.env)
         if spec.idle_ttl_s < 0:
             raise InvalidArgument("idle_ttl_s must not be negative")
+        started = time.perf_counter()
         session = _Session(
             id=new_session_id(self.replica_id),
             root=await asyncio.to_thread(self._make_session_dir, spec.files),
@@ -199,6 +200,7 @@ class LocalBackend:
             ttl_s=spec.idle_ttl_s or self.config.idle_ttl_s,
         )
         self._sessions[session.id] = session
+        metrics.CREATE_SECONDS.labels("process").observe(time.perf_counter() - started)
         metrics.SESSIONS_CREATED.inc()
         metrics.ACTIVE_SESSIONS.set(len(self._sessions))
         return SessionInfo(

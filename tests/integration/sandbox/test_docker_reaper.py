@@ -19,11 +19,13 @@ from artfleet.v1 import sandbox_pb2 as pb
 from artfleet.v1 import sandbox_pb2_grpc
 from artfleet_sandbox.backend import SessionSpec
 from artfleet_sandbox.docker_backend.config import (
+    LABEL_CREATED_AT,
     LABEL_DEPLOYMENT,
     LABEL_MANAGED,
     LABEL_REPLICA,
     LABEL_SESSION,
 )
+from artfleet_sandbox.docker_backend.reaper import STALE_AFTER_S
 from artfleet_sandbox.docker_backend.spec import ContainerRequest, container_options
 from artfleet_sandbox.replica import new_session_id
 
@@ -114,12 +116,22 @@ async def test_idle_and_lifetime_expiry_and_stale_containers(
         # crashed half way): stale.
         stray_id = new_session_id(backend.replica_id)
         request = ContainerRequest(stray_id, TEST_IMAGE, backend.config.defaults, False)
-        docker_client.containers.run(**container_options(request, backend.config, backend.identity))
+        options = container_options(request, backend.config, backend.identity)
+        young = dict(options, name=f"young-{stray_id[-8:]}")
+        options["labels"][LABEL_CREATED_AT] = str(int(time.time() - 2 * STALE_AFTER_S))
+        docker_client.containers.run(**options)
+        young_id = new_session_id(backend.replica_id)  # just created: not stale yet
+        young["labels"] = dict(
+            options["labels"], **{LABEL_SESSION: young_id, LABEL_CREATED_AT: str(int(time.time()))}
+        )
+        young_container = docker_client.containers.run(**young)
         await asyncio.sleep(0.8)
         counts = {reason: _reaped(reason) for reason in ("idle", "lifetime", "stale")}
         await backend.reap()
         left = _sessions(docker_client, deployment)
         assert idle.session_id not in left and stray_id not in left and old.session_id in left
+        assert young_id in left
+        young_container.remove(force=True, v=True)
         await asyncio.sleep(1.5)
         await backend.reap()
         assert old.session_id not in _sessions(docker_client, deployment)

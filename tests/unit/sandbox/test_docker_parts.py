@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import struct
 import tarfile
+import time
 
 import pytest
 
@@ -125,7 +126,10 @@ def test_reap_reason_by_owner() -> None:
     dead_pid = ReplicaIdentity("rold00000", "", me.host, 999_999_999, "1")
     mine = {c.LABEL_REPLICA: me.replica_id}
     assert reap_reason(_item(**mine, **{c.LABEL_SESSION: "s1"}), me, {"s1"}, {}) is None
-    assert reap_reason(_item(**mine, **{c.LABEL_SESSION: "s2"}), me, {"s1"}, {}) == "stale"
+    old = {c.LABEL_CREATED_AT: str(int(time.time() - 3600))}
+    young = {c.LABEL_CREATED_AT: str(int(time.time()))}
+    assert reap_reason(_item(**mine, **old, **{c.LABEL_SESSION: "s2"}), me, {"s1"}, {}) == "stale"
+    assert reap_reason(_item(**mine, **young, **{c.LABEL_SESSION: "s2"}), me, {"s1"}, {}) is None
     local_dead = {
         c.LABEL_REPLICA: dead_pid.replica_id,
         c.LABEL_REPLICA_HOST: me.host,

@@ -371,12 +371,15 @@ class DockerBackend:
                 log.info("reaped session %s (%s)", session.id, reason)
                 removed += 1
         self._pool.expire()
+        # Known before and after the listing: a session closed or created meanwhile is
+        # in one of the two snapshots.
+        tracked = self._tracked()
         containers = await self.engine.list_managed(self.config.deployment)
         owners = {
             owner: await self.engine.container_running(owner)
             for owner in owner_containers(containers, self.identity)
         }
-        tracked = set(self._sessions) | self._creating | self._pool.session_ids()
+        tracked |= self._tracked()
         for item in containers:
             reason = reap_reason(item, self.identity, tracked, owners)
             if reason and await self._remove(item.id):
@@ -384,6 +387,9 @@ class DockerBackend:
                 log.info("removed %s container %s", reason, item.id[:12])
                 removed += 1
         return removed
+
+    def _tracked(self) -> set[str]:
+        return set(self._sessions) | self._creating | self._pool.session_ids()
 
     async def _reap_forever(self) -> None:
         while True:

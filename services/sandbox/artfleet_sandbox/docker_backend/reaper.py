@@ -9,11 +9,16 @@ another deployment or without our labels (the engine query filters on both).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Mapping
 
 from artfleet_sandbox.docker_backend import config as c
 from artfleet_sandbox.docker_backend.engine import ManagedContainer
 from artfleet_sandbox.replica import ReplicaIdentity
+
+# An untracked container of our own is only stale once it is this old: a session closing
+# or a container being created while the reaper looks must never count as stale.
+STALE_AFTER_S = 30.0
 
 
 def owner_containers(containers: Collection[ManagedContainer], me: ReplicaIdentity) -> set[str]:
@@ -37,7 +42,11 @@ def reap_reason(
     including containers being created and those waiting in the pool."""
     labels = item.labels
     if labels.get(c.LABEL_REPLICA) == me.replica_id:
-        return None if labels.get(c.LABEL_SESSION) in tracked else "stale"
+        if labels.get(c.LABEL_SESSION) in tracked:
+            return None
+        created = labels.get(c.LABEL_CREATED_AT, "")
+        young = created.isdigit() and time.time() - int(created) < STALE_AFTER_S
+        return None if young else "stale"
     owner = labels.get(c.LABEL_REPLICA_CONTAINER, "")
     if owner:
         if owner == me.container_id:
