@@ -8,11 +8,22 @@ Scorers run one after another: a gate needs the values of the scorers before it.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .scorers.base import ERROR, INVALID_OUTPUT, GroupContext, Result, Scored, ScorerError
+from artfleet.v1 import common_pb2 as pb
+
+from .scorers.base import (
+    ERROR,
+    INVALID_OUTPUT,
+    GroupContext,
+    Result,
+    Runtime,
+    Scored,
+    ScorerError,
+)
 from .spec import DROP_GROUP, DROP_TRAJECTORY, FAIL_JOB, Entry, ResolvedSpec
 
 GROUP = -1  # `trajectory` of a failure that concerns the whole group
@@ -85,6 +96,8 @@ def _apply(entry: Entry, outcome: GroupOutcome, indices: list[int], results: lis
             if shared and entry.on_error == DROP_TRAJECTORY:
                 trajectory.dropped = True
             trajectory.components[entry.name] = 0.0
+            if outcome.stopped:  # the group is gone: its other results no longer matter
+                return
             continue
         scored = result if isinstance(result, Scored) else Scored(float(result))
         if not math.isfinite(scored.value):
@@ -129,5 +142,18 @@ def _totals(spec: ResolvedSpec, outcome: GroupOutcome) -> None:
             trajectory.independent_reward = independent
 
 
-def scored_indices(outcome: GroupOutcome) -> Sequence[int]:
-    return [i for i, t in enumerate(outcome.trajectories) if not t.dropped]
+def score_episodes(
+    spec: ResolvedSpec, episodes: Sequence[pb.Episode], runtime: Runtime | None = None
+) -> GroupOutcome:
+    """Synchronous scoring of episodes alone, for callers outside an event loop (tests
+    that recompute what the service gave). Scorers that read trajectories see empty ones."""
+    if runtime is None:
+        from prometheus_client import CollectorRegistry
+
+        from .metrics import RewardMetrics
+        from .settings import RewardSettings
+
+        settings = RewardSettings(api_token="unused-outside-a-fleet")  # type: ignore[arg-type]
+        runtime = Runtime(settings, RewardMetrics(CollectorRegistry()))
+    ctx = GroupContext([pb.Trajectory() for _ in episodes], episodes, spec.policy, runtime)
+    return asyncio.run(score_group(spec, ctx))

@@ -179,7 +179,14 @@ class _LLMScorer(Scorer):
         message = call.redact(f"{type(exc).__name__}: {exc}")[:500]
         if isinstance(exc, TimeoutError | litellm.Timeout):
             return ScorerError(TIMEOUT, message)
-        if isinstance(exc, litellm.APIConnectionError | litellm.ServiceUnavailableError):
+        # litellm reports a refused connection as an InternalServerError.
+        unavailable = (
+            litellm.APIConnectionError,
+            litellm.ServiceUnavailableError,
+            litellm.InternalServerError,
+            litellm.BadGatewayError,
+        )
+        if isinstance(exc, unavailable):
             return ScorerError(UNAVAILABLE, message)
         if isinstance(exc, pydantic.ValidationError | ValueError | json.JSONDecodeError):
             return ScorerError(INVALID_OUTPUT, message)

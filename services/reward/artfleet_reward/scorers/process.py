@@ -89,7 +89,7 @@ def task_check_reward(episode: Episode) -> float:
     return 1.0 if episode.check_passed else 0.0
 
 
-def tests_score(tests: common_pb2.TestSummary, all_pass: float, partial: float) -> float:
+def pass_rate_score(tests: common_pb2.TestSummary, all_pass: float, partial: float) -> float:
     """The `tests` scorer: `all_pass` when every test passed, else `partial` x pass rate."""
     total = max(tests.total, tests.passed + tests.failed + tests.errored)
     if total <= 0:
@@ -111,7 +111,7 @@ def _configure_tests(params: Mapping[str, Any], field: str) -> EpisodeScorer:
     only_keys(params, {"all_pass", "partial"}, field)
     all_pass = number(params.get("all_pass", 1.0), f"{field}.all_pass")
     partial = number(params.get("partial", 0.5), f"{field}.partial")
-    return EpisodeScorer(lambda episode: tests_score(episode.tests, all_pass, partial))
+    return EpisodeScorer(lambda episode: pass_rate_score(episode.tests, all_pass, partial))
 
 
 def _configure_task_check(params: Mapping[str, Any], field: str) -> EpisodeScorer:
