@@ -1,6 +1,7 @@
 """Composite rewards: run a resolved spec's scorers over a group, in order, and combine.
 
-reward = clip_total(Σ weight × clip(value)); a gated scorer only sees the trajectories
+reward = clip_total(Σ weight × clip(value)) (a replacing RULER: its term alone, see
+_totals); a gated scorer only sees the trajectories
 whose earlier scorer passed the gate (the others get 0 from it). A failure applies the
 failing scorer's policy: zero (score 0), drop_trajectory, drop_group, or fail_job.
 Scorers run one after another: a gate needs the values of the scorers before it.
@@ -132,10 +133,12 @@ def _components(outcome: GroupOutcome, i: int) -> dict[str, float]:
 
 
 def _totals(spec: ResolvedSpec, outcome: GroupOutcome) -> None:
+    """reward = Σ weight × value; with a replacing scorer (RULER, as ART uses it) the
+    reward is that scorer's term alone and the rest is kept as `independent_reward`."""
     replacing = {e.name for e in spec.entries if e.scorer.replaces_reward}
     for trajectory in outcome.trajectories:
         parts = [(e, trajectory.components.get(e.name, 0.0)) for e in spec.entries]
-        total = sum(e.weight * value for e, value in parts)
+        total = sum(e.weight * v for e, v in parts if not replacing or e.name in replacing)
         trajectory.reward = spec.clip(total) if spec.clip else total
         if replacing:
             independent = sum(e.weight * v for e, v in parts if e.name not in replacing)

@@ -61,6 +61,16 @@ DEFAULT_JUDGE_RUBRIC = (
 )
 _COMMON = {"judge", "rubric", "max_tokens", "temperature", "timeout_s", "bounded_output"}
 _EXPLANATION_CHARS = 160
+# Tokens of JSON around each bounded score ({"trajectory_id": "1", "explanation": "",
+# "score": 0.25}) and around the whole answer; text runs ~2+ characters per token.
+_ITEM_TOKENS, _BASE_TOKENS, _CHARS_PER_TOKEN = 24, 8, 2
+
+
+def explanation_chars(max_tokens: int, items: int) -> int:
+    """How long explanations may be so that `items` bounded scores fit in `max_tokens`:
+    a truncated answer is no answer."""
+    per_item = (max_tokens - _BASE_TOKENS) // max(1, items) - _ITEM_TOKENS
+    return max(4, min(_EXPLANATION_CHARS, per_item * _CHARS_PER_TOKEN))
 
 
 @dataclass(frozen=True)
@@ -196,12 +206,12 @@ class _LLMScorer(Scorer):
 # ---------------------------------------------------------------- ruler
 
 
-def _ruler_schema(n: int) -> dict[str, Any]:
+def _ruler_schema(n: int, max_tokens: int) -> dict[str, Any]:
     item = {
         "type": "object",
         "properties": {
             "trajectory_id": {"type": "string", "enum": [str(i) for i in range(1, n + 1)]},
-            "explanation": {"type": "string", "maxLength": _EXPLANATION_CHARS},
+            "explanation": {"type": "string", "maxLength": explanation_chars(max_tokens, n)},
             "score": {"type": "number", "minimum": 0, "maximum": 1},
         },
         "required": ["trajectory_id", "explanation", "score"],
@@ -222,7 +232,10 @@ def _clip01(value: float) -> float:
 
 class RulerScorer(_LLMScorer):
     name = "ruler"
-    replaces_reward = True
+
+    def __init__(self, options: LLMOptions, replaces_reward: bool) -> None:
+        super().__init__(options)
+        self.replaces_reward = replaces_reward
 
     async def score(self, ctx: GroupContext, indices: Sequence[int]) -> list[Result]:
         group = art.TrajectoryGroup(
@@ -234,7 +247,7 @@ class RulerScorer(_LLMScorer):
             lists = [t.messages() for t in group.trajectories]
             # ART sends a single trajectory when all are identical, and expects one score.
             expected = 1 if all(m == lists[0] for m in lists) else len(lists)
-            schema = _ruler_schema(expected)
+            schema = _ruler_schema(expected, self.options.max_tokens)
         start = time.monotonic()
         try:
             scored = await asyncio.wait_for(
@@ -264,10 +277,16 @@ class RulerScorer(_LLMScorer):
 
 
 def _configure_ruler(params: Mapping[str, Any], field: str) -> Scorer:
+    # combine "replace" (ART's way, the default): the reward is RULER's score and the
+    # other scorers' weighted sum is kept as `independent_reward`; "add": one more term.
+    combine = params.get("combine", "replace")
+    if combine not in ("replace", "add"):
+        raise InvalidSpec(f"{field}.combine", "must be 'replace' or 'add'")
+    rest = {k: v for k, v in params.items() if k != "combine"}
     options = parse_options(
-        params, field, default_rubric=RULER_DEFAULT_RUBRIC, default_max_tokens=512
+        rest, field, default_rubric=RULER_DEFAULT_RUBRIC, default_max_tokens=512
     )
-    return RulerScorer(options)
+    return RulerScorer(options, replaces_reward=combine == "replace")
 
 
 # ---------------------------------------------------------------- judge
@@ -278,11 +297,11 @@ class Verdict(BaseModel):
     score: float = Field(description="A score between 0 and 1.")
 
 
-def _verdict_schema() -> dict[str, Any]:
+def _verdict_schema(max_tokens: int) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {
-            "explanation": {"type": "string", "maxLength": _EXPLANATION_CHARS},
+            "explanation": {"type": "string", "maxLength": explanation_chars(max_tokens, 1)},
             "score": {"type": "number", "minimum": 0, "maximum": 1},
         },
         "required": ["explanation", "score"],
@@ -349,7 +368,9 @@ class JudgeScorer(_LLMScorer):
         metrics.judge_cache.labels(scorer=self.name, result="hit" if cached else "miss").inc()
         if cached is not None:
             return cached
-        params = self._litellm_params(call, ctx, _verdict_schema() if opts.bounded else None)
+        params = self._litellm_params(
+            call, ctx, _verdict_schema(opts.max_tokens) if opts.bounded else None
+        )
         start = time.monotonic()
         try:
             response = await litellm.acompletion(

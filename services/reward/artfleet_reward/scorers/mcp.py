@@ -194,10 +194,12 @@ class MCPEvaluateScorer(Scorer):
                     return await asyncio.wait_for(self._evaluate(ctx, i), timeout)
                 except TimeoutError:
                     return ScorerError(TIMEOUT, f"no answer from the MCP server in {timeout:g}s")
-                except ScorerError as exc:
-                    return exc
                 except Exception as exc:  # a server that died, a refused command, ...
-                    return ScorerError(UNAVAILABLE, f"MCP server: {_describe(exc)}")
+                    cause = _cause(exc)
+                    if isinstance(cause, ScorerError):
+                        return cause
+                    message = f"MCP server: {type(cause).__name__}: {cause}"
+                    return ScorerError(UNAVAILABLE, message[:500])
                 finally:
                     ctx.runtime.metrics.mcp_seconds.observe(time.monotonic() - start)
 
@@ -249,11 +251,11 @@ class MCPEvaluateScorer(Scorer):
         return Scored(reward, (f"mcp_evaluate: reward {reward:g}, done {done}",), metrics)
 
 
-def _describe(exc: BaseException) -> str:
-    # anyio wraps task failures in exception groups: name the first real cause.
+def _cause(exc: BaseException) -> BaseException:
+    # anyio (inside the SDK's transports) wraps failures in exception groups.
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}"[:300]
+    return exc
 
 
 def _configure(params: Mapping[str, Any], field: str) -> Scorer:

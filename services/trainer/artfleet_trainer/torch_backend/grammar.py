@@ -54,13 +54,12 @@ class GrammarCompiler:
                 self._cache.move_to_end(key)
                 return self._cache[key]
         try:
-            if fmt.kind == "json_object":
-                compiled = self._compiler.compile_builtin_json_grammar()
-            else:
-                # Compact JSON (no free whitespace): a small model cannot pad forever.
-                compiled = self._compiler.compile_json_schema(
-                    json.dumps(fmt.schema), any_whitespace=False, strict_mode=True
-                )
+            # json_object means "some JSON object" (OpenAI), not any JSON value. Compact
+            # JSON (no free whitespace): a small model cannot pad forever.
+            schema = {"type": "object"} if fmt.kind == "json_object" else fmt.schema
+            compiled = self._compiler.compile_json_schema(
+                json.dumps(schema), any_whitespace=False, strict_mode=True
+            )
         except Exception as exc:  # xgrammar raises RuntimeError/ValueError subclasses
             raise GrammarError(f"cannot compile the JSON schema: {exc}") from exc
         with self._lock:
