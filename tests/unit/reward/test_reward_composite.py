@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry
 from artfleet.v1 import common_pb2 as pb
 from artfleet_reward.composite import GROUP, score_group
 from artfleet_reward.metrics import RewardMetrics
-from artfleet_reward.scorers.base import EpisodeScorer, GroupContext, Runtime, Scorer
+from artfleet_reward.scorers import registry
+from artfleet_reward.scorers.base import EpisodeScorer, GroupContext, InvalidSpec, Runtime, Scorer
 from artfleet_reward.scorers.llm import JudgeCache
 from artfleet_reward.scorers.process import EPISODE_SCORERS
 from artfleet_reward.settings import RewardSettings
@@ -191,3 +192,56 @@ async def test_the_policy_judge_needs_the_policy_endpoint() -> None:
     outcome = await score_group(spec, _ctx())
     assert {f.type for f in outcome.failures} == {"unavailable"}
     assert "policy endpoint" in outcome.failures[0].message
+
+
+async def test_a_replacing_scorer_keeps_the_rest_as_independent_reward() -> None:
+    class Ranker(Scorer):  # how RULER combines by default (combine: replace)
+        replaces_reward = True
+
+        async def score(self, ctx: GroupContext, indices: Any) -> list[Any]:
+            return [0.9, 0.1, 0.4][: len(indices)]
+
+    entries = [Entry("tests", 2.0, _builtin("tests")), Entry("ruler", 1.0, Ranker())]
+    outcome = await score_group(ResolvedSpec(entries), _ctx())
+    assert [t.reward for t in outcome.trajectories] == [0.9, 0.1, 0.4]
+    assert [t.independent_reward for t in outcome.trajectories] == [2.0, 0.5, 0.0]
+    Ranker.replaces_reward = False  # combine: add
+    outcome = await score_group(ResolvedSpec(entries), _ctx())
+    assert [t.reward for t in outcome.trajectories] == [2.9, 0.6, 0.4]
+
+
+ENTRY_POINT_MODULE = '''
+def length_bonus(episode, per_turn=0.1):
+    """A bonus per turn."""
+    return per_turn * episode.turns
+'''
+
+
+async def test_custom_scorers_come_from_entry_points(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "artfleet_test_plugin.py").write_text(ENTRY_POINT_MODULE)
+    info = tmp_path / "artfleet_test_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: artfleet-test-plugin\n")
+    (info / "entry_points.txt").write_text(
+        "[artfleet.scorers]\nlength_bonus = artfleet_test_plugin:length_bonus\n"
+        "process = artfleet_test_plugin:length_bonus\n"  # built-ins cannot be replaced
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.cache_clear()
+    try:
+        spec = pb.RewardSpec(
+            scorers=[
+                pb.ScorerSpec(name="length_bonus", params_json='{"per_turn": 0.5}'),
+                pb.ScorerSpec(name="process"),
+            ]
+        )
+        outcome = await score_group(resolve_spec(spec), _ctx([pb.Episode(turns=3)]))
+        assert outcome.trajectories[0].components == {"length_bonus": 1.5, "process": 0.0}
+        bad = pb.RewardSpec(scorers=[pb.ScorerSpec(name="length_bonus", params_json='{"x": 1}')])
+        with pytest.raises(InvalidSpec) as caught:
+            resolve_spec(bad)
+        assert caught.value.field == "reward[0].params.x"
+    finally:
+        registry.cache_clear()
