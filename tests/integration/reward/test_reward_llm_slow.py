@@ -128,7 +128,7 @@ async def test_invalid_response_format_is_an_openai_400(judge: Judge) -> None:
 
 
 def _trajectory(answer: str, reward: float) -> pb.Trajectory:
-    items = [
+    items: list[Any] = [
         {"role": "system", "content": "Answer the arithmetic question with a number."},
         {"role": "user", "content": "What is 2 + 2?"},
         {"role": "assistant", "content": answer},
