@@ -79,7 +79,8 @@ async def _run(entry: Entry, ctx: GroupContext, indices: list[int]) -> list[Resu
 def _fail(outcome: GroupOutcome, entry: Entry, error: ScorerError, index: int) -> None:
     outcome.failures.append(Failure(entry.name, error.type, error.message, index, entry.on_error))
     if entry.on_error == DROP_TRAJECTORY:
-        outcome.trajectories[index].dropped = True
+        if index != GROUP:  # a group-wide error drops each trajectory it hit (_apply)
+            outcome.trajectories[index].dropped = True
     elif entry.on_error == DROP_GROUP:
         outcome.group_dropped = True
     elif entry.on_error == FAIL_JOB:

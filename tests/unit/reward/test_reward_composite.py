@@ -245,3 +245,18 @@ async def test_custom_scorers_come_from_entry_points(
         assert caught.value.field == "reward[0].params.x"
     finally:
         registry.cache_clear()
+
+
+async def test_a_group_error_drops_only_the_trajectories_it_scored() -> None:
+    class Down(Scorer):
+        async def score(self, ctx: GroupContext, indices: Any) -> list[Any]:
+            raise ConnectionError("judge down")
+
+    gated = Entry("ruler", 1.0, Down(), on_error="drop_trajectory", gate=Gate("tests", 0.2))
+    outcome = await score_group(
+        ResolvedSpec([Entry("tests", 1.0, _builtin("tests")), gated]), _ctx()
+    )
+    # Trajectory 2 ran no tests: gated out, not judged, so not dropped.
+    assert [t.dropped for t in outcome.trajectories] == [True, True, False]
+    [failure] = outcome.failures
+    assert (failure.trajectory, failure.type) == (GROUP, "error")
