@@ -10,20 +10,15 @@ from typing import Any
 
 from artfleet.art_compat import art
 from artfleet.jobspec import JobSpecModel, reward_spec_proto, spec_from_proto
-from artfleet.rewards import fail_job_reason
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_trainer import metrics, scheduling
 from artfleet_trainer.rollouts import GatherResult, GroupDispatcher, RolloutClient
 from artfleet_trainer.settings import TrainerSettings
-from artfleet_trainer.steps import build_groups, summarize_step
+from artfleet_trainer.steps import build_groups, check_reward_signals, summarize_step
 from artfleet_trainer.store import JobStore
 
 log = logging.getLogger(__name__)
-
-
-class RewardFailedJob(RuntimeError):
-    """A reward scorer whose failure policy is fail_job failed on one of the step's groups."""
 
 
 class JobCancelled(Exception):
@@ -149,10 +144,7 @@ class JobRunner:
         await self._emit_step(job, pb.EVENT_KIND_STEP_STARTED, step, spec.steps)
         gathered = await self._rollouts(job, spec, model, scenario_ids, step)
         rollout_s = time.monotonic() - start
-        for response in gathered.responses:
-            reason = fail_job_reason(response.group.exceptions)
-            if reason is not None:
-                raise RewardFailedJob(reason)
+        check_reward_signals(step, gathered.responses)
         groups = build_groups(gathered.responses)
         if not any(g.trajectories for g in groups):
             raise RuntimeError(f"step {step}: every rollout failed; see the rollout worker logs")
