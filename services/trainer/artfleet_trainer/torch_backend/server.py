@@ -2,11 +2,13 @@
 
 It runs on the backend's event loop: `GET /v1/models` and `POST /v1/chat/completions`
 (no streaming), every route behind `Authorization: Bearer <api_key>`. Errors are
-OpenAI-style JSON bodies, never tracebacks. Structured output (`response_format`
-json_schema/json_object, or vLLM's `structured_outputs`) is constrained decoding with
-xgrammar (grammar.py): a judge such as ART's RULER can run on the policy itself. The policy is addressed as `name@step`
+OpenAI-style JSON bodies, never tracebacks. The policy is addressed as `name@step`
 (or plain `name`, meaning the current step); only the current step is served, since
 the backend holds one set of LoRA weights per model.
+
+Structured output (`response_format` json_schema/json_object, or vLLM's
+`structured_outputs`) is constrained decoding with xgrammar (grammar.py), so a judge
+such as ART's RULER can run on the policy itself.
 """
 
 from __future__ import annotations
