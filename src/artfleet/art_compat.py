@@ -26,9 +26,13 @@ import art.loss
 import art.preprocessing.inputs
 import art.preprocessing.pack
 import art.preprocessing.tokenize
+import art.rewards  # RULER, for the reward service
 import art.trajectories
 import art.types
 import art.utils.output_dirs
+
+# `art.rewards.ruler` is the function (the package re-exports it over its module name).
+from art.rewards.ruler import DEFAULT_RUBRIC as RULER_DEFAULT_RUBRIC
 
 
 def restore_transformers_masking() -> None:
@@ -46,4 +50,4 @@ def restore_transformers_masking() -> None:
 
 restore_transformers_masking()
 
-__all__ = ["art", "restore_transformers_masking"]
+__all__ = ["RULER_DEFAULT_RUBRIC", "art", "restore_transformers_masking"]

@@ -22,7 +22,8 @@ from artfleet.queue import batch_key
 from artfleet.rpc.client import sync_channel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, rollout_pb2, sandbox_pb2, trainer_pb2, trainer_pb2_grpc
-from artfleet_reward.scorers import score_group
+from artfleet_reward.composite import score_episodes
+from artfleet_reward.spec import resolve_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -125,7 +126,8 @@ def _assert_batches_scored(fleet: LocalFleet, job: pb.Job) -> None:
             response = rollout_pb2.RunGroupResponse.FromString(raw)
             group = response.group
             assert len(group.trajectories) == spec.rollouts_per_group
-            expected = score_group(spec.reward, list(response.episodes))
+            outcome = score_episodes(resolve_spec(spec.reward), list(response.episodes))
+            expected = outcome.trajectories
             for trajectory, score in zip(group.trajectories, expected, strict=True):
                 assert trajectory.reward == pytest.approx(score.reward)
                 choices = [

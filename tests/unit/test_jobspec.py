@@ -29,6 +29,28 @@ def test_proto_round_trip_keeps_every_field() -> None:
     assert spec_from_proto(spec_to_proto(spec)) == spec
 
 
+def test_round_trip_keeps_gates_clips_and_failure_policies() -> None:
+    spec = validate_spec(
+        {
+            "reward": [
+                {"name": "tests", "on_error": "zero", "clip": {"max": 1.0}},
+                {
+                    "name": "ruler",
+                    "weight": 0.5,
+                    "params": {"judge": "policy"},
+                    "gate": {"scorer": "tests", "min": 0.5},
+                    "on_error": "fail_job",
+                },
+                {"name": "process", "gate": {"scorer": "tests"}, "clip": {"min": -1, "max": 1}},
+            ],
+            "reward_clip": {"min": -2.0},
+        }
+    )
+    assert spec_from_proto(spec_to_proto(spec)) == spec
+    assert spec.reward[2].on_error == "drop_group" and spec.reward[2].gate is not None
+    assert spec.reward[2].gate.min == 1.0
+
+
 def test_unset_proto_fields_take_the_defaults() -> None:
     assert spec_from_proto(pb.JobSpec()) == JobSpecModel()
 
@@ -42,6 +64,10 @@ def test_unset_proto_fields_take_the_defaults() -> None:
         ({"backend": "jax"}, "backend"),
         ({"reward": [{"name": "process"}, {"weight": 1}]}, "reward[1].name"),
         ({"stepz": 3}, "stepz"),
+        ({"reward": [{"name": "tests", "on_error": "retry"}]}, "reward[0].on_error"),
+        ({"reward": [{"name": "tests", "gate": {"min": 1}}]}, "reward[0].gate.scorer"),
+        ({"reward": [{"name": "tests", "clip": {"min": 2, "max": 1}}]}, "reward[0].clip"),
+        ({"reward_clip": {"low": 0}}, "reward_clip.low"),
     ],
 )
 def test_invalid_specs_name_the_field(data: dict[str, object], field: str) -> None:

@@ -1,23 +1,31 @@
 """The Reward gRPC service: scores a group's trajectories and returns the group with
-each trajectory's `reward` set. The process entrypoint (auth, health, metrics endpoint)
-is the shared one; it only needs `build_servicer`."""
+each trajectory's `reward` set, after the spec's failure policies have acted on it.
+The process entrypoint (auth, health, metrics endpoint) is the shared one; it only
+needs `build_servicer`."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any, NoReturn
 
 import grpc
 
 from artfleet.errors import InvalidArgument
+from artfleet.rewards import FAIL_JOB_EXCEPTION, GROUP_DROPPED_EXCEPTION
+from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc
 
+from .composite import GROUP, GroupOutcome, score_group
 from .metrics import TOTAL, RewardMetrics, default_metrics
-from .scorers import EpisodeScore, InvalidSpec, ScorerFailed, resolve_spec, score_episode
+from .scorers.base import GroupContext, InvalidSpec, Runtime
+from .scorers.llm import JudgeCache
 from .settings import RewardSettings
+from .spec import DROP_GROUP, DROP_TRAJECTORY, FAIL_JOB, resolve_spec
 
+log = logging.getLogger(__name__)
 SERVICE_NAME = "artfleet.v1.Reward"
 # `scorer` label of failures that happen before any scorer runs. User-given scorer names
-# are never used as labels: an unknown name would add a time series per typo.
+# are never used as labels: only names the registry knows get that far.
 _REQUEST_LABEL = "request"
 _METRIC_PREFIX = "reward_"  # trajectory metrics `reward_<scorer>` = unweighted component
 
@@ -28,11 +36,17 @@ async def _abort(context: Any, code: grpc.StatusCode, message: str) -> NoReturn:
 
 
 class RewardServicer(reward_pb2_grpc.RewardServicer):
-    def __init__(self, metrics: RewardMetrics | None = None) -> None:
+    def __init__(
+        self, metrics: RewardMetrics | None = None, settings: RewardSettings | None = None
+    ) -> None:
         self._metrics = metrics or default_metrics()
+        if settings is None:
+            # Tests that need no judge or MCP server: defaults, and a token no one uses.
+            settings = RewardSettings(api_token="unused-outside-a-fleet")  # type: ignore[arg-type]
+        self._runtime = Runtime(settings, self._metrics, JudgeCache(settings.judge_cache_size))
 
-    def score(self, request: reward_pb2.ScoreGroupRequest) -> reward_pb2.ScoreGroupResponse:
-        """The whole RPC without the transport: raises InvalidArgument or ScorerFailed."""
+    async def score(self, request: reward_pb2.ScoreGroupRequest) -> reward_pb2.ScoreGroupResponse:
+        """The whole RPC without the transport: raises InvalidArgument for a bad request."""
         trajectories = len(request.group.trajectories)
         if len(request.episodes) != trajectories:
             raise InvalidArgument(
@@ -40,35 +54,47 @@ class RewardServicer(reward_pb2_grpc.RewardServicer):
                 "send one episode per trajectory, in the same order",
                 field="episodes",
             )
-        scorers = resolve_spec(request.spec if request.HasField("spec") else None)
-        scores = [score_episode(scorers, episode) for episode in request.episodes]
-        response = reward_pb2.ScoreGroupResponse()
-        response.group.CopyFrom(request.group)
-        for trajectory, score in zip(response.group.trajectories, scores, strict=True):
-            trajectory.reward = score.reward
-            for name, value in score.components.items():
-                # Components as trajectory metrics: ART logs them per step for free.
-                trajectory.metrics[_METRIC_PREFIX + name].float_value = value
-            response.scores.append(
-                reward_pb2.TrajectoryScore(reward=score.reward, components=score.components)
-            )
-        self._observe(scores)
-        return response
+        spec = resolve_spec(request.spec if request.HasField("spec") else None)
+        ctx = GroupContext(request.group.trajectories, request.episodes, spec.policy, self._runtime)
+        outcome = await score_group(spec, ctx)
+        self._observe(outcome)
+        return _response(request, outcome)
 
-    def _observe(self, scores: list[EpisodeScore]) -> None:
-        for score in scores:
-            self._metrics.score.labels(scorer=TOTAL).observe(score.reward)
-            for name, value in score.components.items():
+    def _observe(self, outcome: GroupOutcome) -> None:
+        for failure in outcome.failures:
+            self._metrics.failures.labels(scorer=failure.scorer, type=failure.type).inc()
+            count = 1
+            if failure.action == DROP_TRAJECTORY and failure.trajectory == GROUP:
+                count = sum(t.dropped for t in outcome.trajectories)
+            if failure.action in (DROP_TRAJECTORY, DROP_GROUP, FAIL_JOB):
+                self._metrics.dropped.labels(scorer=failure.scorer, action=failure.action).inc(
+                    count
+                )
+            log.warning(
+                "scorer %s failed (%s) on %s: %s -> %s",
+                failure.scorer,
+                failure.type,
+                "the group" if failure.trajectory == GROUP else f"trajectory {failure.trajectory}",
+                failure.message,
+                failure.action,
+            )
+        if outcome.stopped:
+            return
+        for trajectory in outcome.trajectories:
+            if trajectory.dropped:
+                continue
+            self._metrics.score.labels(scorer=TOTAL).observe(trajectory.reward)
+            for name, value in trajectory.components.items():
                 self._metrics.score.labels(scorer=name).observe(value)
 
     async def ValidateSpec(
         self, request: reward_pb2.ValidateSpecRequest, context: Any
     ) -> reward_pb2.ValidateSpecResponse:
         try:
-            scorers = resolve_spec(request.spec if request.HasField("spec") else None)
+            spec = resolve_spec(request.spec if request.HasField("spec") else None)
         except InvalidSpec as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        return reward_pb2.ValidateSpecResponse(scorers=[s.name for s in scorers])
+        return reward_pb2.ValidateSpecResponse(scorers=spec.names)
 
     async def ScoreGroup(
         self, request: reward_pb2.ScoreGroupRequest, context: Any
@@ -76,25 +102,72 @@ class RewardServicer(reward_pb2_grpc.RewardServicer):
         self._metrics.requests.inc()
         with self._metrics.scoring_seconds.time():
             try:
-                return self.score(request)
+                return await self.score(request)
             except InvalidSpec as exc:
                 self._metrics.failures.labels(scorer=_REQUEST_LABEL, type="invalid_spec").inc()
                 await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             except InvalidArgument as exc:
                 self._metrics.failures.labels(scorer=_REQUEST_LABEL, type="invalid_request").inc()
                 await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            except ScorerFailed as exc:
-                # A bug in a scorer: fail loudly rather than train on a made-up reward.
-                self._metrics.failures.labels(scorer=exc.scorer, type="scorer_error").inc()
-                await _abort(context, grpc.StatusCode.INTERNAL, str(exc))
+
+
+def _response(
+    request: reward_pb2.ScoreGroupRequest, outcome: GroupOutcome
+) -> reward_pb2.ScoreGroupResponse:
+    """The group as the failure policies left it (see reward.proto)."""
+    response = reward_pb2.ScoreGroupResponse(
+        group_dropped=outcome.group_dropped, fail_job=outcome.fail_job
+    )
+    for f in outcome.failures:
+        response.failures.add(
+            scorer=f.scorer,
+            type=f.type,
+            message=f.message,
+            trajectory=f.trajectory,
+            action=f.action,
+        )
+    response.group.CopyFrom(request.group)
+    if outcome.stopped:
+        del response.group.trajectories[:]
+        kind = FAIL_JOB_EXCEPTION if outcome.fail_job else GROUP_DROPPED_EXCEPTION
+        reason = outcome.fail_job or "; ".join(
+            f"{f.scorer} ({f.type}): {f.message}" for f in outcome.failures
+        )
+        response.group.exceptions.add(type=kind, message=reason)
+        return response
+    kept = []
+    for i, (trajectory, result) in enumerate(
+        zip(response.group.trajectories, outcome.trajectories, strict=True)
+    ):
+        if result.dropped:
+            response.dropped.append(i)
+            continue
+        _fill(trajectory, result)
+        response.scores.add(reward=result.reward, components=result.components)
+        kept.append(trajectory)
+    if response.dropped:
+        del response.group.trajectories[:]
+        response.group.trajectories.extend(kept)
+    return response
+
+
+def _fill(trajectory: pb.Trajectory, result: Any) -> None:
+    trajectory.reward = result.reward
+    for name, value in result.components.items():
+        # Components as trajectory metrics: ART logs them per step for free.
+        trajectory.metrics[_METRIC_PREFIX + name].float_value = value
+    for name, value in result.metrics.items():
+        trajectory.metrics[name].float_value = value
+    if result.independent_reward is not None:
+        trajectory.metrics["independent_reward"].float_value = result.independent_reward
+    trajectory.logs.extend(result.logs)
 
 
 def build_servicer(
     settings: RewardSettings, metrics: RewardMetrics | None = None
 ) -> RewardServicer:
     """The servicer the shared server registers (`add_RewardServicer_to_server`)."""
-    del settings  # nothing configurable yet; kept so the entrypoint's call stays stable
-    return RewardServicer(metrics)
+    return RewardServicer(metrics, settings)
 
 
 def register(servicer: RewardServicer) -> Any:

@@ -15,7 +15,7 @@ from artfleet.v1 import rollout_pb2
 from artfleet_trainer import metrics, scheduling
 from artfleet_trainer.rollouts import GatherResult, GroupDispatcher, RolloutClient
 from artfleet_trainer.settings import TrainerSettings
-from artfleet_trainer.steps import build_groups, summarize_step
+from artfleet_trainer.steps import build_groups, check_reward_signals, summarize_step
 from artfleet_trainer.store import JobStore
 
 log = logging.getLogger(__name__)
@@ -144,6 +144,7 @@ class JobRunner:
         await self._emit_step(job, pb.EVENT_KIND_STEP_STARTED, step, spec.steps)
         gathered = await self._rollouts(job, spec, model, scenario_ids, step)
         rollout_s = time.monotonic() - start
+        check_reward_signals(step, gathered.responses)
         groups = build_groups(gathered.responses)
         if not any(g.trajectories for g in groups):
             raise RuntimeError(f"step {step}: every rollout failed; see the rollout worker logs")
@@ -181,6 +182,10 @@ class JobRunner:
         self, job: pb.Job, spec: JobSpecModel, model: Any, scenario_ids: list[str], step: int
     ) -> GatherResult:
         picked = scheduling.scenarios_for_step(scenario_ids, spec.seed, step, spec.groups_per_step)
+        reward = reward_spec_proto(spec)
+        # A judge given as "policy" calls the policy being trained, at this step.
+        reward.policy.model = model.get_inference_name()
+        reward.policy.base_url = self._inference_url(model)
         tasks = [
             rollout_pb2.GroupTask(
                 job_id=job.id,
@@ -195,7 +200,7 @@ class JobRunner:
                 temperature=spec.temperature,
                 max_tokens=spec.max_tokens,
                 max_context_tokens=spec.max_context_tokens,
-                reward=reward_spec_proto(spec),
+                reward=reward,
                 seed=spec.seed,
             )
             for i, scenario in enumerate(picked)

@@ -8,6 +8,7 @@ from typing import Any
 
 from artfleet import codec
 from artfleet.art_compat import art
+from artfleet.rewards import GROUP_DROPPED_EXCEPTION, fail_job_reason
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_trainer.scheduling import mean_std
@@ -17,6 +18,29 @@ def build_groups(responses: Sequence[rollout_pb2.RunGroupResponse]) -> list[art.
     """Groups in a stable order; a group whose rollouts all failed has no trajectories."""
     ordered = sorted(responses, key=lambda r: str(r.group.metadata["group_id"].string_value))
     return [codec.group_from_proto(r.group) for r in ordered]
+
+
+class RewardFailedJob(RuntimeError):
+    """A reward scorer whose failure policy is fail_job failed on one of the step's groups."""
+
+
+def check_reward_signals(step: int, responses: Sequence[rollout_pb2.RunGroupResponse]) -> None:
+    """What the reward service's failure policies ask of the step (see reward.proto): a
+    fail_job failure fails the job; a step whose every group was dropped says so."""
+    for response in responses:
+        reason = fail_job_reason(response.group.exceptions)
+        if reason is not None:
+            raise RewardFailedJob(reason)
+    if any(r.group.trajectories for r in responses):
+        return
+    dropped = sum(
+        any(e.type == GROUP_DROPPED_EXCEPTION for e in r.group.exceptions) for r in responses
+    )
+    if dropped:
+        raise RuntimeError(
+            f"step {step}: no group left to train on; the reward service dropped {dropped} "
+            "(see artfleet_reward_failures_total and the reward service's log)"
+        )
 
 
 def _turns(trajectory: art.Trajectory) -> float:

@@ -260,21 +260,55 @@ class Episode(_message.Message):
     turns: int
     def __init__(self, steps: _Optional[_Iterable[_Union[StepEvent, _Mapping]]] = ..., check_ran: _Optional[bool] = ..., check_passed: _Optional[bool] = ..., tests: _Optional[_Union[TestSummary, _Mapping]] = ..., finish: _Optional[str] = ..., turns: _Optional[int] = ...) -> None: ...
 
+class Range(_message.Message):
+    __slots__ = ("min", "max")
+    MIN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    min: float
+    max: float
+    def __init__(self, min: _Optional[float] = ..., max: _Optional[float] = ...) -> None: ...
+
+class Gate(_message.Message):
+    __slots__ = ("scorer", "min")
+    SCORER_FIELD_NUMBER: _ClassVar[int]
+    MIN_FIELD_NUMBER: _ClassVar[int]
+    scorer: str
+    min: float
+    def __init__(self, scorer: _Optional[str] = ..., min: _Optional[float] = ...) -> None: ...
+
 class ScorerSpec(_message.Message):
-    __slots__ = ("name", "weight", "params_json")
+    __slots__ = ("name", "weight", "params_json", "on_error", "gate", "clip")
     NAME_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
     PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ON_ERROR_FIELD_NUMBER: _ClassVar[int]
+    GATE_FIELD_NUMBER: _ClassVar[int]
+    CLIP_FIELD_NUMBER: _ClassVar[int]
     name: str
     weight: float
     params_json: str
-    def __init__(self, name: _Optional[str] = ..., weight: _Optional[float] = ..., params_json: _Optional[str] = ...) -> None: ...
+    on_error: str
+    gate: Gate
+    clip: Range
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[float] = ..., params_json: _Optional[str] = ..., on_error: _Optional[str] = ..., gate: _Optional[_Union[Gate, _Mapping]] = ..., clip: _Optional[_Union[Range, _Mapping]] = ...) -> None: ...
+
+class PolicyEndpoint(_message.Message):
+    __slots__ = ("model", "base_url")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    base_url: str
+    def __init__(self, model: _Optional[str] = ..., base_url: _Optional[str] = ...) -> None: ...
 
 class RewardSpec(_message.Message):
-    __slots__ = ("scorers",)
+    __slots__ = ("scorers", "clip", "policy")
     SCORERS_FIELD_NUMBER: _ClassVar[int]
+    CLIP_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
     scorers: _containers.RepeatedCompositeFieldContainer[ScorerSpec]
-    def __init__(self, scorers: _Optional[_Iterable[_Union[ScorerSpec, _Mapping]]] = ...) -> None: ...
+    clip: Range
+    policy: PolicyEndpoint
+    def __init__(self, scorers: _Optional[_Iterable[_Union[ScorerSpec, _Mapping]]] = ..., clip: _Optional[_Union[Range, _Mapping]] = ..., policy: _Optional[_Union[PolicyEndpoint, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
     __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction")

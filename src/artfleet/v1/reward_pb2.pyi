@@ -44,10 +44,32 @@ class TrajectoryScore(_message.Message):
     components: _containers.ScalarMap[str, float]
     def __init__(self, reward: _Optional[float] = ..., components: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
+class ScorerFailure(_message.Message):
+    __slots__ = ("scorer", "type", "message", "trajectory", "action")
+    SCORER_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRAJECTORY_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    scorer: str
+    type: str
+    message: str
+    trajectory: int
+    action: str
+    def __init__(self, scorer: _Optional[str] = ..., type: _Optional[str] = ..., message: _Optional[str] = ..., trajectory: _Optional[int] = ..., action: _Optional[str] = ...) -> None: ...
+
 class ScoreGroupResponse(_message.Message):
-    __slots__ = ("group", "scores")
+    __slots__ = ("group", "scores", "dropped", "group_dropped", "fail_job", "failures")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     SCORES_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    GROUP_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    FAIL_JOB_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
     group: _common_pb2.TrajectoryGroup
     scores: _containers.RepeatedCompositeFieldContainer[TrajectoryScore]
-    def __init__(self, group: _Optional[_Union[_common_pb2.TrajectoryGroup, _Mapping]] = ..., scores: _Optional[_Iterable[_Union[TrajectoryScore, _Mapping]]] = ...) -> None: ...
+    dropped: _containers.RepeatedScalarFieldContainer[int]
+    group_dropped: bool
+    fail_job: str
+    failures: _containers.RepeatedCompositeFieldContainer[ScorerFailure]
+    def __init__(self, group: _Optional[_Union[_common_pb2.TrajectoryGroup, _Mapping]] = ..., scores: _Optional[_Iterable[_Union[TrajectoryScore, _Mapping]]] = ..., dropped: _Optional[_Iterable[int]] = ..., group_dropped: _Optional[bool] = ..., fail_job: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[ScorerFailure, _Mapping]]] = ...) -> None: ...

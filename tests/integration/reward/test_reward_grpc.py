@@ -67,11 +67,50 @@ async def test_weighted_spec(stub: reward_pb2_grpc.RewardStub) -> None:
 
 
 async def test_bad_spec_is_invalid_argument(stub: reward_pb2_grpc.RewardStub) -> None:
-    spec = pb.RewardSpec(scorers=[pb.ScorerSpec(name="process"), pb.ScorerSpec(name="judge")])
+    spec = pb.RewardSpec(scorers=[pb.ScorerSpec(name="process"), pb.ScorerSpec(name="jugde")])
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await stub.ScoreGroup(_request(spec), timeout=10)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert (info.value.details() or "").startswith("reward[1].name: unknown scorer 'judge'")
+    assert (info.value.details() or "").startswith("reward[1].name: unknown scorer 'jugde'")
+
+
+@pytest.mark.parametrize(
+    ("scorer", "field"),
+    [
+        (
+            pb.ScorerSpec(name="ruler", params_json='{"judge": {"base_url": "http://j/v1"}}'),
+            "reward[1].params.judge.model",
+        ),
+        (pb.ScorerSpec(name="tests", on_error="ignore"), "reward[1].on_error"),
+        (pb.ScorerSpec(name="tests", gate=pb.Gate(scorer="ruler")), "reward[1].gate.scorer"),
+        (pb.ScorerSpec(name="mcp_evaluate", params_json='{"server": {}}'), "reward[1].params"),
+    ],
+)
+async def test_validate_spec_names_the_field_of_new_options(
+    stub: reward_pb2_grpc.RewardStub, scorer: pb.ScorerSpec, field: str
+) -> None:
+    spec = pb.RewardSpec(scorers=[pb.ScorerSpec(name="process"), scorer])
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.ValidateSpec(reward_pb2.ValidateSpecRequest(spec=spec), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (info.value.details() or "").startswith(field)
+
+
+async def test_gates_and_policies_through_grpc(stub: reward_pb2_grpc.RewardStub) -> None:
+    # task_check gates process: only the solved episode gets process rewards.
+    spec = pb.RewardSpec(
+        scorers=[
+            pb.ScorerSpec(name="task_check", weight=2.0),
+            pb.ScorerSpec(name="process", gate=pb.Gate(scorer="task_check"), on_error="zero"),
+        ],
+        clip=pb.Range(max=2.05),
+    )
+    response = await stub.ScoreGroup(_request(spec), timeout=10)
+    assert [t.reward for t in response.group.trajectories] == [2.05, 0.0]
+    assert [s.components["process"] for s in response.scores] == [
+        pytest.approx(0.06, abs=1e-12),
+        0.0,
+    ]
 
 
 async def test_mismatched_episodes_is_invalid_argument(stub: reward_pb2_grpc.RewardStub) -> None:

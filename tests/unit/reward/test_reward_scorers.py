@@ -1,5 +1,6 @@
 """Reward math: every row of the process-reward table with its exact value, the test
-rows, task_check, weights and spec validation."""
+rows, the `tests` and task_check scorers, MCP result mapping, and spec validation (each
+mistake names its field)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,15 @@ import pytest
 
 from artfleet.errors import InvalidArgument
 from artfleet.v1 import common_pb2 as pb
-from artfleet_reward.scorers import (
-    ConfiguredScorer,
-    InvalidSpec,
-    ScorerFailed,
+from artfleet_reward.scorers.base import InvalidSpec
+from artfleet_reward.scorers.mcp import reward_of
+from artfleet_reward.scorers.process import (
+    pass_rate_score,
     process_reward,
-    resolve_spec,
-    score_episode,
-    score_group,
     step_reward,
     task_check_reward,
 )
+from artfleet_reward.spec import resolve_spec
 
 TIGHT = 1e-12
 
@@ -47,6 +46,9 @@ def _spec(*scorers: dict[str, Any]) -> pb.RewardSpec:
                 name=s["name"],
                 weight=s.get("weight", 0.0),
                 params_json=json.dumps(s["params"]) if "params" in s else "",
+                on_error=s.get("on_error", ""),
+                gate=pb.Gate(**s["gate"]) if "gate" in s else None,
+                clip=pb.Range(**s["clip"]) if "clip" in s else None,
             )
             for s in scorers
         ]
@@ -152,54 +154,94 @@ def test_task_check() -> None:
     assert task_check_reward(_episode()) == 0.0
 
 
-# ---------------------------------------------------------------- specs and combinations
+# ---------------------------------------------------------------- the `tests` scorer
 
-SOLVED = _episode(_bash(exit_code=0, code_modified=True), check_ran=True, check_passed=True)
+
+def test_pass_rate_scorer_all_pass_partial_and_none() -> None:
+    assert pass_rate_score(pb.TestSummary(passed=3, total=3), 1.0, 0.5) == 1.0
+    assert pass_rate_score(pb.TestSummary(passed=1, failed=3, total=4), 1.0, 0.5) == approx(0.125)
+    assert pass_rate_score(pb.TestSummary(), 1.0, 0.5) == 0.0
+    assert pass_rate_score(pb.TestSummary(passed=1, failed=1), 2.0, 1.0) == approx(0.5)
+
+
+# ---------------------------------------------------------------- MCP evaluate results
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0.5, (0.5, None)),
+        (1, (1.0, None)),
+        ({"reward": 0.25}, (0.25, None)),
+        ({"done": True, "reward": 1.0}, (1.0, True)),
+        ({"result": 0.75}, (0.75, None)),
+        ({"result": {"done": False, "reward": 0.1}}, (0.1, False)),
+        ("0.3", (0.3, None)),
+        ('{"reward": 0.9, "done": true}', (0.9, True)),
+    ],
+)
+def test_mcp_results_map_to_rewards(value: Any, expected: tuple[float, bool | None]) -> None:
+    assert reward_of(value) == expected
+
+
+@pytest.mark.parametrize("value", ["great job", {"score": 1}, True, float("nan"), None, [1]])
+def test_mcp_results_that_are_no_reward(value: Any) -> None:
+    with pytest.raises(ValueError):
+        reward_of(value)
+
+
+# ---------------------------------------------------------------- specs
 
 
 def test_empty_spec_is_process_plus_task_check() -> None:
-    [score] = score_group(pb.RewardSpec(), [SOLVED])
-    assert score.components == {"process": approx(0.06), "task_check": 1.0}
-    assert score.reward == approx(1.06)
-    assert score_group(None, [SOLVED]) == [score]
+    assert resolve_spec(pb.RewardSpec()).names == ["process", "task_check"]
+    assert resolve_spec(None).names == ["process", "task_check"]
 
 
-def test_weights_and_zero_means_one() -> None:
-    spec = _spec({"name": "process", "weight": 2.0}, {"name": "task_check"})
-    [score] = score_group(spec, [SOLVED])
-    assert score.reward == approx(2 * 0.06 + 1.0)
-    assert score.components == {"process": approx(0.06), "task_check": 1.0}  # unweighted
+def test_a_full_spec_resolves() -> None:
+    spec = _spec(
+        {"name": "tests", "params": {"partial": 0.25}, "on_error": "zero"},
+        {"name": "process", "weight": 0.5, "clip": {"min": -1, "max": 1}},
+        {
+            "name": "ruler",
+            "params": {"judge": "policy", "rubric": "be strict", "max_tokens": 64},
+            "gate": {"scorer": "tests"},
+            "on_error": "drop_group",
+        },
+        {
+            "name": "judge",
+            "params": {"judge": {"base_url": "http://judge:8000/v1", "model": "m"}},
+            "on_error": "fail_job",
+        },
+        {
+            "name": "mcp_evaluate",
+            "params": {"mcp_config": {"local": {"command": "docker", "args": ["run", "-i", "x"]}}},
+            "on_error": "drop_trajectory",
+        },
+    )
+    spec.clip.CopyFrom(pb.Range(max=2.0))
+    resolved = resolve_spec(spec)
+    assert resolved.names == ["tests", "process", "ruler", "judge", "mcp_evaluate"]
+    assert resolved.entries[2].gate is not None and resolved.entries[2].gate.min == 1.0
+    assert resolved.clip is not None and resolved.clip(5.0) == 2.0
+    assert [e.on_error for e in resolved.entries] == [
+        "zero",
+        "drop_group",
+        "drop_group",
+        "fail_job",
+        "drop_trajectory",
+    ]
 
 
-def test_negative_weight_is_allowed() -> None:
-    [score] = score_group(_spec({"name": "task_check", "weight": -0.5}), [SOLVED])
-    assert score.reward == approx(-0.5)
-
-
-def test_single_scorer_spec() -> None:
-    [score] = score_group(_spec({"name": "task_check"}), [SOLVED])
-    assert score.components == {"task_check": 1.0}
-    assert score.reward == 1.0
-
-
-def test_process_params_override_the_table() -> None:
-    spec = _spec({"name": "process", "params": {"invalid_format": -0.5, "timeout": 0}})
-    episode = _episode(pb.StepEvent(valid_format=False), _bash(timed_out=True, exit_code=124))
-    [score] = score_group(spec, [episode])
-    assert score.reward == approx(-0.5 + 0.01)
-
-
-def test_group_scores_keep_order() -> None:
-    failed = _episode(pb.StepEvent(valid_format=False))
-    scores = score_group(pb.RewardSpec(), [SOLVED, failed, SOLVED])
-    assert [s.reward for s in scores] == [approx(1.06), approx(-0.05), approx(1.06)]
+JUDGE = {"base_url": "http://judge/v1", "model": "m"}
+SERVER = {"command": "python", "args": ["server.py"]}
 
 
 @pytest.mark.parametrize(
     ("scorers", "field", "message"),
     [
-        ([{"name": "process"}, {"name": "ruler"}], "reward[1].name", "unknown scorer 'ruler'"),
-        ([{"name": ""}], "reward[0].name", "known: process, task_check"),
+        ([{"name": "process"}, {"name": "rulr"}], "reward[1].name", "unknown scorer 'rulr'"),
+        ([{"name": ""}], "reward[0].name", "known: judge, mcp_evaluate, process, ruler"),
         ([{"name": "process"}, {"name": "process"}], "reward[1].name", "listed twice"),
         ([{"name": "process", "weight": float("nan")}], "reward[0].weight", "finite"),
         ([{"name": "process", "params": {"bonus": 1}}], "reward[0].params.bonus", "unknown"),
@@ -207,6 +249,62 @@ def test_group_scores_keep_order() -> None:
         ([{"name": "process", "params": {"timeout": True}}], "reward[0].params.timeout", "num"),
         ([{"name": "task_check", "params": {"x": 1}}], "reward[0].params.x", "no parameters"),
         ([{"name": "process", "params": [1]}], "reward[0].params", "JSON object"),
+        ([{"name": "tests", "params": {"partial": "half"}}], "reward[0].params.partial", "num"),
+        ([{"name": "process", "on_error": "retry"}], "reward[0].on_error", "drop_group"),
+        ([{"name": "process", "clip": {"min": 1, "max": 0}}], "reward[0].clip", "above max"),
+        (
+            [{"name": "process"}, {"name": "tests", "gate": {"scorer": "judge"}}],
+            "reward[1].gate.scorer",
+            "not a scorer listed before",
+        ),
+        ([{"name": "ruler"}], "reward[0].params.judge", "is required"),
+        ([{"name": "ruler", "params": {"judge": "me"}}], "reward[0].params.judge", "object"),
+        (
+            [{"name": "process"}, {"name": "ruler", "params": {"judge": {"base_url": "http://x"}}}],
+            "reward[1].params.judge.model",
+            "non-empty string",
+        ),
+        (
+            [{"name": "judge", "params": {"judge": {**JUDGE, "base_url": "ftp://x"}}}],
+            "reward[0].params.judge.base_url",
+            "http(s)",
+        ),
+        (
+            [{"name": "judge", "params": {"judge": {**JUDGE, "api_key": "sk-123"}}}],
+            "reward[0].params.judge.api_key",
+            "unknown parameter",
+        ),
+        (
+            [{"name": "judge", "params": {"judge": {**JUDGE, "api_key_env": "NOT_SET_ANYWHERE"}}}],
+            "reward[0].params.judge.api_key_env",
+            "not set in the reward service's environment",
+        ),
+        (
+            [{"name": "ruler", "params": {"judge": "policy", "temperature": 9}}],
+            "reward[0].params.temperature",
+            "[0, 2]",
+        ),
+        (
+            [{"name": "judge", "params": {"judge": "policy", "max_tokens": 0}}],
+            "reward[0].params.max_tokens",
+            "integer",
+        ),
+        ([{"name": "mcp_evaluate"}], "reward[0].params.server", "is required"),
+        (
+            [{"name": "mcp_evaluate", "params": {"server": {"args": []}}}],
+            "reward[0].params.server.command",
+            "non-empty",
+        ),
+        (
+            [{"name": "mcp_evaluate", "params": {"mcp_config": {"cloud": SERVER}}}],
+            "reward[0].params.mcp_config",
+            "local, ssh",
+        ),
+        (
+            [{"name": "mcp_evaluate", "params": {"server": SERVER, "evaluate": {"tool": ""}}}],
+            "reward[0].params.evaluate.tool",
+            "non-empty",
+        ),
     ],
 )
 def test_invalid_specs_name_the_field(
@@ -220,6 +318,13 @@ def test_invalid_specs_name_the_field(
     assert isinstance(info.value, InvalidArgument)  # the shared interceptor maps it
 
 
+def test_total_clip_is_checked() -> None:
+    spec = pb.RewardSpec(clip=pb.Range(min=2, max=1))
+    with pytest.raises(InvalidSpec) as info:
+        resolve_spec(spec)
+    assert info.value.field == "reward_clip"
+
+
 def test_params_that_are_not_json() -> None:
     spec = pb.RewardSpec(scorers=[pb.ScorerSpec(name="process", params_json="{oops")])
     with pytest.raises(InvalidSpec) as info:
@@ -231,18 +336,3 @@ def test_field_prefix_can_follow_the_request() -> None:
     with pytest.raises(InvalidSpec) as info:
         resolve_spec(_spec({"name": "nope"}), prefix="spec.scorers")
     assert info.value.field == "spec.scorers[0].name"
-
-
-def test_a_failing_scorer_is_reported_by_name() -> None:
-    [process, _] = resolve_spec(None)
-
-    def broken(_: pb.Episode) -> float:
-        raise ZeroDivisionError("x")
-
-    scorers = [process, ConfiguredScorer("task_check", 1.0, broken)]
-    with pytest.raises(ScorerFailed) as info:
-        score_episode(scorers, SOLVED)
-    assert info.value.scorer == "task_check"
-    nan = [ConfiguredScorer("process", 1.0, lambda _: float("nan"))]
-    with pytest.raises(ScorerFailed, match="nan"):
-        score_episode(nan, SOLVED)

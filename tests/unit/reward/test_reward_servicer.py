@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import socket
 from typing import Any
 
 import grpc
@@ -9,9 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
+from artfleet.rewards import fail_job_reason
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2
-from artfleet_reward import scorers
 from artfleet_reward.metrics import RewardMetrics
 from artfleet_reward.servicer import RewardServicer, build_servicer
 from artfleet_reward.settings import RewardSettings
@@ -92,12 +94,12 @@ async def test_empty_group(servicer: RewardServicer) -> None:
 
 
 async def test_unknown_scorer_is_invalid_argument(servicer: RewardServicer, registry: Any) -> None:
-    spec = pb.RewardSpec(scorers=[pb.ScorerSpec(name="process"), pb.ScorerSpec(name="ruler")])
+    spec = pb.RewardSpec(scorers=[pb.ScorerSpec(name="process"), pb.ScorerSpec(name="rulr")])
     context = FakeContext()
     with pytest.raises(_Aborted):
         await servicer.ScoreGroup(_request(spec=spec), context)
     assert context.code == grpc.StatusCode.INVALID_ARGUMENT
-    assert context.details.startswith("reward[1].name: unknown scorer 'ruler'")
+    assert context.details.startswith("reward[1].name: unknown scorer 'rulr'")
     assert (
         _value(registry, "artfleet_reward_failures_total", scorer="request", type="invalid_spec")
         == 1
@@ -118,23 +120,61 @@ async def test_length_mismatch_is_invalid_argument(servicer: RewardServicer, reg
     )
 
 
-async def test_scorer_failure_is_internal(
-    servicer: RewardServicer, registry: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def broken(episode: pb.Episode) -> float:
-        raise RuntimeError("bug")
-
-    broken_def = scorers.ScorerDef("task_check", "broken", lambda params, field: broken)
-    monkeypatch.setitem(scorers.SCORERS, "task_check", broken_def)
-    context = FakeContext()
-    with pytest.raises(_Aborted):
-        await servicer.ScoreGroup(_request(), context)
-    assert context.code == grpc.StatusCode.INTERNAL
-    assert "task_check" in context.details
-    assert (
-        _value(registry, "artfleet_reward_failures_total", scorer="task_check", type="scorer_error")
-        == 1
+def _failing_judge(policy: str) -> pb.RewardSpec:
+    # A judge that refuses connections: a real failure, typed "unavailable".
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    judge = {"judge": {"base_url": f"http://127.0.0.1:{port}/v1", "model": "m"}}
+    return pb.RewardSpec(
+        scorers=[
+            pb.ScorerSpec(name="task_check"),
+            pb.ScorerSpec(name="judge", params_json=json.dumps(judge), on_error=policy),
+        ]
     )
+
+
+async def test_drop_trajectory_removes_them_from_the_group(
+    servicer: RewardServicer, registry: Any
+) -> None:
+    response = await servicer.ScoreGroup(_request(spec=_failing_judge("drop_trajectory")), None)
+    assert len(response.group.trajectories) == 0 and list(response.dropped) == [0, 1]
+    assert not response.group_dropped and not response.fail_job
+    assert [(f.scorer, f.type, f.trajectory) for f in response.failures] == [
+        ("judge", "unavailable", 0),
+        ("judge", "unavailable", 1),
+    ]
+    assert (
+        _value(registry, "artfleet_reward_failures_total", scorer="judge", type="unavailable") == 2
+    )
+    assert (
+        _value(registry, "artfleet_reward_dropped_total", scorer="judge", action="drop_trajectory")
+        == 2
+    )
+    assert _value(registry, "artfleet_reward_judge_cache_total", scorer="judge", result="miss") == 2
+
+
+async def test_zero_keeps_the_group(servicer: RewardServicer) -> None:
+    response = await servicer.ScoreGroup(_request(spec=_failing_judge("zero")), None)
+    assert [t.reward for t in response.group.trajectories] == [1.0, 0.0]
+    assert [s.components["judge"] for s in response.scores] == [0.0, 0.0]
+    assert len(response.failures) == 2
+
+
+@pytest.mark.parametrize(
+    ("policy", "kind"), [("drop_group", "RewardGroupDropped"), ("fail_job", "RewardFailJob")]
+)
+async def test_group_policies_empty_the_group_and_say_why(
+    servicer: RewardServicer, registry: Any, policy: str, kind: str
+) -> None:
+    response = await servicer.ScoreGroup(_request(spec=_failing_judge(policy)), None)
+    assert len(response.group.trajectories) == 0 and len(response.scores) == 0
+    [exception] = response.group.exceptions
+    assert exception.type == kind and "judge" in exception.message
+    assert response.group_dropped == (policy == "drop_group")
+    assert bool(response.fail_job) == (policy == "fail_job")
+    assert fail_job_reason(response.group.exceptions) == (response.fail_job or None)
+    assert _value(registry, "artfleet_reward_dropped_total", scorer="judge", action=policy) == 1
 
 
 def test_build_servicer(registry: CollectorRegistry) -> None:

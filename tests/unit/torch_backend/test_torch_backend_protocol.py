@@ -12,6 +12,7 @@ from artfleet_trainer.torch_backend.generation import SamplingParams, SequenceOu
 from artfleet_trainer.torch_backend.protocol import (
     MIN_LOGPROB,
     RequestError,
+    ResponseFormat,
     chat_completion,
     model_list,
     parse_chat_request,
@@ -95,6 +96,19 @@ def test_content_parts_are_joined_and_missing_content_is_empty() -> None:
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": 3}]}, "messages[0]"),
         ({"model": ""}, "model"),
+        ({"response_format": "json"}, "response_format"),
+        ({"response_format": {"type": "xml"}}, "response_format.type"),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+            "response_format.json_schema.schema",
+        ),
+        ({"structured_outputs": {"regex": "a+"}}, "structured_outputs"),
+        ({"structured_outputs": {"json": "{nope"}}, "structured_outputs"),
+        (
+            {"response_format": {"type": "json_object"}, "structured_outputs": {"json": {}}},
+            "structured_outputs",
+        ),
     ],
 )
 def test_invalid_fields_are_400_with_the_param(body: dict[str, Any], param: str) -> None:
@@ -105,6 +119,28 @@ def test_invalid_fields_are_400_with_the_param(body: dict[str, Any], param: str)
     error = caught.value.body()["error"]
     assert set(error) == {"message", "type", "code", "param"}
     assert error["type"] == "invalid_request_error"
+
+
+def test_response_formats() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert parse().response_format is None
+    assert parse(response_format={"type": "text"}).response_format is None
+    assert parse(response_format={"type": "json_object"}).response_format == ResponseFormat(
+        "json_object"
+    )
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}
+    assert parse(response_format=fmt).response_format == ResponseFormat("json_schema", schema)
+    # vLLM's extension, as an object or as JSON text.
+    expected = ResponseFormat("json_schema", schema)
+    assert parse(structured_outputs={"json": schema}).response_format == expected
+    assert (
+        parse(
+            structured_outputs={
+                "json": '{"type": "object", "properties": {"a": {"type": "integer"}}}'
+            }
+        ).response_format
+        == expected
+    )
 
 
 def test_non_object_body_is_400() -> None:

@@ -23,6 +23,8 @@ import torch
 from transformers.cache_utils import DynamicLayer
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from .grammar import mask_logits, new_matcher
+
 FinishReason = Literal["stop", "length"]
 
 
@@ -54,6 +56,9 @@ class GenerationRequest:
     outputs: list[SequenceOutput] = field(default_factory=list)
     unfinished: int = 0
     cancelled: bool = False  # set by the server when the client went away
+    # An xgrammar CompiledGrammar for structured output (response_format), or None.
+    # Constrained and free requests share the batch: only their rows' sampling differs.
+    grammar: Any = None
 
 
 @dataclass(eq=False)
@@ -64,6 +69,7 @@ class _Row:
     out: SequenceOutput
     max_tokens: int
     generator: torch.Generator | None
+    matcher: Any = None  # the row's xgrammar GrammarMatcher when its request has a grammar
 
 
 def stop_token_ids_of(model: Any, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
@@ -155,7 +161,11 @@ class BatchEngine:
         """Sample one token for every row; return the requests that just completed."""
         if not self.rows:
             return []
-        tokens = _sample(self.logits, self.rows)
+        # The grammar masks what is sampled; _record's logprobs stay the raw model's.
+        sampling_logits = mask_logits(
+            self.logits, [row.matcher for row in self.rows], self.logits.shape[-1]
+        )
+        tokens = _sample(sampling_logits, self.rows)
         completed = self._record(tokens)
         keep = [i for i, row in enumerate(self.rows) if row.out.finish_reason is None]
         if not keep:
@@ -177,6 +187,8 @@ class BatchEngine:
             token = int(tokens[i])
             row.out.token_ids.append(token)
             row.out.logprobs.append(float(chosen[i]))
+            if row.matcher is not None:
+                row.matcher.accept_token(token)
             if top is not None and row.request.params.top_logprobs > 0:
                 n_top = row.request.params.top_logprobs
                 ids, values = top.indices[i, :n_top].tolist(), top.values[i, :n_top].tolist()
@@ -191,6 +203,8 @@ class BatchEngine:
 
     def _finish_reason(self, row: _Row, token: int) -> FinishReason | None:
         if token in self.stop_token_ids:
+            return "stop"
+        if row.matcher is not None and row.matcher.is_terminated():
             return "stop"
         stop = row.request.params.stop
         if stop and _find_stop(_decode(self.tokenizer, row.out.token_ids), stop) is not None:
@@ -256,7 +270,8 @@ def _make_rows(request: GenerationRequest, max_context: int, device: torch.devic
         if request.params.seed is not None:
             # Distinct but reproducible streams for the n choices of a seeded request.
             generator = torch.Generator(device=device).manual_seed(request.params.seed + choice)
-        rows.append(_Row(request, out, min(request.params.max_tokens, room), generator))
+        matcher = new_matcher(request.grammar) if request.grammar is not None else None
+        rows.append(_Row(request, out, min(request.params.max_tokens, room), generator, matcher))
     return rows
 
 

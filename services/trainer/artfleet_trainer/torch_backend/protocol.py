@@ -8,6 +8,7 @@ would silently become id 0 (or a wrong id for a piece containing a colon).
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import uuid
@@ -63,12 +64,24 @@ def bad_request(message: str, param: str | None = None) -> RequestError:
 
 
 @dataclass(frozen=True)
+class ResponseFormat:
+    """Structured output: `kind` is "json_schema" (with `schema`) or "json_object"."""
+
+    kind: str
+    schema: dict[str, Any] | None = None
+
+    def key(self) -> str:
+        return self.kind + ":" + json.dumps(self.schema, sort_keys=True)
+
+
+@dataclass(frozen=True)
 class ChatRequest:
     model: str
     messages: list[dict[str, Any]]
     tools: list[Any] | None
     params: SamplingParams
     logprobs: bool
+    response_format: ResponseFormat | None = None  # None = free text
 
 
 def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
@@ -96,7 +109,65 @@ def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
         seed=_optional(body, "seed", int, None),
         top_logprobs=top_logprobs,
     )
-    return ChatRequest(model, _messages(body.get("messages")), tools, params, logprobs)
+    return ChatRequest(
+        model,
+        _messages(body.get("messages")),
+        tools,
+        params,
+        logprobs,
+        _structured_output(body),
+    )
+
+
+def _structured_output(body: dict[str, Any]) -> ResponseFormat | None:
+    """OpenAI's `response_format`, or vLLM's `structured_outputs: {"json": schema}`
+    extension (one of the two): a client that needs a tighter schema than its library
+    sends (bounded lengths for a small judge) passes it there."""
+    fmt = parse_response_format(body.get("response_format"))
+    extension = body.get("structured_outputs")
+    if extension is None:
+        return fmt
+    param = "structured_outputs"
+    if fmt is not None:
+        raise bad_request("use either 'response_format' or 'structured_outputs', not both", param)
+    schema = extension.get("json") if isinstance(extension, dict) else None
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise bad_request(f"'structured_outputs.json' is not JSON: {exc}", param) from exc
+    if not isinstance(schema, dict) or set(extension) != {"json"}:
+        raise bad_request("'structured_outputs' supports only {'json': <JSON schema>}", param)
+    return ResponseFormat("json_schema", schema)
+
+
+def parse_response_format(value: Any) -> ResponseFormat | None:
+    """OpenAI's `response_format`: text (default), json_object, or json_schema."""
+    param = "response_format"
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise bad_request("'response_format' must be an object", param)
+    kind = value.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return ResponseFormat("json_object")
+    if kind != "json_schema":
+        raise bad_request(
+            "'response_format.type' must be 'text', 'json_object' or 'json_schema'",
+            f"{param}.type",
+        )
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict):
+        raise bad_request("'response_format.json_schema' must be an object", f"{param}.json_schema")
+    schema = spec.get("schema")
+    if not isinstance(schema, dict):
+        raise bad_request(
+            "'response_format.json_schema.schema' must be a JSON schema object",
+            f"{param}.json_schema.schema",
+        )
+    return ResponseFormat("json_schema", schema)
 
 
 def _optional(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:

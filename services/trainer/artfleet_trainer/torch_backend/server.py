@@ -5,10 +5,15 @@ It runs on the backend's event loop: `GET /v1/models` and `POST /v1/chat/complet
 OpenAI-style JSON bodies, never tracebacks. The policy is addressed as `name@step`
 (or plain `name`, meaning the current step); only the current step is served, since
 the backend holds one set of LoRA weights per model.
+
+Structured output (`response_format` json_schema/json_object, or vLLM's
+`structured_outputs`) is constrained decoding with xgrammar (grammar.py), so a judge
+such as ART's RULER can run on the policy itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hmac
 import json
@@ -22,6 +27,7 @@ from aiohttp import web
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from .generation import GenerationRequest
+from .grammar import GrammarCompiler, GrammarError
 from .metrics import GENERATED_TOKENS, GENERATION_REQUESTS, GENERATION_SECONDS
 from .protocol import (
     ChatRequest,
@@ -52,10 +58,21 @@ class ServedPolicy:
     max_context: int
     step: int = 0
     token_text: Callable[[int], str] = field(init=False)
+    _grammars: GrammarCompiler | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         decode = self.tokenizer.decode
         self.token_text = functools.lru_cache(maxsize=1 << 16)(lambda i: str(decode([i])))
+
+    @property
+    def grammars(self) -> GrammarCompiler:
+        """Built on first use: reading the vocabulary costs a second, free requests never pay."""
+        if self._grammars is None:
+            engine = self.scheduler.engine
+            self._grammars = GrammarCompiler(
+                self.tokenizer, int(engine.model.config.vocab_size), engine.stop_token_ids
+            )
+        return self._grammars
 
     @property
     def served_name(self) -> str:
@@ -166,7 +183,15 @@ class InferenceServer:
         policy = self._resolve(chat.model)
         served_name = policy.served_name
         prompt = _prompt_ids(policy, chat)
-        outputs = await policy.scheduler.generate(GenerationRequest(prompt, chat.params))
+        grammar = None
+        if chat.response_format is not None:
+            try:  # compiling a new schema can take a while: off the event loop
+                grammar = await asyncio.to_thread(policy.grammars.compile, chat.response_format)
+            except GrammarError as exc:
+                raise bad_request(str(exc), "response_format") from exc
+        outputs = await policy.scheduler.generate(
+            GenerationRequest(prompt, chat.params, grammar=grammar)
+        )
         GENERATED_TOKENS.inc(sum(len(out.token_ids) for out in outputs))
         return chat_completion(
             model=served_name,

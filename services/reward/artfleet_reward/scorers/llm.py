@@ -1,0 +1,408 @@
+"""LLM-judged scorers: `ruler` (ART's RULER over the group) and `judge` (absolute score).
+
+The judge is any OpenAI-compatible endpoint, called through litellm as ART does
+(`openai/<model>` with `api_base`): `{"judge": {"base_url", "model", "api_key_env"}}`, or
+`{"judge": "policy"}` for the job's own policy endpoint (the trainer puts it in the spec
+each step; its key is the fleet token). Keys are read from this service's environment by
+variable name; they are never in a spec, a log line or an error message.
+
+`bounded_output` (the default for the policy judge) sends a stricter JSON schema than
+ART's: exactly one score per trajectory, short explanations, scores in [0, 1]. A small
+local judge (SmolLM2-135M) otherwise writes explanations that never end. ART's ruler
+always sends its own `response_format`, so the bounded schema goes as vLLM's
+`structured_outputs` extension (the built-in server and vLLM honour it) and litellm is
+told to drop ART's. ART still parses the answer with its own model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import litellm
+import pydantic
+from pydantic import BaseModel, Field
+
+from artfleet import codec
+from artfleet.art_compat import RULER_DEFAULT_RUBRIC, art
+
+from .base import (
+    ERROR,
+    INVALID_OUTPUT,
+    TIMEOUT,
+    UNAVAILABLE,
+    GroupContext,
+    InvalidSpec,
+    Result,
+    Scored,
+    Scorer,
+    ScorerDef,
+    ScorerError,
+    env_secret,
+    integer,
+    mapping,
+    number,
+    only_keys,
+    positive,
+    string,
+)
+from .tokens import tracking_metadata
+
+DEFAULT_JUDGE_RUBRIC = (
+    "Score 1.0 when the agent fully achieved the user's goal, 0.0 when it made no progress,"
+    " and partial credit in between for real progress."
+)
+_COMMON = {"judge", "rubric", "max_tokens", "temperature", "timeout_s", "bounded_output"}
+_EXPLANATION_CHARS = 160
+# Tokens of JSON around each bounded score ({"trajectory_id": "1", "explanation": "",
+# "score": 0.25}) and around the whole answer; text runs ~2+ characters per token.
+_ITEM_TOKENS, _BASE_TOKENS, _CHARS_PER_TOKEN = 24, 8, 2
+
+
+def explanation_chars(max_tokens: int, items: int) -> int:
+    """How long explanations may be so that `items` bounded scores fit in `max_tokens`:
+    a truncated answer is no answer."""
+    per_item = (max_tokens - _BASE_TOKENS) // max(1, items) - _ITEM_TOKENS
+    return max(4, min(_EXPLANATION_CHARS, per_item * _CHARS_PER_TOKEN))
+
+
+@dataclass(frozen=True)
+class JudgeEndpoint:
+    policy: bool
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = ""
+
+
+@dataclass(frozen=True)
+class LLMOptions:
+    judge: JudgeEndpoint
+    rubric: str
+    max_tokens: int
+    temperature: float
+    timeout_s: float | None
+    bounded: bool
+
+
+def parse_judge(value: Any, field: str) -> JudgeEndpoint:
+    if value == "policy":
+        return JudgeEndpoint(policy=True)
+    if value is None:
+        raise InvalidSpec(field, 'is required: "policy" or {base_url, model, api_key_env}')
+    judge = mapping(value, field)
+    only_keys(judge, {"base_url", "model", "api_key_env"}, field)
+    base_url = string(judge.get("base_url"), f"{field}.base_url")
+    if not base_url.startswith(("http://", "https://")):
+        raise InvalidSpec(f"{field}.base_url", "must be an http(s) URL")
+    model = string(judge.get("model"), f"{field}.model")
+    key_env = judge.get("api_key_env")
+    key_env = env_secret(key_env, f"{field}.api_key_env") if key_env is not None else ""
+    return JudgeEndpoint(False, base_url, model, key_env)
+
+
+def parse_options(
+    params: Mapping[str, Any], field: str, *, default_rubric: str, default_max_tokens: int
+) -> LLMOptions:
+    only_keys(params, _COMMON, field)
+    judge = parse_judge(params.get("judge"), f"{field}.judge")
+    bounded = params.get("bounded_output", judge.policy)
+    if not isinstance(bounded, bool):
+        raise InvalidSpec(f"{field}.bounded_output", "must be true or false")
+    temperature = number(params.get("temperature", 0.0), f"{field}.temperature")
+    if not 0 <= temperature <= 2:
+        raise InvalidSpec(f"{field}.temperature", "must be in [0, 2]")
+    timeout = params.get("timeout_s")
+    return LLMOptions(
+        judge=judge,
+        rubric=string(params.get("rubric", default_rubric), f"{field}.rubric"),
+        max_tokens=integer(
+            params.get("max_tokens", default_max_tokens), f"{field}.max_tokens", 1, 32768
+        ),
+        temperature=temperature,
+        timeout_s=positive(timeout, f"{field}.timeout_s") if timeout is not None else None,
+        bounded=bounded,
+    )
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One resolved judge: where to send, and the secret to send with it."""
+
+    model: str
+    base_url: str
+    api_key: str
+
+    def redact(self, text: str) -> str:
+        return text.replace(self.api_key, "***") if len(self.api_key) >= 4 else text
+
+
+class _LLMScorer(Scorer):
+    name = ""
+
+    def __init__(self, options: LLMOptions) -> None:
+        self.options = options
+
+    def _resolve(self, ctx: GroupContext) -> _Call:
+        judge = self.options.judge
+        if judge.policy:
+            policy = ctx.policy
+            if policy is None or not policy.model or not policy.base_url:
+                raise ScorerError(
+                    UNAVAILABLE, "judge 'policy': the request carries no policy endpoint"
+                )
+            token = ctx.runtime.settings.api_token.get_secret_value()
+            return _Call(policy.model, policy.base_url, token)
+        # The OpenAI client insists on some key; endpoints without auth ignore it.
+        key = os.environ.get(judge.api_key_env, "") if judge.api_key_env else "unused"
+        if not key:
+            raise ScorerError(UNAVAILABLE, f"{judge.api_key_env} is not set")
+        return _Call(judge.model, judge.base_url, key)
+
+    def _timeout(self, ctx: GroupContext) -> float:
+        return self.options.timeout_s or ctx.runtime.settings.judge_timeout_s
+
+    def _litellm_params(
+        self, call: _Call, ctx: GroupContext, schema: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "api_base": call.base_url,
+            "api_key": call.api_key,
+            "max_tokens": self.options.max_tokens,
+            "temperature": self.options.temperature,
+            "timeout": self._timeout(ctx),
+            "num_retries": 0,  # the failure policy decides what a failure means
+            "metadata": tracking_metadata(ctx.runtime.metrics, self.name),
+        }
+        if schema is not None:
+            params["additional_drop_params"] = ["response_format"]
+            params["extra_body"] = {"structured_outputs": {"json": schema}}
+        return params
+
+    def _failure(self, exc: BaseException, call: _Call) -> ScorerError:
+        message = call.redact(f"{type(exc).__name__}: {exc}")[:500]
+        if isinstance(exc, TimeoutError | litellm.Timeout):
+            return ScorerError(TIMEOUT, message)
+        # litellm reports a refused connection as an InternalServerError.
+        unavailable = (
+            litellm.APIConnectionError,
+            litellm.ServiceUnavailableError,
+            litellm.InternalServerError,
+            litellm.BadGatewayError,
+        )
+        if isinstance(exc, unavailable):
+            return ScorerError(UNAVAILABLE, message)
+        if isinstance(exc, pydantic.ValidationError | ValueError | json.JSONDecodeError):
+            return ScorerError(INVALID_OUTPUT, message)
+        return ScorerError(ERROR, message)
+
+
+# ---------------------------------------------------------------- ruler
+
+
+def _ruler_schema(n: int, max_tokens: int) -> dict[str, Any]:
+    item = {
+        "type": "object",
+        "properties": {
+            "trajectory_id": {"type": "string", "enum": [str(i) for i in range(1, n + 1)]},
+            "explanation": {"type": "string", "maxLength": explanation_chars(max_tokens, n)},
+            "score": {"type": "number", "minimum": 0, "maximum": 1},
+        },
+        "required": ["trajectory_id", "explanation", "score"],
+        "additionalProperties": False,
+    }
+    scores = {"type": "array", "items": item, "minItems": n, "maxItems": n}
+    return {
+        "type": "object",
+        "properties": {"scores": scores},
+        "required": ["scores"],
+        "additionalProperties": False,
+    }
+
+
+def _clip01(value: float) -> float:
+    return min(1.0, max(0.0, float(value)))
+
+
+class RulerScorer(_LLMScorer):
+    name = "ruler"
+
+    def __init__(self, options: LLMOptions, replaces_reward: bool) -> None:
+        super().__init__(options)
+        self.replaces_reward = replaces_reward
+
+    async def score(self, ctx: GroupContext, indices: Sequence[int]) -> list[Result]:
+        group = art.TrajectoryGroup(
+            [codec.trajectory_from_proto(ctx.trajectories[i]) for i in indices]
+        )
+        call = self._resolve(ctx)
+        schema = None
+        if self.options.bounded:
+            lists = [t.messages() for t in group.trajectories]
+            # ART sends a single trajectory when all are identical, and expects one score.
+            expected = 1 if all(m == lists[0] for m in lists) else len(lists)
+            schema = _ruler_schema(expected, self.options.max_tokens)
+        start = time.monotonic()
+        try:
+            scored = await asyncio.wait_for(
+                art.rewards.ruler_score_group(
+                    group,
+                    f"openai/{call.model}",
+                    extra_litellm_params=self._litellm_params(call, ctx, schema),
+                    rubric=self.options.rubric,
+                ),
+                self._timeout(ctx) + 5,  # litellm's own timeout should fire first
+            )
+        except Exception as exc:
+            raise self._failure(exc, call) from exc
+        finally:
+            ctx.runtime.metrics.judge_seconds.labels(scorer=self.name).observe(
+                time.monotonic() - start
+            )
+        if scored is None or len(scored.trajectories) != len(indices):
+            raise ScorerError(INVALID_OUTPUT, "RULER returned no scores for this group")
+        results: list[Result] = []
+        for trajectory in scored.trajectories:
+            # ART asks for scores in [0, 1]; a weak judge may step outside.
+            value = _clip01(float(trajectory.metrics["ruler_score"]))
+            logs = tuple(line for line in trajectory.logs if line.startswith("RULER"))
+            results.append(Scored(value, logs, {"ruler_score": value}))
+        return results
+
+
+def _configure_ruler(params: Mapping[str, Any], field: str) -> Scorer:
+    # combine "replace" (ART's way, the default): the reward is RULER's score and the
+    # other scorers' weighted sum is kept as `independent_reward`; "add": one more term.
+    combine = params.get("combine", "replace")
+    if combine not in ("replace", "add"):
+        raise InvalidSpec(f"{field}.combine", "must be 'replace' or 'add'")
+    rest = {k: v for k, v in params.items() if k != "combine"}
+    options = parse_options(
+        rest, field, default_rubric=RULER_DEFAULT_RUBRIC, default_max_tokens=512
+    )
+    return RulerScorer(options, replaces_reward=combine == "replace")
+
+
+# ---------------------------------------------------------------- judge
+
+
+class Verdict(BaseModel):
+    explanation: str = Field(description="One short sentence.")
+    score: float = Field(description="A score between 0 and 1.")
+
+
+def _verdict_schema(max_tokens: int) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "explanation": {"type": "string", "maxLength": explanation_chars(max_tokens, 1)},
+            "score": {"type": "number", "minimum": 0, "maximum": 1},
+        },
+        "required": ["explanation", "score"],
+        "additionalProperties": False,
+    }
+
+
+class JudgeCache:
+    """Verdicts by (judge, rubric, trajectory): a group often holds identical answers, and
+    a retried group is judged again. LRU; the key holds the model name, so a new policy
+    step (name@step) never reuses an old step's verdicts."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[str, Scored] = OrderedDict()
+
+    def get(self, key: str) -> Scored | None:
+        item = self._items.get(key)
+        if item is not None:
+            self._items.move_to_end(key)
+        return item
+
+    def put(self, key: str, value: Scored) -> None:
+        if self.size <= 0:
+            return
+        self._items[key] = value
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+
+class JudgeScorer(_LLMScorer):
+    name = "judge"
+
+    async def score(self, ctx: GroupContext, indices: Sequence[int]) -> list[Result]:
+        call = self._resolve(ctx)
+        limit = asyncio.Semaphore(ctx.runtime.settings.judge_concurrency)
+
+        async def one(i: int) -> Result:
+            async with limit:
+                return await self._judge(ctx, call, i)
+
+        return list(await asyncio.gather(*(one(i) for i in indices)))
+
+    def _messages(self, ctx: GroupContext, i: int) -> list[dict[str, str]]:
+        messages = codec.trajectory_from_proto(ctx.trajectories[i]).messages()
+        system = (
+            "You grade one trajectory of an AI agent against a rubric. Reply with JSON: an"
+            " `explanation` (one short sentence) and a `score` from 0 to 1.\n\nRubric:\n"
+            + self.options.rubric
+        )
+        user = "<trajectory>\n" + json.dumps(messages, default=str) + "\n</trajectory>"
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    async def _judge(self, ctx: GroupContext, call: _Call, i: int) -> Result:
+        messages = self._messages(ctx, i)
+        opts = self.options
+        key = hashlib.sha256(
+            json.dumps(
+                [call.base_url, call.model, opts.max_tokens, opts.temperature, messages]
+            ).encode()
+        ).hexdigest()
+        metrics, cache = ctx.runtime.metrics, ctx.runtime.judge_cache
+        cached = cache.get(key) if cache is not None else None
+        metrics.judge_cache.labels(scorer=self.name, result="hit" if cached else "miss").inc()
+        if cached is not None:
+            return cached
+        params = self._litellm_params(
+            call, ctx, _verdict_schema(opts.max_tokens) if opts.bounded else None
+        )
+        start = time.monotonic()
+        try:
+            response = await litellm.acompletion(
+                model=f"openai/{call.model}",
+                messages=messages,
+                response_format=Verdict,
+                caching=False,
+                **params,
+            )
+            verdict = Verdict.model_validate_json(response.choices[0].message.content or "{}")
+        except Exception as exc:
+            return self._failure(exc, call)
+        finally:
+            metrics.judge_seconds.labels(scorer=self.name).observe(time.monotonic() - start)
+        result = Scored(_clip01(verdict.score), (f"judge: {verdict.explanation}",))
+        if cache is not None:
+            cache.put(key, result)
+        return result
+
+
+def _configure_judge(params: Mapping[str, Any], field: str) -> Scorer:
+    options = parse_options(
+        params, field, default_rubric=DEFAULT_JUDGE_RUBRIC, default_max_tokens=256
+    )
+    return JudgeScorer(options)
+
+
+LLM_SCORERS = (
+    ScorerDef(
+        "ruler", "ART's RULER: an LLM judge ranks the group's trajectories", _configure_ruler
+    ),
+    ScorerDef("judge", "an LLM judge scores each trajectory against a rubric", _configure_judge),
+)
+
+__all__ = ["LLM_SCORERS", "JudgeCache"]

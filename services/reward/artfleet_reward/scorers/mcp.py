@@ -1,0 +1,271 @@
+"""`mcp_evaluate`: HUD-style rewards from an environment's own MCP `evaluate` tool.
+
+For each trajectory the scorer starts the environment's MCP server (the seed-003 config
+forms: a local command such as `docker run -i ...`, or `ssh user@host docker run ...`,
+both spoken to over stdio with the official `mcp` SDK), calls `setup`, replays the
+trajectory's tool calls that name the server's tools (so the environment reaches the
+state the agent left it in), calls `evaluate`, and maps its answer to a reward:
+a number, `{"reward": x}` (HUD's `{"done": ..., "reward": ...}` included) or text holding
+either. One server per trajectory: environment state never leaks between trajectories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from artfleet import codec
+
+from .base import (
+    ERROR,
+    INVALID_OUTPUT,
+    TIMEOUT,
+    UNAVAILABLE,
+    GroupContext,
+    InvalidSpec,
+    Result,
+    Scored,
+    Scorer,
+    ScorerDef,
+    ScorerError,
+    mapping,
+    only_keys,
+    positive,
+    string,
+)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    tool: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MCPOptions:
+    server: StdioServerParameters
+    setup: ToolCall | None
+    evaluate: ToolCall
+    answer_argument: str
+    replay: bool
+    timeout_s: float | None
+
+
+def _server(params: Mapping[str, Any], field: str) -> StdioServerParameters:
+    """`server: {command, args, env, cwd}`, or seed 003's `mcp_config: {local|ssh: {...}}`."""
+    if "mcp_config" in params:
+        config = mapping(params["mcp_config"], f"{field}.mcp_config")
+        if len(config) != 1 or next(iter(config)) not in ("local", "ssh"):
+            raise InvalidSpec(f"{field}.mcp_config", "must hold exactly one of: local, ssh")
+        kind = next(iter(config))
+        return _command(config[kind], f"{field}.mcp_config.{kind}")
+    if "server" not in params:
+        raise InvalidSpec(f"{field}.server", "is required (or mcp_config)")
+    return _command(params["server"], f"{field}.server")
+
+
+def _command(value: Any, field: str) -> StdioServerParameters:
+    spec = mapping(value, field)
+    only_keys(spec, {"command", "args", "env", "cwd"}, field)
+    command = string(spec.get("command"), f"{field}.command")
+    args = spec.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise InvalidSpec(f"{field}.args", "must be a list of strings")
+    env = spec.get("env", {})
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise InvalidSpec(f"{field}.env", "must map names to strings")
+    cwd = spec.get("cwd")
+    if cwd is not None:
+        string(cwd, f"{field}.cwd")
+    return StdioServerParameters(command=command, args=args, env=env or None, cwd=cwd)
+
+
+def _tool_call(value: Any, field: str, default_tool: str) -> ToolCall:
+    if isinstance(value, str):
+        return ToolCall(string(value, field))
+    spec = mapping(value, field)
+    only_keys(spec, {"tool", "arguments"}, field)
+    tool = string(spec.get("tool", default_tool), f"{field}.tool")
+    arguments = mapping(spec.get("arguments", {}), f"{field}.arguments")
+    return ToolCall(tool, dict(arguments))
+
+
+def parse_options(params: Mapping[str, Any], field: str) -> MCPOptions:
+    known = {"server", "mcp_config", "setup", "evaluate", "answer_argument", "replay"}
+    only_keys(params, known | {"timeout_s"}, field)
+    setup = params.get("setup")
+    replay = params.get("replay", True)
+    if not isinstance(replay, bool):
+        raise InvalidSpec(f"{field}.replay", "must be true or false")
+    answer = params.get("answer_argument", "")
+    if answer:
+        string(answer, f"{field}.answer_argument")
+    timeout = params.get("timeout_s")
+    return MCPOptions(
+        server=_server(params, field),
+        setup=_tool_call(setup, f"{field}.setup", "setup") if setup is not None else None,
+        evaluate=_tool_call(params.get("evaluate", "evaluate"), f"{field}.evaluate", "evaluate"),
+        answer_argument=answer,
+        replay=replay,
+        timeout_s=positive(timeout, f"{field}.timeout_s") if timeout is not None else None,
+    )
+
+
+# ---------------------------------------------------------------- results
+
+
+def reward_of(value: Any) -> tuple[float, bool | None]:
+    """(reward, done) from what an evaluate tool returned; raises ValueError otherwise."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return reward_of(json.loads(text))
+        except json.JSONDecodeError:
+            raise ValueError(f"evaluate returned text that is no reward: {text[:200]!r}") from None
+    if isinstance(value, dict):
+        if "reward" in value:
+            done = value.get("done")
+            return _finite(value["reward"]), done if isinstance(done, bool) else None
+        if set(value) == {"result"}:  # the SDK wraps a plain return value this way
+            return reward_of(value["result"])
+        raise ValueError(f"evaluate returned an object without 'reward': {sorted(value)}")
+    return _finite(value), None
+
+
+def _finite(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"reward is not a finite number: {value!r}")
+    return float(value)
+
+
+def _text(result: Any) -> str:
+    return "\n".join(getattr(part, "text", "") for part in result.content).strip()
+
+
+def _tool_calls(trajectory: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The (name, arguments) of every tool call the agent made, in order."""
+    calls = []
+    for message in trajectory.messages():
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            try:
+                arguments = json.loads(function.get("arguments") or "{}")
+            except json.JSONDecodeError:
+                arguments = None  # the agent wrote bad JSON: that move never happened
+            if isinstance(arguments, dict):
+                calls.append((str(function.get("name", "")), arguments))
+    return calls
+
+
+def _last_answer(trajectory: Any) -> str:
+    for message in reversed(trajectory.messages()):
+        if message.get("role") == "assistant" and isinstance(message.get("content"), str):
+            return str(message["content"])
+    return ""
+
+
+# ---------------------------------------------------------------- scorer
+
+
+class MCPEvaluateScorer(Scorer):
+    name = "mcp_evaluate"
+
+    def __init__(self, options: MCPOptions) -> None:
+        self.options = options
+
+    async def score(self, ctx: GroupContext, indices: Sequence[int]) -> list[Result]:
+        limit = asyncio.Semaphore(ctx.runtime.settings.mcp_concurrency)
+        timeout = self.options.timeout_s or ctx.runtime.settings.mcp_timeout_s
+
+        async def one(i: int) -> Result:
+            async with limit:
+                start = time.monotonic()
+                try:
+                    return await asyncio.wait_for(self._evaluate(ctx, i), timeout)
+                except TimeoutError:
+                    return ScorerError(TIMEOUT, f"no answer from the MCP server in {timeout:g}s")
+                except Exception as exc:  # a server that died, a refused command, ...
+                    cause = _cause(exc)
+                    if isinstance(cause, ScorerError):
+                        return cause
+                    message = f"MCP server: {type(cause).__name__}: {cause}"
+                    return ScorerError(UNAVAILABLE, message[:500])
+                finally:
+                    ctx.runtime.metrics.mcp_seconds.observe(time.monotonic() - start)
+
+        return list(await asyncio.gather(*(one(i) for i in indices)))
+
+    async def _evaluate(self, ctx: GroupContext, i: int) -> Result:
+        trajectory = codec.trajectory_from_proto(ctx.trajectories[i])
+        opts = self.options
+        async with AsyncExitStack() as stack:
+            streams = await stack.enter_async_context(stdio_client(opts.server))
+            session = await stack.enter_async_context(ClientSession(*streams))
+            await session.initialize()
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+            if opts.evaluate.tool not in tools:
+                raise ScorerError(ERROR, f"the MCP server has no tool {opts.evaluate.tool!r}")
+            if opts.setup is not None:
+                await self._call(session, opts.setup.tool, dict(opts.setup.arguments), "setup")
+            replayed = 0
+            if opts.replay:
+                reserved = {opts.evaluate.tool, opts.setup.tool if opts.setup else ""}
+                for name, arguments in _tool_calls(trajectory):
+                    if name in tools and name not in reserved:
+                        # An invalid move is part of the episode: its error is no failure.
+                        await session.call_tool(name, arguments)
+                        replayed += 1
+            arguments = dict(opts.evaluate.arguments)
+            if opts.answer_argument:
+                arguments[opts.answer_argument] = _last_answer(trajectory)
+            result = await self._call(session, opts.evaluate.tool, arguments, "evaluate")
+        return self._map(result, replayed)
+
+    async def _call(
+        self, session: ClientSession, tool: str, args: dict[str, Any], what: str
+    ) -> Any:
+        result = await session.call_tool(tool, args)
+        if getattr(result, "is_error", False):
+            raise ScorerError(ERROR, f"{what} tool {tool!r} failed: {_text(result)[:300]}")
+        return result
+
+    def _map(self, result: Any, replayed: int) -> Scored:
+        structured = getattr(result, "structured_content", None)
+        try:
+            reward, done = reward_of(structured if structured is not None else _text(result))
+        except ValueError as exc:
+            raise ScorerError(INVALID_OUTPUT, str(exc)) from None
+        metrics = {"mcp_replayed_calls": float(replayed)}
+        if done is not None:
+            metrics["mcp_done"] = float(done)
+        return Scored(reward, (f"mcp_evaluate: reward {reward:g}, done {done}",), metrics)
+
+
+def _cause(exc: BaseException) -> BaseException:
+    # anyio (inside the SDK's transports) wraps failures in exception groups.
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _configure(params: Mapping[str, Any], field: str) -> Scorer:
+    return MCPEvaluateScorer(parse_options(params, field))
+
+
+MCP_SCORERS = (
+    ScorerDef(
+        "mcp_evaluate",
+        "HUD-style: the environment's MCP evaluate tool, after replaying the tool calls",
+        _configure,
+    ),
+)

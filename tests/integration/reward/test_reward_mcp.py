@@ -1,0 +1,131 @@
+"""mcp_evaluate against a real MCP server (the official SDK, over stdio): the counter
+environment in tests/fixtures, started once per trajectory through ScoreGroup."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from artfleet import codec
+from artfleet.art_compat import art
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import reward_pb2
+from artfleet_reward.metrics import RewardMetrics
+from artfleet_reward.servicer import RewardServicer
+
+pytestmark = pytest.mark.integration
+
+SERVER = Path(__file__).resolve().parents[2] / "fixtures" / "mcp_counter_server.py"
+LOCAL = {"command": sys.executable, "args": [str(SERVER)]}
+
+
+def _trajectory(moves: list[str], answer: str = "done") -> pb.Trajectory:
+    """An agent that called the environment's `move` tool, then answered."""
+    items: list[Any] = [{"role": "user", "content": "Bring the counter to 2."}]
+    for n, direction in enumerate(moves):
+        call = {
+            "id": f"call_{n}",
+            "type": "function",
+            "function": {"name": "move", "arguments": json.dumps({"direction": direction})},
+        }
+        items.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        items.append({"role": "tool", "tool_call_id": f"call_{n}", "content": "ok"})
+    items.append({"role": "assistant", "content": answer})
+    return codec.trajectory_to_proto(art.Trajectory(messages_and_choices=items, reward=0.0))
+
+
+def _request(params: dict[str, Any], *trajectories: pb.Trajectory, policy: str = "drop_group"):
+    spec = pb.RewardSpec(
+        scorers=[
+            pb.ScorerSpec(name="mcp_evaluate", params_json=json.dumps(params), on_error=policy)
+        ]
+    )
+    return reward_pb2.ScoreGroupRequest(
+        group=pb.TrajectoryGroup(trajectories=list(trajectories)),
+        episodes=[pb.Episode() for _ in trajectories],
+        spec=spec,
+    )
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def servicer(registry: CollectorRegistry) -> RewardServicer:
+    return RewardServicer(RewardMetrics(registry))
+
+
+async def test_replayed_tool_calls_are_evaluated(servicer: RewardServicer, registry: Any) -> None:
+    params = {"server": LOCAL, "setup": {"tool": "setup", "arguments": {"start": 0, "target": 2}}}
+    request = _request(
+        params,
+        _trajectory(["up", "up"]),  # reaches 2: reward 1, done
+        _trajectory(["up"]),  # halfway: 0.5
+        _trajectory(["up", "sideways", "down"]),  # an invalid move is part of the episode: 0
+    )
+    response = await servicer.score(request)
+    assert [t.reward for t in response.group.trajectories] == [1.0, 0.5, 0.0]
+    assert not response.failures
+    first = response.group.trajectories[0]
+    assert first.metrics["mcp_done"].float_value == 1.0
+    assert first.metrics["mcp_replayed_calls"].float_value == 2.0
+    assert first.metrics["reward_mcp_evaluate"].float_value == 1.0
+    assert any(line.startswith("mcp_evaluate: reward 1") for line in first.logs)
+    assert registry.get_sample_value("artfleet_reward_mcp_seconds_count") == 3
+
+
+async def test_seed_003_config_and_the_answer_as_argument(servicer: RewardServicer) -> None:
+    params = {
+        "mcp_config": {"local": LOCAL},
+        "setup": {"arguments": {"target": 7}},
+        "replay": False,
+        "evaluate": {"tool": "evaluate"},
+        "answer_argument": "answer",
+    }
+    request = _request(params, _trajectory([], answer="7"), _trajectory([], answer="8"))
+    response = await servicer.score(request)
+    assert [t.reward for t in response.group.trajectories] == [1.0, 0.0]
+
+
+@pytest.mark.parametrize(("tool", "expected"), [("evaluate_text", 0.5), ("evaluate_number", 0.0)])
+async def test_text_and_number_results(
+    servicer: RewardServicer, tool: str, expected: float
+) -> None:
+    params = {"server": LOCAL, "setup": {"arguments": {"target": 2}}, "evaluate": tool}
+    response = await servicer.score(_request(params, _trajectory(["up"])))
+    assert [t.reward for t in response.group.trajectories] == [expected]
+
+
+async def test_failures_follow_the_policy(servicer: RewardServicer, registry: Any) -> None:
+    broken = {"server": LOCAL, "evaluate": "broken_evaluate"}
+    response = await servicer.score(_request(broken, _trajectory(["up"]), policy="zero"))
+    [failure] = response.failures
+    assert (failure.scorer, failure.type) == ("mcp_evaluate", "error")
+    assert "environment crashed" in failure.message
+    assert [t.reward for t in response.group.trajectories] == [0.0]
+
+    missing = {"server": LOCAL, "evaluate": "grade"}
+    response = await servicer.score(_request(missing, _trajectory(["up"]), _trajectory([])))
+    assert response.group_dropped and len(response.group.trajectories) == 0
+    assert "no tool 'grade'" in response.failures[0].message
+
+    dead = {"server": {"command": sys.executable, "args": [str(SERVER), "--exit"]}}
+    request = _request(dead, _trajectory(["up"]), policy="drop_trajectory")
+    response = await servicer.score(request)
+    assert list(response.dropped) == [0] and response.failures[0].type == "unavailable"
+
+    slow = {"server": {"command": "sleep", "args": ["30"]}, "timeout_s": 1}
+    response = await servicer.score(_request(slow, _trajectory([]), policy="fail_job"))
+    assert response.failures[0].type == "timeout"
+    assert response.fail_job.startswith("reward scorer 'mcp_evaluate' failed (timeout)")
+    value = registry.get_sample_value(
+        "artfleet_reward_failures_total", {"scorer": "mcp_evaluate", "type": "timeout"}
+    )
+    assert value == 1
