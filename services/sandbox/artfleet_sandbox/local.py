@@ -40,13 +40,13 @@ from artfleet_sandbox.backend import (
     SessionSpec,
     check_command,
     check_env,
-    session_missing,
 )
 from artfleet_sandbox.bwrap import DEFAULT_HIDE_PATHS, Bubblewrap, find_bubblewrap
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.paths import read_file, remove_tree, resolve_dir, write_file
 from artfleet_sandbox.procs import TAG_VAR, kill_tagged, rlimit_prefix, run_process
 from artfleet_sandbox.replica import new_replica_id, new_session_id
+from artfleet_sandbox.sessions import SessionTable
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class LocalBackend:
     def __init__(self, config: LocalConfig | None = None) -> None:
         self.config = config or LocalConfig()
         self.replica_id = self.config.replica_id or new_replica_id()
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: SessionTable[_Session] = SessionTable(self.replica_id)
         self._root = ""
         self._bwrap: Bubblewrap | None = None
         self._reaper: asyncio.Task[None] | None = None
@@ -199,19 +199,17 @@ class LocalBackend:
             job_id=spec.job_id,
             ttl_s=spec.idle_ttl_s or self.config.idle_ttl_s,
         )
-        self._sessions[session.id] = session
+        self._sessions.add(session.id, session)
         metrics.CREATE_SECONDS.labels("process").observe(time.perf_counter() - started)
         metrics.SESSIONS_CREATED.inc()
-        metrics.ACTIVE_SESSIONS.set(len(self._sessions))
         return SessionInfo(
             session.id, session.workdir, self.name, self.isolation(spec.network), self.replica_id
         )
 
     async def close_session(self, session_id: str) -> bool:
-        session = self._sessions.pop(session_id, None)
+        session = self._sessions.pop(session_id)
         if session is None:
             return False
-        metrics.ACTIVE_SESSIONS.set(len(self._sessions))
         # Kill first: a live process could keep writing while the tree is removed. A call
         # in flight may spawn its command just after a scan, so scan until none is left.
         deadline = time.monotonic() + _CLOSE_WAIT_S
@@ -223,24 +221,8 @@ class LocalBackend:
         return True
 
     async def close_all(self) -> int:
-        results = await asyncio.gather(*(self.close_session(sid) for sid in list(self._sessions)))
+        results = await asyncio.gather(*(self.close_session(sid) for sid in self._sessions.ids()))
         return sum(results)
-
-    def _get(self, session_id: str) -> _Session:
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise session_missing(session_id, self.replica_id)
-        return session
-
-    @contextlib.contextmanager
-    def _in_use(self, session: _Session) -> Iterator[None]:
-        # A session with a running command is never idle, however long the command runs.
-        session.busy += 1
-        try:
-            yield
-        finally:
-            session.busy -= 1
-            session.last_used = time.monotonic()
 
     # -- files -------------------------------------------------------------------------
 
@@ -263,16 +245,16 @@ class LocalBackend:
             write_file(session.workdir, spec)
 
     async def write_files(self, session_id: str, files: Sequence[FileSpec]) -> int:
-        session = self._get(session_id)
-        with self._in_use(session):
+        session = self._sessions.get(session_id)
+        with self._sessions.in_use(session):
             await asyncio.to_thread(self._write_all, session, files)
         return len(files)
 
     async def read_file(self, session_id: str, path: str, max_bytes: int) -> tuple[bytes, bool]:
         if max_bytes < 0:
             raise InvalidArgument("max_bytes must not be negative")
-        session = self._get(session_id)
-        with self._in_use(session):
+        session = self._sessions.get(session_id)
+        with self._sessions.in_use(session):
             return await asyncio.to_thread(read_file, session.workdir, path, max_bytes)
 
     # -- commands ----------------------------------------------------------------------
@@ -319,7 +301,7 @@ class LocalBackend:
     ) -> ExecOutcome:
         check_command(command)
         check_env(env)
-        with self._in_use(session), _spawn_errors():
+        with self._sessions.in_use(session), _spawn_errors():
             real_cwd = await asyncio.to_thread(resolve_dir, session.workdir, cwd)
             return await run_process(
                 self._argv(session, real_cwd, command),
@@ -336,7 +318,7 @@ class LocalBackend:
     async def exec(self, session_id: str, spec: ExecSpec) -> ExecOutcome:
         if spec.timeout_s <= 0 or spec.max_output_bytes < 0:
             raise InvalidArgument("timeout_s must be positive and max_output_bytes not negative")
-        session = self._get(session_id)
+        session = self._sessions.get(session_id)
         return await self._run(
             session,
             spec.command,
@@ -350,7 +332,7 @@ class LocalBackend:
     async def run_tests(self, session_id: str, command: str, timeout_s: float) -> RunTestsReport:
         if timeout_s <= 0:
             raise InvalidArgument("timeout_s must be positive")
-        session = self._get(session_id)
+        session = self._sessions.get(session_id)
         reports_dir = os.path.join(session.root, "reports")
         report_name = f"junit-{secrets.token_hex(6)}.xml"
         report = os.path.join(reports_dir, report_name)

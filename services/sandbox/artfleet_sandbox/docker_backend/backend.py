@@ -9,7 +9,7 @@ import re
 import secrets
 import shlex
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from artfleet_sandbox import metrics
@@ -26,10 +26,9 @@ from artfleet_sandbox.backend import (
     SessionSpec,
     check_command,
     check_env,
-    session_missing,
 )
 from artfleet_sandbox.docker_backend import config as c
-from artfleet_sandbox.docker_backend.engine import DockerEngine
+from artfleet_sandbox.docker_backend.engine import DockerEngine, ExecCall
 from artfleet_sandbox.docker_backend.execio import ReadLimits
 from artfleet_sandbox.docker_backend.pool import Pooled, WarmPool
 from artfleet_sandbox.docker_backend.reaper import owner_containers, reap_reason
@@ -42,6 +41,7 @@ from artfleet_sandbox.docker_backend.spec import (
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.paths import clean_relpath
 from artfleet_sandbox.replica import ReplicaIdentity, new_session_id
+from artfleet_sandbox.sessions import SessionTable
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +76,14 @@ class DockerBackend:
         self.identity = ReplicaIdentity.current(self.config.replica_id)
         self.engine = DockerEngine(self.config.docker_host, self.config.threads)
         self._uid = int(self.config.user.split(":")[0])
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: SessionTable[_Session] = SessionTable(self.replica_id)
         self._creating: set[str] = set()  # session ids whose container is on its way
         self._pool = WarmPool(
             self.config.pool_size, self.config.pool_max_age_s, self._create_pooled, self._remove
         )
         self._reaper: asyncio.Task[None] | None = None
         self._renames: set[asyncio.Task[None]] = set()
+        self._inflight: set[asyncio.Future[str]] = set()
         self._started = False
 
     @property
@@ -130,8 +131,11 @@ class DockerBackend:
 
     async def _remove_own(self) -> None:
         pooled = await self._pool.stop()
+        # Renames and container creations still running on engine threads.
         if self._renames:
-            await asyncio.gather(*self._renames, return_exceptions=True)
+            await asyncio.wait(self._renames)
+        if self._inflight:
+            await asyncio.wait(self._inflight)
         await self.close_all()
         await asyncio.gather(*(self._remove(cid) for cid in pooled))
         # Whatever else carries our replica id (a create cut short by the shutdown).
@@ -168,9 +172,14 @@ class DockerBackend:
 
     async def _start(self, req: ContainerRequest) -> str:
         self._creating.add(req.session_id)
+        options = container_options(req, self.config, self.identity)
+        # Cancelling the await does not stop the engine thread that creates the container:
+        # keep the task, so stop() can wait for it and then remove what it made.
+        task = asyncio.ensure_future(self.engine.start_container(options, self._uid))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
         try:
-            options = container_options(req, self.config, self.identity)
-            return await self.engine.start_container(options, self._uid)
+            return await asyncio.shield(task)
         finally:
             self._creating.discard(req.session_id)
 
@@ -221,7 +230,7 @@ class DockerBackend:
             network=spec.network,
             ttl_s=spec.idle_ttl_s or self.config.idle_ttl_s,
         )
-        self._sessions[session_id] = session
+        self._sessions.add(session_id, session)
         try:
             await self.engine.put_files(container_id, spec.files, self._uid)
         except BaseException:
@@ -229,7 +238,6 @@ class DockerBackend:
             raise
         metrics.CREATE_SECONDS.labels(source).observe(time.perf_counter() - started)
         metrics.SESSIONS_CREATED.inc()
-        metrics.ACTIVE_SESSIONS.set(len(self._sessions))
         return SessionInfo(
             session_id, c.WORKSPACE, self.name, self.isolation(spec.network), self.replica_id
         )
@@ -249,31 +257,15 @@ class DockerBackend:
         task.add_done_callback(self._renames.discard)
 
     async def close_session(self, session_id: str) -> bool:
-        session = self._sessions.pop(session_id, None)
+        session = self._sessions.pop(session_id)
         if session is None:
             return False
-        metrics.ACTIVE_SESSIONS.set(len(self._sessions))
         await self._remove(session.container_id)
         return True
 
     async def close_all(self) -> int:
-        results = await asyncio.gather(*(self.close_session(sid) for sid in list(self._sessions)))
+        results = await asyncio.gather(*(self.close_session(sid) for sid in self._sessions.ids()))
         return sum(results)
-
-    def _get(self, session_id: str) -> _Session:
-        session = self._sessions.get(session_id)
-        if session is not None:
-            return session
-        raise session_missing(session_id, self.replica_id)
-
-    @contextlib.contextmanager
-    def _in_use(self, session: _Session) -> Iterator[None]:
-        session.busy += 1
-        try:
-            yield
-        finally:
-            session.busy -= 1
-            session.last_used = time.monotonic()
 
     # -- commands and files ------------------------------------------------------------
 
@@ -290,15 +282,17 @@ class DockerBackend:
         check_env(env)
         rel = clean_relpath(cwd, allow_empty=True)
         workdir = f"{c.WORKSPACE}/{rel}" if rel else c.WORKSPACE
-        with self._in_use(session):
+        with self._sessions.in_use(session):
             outcome = await self.engine.exec(
-                session.container_id,
-                _shell_argv(command),
-                user=self.config.user,
-                env={**session.env, **env},
-                workdir=workdir,
-                stdin=stdin,
-                limits=limits,
+                ExecCall(
+                    session.container_id,
+                    _shell_argv(command),
+                    self.config.user,
+                    {**session.env, **env},
+                    workdir,
+                    stdin,
+                    limits,
+                )
             )
         if outcome.oom_killed:
             metrics.OOM_KILLS.inc()
@@ -307,27 +301,27 @@ class DockerBackend:
     async def exec(self, session_id: str, spec: ExecSpec) -> ExecOutcome:
         if spec.timeout_s <= 0 or spec.max_output_bytes < 0:
             raise InvalidArgument("timeout_s must be positive and max_output_bytes not negative")
-        session = self._get(session_id)
+        session = self._sessions.get(session_id)
         limits = ReadLimits(spec.timeout_s, spec.max_output_bytes, self.config.drain_limit_bytes)
         return await self._run(session, spec.command, spec.cwd, spec.env, spec.stdin, limits)
 
     async def write_files(self, session_id: str, files: Sequence[FileSpec]) -> int:
-        session = self._get(session_id)
-        with self._in_use(session):
+        session = self._sessions.get(session_id)
+        with self._sessions.in_use(session):
             await self.engine.put_files(session.container_id, files, self._uid)
         return len(files)
 
     async def read_file(self, session_id: str, path: str, max_bytes: int) -> tuple[bytes, bool]:
         if max_bytes < 0:
             raise InvalidArgument("max_bytes must not be negative")
-        session = self._get(session_id)
-        with self._in_use(session):
+        session = self._sessions.get(session_id)
+        with self._sessions.in_use(session):
             return await self.engine.read_file(session.container_id, path, max_bytes)
 
     async def run_tests(self, session_id: str, command: str, timeout_s: float) -> RunTestsReport:
         if timeout_s <= 0:
             raise InvalidArgument("timeout_s must be positive")
-        session = self._get(session_id)
+        session = self._sessions.get(session_id)
         # /tmp is a tmpfs the engine's archive API cannot read: the report comes back
         # through `cat`, capped like any output.
         report = f"/tmp/.artfleet-junit-{secrets.token_hex(6)}.xml"
@@ -360,7 +354,7 @@ class DockerBackend:
         """One pass: expired sessions of ours, then orphaned or stale containers."""
         now = time.monotonic()
         removed = 0
-        for session in list(self._sessions.values()):
+        for session in self._sessions.values():
             reason = None
             if now - session.created > self.config.max_lifetime_s:
                 reason = "lifetime"  # even when busy: max lifetime is a hard bound
@@ -389,7 +383,7 @@ class DockerBackend:
         return removed
 
     def _tracked(self) -> set[str]:
-        return set(self._sessions) | self._creating | self._pool.session_ids()
+        return set(self._sessions.ids()) | self._creating | self._pool.session_ids()
 
     async def _reap_forever(self) -> None:
         while True:

@@ -47,6 +47,19 @@ class ManagedContainer:
     status: str  # created | running | exited | ...
 
 
+@dataclass(frozen=True)
+class ExecCall:
+    """One command to run in a container, as the engine's exec API takes it."""
+
+    container_id: str
+    argv: Sequence[str]
+    user: str
+    env: dict[str, str]
+    workdir: str
+    stdin: bytes
+    limits: ReadLimits
+
+
 @contextlib.contextmanager
 def engine_errors(what: str) -> Iterator[None]:
     try:
@@ -197,29 +210,20 @@ class DockerEngine:
 
     # -- commands ----------------------------------------------------------------------
 
-    def _exec_blocking(
-        self,
-        container_id: str,
-        argv: Sequence[str],
-        *,
-        user: str,
-        env: dict[str, str],
-        workdir: str,
-        stdin: bytes,
-        limits: ReadLimits,
-    ) -> ExecOutcome:
+    def _exec_blocking(self, call: ExecCall) -> ExecOutcome:
         api = self.client.api
         exec_id = api.exec_create(
-            container_id,
-            list(argv),
-            stdin=bool(stdin),
-            environment=env,
-            workdir=workdir,
-            user=user,
+            call.container_id,
+            list(call.argv),
+            stdin=bool(call.stdin),
+            environment=call.env,
+            workdir=call.workdir,
+            user=call.user,
         )["Id"]
         sock = api.exec_start(exec_id, socket=True)
+        limits = call.limits
         result = read_exec_stream(
-            sock, stdin, limits, kill=lambda: self._kill_user(container_id, user)
+            sock, call.stdin, limits, kill=lambda: self._kill_user(call.container_id, call.user)
         )
         exit_code = api.exec_inspect(exec_id).get("ExitCode")
         if result.timed_out or exit_code is None:
@@ -233,7 +237,7 @@ class DockerEngine:
             stdout_truncated=result.stdout.truncated or result.output_limit_hit,
             stderr_truncated=(not limits.merge) and result.stderr.truncated,
             duration_s=result.duration_s,
-            oom_killed=oom and self._oom_kills(container_id) > 0,
+            oom_killed=oom and self._oom_kills(call.container_id) > 0,
         )
 
     def _kill_user(self, container_id: str, user: str) -> None:
@@ -256,28 +260,9 @@ class DockerEngine:
             return 0
         return parse_oom_kills(output.decode(errors="replace"))
 
-    async def exec(
-        self,
-        container_id: str,
-        argv: Sequence[str],
-        *,
-        user: str,
-        env: dict[str, str],
-        workdir: str,
-        stdin: bytes,
-        limits: ReadLimits,
-    ) -> ExecOutcome:
+    async def exec(self, call: ExecCall) -> ExecOutcome:
         with engine_errors("exec"):
-            return await self.call(
-                self._exec_blocking,
-                container_id,
-                argv,
-                user=user,
-                env=env,
-                workdir=workdir,
-                stdin=stdin,
-                limits=limits,
-            )
+            return await self.call(self._exec_blocking, call)
 
     # -- files ---------------------------------------------------------------------------
 
