@@ -62,6 +62,7 @@ async def run_episode(ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, 
     session = await ctx.sandbox.create_session(
         sandbox_pb2.CreateSessionRequest(
             image=ctx.scenario.image,
+            network=ctx.scenario.network,
             job_id=ctx.task.job_id,
             files=[
                 sandbox_pb2.File(path=p, content=c.encode()) for p, c in ctx.scenario.files.items()

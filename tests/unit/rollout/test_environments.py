@@ -133,6 +133,7 @@ def test_load_from_a_path(tmp_path: Path) -> None:
         ([_task(files={"n.txt": 7})], "content must be a string"),
         ([_task(files=["a"])], "mapping of path"),
         ([_task(difficulty="extreme")], ".difficulty"),
+        ([_task(network="yes")], ".network: must be true or false"),
         ([_task(chek="typo")], "unknown keys ['chek']"),
         (["not a mapping"], "must be a mapping"),
     ],
@@ -152,3 +153,8 @@ def test_validation_of_the_top_level() -> None:
 def test_check_line_continuations_are_allowed() -> None:
     env = parse_shell_tasks({"tasks": [_task(check="test -f x && \\\n  test -s x")]})
     assert env.get("t1").check.startswith("test -f x")
+
+
+def test_a_task_may_ask_for_network() -> None:
+    env = parse_shell_tasks({"tasks": [_task(network=True), _task(id="t2")]})
+    assert [s.network for s in env.scenarios("train")] == [True, False]

@@ -47,6 +47,7 @@ class Scenario:
     files: dict[str, str] = field(default_factory=dict)  # relative path -> content
     check: str = ""
     image: str = ""  # container image for the Docker sandbox backend; "" = its default
+    network: bool = False  # the task needs network access (the sandbox's policy decides)
     difficulty: str = ""
     # A known-good command, used only by tests to prove the check can pass; never shown
     # to the agent (and kept out of repr so it does not leak into logs).

@@ -21,7 +21,7 @@ DATA_FILE = "shell_tasks.yaml"
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _DIFFICULTIES = ("easy", "medium", "hard")
 _REQUIRED = ("id", "split", "title", "instruction", "check", "solution")
-_OPTIONAL = ("files", "image", "difficulty")
+_OPTIONAL = ("files", "image", "difficulty", "network")
 
 
 class ScenarioDataError(ValueError):
@@ -77,6 +77,9 @@ def _scenario(raw: Any, index: int) -> Scenario:
     if raw["split"] not in SPLITS:
         raise ScenarioDataError(f"{where}.split: must be one of {', '.join(SPLITS)}")
     difficulty = raw.get("difficulty", "")
+    network = raw.get("network", False)
+    if not isinstance(network, bool):
+        raise ScenarioDataError(f"{where}.network: must be true or false")
     if difficulty and difficulty not in _DIFFICULTIES:
         raise ScenarioDataError(f"{where}.difficulty: must be one of {', '.join(_DIFFICULTIES)}")
     return Scenario(
@@ -87,6 +90,7 @@ def _scenario(raw: Any, index: int) -> Scenario:
         files=_check_files(raw.get("files") or {}, f"{where}.files"),
         check=_check_command(raw["check"].strip(), f"{where}.check"),
         image=str(raw.get("image") or ""),
+        network=network,
         difficulty=difficulty,
         solution=raw["solution"].strip(),
     )
