@@ -148,7 +148,13 @@ class JobRunner:
         groups = build_groups(gathered.responses)
         if not any(g.trajectories for g in groups):
             raise RuntimeError(f"step {step}: every rollout failed; see the rollout worker logs")
+        train_start = time.monotonic()
         result = await self._backend.train(model, groups, learning_rate=spec.learning_rate)
+        metrics.observe_train(
+            dict(getattr(result, "metrics", {}) or {}),
+            spec.learning_rate,
+            time.monotonic() - train_start,
+        )
         summary = summarize_step(step, groups, result, rollout_s, time.monotonic() - start)
         job.completed_steps = step
         job.policy = model.get_inference_name()
