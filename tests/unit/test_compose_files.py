@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from artfleet.config import CommonSettings
 
@@ -90,7 +90,7 @@ def test_env_example_placeholders_are_refused() -> None:
         if line and not line.startswith("#")
     )
     with pytest.raises(ValidationError, match="placeholder"):
-        CommonSettings(api_token=values["ARTFLEET_API_TOKEN"])
+        CommonSettings(api_token=SecretStr(values["ARTFLEET_API_TOKEN"]))
     env = {"PATH": os.environ["PATH"], "REDIS_PASSWORD": values["REDIS_PASSWORD"]}
     done = subprocess.run(
         ["sh", str(ROOT / "docker/redis/start.sh")], env=env, capture_output=True, text=True
