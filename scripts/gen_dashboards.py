@@ -145,16 +145,9 @@ SANDBOX = [
 ]
 
 REWARD = [
-    panel(
-        "Mean score per scorer",
-        [
-            q(
-                f"sum by (scorer) (rate(artfleet_reward_score_sum{W})) / "
-                f"sum by (scorer) (rate(artfleet_reward_score_count{W}))",
-                "{{scorer}}",
-            )
-        ],
-    ),
+    # Quantiles, not sum/count: the score buckets go below 0, and prometheus_client then
+    # exports no `_sum` for the histogram.
+    panel("Score per scorer", quantiles("artfleet_reward_score", "scorer")),
     panel(
         "Scores/s per scorer",
         [q(f"sum by (scorer) (rate(artfleet_reward_score_count{W}))", "{{scorer}}")],

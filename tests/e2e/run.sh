@@ -15,6 +15,8 @@
 #   E2E_WHEELHOUSE=DIR   wheels for the image builds (default: pip downloads torch==2.13.0,
 #                        which pip's find-links make the CPU wheel on our machines)
 #   E2E_JOB_TIMEOUT_S    how long the job may take (default 1200)
+#   E2E_COLD=1           rebuild our Python base image and every image without the build
+#                        cache (what a fresh CI machine pays; the sandbox image is kept)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -54,7 +56,9 @@ docker compose version
 
 # -- 1. base images ----------------------------------------------------------------------
 scripts/build_base_image.sh                                     # sandbox sessions
-scripts/build_base_image.sh --tag artfleet/pybase:bookworm \
+COLD=()
+[[ ${E2E_COLD:-0} == 1 ]] && COLD=(--force)
+scripts/build_base_image.sh "${COLD[@]}" --tag artfleet/pybase:bookworm \
   --packages "python3 python3-venv ca-certificates passwd"      # our images' base
 phase "base images"
 
@@ -89,7 +93,9 @@ COMPOSE=(docker compose --env-file "$WORK/.env" -p "$PROJECT"
 
 # -- 2. images ---------------------------------------------------------------------------
 # The trainer first, alone: the other Python images reuse its dependency layers.
-"${COMPOSE[@]}" build --quiet trainer
+NO_CACHE=()
+[[ ${E2E_COLD:-0} == 1 ]] && NO_CACHE=(--no-cache)
+"${COMPOSE[@]}" build --quiet "${NO_CACHE[@]}" trainer
 "${COMPOSE[@]}" build --quiet
 phase "image builds"
 
