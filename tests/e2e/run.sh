@@ -63,14 +63,14 @@ scripts/build_base_image.sh "${COLD[@]}" --tag artfleet/pybase:bookworm \
 phase "base images"
 
 # -- build inputs: CA certificates (TLS proxy) and the CPU torch wheel --------------------
-find docker/certs -name '*.crt' -delete
+find deploy/certs -name '*.crt' -delete
 if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
-  cp /usr/local/share/ca-certificates/*.crt docker/certs/
+  cp /usr/local/share/ca-certificates/*.crt deploy/certs/
 fi
 if [[ -n ${E2E_WHEELHOUSE:-} ]]; then
-  cp "$E2E_WHEELHOUSE"/*.whl docker/wheels/
-elif ! compgen -G "docker/wheels/torch-2.13.0*.whl" >/dev/null; then
-  "$VENV/bin/pip" download --quiet --no-deps --only-binary :all: torch==2.13.0 -d docker/wheels
+  cp "$E2E_WHEELHOUSE"/*.whl deploy/wheels/
+elif ! compgen -G "deploy/wheels/torch-2.13.0*.whl" >/dev/null; then
+  "$VENV/bin/pip" download --quiet --no-deps --only-binary :all: torch==2.13.0 -d deploy/wheels
 fi
 free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 secret() { "$VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(32))'; }

@@ -93,7 +93,7 @@ def test_env_example_placeholders_are_refused() -> None:
         CommonSettings(api_token=SecretStr(values["ARTFLEET_API_TOKEN"]))
     env = {"PATH": os.environ["PATH"], "REDIS_PASSWORD": values["REDIS_PASSWORD"]}
     done = subprocess.run(
-        ["sh", str(ROOT / "docker/redis/start.sh")], env=env, capture_output=True, text=True
+        ["sh", str(ROOT / "deploy/redis/start.sh")], env=env, capture_output=True, text=True
     )
     assert done.returncode == 2 and "placeholder" in done.stderr
 
