@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install demo check lint typecheck proto proto-check test test-fast bench infra clean
+.PHONY: install demo check lint typecheck proto proto-check test test-fast e2e bench infra clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,20 @@ test:
 test-fast:
 	$(BIN)/pytest -ra -m "not slow"
 
+# The whole fleet under docker compose (tests/e2e/run.sh): where Docker and debootstrap
+# are usable; elsewhere it says why and skips, except under CI=true, where it fails.
+# SKIP_E2E=1 skips it outside CI (a quicker local `make check`).
+e2e:
+	@if [ "$$CI" != "true" ] && [ "$(SKIP_E2E)" = "1" ]; then \
+	  echo "e2e: skipped (SKIP_E2E=1)"; \
+	elif docker info >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1; then \
+	  VENV=$(VENV) tests/e2e/run.sh; \
+	elif [ "$$CI" = "true" ]; then \
+	  echo "e2e: Docker engine or debootstrap not usable under CI=true" >&2; exit 1; \
+	else \
+	  echo "e2e: skipped (no usable Docker engine or debootstrap here; make infra sets them up)"; \
+	fi
+
 # Docker engine, bubblewrap and the sandbox base image (Debian; needs root).
 infra:
 	scripts/ci_infra.sh
@@ -48,8 +62,8 @@ infra:
 bench:
 	$(BIN)/python bench/sandbox_bench.py
 
-# The test command README.md gives: contracts, lint, types, then every test.
-check: proto-check lint typecheck test
+# The test command README.md gives: contracts, lint, types, every test, then the e2e run.
+check: proto-check lint typecheck test e2e
 
 clean:
 	rm -rf .artfleet .art .mypy_cache .ruff_cache .pytest_cache

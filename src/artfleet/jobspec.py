@@ -95,6 +95,9 @@ class JobSpecModel(BaseModel):
     reward_clip: RangeModel | None = None  # clips the weighted total
     gather_timeout_s: float = Field(default=900.0, gt=0, le=86_400)
     min_group_fraction: float = Field(default=0.5, gt=0, le=1.0)
+    # GPU memory knobs of the art backend (seed 003); None = ART's defaults.
+    max_seq_length: int | None = Field(default=None, ge=256, le=1_048_576)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1.0)
 
     @field_validator("name", "project")
     @classmethod

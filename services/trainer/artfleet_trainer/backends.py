@@ -36,7 +36,7 @@ def make_backend(kind: str, settings: TrainerSettings) -> Any:
                 "the 'art' backend needs a GPU image with openpipe-art[backend] "
                 "(Unsloth + vLLM); use ARTFLEET_BACKEND=torch on CPU"
             )
-        from art.local import LocalBackend
+        from artfleet_trainer.art_backend import make_art_backend
 
-        return LocalBackend(path=settings.art_path)
+        return make_art_backend(settings)
     raise ValueError(f"unknown backend {kind!r} (torch, art)")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from artfleet.v1 import common_pb2 as pb
@@ -20,6 +24,21 @@ STEP_SECONDS = Histogram(
     buckets=(5, 15, 30, 60, 120, 300, 600, 1200, 3600),
 )
 TRAJECTORIES = Counter("artfleet_trainer_trajectories_total", "Trajectories trained on")
+LEARNING_RATE = Gauge("artfleet_trainer_learning_rate", "Learning rate of the last training step")
+TRAINED_TOKENS = Counter(
+    "artfleet_trainer_trained_tokens_total", "Tokens in the packed batches trained on"
+)
+TRAIN_SECONDS = Histogram(
+    "artfleet_trainer_train_seconds",
+    "Wall time of backend.train for one step (without rollouts)",
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800),
+)
+GPU_MEMORY = Gauge(
+    "artfleet_trainer_gpu_memory_bytes",
+    "GPU memory of each visible device (kind: used, total), sampled after each step;"
+    " absent without CUDA",
+    ["device", "kind"],
+)
 
 
 def observe_step(summary: pb.StepSummary) -> None:
@@ -28,3 +47,23 @@ def observe_step(summary: pb.StepSummary) -> None:
     STEP_LOSS.set(summary.loss)
     STEP_SECONDS.observe(summary.step_seconds)
     TRAJECTORIES.inc(summary.trajectories)
+
+
+def observe_train(train_metrics: Mapping[str, Any], learning_rate: float, seconds: float) -> None:
+    """What one `backend.train` call did; `train_metrics` is ART's `TrainResult.metrics`."""
+    LEARNING_RATE.set(float(train_metrics.get("learning_rate", learning_rate)))
+    TRAINED_TOKENS.inc(max(0.0, float(train_metrics.get("tokens", 0.0))))
+    TRAIN_SECONDS.observe(seconds)
+    sample_gpu_memory()
+
+
+def sample_gpu_memory() -> None:
+    # Device-wide numbers (mem_get_info), not this process's allocator: on the art backend
+    # vLLM and the trainer share the GPU. Only when torch is already loaded: never import it.
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return
+    for index in range(torch.cuda.device_count()):
+        free, total = torch.cuda.mem_get_info(index)
+        GPU_MEMORY.labels(str(index), "used").set(total - free)
+        GPU_MEMORY.labels(str(index), "total").set(total)

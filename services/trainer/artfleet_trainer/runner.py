@@ -118,9 +118,7 @@ class JobRunner:
             name=f"{spec.name}-{job.id}",
             project=spec.project,
             base_model=spec.base_model,
-            _internal_config=art.dev.InternalModelConfig(
-                peft_args=art.dev.PeftArgs(r=spec.lora_rank, lora_alpha=2 * spec.lora_rank)
-            ),
+            _internal_config=internal_config(spec),
         )
         await model.register(self._backend)
         # The checkpoint is the truth: a trainer that died after saving step s but before
@@ -148,7 +146,13 @@ class JobRunner:
         groups = build_groups(gathered.responses)
         if not any(g.trajectories for g in groups):
             raise RuntimeError(f"step {step}: every rollout failed; see the rollout worker logs")
+        train_start = time.monotonic()
         result = await self._backend.train(model, groups, learning_rate=spec.learning_rate)
+        metrics.observe_train(
+            dict(getattr(result, "metrics", {}) or {}),
+            spec.learning_rate,
+            time.monotonic() - train_start,
+        )
         summary = summarize_step(step, groups, result, rollout_s, time.monotonic() - start)
         job.completed_steps = step
         job.policy = model.get_inference_name()
@@ -221,3 +225,17 @@ class JobRunner:
 
     def _inference_url(self, model: Any) -> str:
         return self._settings.inference_public_url or str(model.inference_base_url)
+
+
+def internal_config(spec: JobSpecModel) -> art.dev.InternalModelConfig:
+    """LoRA shape, plus seed 003's GPU memory knobs when the spec sets them (art backend)."""
+    config = art.dev.InternalModelConfig(
+        peft_args=art.dev.PeftArgs(r=spec.lora_rank, lora_alpha=2 * spec.lora_rank)
+    )
+    if spec.max_seq_length is not None:
+        config["init_args"] = art.dev.InitArgs(max_seq_length=spec.max_seq_length)
+    if spec.gpu_memory_utilization is not None:
+        config["engine_args"] = art.dev.EngineArgs(
+            gpu_memory_utilization=spec.gpu_memory_utilization
+        )
+    return config

@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Writes grafana/dashboards/*.json, the dashboards Grafana provisions at start.
+
+    python3 scripts/gen_dashboards.py           # regenerate
+    python3 scripts/gen_dashboards.py --check   # exit 1 when the committed files differ
+
+One source for five dashboards keeps ids, grid positions and the datasource consistent.
+Windows are 5m and Prometheus scrapes every 5 s, so a short job (the e2e run) fills every
+panel. A panel whose description starts with GPU_ONLY shows data only on a GPU trainer;
+the e2e check skips those and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DATASOURCE = {"type": "prometheus", "uid": "artfleet-prometheus"}
+GPU_ONLY = "[gpu-only]"
+OUT = Path(__file__).resolve().parent.parent / "grafana" / "dashboards"
+W = "[5m]"
+
+
+def q(expr: str, legend: str = "") -> dict[str, str]:
+    return {"expr": expr, "legend": legend}
+
+
+def quantiles(metric: str, by: str = "") -> list[dict[str, str]]:
+    """p50 and p95 of a histogram, optionally per label."""
+    keys = f"le, {by}" if by else "le"
+    suffix = f" {{{{{by}}}}}" if by else ""
+    return [
+        q(f"histogram_quantile({p}, sum by ({keys}) (rate({metric}_bucket{W})))", f"p{n}{suffix}")
+        for p, n in ((0.5, 50), (0.95, 95))
+    ]
+
+
+def panel(title: str, queries: list[dict[str, str]], unit: str = "short", **kw: Any) -> dict:
+    return {"title": title, "queries": queries, "unit": unit, **kw}
+
+
+OVERVIEW = [
+    panel("Jobs running", [q("sum(artfleet_trainer_jobs_running)", "running")], kind="stat"),
+    panel(
+        "Jobs finished",
+        [q("sum by (outcome) (artfleet_trainer_jobs_finished_total)", "{{outcome}}")],
+        kind="stat",
+    ),
+    panel("Current step", [q("max(artfleet_trainer_step)", "step")], kind="stat"),
+    panel("Jobs submitted", [q("sum(artfleet_trainer_jobs_submitted_total)", "jobs")], kind="stat"),
+    panel("Mean reward per step", [q("avg(artfleet_trainer_step_reward_mean)", "reward")]),
+    panel(
+        "Step time (mean)",
+        [
+            q(
+                f"sum(rate(artfleet_trainer_step_seconds_sum{W})) / "
+                f"sum(rate(artfleet_trainer_step_seconds_count{W}))",
+                "step",
+            ),
+            q(
+                f"sum(rate(artfleet_trainer_train_seconds_sum{W})) / "
+                f"sum(rate(artfleet_trainer_train_seconds_count{W}))",
+                "training",
+            ),
+        ],
+        unit="s",
+    ),
+    panel(
+        "Rollouts/s",
+        [q(f"sum(rate(artfleet_rollout_episodes_total{W}))", "episodes/s")],
+        unit="ops",
+    ),
+    panel(
+        "Trajectories trained/s",
+        [q(f"sum(rate(artfleet_trainer_trajectories_total{W}))", "trajectories/s")],
+        unit="ops",
+    ),
+]
+
+ROLLOUT = [
+    panel(
+        "Episodes/s by finish",
+        [q(f"sum by (finish) (rate(artfleet_rollout_episodes_total{W}))", "{{finish}}")],
+        unit="ops",
+    ),
+    panel(
+        "Episodes per worker",
+        [q(f"sum by (instance) (increase(artfleet_rollout_episodes_total{W}))", "{{instance}}")],
+    ),
+    panel("Turns per episode", quantiles("artfleet_rollout_turns")),
+    panel("Model latency", quantiles("artfleet_rollout_model_seconds"), unit="s"),
+    panel("Sandbox exec latency (worker)", quantiles("artfleet_rollout_sandbox_exec_seconds"), "s"),
+    panel(
+        "Failures",
+        # `or ... * 0`: a flat 0 while episodes run and nothing failed (no series otherwise).
+        [
+            q(
+                f"sum by (kind) (increase(artfleet_rollout_failures_total{W})) or "
+                f"sum(increase(artfleet_rollout_episodes_total{W})) * 0",
+                "{{kind}}",
+            )
+        ],
+    ),
+    panel(
+        "Groups by outcome",
+        [q(f"sum by (outcome) (increase(artfleet_rollout_groups_total{W}))", "{{outcome}}")],
+    ),
+    panel("Group time", quantiles("artfleet_rollout_group_seconds"), unit="s"),
+]
+
+_HITS = f"sum(rate(artfleet_sandbox_pool_hits_total{W}))"
+_MISSES = f"(sum(rate(artfleet_sandbox_pool_misses_total{W})) or vector(0))"
+SANDBOX = [
+    panel(
+        "Sessions created per replica",
+        [
+            q(
+                f"sum by (instance) (increase(artfleet_sandbox_sessions_created_total{W}))",
+                "{{instance}}",
+            )
+        ],
+    ),
+    panel(
+        "Open sessions per replica",
+        [q("sum by (instance) (artfleet_sandbox_active_sessions)", "{{instance}}")],
+    ),
+    panel(
+        "Pool hit rate",
+        [q(f"{_HITS} / ({_HITS} + {_MISSES})", "hit rate")],
+        unit="percentunit",
+    ),
+    panel(
+        "Warm pool size per replica",
+        [q("sum by (instance) (artfleet_sandbox_pool_size)", "{{instance}}")],
+    ),
+    panel("Exec latency", quantiles("artfleet_sandbox_exec_seconds"), unit="s"),
+    panel("CreateSession latency", quantiles("artfleet_sandbox_create_seconds", "source"), "s"),
+    panel(
+        "Exec timeouts",
+        [q(f"sum(increase(artfleet_sandbox_exec_timeouts_total{W}))", "timeouts")],
+    ),
+    panel("OOM kills", [q(f"sum(increase(artfleet_sandbox_oom_kills_total{W}))", "OOM kills")]),
+]
+
+REWARD = [
+    # Quantiles, not sum/count: the score buckets go below 0, and prometheus_client then
+    # exports no `_sum` for the histogram.
+    panel("Score per scorer", quantiles("artfleet_reward_score", "scorer")),
+    panel(
+        "Scores/s per scorer",
+        [q(f"sum by (scorer) (rate(artfleet_reward_score_count{W}))", "{{scorer}}")],
+        unit="ops",
+    ),
+    panel("Judge latency", quantiles("artfleet_reward_judge_seconds", "scorer"), unit="s"),
+    panel(
+        "Judge errors",
+        # Failures by scorer and type, or a flat 0 for judge scorers that ran without any.
+        [
+            q(
+                f"sum by (scorer, type) (increase(artfleet_reward_failures_total{W})) or "
+                f"sum by (scorer) (increase(artfleet_reward_judge_seconds_count{W})) * 0",
+                "{{scorer}} {{type}}",
+            )
+        ],
+    ),
+    panel(
+        "Groups scored/s",
+        [q(f"sum(rate(artfleet_reward_requests_total{W}))", "groups/s")],
+        unit="ops",
+    ),
+    panel("Scoring time per group", quantiles("artfleet_reward_scoring_seconds"), unit="s"),
+]
+
+TRAINER = [
+    panel("Loss", [q("artfleet_trainer_step_loss", "loss")]),
+    panel("Learning rate", [q("artfleet_trainer_learning_rate", "lr")]),
+    panel(
+        "Tokens/s",
+        [
+            q(f"sum(rate(artfleet_trainer_trained_tokens_total{W}))", "trained"),
+            q(f"sum(rate(artfleet_trainer_generated_tokens_total{W}))", "generated (torch)"),
+        ],
+    ),
+    panel(
+        "Inference requests/s",
+        [
+            q(
+                f"sum by (status) (rate(artfleet_trainer_generation_requests_total{W})) or "
+                f"sum by (status) (rate(artfleet_trainer_proxy_requests_total{W}))",
+                "{{status}}",
+            )
+        ],
+        unit="ops",
+    ),
+    panel("Mean reward per step", [q("artfleet_trainer_step_reward_mean", "reward")]),
+    panel("Training time per step", quantiles("artfleet_trainer_train_seconds"), unit="s"),
+    panel(
+        "GPU memory",
+        [q("sum by (device, kind) (artfleet_trainer_gpu_memory_bytes)", "gpu{{device}} {{kind}}")],
+        unit="bytes",
+        description=f"{GPU_ONLY} Device-wide GPU memory, sampled after each step (CUDA only).",
+    ),
+]
+
+DASHBOARDS = {
+    "overview": ("ArtFleet / Overview", OVERVIEW),
+    "rollout": ("ArtFleet / Rollout", ROLLOUT),
+    "sandbox": ("ArtFleet / Sandbox", SANDBOX),
+    "reward": ("ArtFleet / Reward", REWARD),
+    "trainer": ("ArtFleet / Trainer", TRAINER),
+}
+
+
+def render_panel(index: int, spec: dict) -> dict:
+    kind = spec.get("kind", "timeseries")
+    width = 6 if kind == "stat" else 12
+    height = 4 if kind == "stat" else 8
+    # Stats fill rows of four, time series rows of two; y is computed from the index.
+    per_row = 24 // width
+    pos = {"h": height, "w": width, "x": (index % per_row) * width, "y": 0}
+    targets = [
+        {"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": t["expr"],
+         "legendFormat": t["legend"] or "__auto", "range": True}
+        for i, t in enumerate(spec["queries"])
+    ]  # fmt: skip
+    return {
+        "id": index + 1,
+        "type": kind,
+        "title": spec["title"],
+        "description": spec.get("description", ""),
+        "datasource": DATASOURCE,
+        "gridPos": pos,
+        "targets": targets,
+        "fieldConfig": {"defaults": {"unit": spec["unit"]}, "overrides": []},
+        "options": {},
+    }
+
+
+def layout(panels: list[dict]) -> None:
+    """Rows: consecutive panels fill 24 columns, then the next row starts below."""
+    x = y = row_h = 0
+    for p in panels:
+        pos = p["gridPos"]
+        if x + pos["w"] > 24:
+            x, y, row_h = 0, y + row_h, 0
+        pos["x"], pos["y"] = x, y
+        x += pos["w"]
+        row_h = max(row_h, pos["h"])
+
+
+def render(uid: str, title: str, specs: list[dict]) -> dict:
+    panels = [render_panel(i, s) for i, s in enumerate(specs)]
+    layout(panels)
+    return {
+        "uid": f"artfleet-{uid}",
+        "title": title,
+        "tags": ["artfleet"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "refresh": "10s",
+        "time": {"from": "now-1h", "to": "now"},
+        "annotations": {"list": []},
+        "templating": {"list": []},
+        "panels": panels,
+    }
+
+
+def rendered() -> dict[str, str]:
+    return {
+        f"{uid}.json": json.dumps(render(uid, title, specs), indent=2) + "\n"
+        for uid, (title, specs) in DASHBOARDS.items()
+    }
+
+
+def main(argv: list[str]) -> int:
+    files = rendered()
+    if "--check" in argv:
+        stale = [n for n, text in files.items() if not (OUT / n).is_file()
+                 or (OUT / n).read_text() != text]  # fmt: skip
+        for name in stale:
+            print(f"grafana/dashboards/{name} is stale: run scripts/gen_dashboards.py")
+        return 1 if stale else 0
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (OUT / name).write_text(text)
+    print(f"wrote {len(files)} dashboards to {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

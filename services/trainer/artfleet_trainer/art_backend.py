@@ -1,0 +1,44 @@
+"""The `art` backend: ART's LocalBackend (Unsloth + vLLM on a GPU) behind the inference proxy.
+
+vLLM listens on 127.0.0.1 inside the trainer; whenever ART starts (or restarts) it for a
+model, the proxy on the trainer's inference port is pointed at it, so rollout workers and
+judges reach the policy at `ARTFLEET_INFERENCE_PUBLIC_URL` with the fleet token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from artfleet_trainer.inference_proxy import InferenceProxy
+from artfleet_trainer.settings import TrainerSettings
+
+
+def make_art_backend(settings: TrainerSettings) -> Any:
+    # Imported here: art.local pulls in much of ART, and only GPU trainers need it.
+    from art.local import LocalBackend
+
+    proxy = InferenceProxy(
+        settings.inference_host,
+        settings.inference_port,
+        settings.api_token.get_secret_value(),
+    )
+
+    class ProxiedLocalBackend(LocalBackend):
+        """LocalBackend whose OpenAI server is published through `proxy`."""
+
+        inference_proxy = proxy
+
+        async def _prepare_backend_for_training(
+            self, model: Any, config: Any = None
+        ) -> tuple[str, str]:
+            base_url, api_key = await super()._prepare_backend_for_training(model, config)
+            if not proxy.started:
+                await proxy.start()
+            proxy.set_upstream(base_url, api_key)
+            return base_url, api_key
+
+        async def close(self) -> None:
+            await proxy.stop()
+            await super().close()
+
+    return ProxiedLocalBackend(path=settings.art_path)

@@ -1,0 +1,126 @@
+"""The compose stack's files: what `docker compose up` relies on, checked without Docker.
+
+tests/e2e/run.sh runs the stack itself; these catch a broken file in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import SecretStr, ValidationError
+
+from artfleet.config import CommonSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = ("trainer", "rollout", "reward", "sandbox")
+SHARED = re.compile(r"# --- shared stage.*?# --- end of the shared stage -+\n", re.S)
+
+
+def compose() -> dict[str, Any]:
+    return dict(yaml.safe_load((ROOT / "docker-compose.yml").read_text()))
+
+
+def test_service_dockerfiles_share_one_stage_byte_for_byte() -> None:
+    blocks = {}
+    for name in SERVICES:
+        match = SHARED.search((ROOT / "services" / name / "Dockerfile").read_text())
+        assert match, f"services/{name}/Dockerfile lacks the shared stage"
+        blocks[name] = match.group(0)
+    assert len(set(blocks.values())) == 1, "edit the shared stage in every Dockerfile alike"
+    assert "ARG BASE_IMAGE=python:3.11-slim" in blocks["trainer"]
+
+
+def test_every_service_is_healthchecked_scalable_and_waits_for_healthy_deps() -> None:
+    services = compose()["services"]
+    assert set(services) >= {*SERVICES, "redis", "prometheus", "grafana"}
+    for name, service in services.items():
+        assert "container_name" not in service, name
+        assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+        for dep, how in service.get("depends_on", {}).items():
+            assert how == {"condition": "service_healthy"}, f"{name} -> {dep}"
+
+
+def test_only_what_a_person_opens_is_published_on_loopback_by_default() -> None:
+    services = compose()["services"]
+    published = {n for n, s in services.items() if s.get("ports")}
+    assert published == {"trainer", "prometheus", "grafana"}
+    for name in published:
+        for port in services[name]["ports"]:
+            assert port.startswith("${ARTFLEET_BIND:-127.0.0.1}:"), (name, port)
+
+
+def test_only_the_sandbox_gets_the_docker_socket() -> None:
+    services = compose()["services"]
+    holders = {n for n, s in services.items() if "docker.sock" in json.dumps(s.get("volumes"))}
+    assert holders == {"sandbox"}
+    sandbox = services["sandbox"]
+    assert sandbox["group_add"], "the socket's group, not root"
+    assert sandbox["environment"]["ARTFLEET_DEPLOYMENT"].startswith("${COMPOSE_PROJECT_NAME")
+    assert sandbox["stop_grace_period"] == "90s"
+
+
+def test_gpu_trainer_reserves_the_gpu_and_the_cpu_override_drops_it() -> None:
+    trainer = compose()["services"]["trainer"]
+    devices = trainer["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["capabilities"] == ["gpu"]
+    assert trainer["environment"]["ARTFLEET_BACKEND"] == "art"
+    assert trainer["build"]["dockerfile"] == "services/trainer/Dockerfile.gpu"
+    cpu = (ROOT / "docker-compose.cpu.yml").read_text()
+    assert "deploy: !reset {}" in cpu and "ARTFLEET_BACKEND: torch" in cpu
+
+
+def test_grafana_is_behind_a_profile_that_env_example_turns_on() -> None:
+    assert compose()["services"]["grafana"]["profiles"] == ["grafana"]
+    assert "COMPOSE_PROFILES=grafana" in (ROOT / ".env.example").read_text()
+
+
+def test_env_example_placeholders_are_refused() -> None:
+    values = dict(
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    with pytest.raises(ValidationError, match="placeholder"):
+        CommonSettings(api_token=SecretStr(values["ARTFLEET_API_TOKEN"]))
+    env = {"PATH": os.environ["PATH"], "REDIS_PASSWORD": values["REDIS_PASSWORD"]}
+    done = subprocess.run(
+        ["sh", str(ROOT / "deploy/redis/start.sh")], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "placeholder" in done.stderr
+
+
+def test_dashboards_are_generated_and_valid() -> None:
+    for script in ("scripts/gen_dashboards.py", "tests/e2e/check_stack.py"):
+        args = ["--check"] if script.startswith("scripts") else ["dashboards"]
+        done = subprocess.run([sys.executable, str(ROOT / script), *args], capture_output=True)
+        assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+
+
+@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool (Debian: prometheus) absent")
+def test_prometheus_config_and_every_dashboard_query_parse(tmp_path: Path) -> None:
+    config = ROOT / "prometheus" / "prometheus.yml"
+    done = subprocess.run(["promtool", "check", "config", str(config)], capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()
+    # promtool parses PromQL only inside rule files: one recording rule per panel query.
+    exprs = [
+        t["expr"]
+        for board in (ROOT / "grafana" / "dashboards").glob("*.json")
+        for p in json.loads(board.read_text())["panels"]
+        for t in p["targets"]
+    ]
+    rules = {"groups": [{"name": "dashboards", "rules": [
+        {"record": f"artfleet:dashboard_query_{i}", "expr": e} for i, e in enumerate(exprs)
+    ]}]}  # fmt: skip
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules))
+    done = subprocess.run(["promtool", "check", "rules", str(tmp_path / "rules.yml")],
+                          capture_output=True)  # fmt: skip
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
