@@ -175,10 +175,6 @@ class LocalBackend:
             return ISOLATION_NONE
         return f"{ISOLATION_BWRAP} (host network)" if network else ISOLATION_BWRAP
 
-    @property
-    def active_sessions(self) -> int:
-        return len(self._sessions)
-
     # -- sessions ----------------------------------------------------------------------
 
     async def create_session(self, spec: SessionSpec) -> SessionInfo:

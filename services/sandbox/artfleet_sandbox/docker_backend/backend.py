@@ -19,7 +19,6 @@ from artfleet_sandbox.backend import (
     ExecSpec,
     FileSpec,
     InvalidArgument,
-    Resources,
     RunTestsReport,
     SandboxError,
     SessionInfo,
@@ -153,22 +152,7 @@ class DockerBackend:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
-    @property
-    def active_sessions(self) -> int:
-        return len(self._sessions)
-
     # -- containers --------------------------------------------------------------------
-
-    def _request(
-        self,
-        session_id: str,
-        image: str,
-        resources: Resources,
-        network: bool,
-        job_id: str = "",
-        pooled: bool = False,
-    ) -> ContainerRequest:
-        return ContainerRequest(session_id, image, resources, network, job_id, pooled)
 
     async def _start(self, req: ContainerRequest) -> str:
         self._creating.add(req.session_id)
@@ -185,12 +169,9 @@ class DockerBackend:
 
     async def _create_pooled(self, image: str) -> Pooled:
         session_id = new_session_id(self.replica_id)
-        req = self._request(session_id, image, self.config.defaults, False, pooled=True)
-        self._creating.add(session_id)  # tracked until the pool holds it
-        try:
-            return Pooled(await self._start(req), session_id)
-        finally:
-            self._creating.discard(session_id)
+        req = ContainerRequest(session_id, image, self.config.defaults, False, pooled=True)
+        # `_start` tracks the id until it returns; the pool holds it from then on.
+        return Pooled(await self._start(req), session_id)
 
     async def _remove(self, container_id: str) -> bool:
         try:
@@ -220,7 +201,7 @@ class DockerBackend:
             self._label_job_later(container_id, session_id, spec.job_id)
         else:
             session_id = new_session_id(self.replica_id)
-            req = self._request(session_id, image, resources, spec.network, spec.job_id)
+            req = ContainerRequest(session_id, image, resources, spec.network, spec.job_id)
             container_id, source = await self._start(req), "cold"
         session = _Session(
             id=session_id,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from artfleet_sandbox.backend import Resources
 
@@ -63,4 +63,3 @@ class DockerConfig:
     drain_limit_bytes: int = 64 * MiB
     threads: int = 64  # blocking Docker calls run on this many threads
     stop_timeout_s: float = 10.0
-    extra_labels: dict[str, str] = field(default_factory=dict)

@@ -156,7 +156,7 @@ class DockerEngine:
                 # Images without one get a root-owned dir; root (no capabilities, but the
                 # owner) may still open it up to the session's user.
                 fix = f'[ "$(stat -c %u {c.WORKSPACE})" = {uid} ] || chmod 1777 {c.WORKSPACE}'
-                code, output = container.exec_run(["/bin/sh", "-c", fix], user="0:0")
+                code, output = self._run_short(str(container.id), fix, user="0:0")
                 if code != 0:
                     raise SandboxError(f"workspace setup failed: {output[-500:]!r}")
             except BaseException:
@@ -240,22 +240,26 @@ class DockerEngine:
             oom_killed=oom and self._oom_kills(call.container_id) > 0,
         )
 
+    def _run_short(self, container_id: str, script: str, user: str) -> tuple[int, bytes]:
+        """A short shell script of ours in the container: exit code and its output."""
+        api = self.client.api
+        exec_id = api.exec_create(container_id, ["/bin/sh", "-c", script], user=user)["Id"]
+        output = api.exec_start(exec_id)
+        code = api.exec_inspect(exec_id).get("ExitCode")
+        return (-1 if code is None else int(code)), output
+
     def _kill_user(self, container_id: str, user: str) -> None:
         # `kill -9 -1` as the command's user: every process that user runs in the
         # container, setsid escapees and fork bombs included, in one syscall. The init
         # runs as another uid and survives, and so does the session.
-        api = self.client.api
         try:
-            exec_id = api.exec_create(container_id, ["/bin/sh", "-c", "kill -9 -1"], user=user)
-            api.exec_start(exec_id)
+            self._run_short(container_id, "kill -9 -1", user)
         except docker.errors.APIError as exc:
             log.warning("could not kill the command in %s: %s", container_id[:12], exc)
 
     def _oom_kills(self, container_id: str) -> int:
         try:
-            _, output = self.client.containers.get(container_id).exec_run(
-                ["/bin/sh", "-c", _OOM_PROBE + " 2>/dev/null"], user="0:0"
-            )
+            _, output = self._run_short(container_id, _OOM_PROBE + " 2>/dev/null", "0:0")
         except docker.errors.APIError:
             return 0
         return parse_oom_kills(output.decode(errors="replace"))

@@ -74,13 +74,16 @@ class WarmPool:
         """Drop containers older than max_age (the reaper calls this); returns how many."""
         dropped = 0
         for image, queue in self._ready.items():
-            fresh = deque(p for p in queue if time.monotonic() - p.created <= self.max_age_s)
-            for old in set(queue) - set(fresh):
-                self._discard(old)
-                dropped += 1
-            self._ready[image] = fresh
-            if dropped:
-                self.refill(image)
+            now = time.monotonic()
+            old = [p for p in queue if now - p.created > self.max_age_s]
+            if not old:
+                continue
+            for pooled in old:
+                queue.remove(pooled)
+                self._discard(pooled)
+            dropped += len(old)
+            metrics.POOL_SIZE.labels(image).set(len(queue))
+            self.refill(image)
         return dropped
 
     def _discard(self, pooled: Pooled) -> None:

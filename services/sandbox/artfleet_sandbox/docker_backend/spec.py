@@ -48,7 +48,6 @@ def check_network(network: bool, cfg: c.DockerConfig) -> None:
 
 def owner_labels(cfg: c.DockerConfig, who: ReplicaIdentity) -> dict[str, str]:
     return {
-        **cfg.extra_labels,
         c.LABEL_MANAGED: "sandbox",
         c.LABEL_DEPLOYMENT: cfg.deployment,
         c.LABEL_REPLICA: who.replica_id,
