@@ -107,18 +107,24 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., has_tool_calls: _Optional[bool] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., name: _Optional[str] = ..., extra_json: _Optional[str] = ...) -> None: ...
 
 class Choice(_message.Message):
-    __slots__ = ("index", "finish_reason", "message", "has_logprobs", "logprobs")
+    __slots__ = ("index", "finish_reason", "message", "has_logprobs", "logprobs", "has_token_ids", "prompt_token_ids", "token_ids")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     HAS_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    HAS_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     index: int
     finish_reason: str
     message: ChatMessage
     has_logprobs: bool
     logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
-    def __init__(self, index: _Optional[int] = ..., finish_reason: _Optional[str] = ..., message: _Optional[_Union[ChatMessage, _Mapping]] = ..., has_logprobs: _Optional[bool] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
+    has_token_ids: bool
+    prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, index: _Optional[int] = ..., finish_reason: _Optional[str] = ..., message: _Optional[_Union[ChatMessage, _Mapping]] = ..., has_logprobs: _Optional[bool] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., has_token_ids: _Optional[bool] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class MessageOrChoice(_message.Message):
     __slots__ = ("message", "choice")
@@ -259,6 +265,32 @@ class Episode(_message.Message):
     finish: str
     turns: int
     def __init__(self, steps: _Optional[_Iterable[_Union[StepEvent, _Mapping]]] = ..., check_ran: _Optional[bool] = ..., check_passed: _Optional[bool] = ..., tests: _Optional[_Union[TestSummary, _Mapping]] = ..., finish: _Optional[str] = ..., turns: _Optional[int] = ...) -> None: ...
+
+class ScorerFailure(_message.Message):
+    __slots__ = ("scorer", "type", "message", "trajectory", "action")
+    SCORER_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRAJECTORY_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    scorer: str
+    type: str
+    message: str
+    trajectory: int
+    action: str
+    def __init__(self, scorer: _Optional[str] = ..., type: _Optional[str] = ..., message: _Optional[str] = ..., trajectory: _Optional[int] = ..., action: _Optional[str] = ...) -> None: ...
+
+class RewardOutcome(_message.Message):
+    __slots__ = ("dropped", "group_dropped", "fail_job", "failures")
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    GROUP_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    FAIL_JOB_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    dropped: _containers.RepeatedScalarFieldContainer[int]
+    group_dropped: bool
+    fail_job: str
+    failures: _containers.RepeatedCompositeFieldContainer[ScorerFailure]
+    def __init__(self, dropped: _Optional[_Iterable[int]] = ..., group_dropped: _Optional[bool] = ..., fail_job: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[ScorerFailure, _Mapping]]] = ...) -> None: ...
 
 class Range(_message.Message):
     __slots__ = ("min", "max")

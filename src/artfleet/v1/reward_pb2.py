@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from artfleet.v1 import common_pb2 as artfleet_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x61rtfleet/v1/reward.proto\x12\x0b\x61rtfleet.v1\x1a\x18\x61rtfleet/v1/common.proto\"<\n\x13ValidateSpecRequest\x12%\n\x04spec\x18\x01 \x01(\x0b\x32\x17.artfleet.v1.RewardSpec\"\'\n\x14ValidateSpecResponse\x12\x0f\n\x07scorers\x18\x01 \x03(\t\"\x8f\x01\n\x11ScoreGroupRequest\x12+\n\x05group\x18\x01 \x01(\x0b\x32\x1c.artfleet.v1.TrajectoryGroup\x12&\n\x08\x65pisodes\x18\x02 \x03(\x0b\x32\x14.artfleet.v1.Episode\x12%\n\x04spec\x18\x03 \x01(\x0b\x32\x17.artfleet.v1.RewardSpec\"\x96\x01\n\x0fTrajectoryScore\x12\x0e\n\x06reward\x18\x01 \x01(\x01\x12@\n\ncomponents\x18\x02 \x03(\x0b\x32,.artfleet.v1.TrajectoryScore.ComponentsEntry\x1a\x31\n\x0f\x43omponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"b\n\rScorerFailure\x12\x0e\n\x06scorer\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x12\n\ntrajectory\x18\x04 \x01(\x05\x12\x0e\n\x06\x61\x63tion\x18\x05 \x01(\t\"\xd7\x01\n\x12ScoreGroupResponse\x12+\n\x05group\x18\x01 \x01(\x0b\x32\x1c.artfleet.v1.TrajectoryGroup\x12,\n\x06scores\x18\x02 \x03(\x0b\x32\x1c.artfleet.v1.TrajectoryScore\x12\x0f\n\x07\x64ropped\x18\x03 \x03(\x05\x12\x15\n\rgroup_dropped\x18\x04 \x01(\x08\x12\x10\n\x08\x66\x61il_job\x18\x05 \x01(\t\x12,\n\x08\x66\x61ilures\x18\x06 \x03(\x0b\x32\x1a.artfleet.v1.ScorerFailure2\xac\x01\n\x06Reward\x12M\n\nScoreGroup\x12\x1e.artfleet.v1.ScoreGroupRequest\x1a\x1f.artfleet.v1.ScoreGroupResponse\x12S\n\x0cValidateSpec\x12 .artfleet.v1.ValidateSpecRequest\x1a!.artfleet.v1.ValidateSpecResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x61rtfleet/v1/reward.proto\x12\x0b\x61rtfleet.v1\x1a\x18\x61rtfleet/v1/common.proto\"<\n\x13ValidateSpecRequest\x12%\n\x04spec\x18\x01 \x01(\x0b\x32\x17.artfleet.v1.RewardSpec\"\'\n\x14ValidateSpecResponse\x12\x0f\n\x07scorers\x18\x01 \x03(\t\"\x8f\x01\n\x11ScoreGroupRequest\x12+\n\x05group\x18\x01 \x01(\x0b\x32\x1c.artfleet.v1.TrajectoryGroup\x12&\n\x08\x65pisodes\x18\x02 \x03(\x0b\x32\x14.artfleet.v1.Episode\x12%\n\x04spec\x18\x03 \x01(\x0b\x32\x17.artfleet.v1.RewardSpec\"\xd9\x02\n\x0fTrajectoryScore\x12\x0e\n\x06reward\x18\x01 \x01(\x01\x12@\n\ncomponents\x18\x02 \x03(\x0b\x32,.artfleet.v1.TrajectoryScore.ComponentsEntry\x12\x0f\n\x07\x64ropped\x18\x03 \x01(\x08\x12:\n\x07metrics\x18\x04 \x03(\x0b\x32).artfleet.v1.TrajectoryScore.MetricsEntry\x12\x1f\n\x12independent_reward\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x0c\n\x04logs\x18\x06 \x03(\t\x1a\x31\n\x0f\x43omponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x15\n\x13_independent_reward\"\xc0\x01\n\x12ScoreGroupResponse\x12,\n\x06scores\x18\x02 \x03(\x0b\x32\x1c.artfleet.v1.TrajectoryScore\x12+\n\x07outcome\x18\x07 \x01(\x0b\x32\x1a.artfleet.v1.RewardOutcomeJ\x04\x08\x01\x10\x02J\x04\x08\x03\x10\x04J\x04\x08\x04\x10\x05J\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07R\x05groupR\x07\x64roppedR\rgroup_droppedR\x08\x66\x61il_jobR\x08\x66\x61ilures2\xac\x01\n\x06Reward\x12M\n\nScoreGroup\x12\x1e.artfleet.v1.ScoreGroupRequest\x1a\x1f.artfleet.v1.ScoreGroupResponse\x12S\n\x0cValidateSpec\x12 .artfleet.v1.ValidateSpecRequest\x1a!.artfleet.v1.ValidateSpecResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,6 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TRAJECTORYSCORE_COMPONENTSENTRY']._loaded_options = None
   _globals['_TRAJECTORYSCORE_COMPONENTSENTRY']._serialized_options = b'8\001'
+  _globals['_TRAJECTORYSCORE_METRICSENTRY']._loaded_options = None
+  _globals['_TRAJECTORYSCORE_METRICSENTRY']._serialized_options = b'8\001'
   _globals['_VALIDATESPECREQUEST']._serialized_start=67
   _globals['_VALIDATESPECREQUEST']._serialized_end=127
   _globals['_VALIDATESPECRESPONSE']._serialized_start=129
@@ -41,13 +43,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SCOREGROUPREQUEST']._serialized_start=171
   _globals['_SCOREGROUPREQUEST']._serialized_end=314
   _globals['_TRAJECTORYSCORE']._serialized_start=317
-  _globals['_TRAJECTORYSCORE']._serialized_end=467
-  _globals['_TRAJECTORYSCORE_COMPONENTSENTRY']._serialized_start=418
-  _globals['_TRAJECTORYSCORE_COMPONENTSENTRY']._serialized_end=467
-  _globals['_SCORERFAILURE']._serialized_start=469
-  _globals['_SCORERFAILURE']._serialized_end=567
-  _globals['_SCOREGROUPRESPONSE']._serialized_start=570
-  _globals['_SCOREGROUPRESPONSE']._serialized_end=785
-  _globals['_REWARD']._serialized_start=788
-  _globals['_REWARD']._serialized_end=960
+  _globals['_TRAJECTORYSCORE']._serialized_end=662
+  _globals['_TRAJECTORYSCORE_COMPONENTSENTRY']._serialized_start=542
+  _globals['_TRAJECTORYSCORE_COMPONENTSENTRY']._serialized_end=591
+  _globals['_TRAJECTORYSCORE_METRICSENTRY']._serialized_start=593
+  _globals['_TRAJECTORYSCORE_METRICSENTRY']._serialized_end=639
+  _globals['_SCOREGROUPRESPONSE']._serialized_start=665
+  _globals['_SCOREGROUPRESPONSE']._serialized_end=857
+  _globals['_REWARD']._serialized_start=860
+  _globals['_REWARD']._serialized_end=1032
 # @@protoc_insertion_point(module_scope)

@@ -30,8 +30,15 @@ class ScoreGroupRequest(_message.Message):
     def __init__(self, group: _Optional[_Union[_common_pb2.TrajectoryGroup, _Mapping]] = ..., episodes: _Optional[_Iterable[_Union[_common_pb2.Episode, _Mapping]]] = ..., spec: _Optional[_Union[_common_pb2.RewardSpec, _Mapping]] = ...) -> None: ...
 
 class TrajectoryScore(_message.Message):
-    __slots__ = ("reward", "components")
+    __slots__ = ("reward", "components", "dropped", "metrics", "independent_reward", "logs")
     class ComponentsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -40,36 +47,22 @@ class TrajectoryScore(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     REWARD_FIELD_NUMBER: _ClassVar[int]
     COMPONENTS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    INDEPENDENT_REWARD_FIELD_NUMBER: _ClassVar[int]
+    LOGS_FIELD_NUMBER: _ClassVar[int]
     reward: float
     components: _containers.ScalarMap[str, float]
-    def __init__(self, reward: _Optional[float] = ..., components: _Optional[_Mapping[str, float]] = ...) -> None: ...
-
-class ScorerFailure(_message.Message):
-    __slots__ = ("scorer", "type", "message", "trajectory", "action")
-    SCORER_FIELD_NUMBER: _ClassVar[int]
-    TYPE_FIELD_NUMBER: _ClassVar[int]
-    MESSAGE_FIELD_NUMBER: _ClassVar[int]
-    TRAJECTORY_FIELD_NUMBER: _ClassVar[int]
-    ACTION_FIELD_NUMBER: _ClassVar[int]
-    scorer: str
-    type: str
-    message: str
-    trajectory: int
-    action: str
-    def __init__(self, scorer: _Optional[str] = ..., type: _Optional[str] = ..., message: _Optional[str] = ..., trajectory: _Optional[int] = ..., action: _Optional[str] = ...) -> None: ...
+    dropped: bool
+    metrics: _containers.ScalarMap[str, float]
+    independent_reward: float
+    logs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, reward: _Optional[float] = ..., components: _Optional[_Mapping[str, float]] = ..., dropped: _Optional[bool] = ..., metrics: _Optional[_Mapping[str, float]] = ..., independent_reward: _Optional[float] = ..., logs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ScoreGroupResponse(_message.Message):
-    __slots__ = ("group", "scores", "dropped", "group_dropped", "fail_job", "failures")
-    GROUP_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("scores", "outcome")
     SCORES_FIELD_NUMBER: _ClassVar[int]
-    DROPPED_FIELD_NUMBER: _ClassVar[int]
-    GROUP_DROPPED_FIELD_NUMBER: _ClassVar[int]
-    FAIL_JOB_FIELD_NUMBER: _ClassVar[int]
-    FAILURES_FIELD_NUMBER: _ClassVar[int]
-    group: _common_pb2.TrajectoryGroup
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
     scores: _containers.RepeatedCompositeFieldContainer[TrajectoryScore]
-    dropped: _containers.RepeatedScalarFieldContainer[int]
-    group_dropped: bool
-    fail_job: str
-    failures: _containers.RepeatedCompositeFieldContainer[ScorerFailure]
-    def __init__(self, group: _Optional[_Union[_common_pb2.TrajectoryGroup, _Mapping]] = ..., scores: _Optional[_Iterable[_Union[TrajectoryScore, _Mapping]]] = ..., dropped: _Optional[_Iterable[int]] = ..., group_dropped: _Optional[bool] = ..., fail_job: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[ScorerFailure, _Mapping]]] = ...) -> None: ...
+    outcome: _common_pb2.RewardOutcome
+    def __init__(self, scores: _Optional[_Iterable[_Union[TrajectoryScore, _Mapping]]] = ..., outcome: _Optional[_Union[_common_pb2.RewardOutcome, _Mapping]] = ...) -> None: ...
