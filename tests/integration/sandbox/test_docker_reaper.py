@@ -17,7 +17,7 @@ from artfleet.cli.fleet import free_port
 from artfleet.rpc.client import aio_channel
 from artfleet.v1 import sandbox_pb2 as pb
 from artfleet.v1 import sandbox_pb2_grpc
-from artfleet_sandbox.backend import SessionSpec
+from artfleet_sandbox.backend import ExecSpec, SessionSpec
 from artfleet_sandbox.docker_backend.config import (
     LABEL_CREATED_AT,
     LABEL_DEPLOYMENT,
@@ -106,12 +106,16 @@ async def test_containers_of_a_dead_replica_are_reaped_at_start(
         neighbour.remove(force=True)
 
 
-async def test_idle_and_lifetime_expiry_and_stale_containers(
+async def test_idle_expiry_and_stale_containers(
     docker_backend: BackendFactory, docker_client: Any, deployment: str
 ) -> None:
-    async with docker_backend(max_lifetime_s=2.0) as backend:
+    # Only lower bounds on time here: however slow the engine, every wait below makes a
+    # condition true that stays true (a session idle past its TTL, a label 2x too old).
+    # A max lifetime that could also expire meanwhile would take precedence over idle:
+    # it is far away in this test and covered by the next one.
+    async with docker_backend(max_lifetime_s=3600.0) as backend:
         idle = await backend.create_session(SessionSpec(idle_ttl_s=0.5))
-        old = await backend.create_session(SessionSpec())
+        kept = await backend.create_session(SessionSpec(idle_ttl_s=3600.0))
         # A container with this replica's labels that no session knows (a create that
         # crashed half way): stale.
         stray_id = new_session_id(backend.replica_id)
@@ -125,19 +129,32 @@ async def test_idle_and_lifetime_expiry_and_stale_containers(
             options["labels"], **{LABEL_SESSION: young_id, LABEL_CREATED_AT: str(int(time.time()))}
         )
         young_container = docker_client.containers.run(**young)
-        await asyncio.sleep(0.8)
+        await asyncio.sleep(0.6)  # > the idle session's TTL since its last use
         counts = {reason: _reaped(reason) for reason in ("idle", "lifetime", "stale")}
         await backend.reap()
         left = _sessions(docker_client, deployment)
-        assert idle.session_id not in left and stray_id not in left and old.session_id in left
-        assert young_id in left
         young_container.remove(force=True, v=True)
-        await asyncio.sleep(1.5)
-        await backend.reap()
-        assert old.session_id not in _sessions(docker_client, deployment)
+        assert idle.session_id not in left and stray_id not in left
+        assert kept.session_id in left and young_id in left
         assert _reaped("idle") == counts["idle"] + 1
         assert _reaped("stale") == counts["stale"] + 1
-        assert _reaped("lifetime") == counts["lifetime"] + 1
+        assert _reaped("lifetime") == counts["lifetime"]
+
+
+async def test_lifetime_expiry_even_when_recently_used(
+    docker_backend: BackendFactory, docker_client: Any, deployment: str
+) -> None:
+    async with docker_backend(max_lifetime_s=1.0) as backend:
+        session = await backend.create_session(SessionSpec(idle_ttl_s=3600.0))
+        created = time.monotonic()
+        while time.monotonic() - created <= 1.1:  # past the lifetime, used all along
+            await backend.exec(
+                session.session_id, ExecSpec(command="true", timeout_s=30, max_output_bytes=1024)
+            )
+        before = _reaped("lifetime")
+        await backend.reap()
+        assert session.session_id not in _sessions(docker_client, deployment)
+        assert _reaped("lifetime") == before + 1
 
 
 async def test_graceful_stop_removes_only_this_replicas_containers(
