@@ -61,6 +61,7 @@ infra:
 # Ratios against baselines measured in the same run; see bench/*.py.
 bench:
 	$(BIN)/python bench/sandbox_bench.py
+	$(BIN)/python bench/exchange_bench.py
 
 # The test command README.md gives: contracts, lint, types, every test, then the e2e run.
 check: proto-check lint typecheck test e2e

@@ -1,8 +1,7 @@
-"""The Celery app and the Redis keys that rollout workers and the trainer share.
+"""The Celery app that carries group tasks from the trainer to rollout workers.
 
-Work goes trainer → rollout as one Celery task per group on the `rollout` queue; scored
-groups come back as entries of the step's batch hash in Redis, keyed by group id, so a
-redelivered task (acks_late) overwrites nothing and the trainer can gather a quorum.
+Work goes trainer → rollout as one Celery task per group on the `rollout` queue; groups
+come back through the step-batch contract (`artfleet.batches`), not through Celery.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from celery import Celery
 
 ROLLOUT_QUEUE = "rollout"
 RUN_GROUP_TASK = "artfleet.rollout.run_group"
-BATCH_TTL_S = 7 * 24 * 3600
 
 
 def make_celery(redis_url: str, name: str = "artfleet") -> Celery:
@@ -31,10 +29,6 @@ def make_celery(redis_url: str, name: str = "artfleet") -> Celery:
         worker_hijack_root_logger=False,
     )
     return app
-
-
-def batch_key(job_id: str, step: int) -> str:
-    return f"artfleet:batch:{job_id}:{step}"
 
 
 def encode_payload(data: bytes) -> str:

@@ -16,14 +16,12 @@ import pytest
 import redis
 from safetensors.torch import load_file
 
+from artfleet.batches import StepKeys
 from artfleet.cli.fleet import LocalFleet
 from artfleet.jobspec import JobSpecModel, spec_to_proto
-from artfleet.queue import batch_key
 from artfleet.rpc.client import sync_channel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, rollout_pb2, sandbox_pb2, trainer_pb2, trainer_pb2_grpc
-from artfleet_reward.composite import score_episodes
-from artfleet_reward.spec import resolve_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -117,26 +115,12 @@ def test_job_trains_end_to_end(fleet: LocalFleet, trainer: trainer_pb2_grpc.Trai
 
 
 def _assert_batches_scored(fleet: LocalFleet, job: pb.Job) -> None:
+    """Each step's batch went once its checkpoint was saved; the step stays closed."""
     store = redis.Redis.from_url(fleet.redis_url)
-    spec = job.spec
     for step in (1, 2):
-        batch: dict[bytes, bytes] = store.hgetall(batch_key(job.id, step))  # type: ignore[assignment]
-        assert len(batch) == spec.groups_per_step
-        for raw in batch.values():
-            response = rollout_pb2.RunGroupResponse.FromString(raw)
-            group = response.group
-            assert len(group.trajectories) == spec.rollouts_per_group
-            outcome = score_episodes(resolve_spec(spec.reward), list(response.episodes))
-            expected = outcome.trajectories
-            for trajectory, score in zip(group.trajectories, expected, strict=True):
-                assert trajectory.reward == pytest.approx(score.reward)
-                choices = [
-                    i.choice
-                    for i in trajectory.messages_and_choices
-                    if i.WhichOneof("item") == "choice"
-                ]
-                assert choices and all(c.has_logprobs and c.logprobs for c in choices)
-                assert all(t.token.startswith("token_id:") for c in choices for t in c.logprobs)
+        keys = StepKeys(job.id, step)
+        assert store.exists(keys.groups, keys.status, keys.notify) == 0
+        assert store.exists(keys.closed) == 1
 
 
 def test_cancel_stops_after_current_step(trainer: trainer_pb2_grpc.TrainerStub) -> None:

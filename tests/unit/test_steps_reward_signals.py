@@ -1,34 +1,47 @@
-"""The trainer reads the reward service's failure policies from the scored groups."""
+"""The trainer reads the reward service's failure policies from typed outcome fields."""
 
 from __future__ import annotations
 
 import pytest
 
-from artfleet.rewards import FAIL_JOB_EXCEPTION, GROUP_DROPPED_EXCEPTION
+from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import rollout_pb2
-from artfleet_trainer.steps import RewardFailedJob, check_reward_signals
+from artfleet_trainer.steps import RewardFailedJob, check_reward_signals, rollout_failure
 
 
-def _response(*exceptions: str, trajectories: int = 0) -> rollout_pb2.RunGroupResponse:
-    group = pb.TrajectoryGroup(
-        trajectories=[pb.Trajectory() for _ in range(trajectories)],
-        exceptions=[pb.RolloutException(type=t, message=f"{t} because") for t in exceptions],
+def _entry(
+    trajectories: int = 0, *, fail_job: str = "", dropped: bool = False, error: str = ""
+) -> batch_pb2.BatchGroup:
+    entry = batch_pb2.BatchGroup(
+        group=pb.TrajectoryGroup(trajectories=[pb.Trajectory() for _ in range(trajectories)]),
+        reward=pb.RewardOutcome(fail_job=fail_job, group_dropped=dropped),
     )
-    return rollout_pb2.RunGroupResponse(group=group)
+    if error:
+        entry.group.exceptions.add(type="ValueError", message=error)
+    return entry
 
 
 def test_fail_job_fails_the_step_with_the_reason() -> None:
-    responses = [_response(trajectories=2), _response(FAIL_JOB_EXCEPTION)]
-    with pytest.raises(RewardFailedJob, match="RewardFailJob because"):
-        check_reward_signals(3, responses)
+    entries = [_entry(2), _entry(fail_job="scorer 'ruler' timed out")]
+    with pytest.raises(RewardFailedJob, match="step 3: scorer 'ruler' timed out"):
+        check_reward_signals(3, entries)
+
+
+def test_fail_job_wins_over_trajectories_in_the_same_group() -> None:
+    with pytest.raises(RewardFailedJob, match="judge down"):
+        check_reward_signals(1, [_entry(2, fail_job="judge down")])
 
 
 def test_dropped_groups_are_fine_while_others_remain() -> None:
-    check_reward_signals(1, [_response(trajectories=2), _response(GROUP_DROPPED_EXCEPTION)])
-    check_reward_signals(1, [_response("ValueError")])  # a rollout failure: the caller's call
+    check_reward_signals(1, [_entry(2), _entry(dropped=True)])
+    check_reward_signals(1, [_entry(error="boom")])  # a rollout failure: the caller's call
 
 
 def test_a_step_whose_groups_were_all_dropped_says_so() -> None:
     with pytest.raises(RuntimeError, match="reward service dropped 2"):
-        check_reward_signals(2, [_response(GROUP_DROPPED_EXCEPTION)] * 2)
+        check_reward_signals(2, [_entry(dropped=True)] * 2)
+
+
+def test_a_step_whose_rollouts_all_failed_names_an_error() -> None:
+    message = rollout_failure(4, [_entry(), _entry(error="sandbox gone")])
+    assert message.startswith("step 4: every rollout failed (e.g. ValueError: sandbox gone)")

@@ -1,70 +1,129 @@
-"""The rollout process: a Celery worker on the `rollout` queue (main thread) and the
-Rollout gRPC API (its own thread and event loop)."""
+"""The rollout process: one long-lived event loop (its own thread) runs the Rollout gRPC API
+and every group; the Celery worker (main thread, threads pool) only hands group tasks to
+that loop and waits for them, so channels and clients are made once per process."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import signal
 import socket
 import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
+import redis.asyncio as aioredis
+
+from artfleet.batches import StepBatches
 from artfleet.queue import ROLLOUT_QUEUE
 from artfleet.rpc.server import GrpcServer
-from artfleet.v1 import rollout_pb2_grpc
+from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.servicer import RolloutServicer
 from artfleet_rollout.settings import RolloutSettings
-from artfleet_rollout.worker import create_worker_app
+from artfleet_rollout.worker import GroupWorker, create_worker_app
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-class RolloutProcess:
+class LoopThread:
+    """An event loop in a daemon thread; other threads submit coroutines and wait."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return self.submit(coro).result(timeout)
+
+    def stop(self, timeout: float) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class RolloutRuntime:
+    """What lives on the loop: the Redis client, the group runner, the gRPC server."""
+
     def __init__(self, settings: RolloutSettings) -> None:
         self.settings = settings
-        servicer = RolloutServicer(GroupRunner(settings))
+        self._redis = aioredis.from_url(settings.redis_url)
+        self.runner = GroupRunner(settings)
+        self.worker = GroupWorker(self.runner, StepBatches(self._redis))
+        servicer = RolloutServicer(self.runner)
         self.server = GrpcServer(
             settings,
             "rollout",
             [lambda server: rollout_pb2_grpc.add_RolloutServicer_to_server(servicer, server)],
             ["artfleet.v1.Rollout"],
         )
-        self._loop = asyncio.new_event_loop()
-        self._stop = asyncio.Event()
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._serve_grpc, name="rollout-grpc", daemon=True)
 
-    def _serve_grpc(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._grpc_main())
-
-    async def _grpc_main(self) -> None:
+    async def start(self) -> None:
+        await self._redis.ping()  # fail fast with a clear error when Redis is not there
+        await self.runner.start()  # on this loop: its channels and clients belong to it
         await self.server.start()
         await self.server.set_serving(True)
-        self._started.set()
-        await self._stop.wait()
+
+    async def stop(self) -> None:
+        await self.server.set_serving(False)
         await self.server.stop(self.settings.shutdown_grace_s)
+        await self.runner.stop()
+        await self._redis.aclose()
+
+
+class RolloutProcess:
+    def __init__(self, settings: RolloutSettings) -> None:
+        self.settings = settings
+        self._loop = LoopThread("rollout-loop")
+        self._runtime: RolloutRuntime | None = None
 
     def run(self) -> None:
-        self._thread.start()
-        if not self._started.wait(timeout=60):
-            raise RuntimeError("the rollout gRPC server did not start")
+        self._loop.start()
+        grace = self.settings.shutdown_grace_s + 5
         try:
+            # Built on the loop: grpc.aio and redis.asyncio objects bind to the loop they meet.
+            self._runtime = self._loop.call(self._build(), timeout=60)
             if self.settings.celery_worker:
                 self._run_celery()
             else:
                 self._wait_for_signal()
         finally:
-            self._loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(self.settings.shutdown_grace_s + 5)
+            try:
+                if self._runtime is not None:
+                    self._loop.call(self._runtime.stop(), timeout=grace)
+            finally:
+                self._loop.stop(grace)
+
+    async def _build(self) -> RolloutRuntime:
+        runtime = RolloutRuntime(self.settings)
+        await runtime.start()
+        return runtime
+
+    def run_group(self, task: rollout_pb2.GroupTask) -> None:
+        """A Celery task thread: run the group on the loop and wait until it is published."""
+        assert self._runtime is not None
+        self._loop.call(self._runtime.worker.handle(task))
 
     def _run_celery(self) -> None:
-        app = create_worker_app(self.settings)
+        app = create_worker_app(self.settings.redis_url, self.run_group)
         replica = self.settings.replica_id or socket.gethostname()
-        # threads pool: `groups_concurrency` groups at once, each on its own event loop
-        # (episodes wait on the model and the sandbox), so the trainer's server batches the
-        # generations of several groups. prefetch 1 per thread; SIGTERM = warm shutdown.
+        # threads pool: `groups_concurrency` task threads, each waiting on one group while
+        # the groups share the loop (episodes wait on the model and the sandbox), so the
+        # trainer's server batches the generations of several groups. prefetch 1 per
+        # thread; SIGTERM = warm shutdown (running groups finish and publish first).
         worker = app.Worker(
             hostname=f"rollout@{replica}",
             queues=[ROLLOUT_QUEUE],

@@ -6,6 +6,7 @@ import logging
 
 import redis.asyncio as aioredis
 
+from artfleet.batches import StepBatches
 from artfleet.queue import make_celery
 from artfleet.rpc.server import GrpcServer
 from artfleet.v1 import trainer_pb2_grpc
@@ -28,10 +29,10 @@ class TrainerApp:
         self.store = JobStore(self._redis)
         self.backend = make_backend(settings.backend, settings)
         rollout = RolloutClient(settings.rollout_target, token)
-        dispatcher = GroupDispatcher(
-            make_celery(settings.redis_url), self.store, settings.poll_interval_s
+        dispatcher = GroupDispatcher(make_celery(settings.redis_url))
+        self.runner = JobRunner(
+            settings, self.store, self.backend, dispatcher, rollout, StepBatches(self._redis)
         )
-        self.runner = JobRunner(settings, self.store, self.backend, dispatcher, rollout)
         servicer = TrainerServicer(
             self.store,
             rollout,

@@ -14,6 +14,8 @@ from artfleet_trainer.settings import TrainerSettings
 
 
 def make_art_backend(settings: TrainerSettings) -> Any:
+    """A TrainerBackend (typed Any: its class exists only once ART is imported; the
+    protocol test checks it)."""
     # Imported here: art.local pulls in much of ART, and only GPU trainers need it.
     from art.local import LocalBackend
 
@@ -36,6 +38,13 @@ def make_art_backend(settings: TrainerSettings) -> Any:
                 await proxy.start()
             proxy.set_upstream(base_url, api_key)
             return base_url, api_key
+
+        # The job runner's interface (artfleet_trainer.backends.TrainerBackend).
+        async def register_model(self, model: Any) -> None:
+            await model.register(self)
+
+        async def current_step(self, model: Any) -> int:
+            return await self._get_step(model)
 
         async def close(self) -> None:
             await proxy.stop()

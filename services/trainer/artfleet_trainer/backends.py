@@ -3,9 +3,35 @@
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
 
 from artfleet_trainer.settings import TrainerSettings
+
+if TYPE_CHECKING:  # `import art` takes seconds: entrypoints that parse config stay light
+    from artfleet.art_compat import art
+
+
+class TrainerBackend(Protocol):
+    """What the job runner needs of a backend; TorchBackend and the art backend implement
+    it with public methods, so the runner calls no private ART method."""
+
+    async def register_model(self, model: art.TrainableModel) -> None:
+        """Make `model` trainable and served here (ART's `model.register(backend)`)."""
+
+    async def current_step(self, model: art.TrainableModel) -> int:
+        """The latest saved checkpoint's step (0 before any)."""
+
+    async def train(
+        self,
+        model: art.TrainableModel,
+        trajectory_groups: Iterable[art.TrajectoryGroup],
+        *,
+        learning_rate: float = 5e-6,
+    ) -> art.types.TrainResult:
+        """One step on the groups: saves checkpoint step+1 and serves it."""
+
+    async def close(self) -> None: ...
 
 
 def backend_unavailable_reason(kind: str, configured: str) -> str:
@@ -18,7 +44,7 @@ def backend_unavailable_reason(kind: str, configured: str) -> str:
     return ""
 
 
-def make_backend(kind: str, settings: TrainerSettings) -> Any:
+def make_backend(kind: str, settings: TrainerSettings) -> TrainerBackend:
     if kind == "torch":
         from artfleet_trainer.torch_backend import TorchBackend
 

@@ -1,12 +1,12 @@
-"""The rollout side as the trainer sees it: describe environments, enqueue and gather groups."""
+"""The rollout side as the trainer sees it: describe environments and enqueue groups (the
+groups come back through the step-batch contract, `artfleet.batches`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 from celery import Celery
@@ -15,7 +15,6 @@ from artfleet.errors import InvalidArgument, Unavailable
 from artfleet.queue import ROLLOUT_QUEUE, RUN_GROUP_TASK, encode_payload
 from artfleet.rpc.client import aio_channel
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
-from artfleet_trainer.store import JobStore
 
 log = logging.getLogger(__name__)
 
@@ -48,25 +47,29 @@ class RolloutClient:
         return ids
 
 
-@dataclass
-class GatherResult:
-    responses: list[rollout_pb2.RunGroupResponse]
-    expected: int
-    waited_s: float
+class ScenarioSource(Protocol):
+    """Which scenarios an environment split has (RolloutClient asks a rollout replica)."""
+
+    async def scenario_ids(self, environment: str, split: str) -> list[str]: ...
+
+
+class Dispatcher(Protocol):
+    """Hands a step's group tasks to rollout workers, which publish the groups through
+    `artfleet.batches`; returns how many were sent."""
+
+    async def enqueue(self, tasks: Sequence[rollout_pb2.GroupTask], skip: set[str]) -> int: ...
 
 
 class GroupDispatcher:
-    """Enqueues one Celery task per group and gathers the scored groups from Redis."""
+    """One Celery task per group on the `rollout` queue."""
 
-    def __init__(self, celery: Celery, store: JobStore, poll_interval_s: float) -> None:
+    def __init__(self, celery: Celery) -> None:
         self._celery = celery
-        self._store = store
-        self._poll = poll_interval_s
 
     async def enqueue(self, tasks: Sequence[rollout_pb2.GroupTask], skip: set[str]) -> int:
         sent = 0
         for task in tasks:
-            if task.group_id in skip:  # already scored before a trainer restart
+            if task.group_id in skip:  # already final before a trainer restart
                 continue
             payload = encode_payload(task.SerializeToString())
             await asyncio.to_thread(
@@ -74,23 +77,3 @@ class GroupDispatcher:
             )
             sent += 1
         return sent
-
-    async def gather(
-        self, job_id: str, step: int, group_ids: Sequence[str], timeout_s: float, quorum: int
-    ) -> GatherResult:
-        """Waits for every group, or after `timeout_s` takes what came if it meets `quorum`."""
-        start = time.monotonic()
-        wanted = set(group_ids)
-        while True:
-            batch = {
-                k: v for k, v in (await self._store.batch(job_id, step)).items() if k in wanted
-            }
-            waited = time.monotonic() - start
-            if len(batch) == len(wanted) or (waited >= timeout_s and len(batch) >= quorum):
-                return GatherResult(list(batch.values()), len(wanted), waited)
-            if waited >= timeout_s:
-                raise TimeoutError(
-                    f"step {step}: {len(batch)}/{len(wanted)} groups after {timeout_s:.0f}s "
-                    f"(quorum {quorum}): are rollout workers running?"
-                )
-            await asyncio.sleep(self._poll)

@@ -9,13 +9,20 @@ import time
 from typing import Any
 
 from artfleet.art_compat import art
+from artfleet.batches import Gathered, StepBatches
 from artfleet.jobspec import JobSpecModel, reward_spec_proto, spec_from_proto
+from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import rollout_pb2
 from artfleet_trainer import metrics, scheduling
-from artfleet_trainer.rollouts import GatherResult, GroupDispatcher, RolloutClient
+from artfleet_trainer.backends import TrainerBackend
+from artfleet_trainer.rollouts import Dispatcher, ScenarioSource
 from artfleet_trainer.settings import TrainerSettings
-from artfleet_trainer.steps import build_groups, check_reward_signals, summarize_step
+from artfleet_trainer.steps import (
+    build_groups,
+    check_reward_signals,
+    rollout_failure,
+    summarize_step,
+)
 from artfleet_trainer.store import JobStore
 
 log = logging.getLogger(__name__)
@@ -32,15 +39,17 @@ class JobRunner:
         self,
         settings: TrainerSettings,
         store: JobStore,
-        backend: Any,  # an ART Backend (TorchBackend or art.local.LocalBackend)
-        dispatcher: GroupDispatcher,
-        rollout: RolloutClient,
+        backend: TrainerBackend,
+        dispatcher: Dispatcher,
+        rollout: ScenarioSource,
+        batches: StepBatches,
     ) -> None:
         self._settings = settings
         self._store = store
         self._backend = backend
         self._dispatcher = dispatcher
         self._rollout = rollout
+        self._batches = batches
         self._owner = settings.replica_id or f"trainer-{id(self):x}"
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -120,13 +129,15 @@ class JobRunner:
             base_model=spec.base_model,
             _internal_config=internal_config(spec),
         )
-        await model.register(self._backend)
+        await self._backend.register_model(model)
         # The checkpoint is the truth: a trainer that died after saving step s but before
-        # recording it must not train step s again.
-        done = max(job.completed_steps, await self._backend._get_step(model))
+        # recording it must not train step s again (nor keep its batch).
+        done = max(job.completed_steps, await self._backend.current_step(model))
         if done != job.completed_steps:
             job.completed_steps = done
             await self._store.save(job)
+        if done:
+            await self._batches.close(job.id, done)
         scenario_ids = await self._rollout.scenario_ids(spec.environment, spec.split)
         for step in range(done + 1, spec.steps + 1):
             if await self._store.cancel_requested(job.id):
@@ -142,10 +153,11 @@ class JobRunner:
         await self._emit_step(job, pb.EVENT_KIND_STEP_STARTED, step, spec.steps)
         gathered = await self._rollouts(job, spec, model, scenario_ids, step)
         rollout_s = time.monotonic() - start
-        check_reward_signals(step, gathered.responses)
-        groups = build_groups(gathered.responses)
-        if not any(g.trajectories for g in groups):
-            raise RuntimeError(f"step {step}: every rollout failed; see the rollout worker logs")
+        log_gathered(step, gathered)
+        check_reward_signals(step, gathered.groups)
+        groups = build_groups(gathered.groups)
+        if not groups:
+            raise RuntimeError(rollout_failure(step, gathered.groups))
         train_start = time.monotonic()
         result = await self._backend.train(model, groups, learning_rate=spec.learning_rate)
         metrics.observe_train(
@@ -160,6 +172,7 @@ class JobRunner:
         if await self._store.cancel_requested(job.id):  # keep what CancelJob recorded
             job.state = pb.JOB_STATE_CANCELLING
         await self._store.save(job)
+        await self._batches.close(job.id, step)  # its checkpoint is saved: the batch is done
         await self._emit_step(job, pb.EVENT_KIND_STEP_DONE, step, spec.steps, summary)
         metrics.observe_step(summary)
         try:  # ART's own history and trajectory logs under the ART path
@@ -184,7 +197,7 @@ class JobRunner:
 
     async def _rollouts(
         self, job: pb.Job, spec: JobSpecModel, model: Any, scenario_ids: list[str], step: int
-    ) -> GatherResult:
+    ) -> Gathered:
         picked = scheduling.scenarios_for_step(scenario_ids, spec.seed, step, spec.groups_per_step)
         reward = reward_spec_proto(spec)
         # A judge given as "policy" calls the policy being trained, at this step.
@@ -209,13 +222,10 @@ class JobRunner:
             )
             for i, scenario in enumerate(picked)
         ]
-        # After a restart the step's batch may hold groups already scored (keep them) and
-        # failures from rollouts that lost the old trainer (drop them: they run again).
-        batch = await self._store.batch(job.id, step)
-        ready = {gid for gid, response in batch.items() if response.group.trajectories}
-        await self._store.drop_groups(job.id, step, set(batch) - ready)
-        await self._dispatcher.enqueue(tasks, skip=ready)
-        return await self._dispatcher.gather(
+        # After a restart the batch keeps final groups; the others run again.
+        kept = await self._batches.restart(job.id, step)
+        await self._dispatcher.enqueue(tasks, skip=kept)
+        return await self._batches.gather(
             job.id,
             step,
             [t.group_id for t in tasks],
@@ -225,6 +235,21 @@ class JobRunner:
 
     def _inference_url(self, model: Any) -> str:
         return self._settings.inference_public_url or str(model.inference_base_url)
+
+
+def log_gathered(step: int, gathered: Gathered) -> None:
+    counts = ", ".join(
+        f"{n} {batch_pb2.GroupState.Name(state).removeprefix('GROUP_STATE_').lower()}"
+        for state, n in sorted(gathered.counts.items())
+    )
+    log.info(
+        "step %d: %d/%d groups in %.1fs (%s)",
+        step,
+        len(gathered.groups),
+        gathered.expected,
+        gathered.waited_s,
+        counts or "none",
+    )
 
 
 def internal_config(spec: JobSpecModel) -> art.dev.InternalModelConfig:

@@ -1,4 +1,4 @@
-"""Pure step logic: rebuild ART groups from rollout responses and summarize a step."""
+"""Pure step logic: rebuild ART groups from a step's batch and summarize the step."""
 
 from __future__ import annotations
 
@@ -8,39 +8,48 @@ from typing import Any
 
 from artfleet import codec
 from artfleet.art_compat import art
-from artfleet.rewards import GROUP_DROPPED_EXCEPTION, fail_job_reason
+from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import rollout_pb2
 from artfleet_trainer.scheduling import mean_std
 
 
-def build_groups(responses: Sequence[rollout_pb2.RunGroupResponse]) -> list[art.TrajectoryGroup]:
-    """Groups in a stable order; a group whose rollouts all failed has no trajectories."""
-    ordered = sorted(responses, key=lambda r: str(r.group.metadata["group_id"].string_value))
-    return [codec.group_from_proto(r.group) for r in ordered]
+def build_groups(entries: Sequence[batch_pb2.BatchGroup]) -> list[art.TrajectoryGroup]:
+    """The groups to train on, in group-id order: those with trajectories that the reward
+    service neither dropped nor failed the job on."""
+    ordered = sorted(entries, key=lambda e: e.group_id)
+    return [
+        codec.group_from_proto(e.group)
+        for e in ordered
+        if e.group.trajectories and not e.reward.group_dropped and not e.reward.fail_job
+    ]
 
 
 class RewardFailedJob(RuntimeError):
     """A reward scorer whose failure policy is fail_job failed on one of the step's groups."""
 
 
-def check_reward_signals(step: int, responses: Sequence[rollout_pb2.RunGroupResponse]) -> None:
-    """What the reward service's failure policies ask of the step (see reward.proto): a
-    fail_job failure fails the job; a step whose every group was dropped says so."""
-    for response in responses:
-        reason = fail_job_reason(response.group.exceptions)
-        if reason is not None:
-            raise RewardFailedJob(reason)
-    if any(r.group.trajectories for r in responses):
+def check_reward_signals(step: int, entries: Sequence[batch_pb2.BatchGroup]) -> None:
+    """What the reward service's failure policies ask of the step (RewardOutcome in
+    common.proto): a fail_job outcome fails the job; a step whose every group was dropped
+    says so. A step whose rollouts all failed is the caller's to report."""
+    for entry in entries:
+        if entry.reward.fail_job:
+            raise RewardFailedJob(f"step {step}: {entry.reward.fail_job}")
+    if any(e.group.trajectories and not e.reward.group_dropped for e in entries):
         return
-    dropped = sum(
-        any(e.type == GROUP_DROPPED_EXCEPTION for e in r.group.exceptions) for r in responses
-    )
+    dropped = sum(e.reward.group_dropped for e in entries)
     if dropped:
         raise RuntimeError(
             f"step {step}: no group left to train on; the reward service dropped {dropped} "
             "(see artfleet_reward_failures_total and the reward service's log)"
         )
+
+
+def rollout_failure(step: int, entries: Sequence[batch_pb2.BatchGroup]) -> str:
+    """Why a step has nothing to train on when the reward service did not say."""
+    sample = next((e.group.exceptions[0] for e in entries if e.group.exceptions), None)
+    why = f" (e.g. {sample.type}: {sample.message})" if sample is not None else ""
+    return f"step {step}: every rollout failed{why}; see the rollout worker logs"
 
 
 def _turns(trajectory: art.Trajectory) -> float:

@@ -1,4 +1,4 @@
-"""Jobs, their progress events and step batches in Redis: jobs survive a trainer restart."""
+"""Jobs, their progress events and leases in Redis: jobs survive a trainer restart."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ import redis.asyncio as aioredis
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from artfleet.errors import NotFound
-from artfleet.queue import batch_key
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import rollout_pb2
 
 JOBS_INDEX = "artfleet:jobs"
 TERMINAL = frozenset({pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED})
@@ -35,7 +33,7 @@ def _now() -> Timestamp:
 
 
 class JobStore:
-    """Owns every `artfleet:job*` and `artfleet:events:*` key; reads step batches."""
+    """Owns every `artfleet:job*` and `artfleet:events:*` key (step batches: artfleet.batches)."""
 
     def __init__(self, redis: aioredis.Redis) -> None:
         # redis-py's return types are unions of bytes/str/awaitables: typed loosely here.
@@ -126,15 +124,7 @@ class JobStore:
                 if job.state in TERMINAL and last_id != "0-0":
                     return
 
-    # ------------------------------------------------------------ batches
-    async def batch(self, job_id: str, step: int) -> dict[str, rollout_pb2.RunGroupResponse]:
-        raw = await self._redis.hgetall(batch_key(job_id, step))
-        return {k.decode(): rollout_pb2.RunGroupResponse.FromString(v) for k, v in raw.items()}
-
-    async def drop_groups(self, job_id: str, step: int, group_ids: set[str]) -> None:
-        if group_ids:
-            await self._redis.hdel(batch_key(job_id, step), *group_ids)
-
+    # ------------------------------------------------------------ leases
     async def acquire_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:
         """One trainer runs a job at a time; the lease lapses if its trainer dies."""
         key = f"{_job_key(job_id)}:lease"

@@ -222,6 +222,14 @@ class TorchBackend:
     async def _get_step(self, model: art.TrainableModel) -> int:
         return checkpoints.latest_step(checkpoints.model_dir(self._path, model))
 
+    # --- the job runner's interface (artfleet_trainer.backends.TrainerBackend) ----------
+
+    async def register_model(self, model: art.TrainableModel) -> None:
+        await model.register(self)
+
+    async def current_step(self, model: art.TrainableModel) -> int:
+        return await self._get_step(model)
+
     async def _delete_checkpoint_files(
         self, model: art.TrainableModel, steps_to_keep: list[int]
     ) -> None:

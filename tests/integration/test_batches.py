@@ -1,0 +1,176 @@
+"""The step-batch contract (artfleet.batches) against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from artfleet import batches
+from artfleet.batches import Published, QuorumNotReached, StepBatches, StepKeys
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import rollout_pb2
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def store(client: aioredis.Redis) -> StepBatches:
+    return StepBatches(client, wake_s=0.5)
+
+
+@pytest.fixture
+def job() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def choice(turn: int, tokens: int) -> pb.Choice:
+    return pb.Choice(
+        finish_reason="stop",
+        message=pb.ChatMessage(role="assistant", content=f"THOUGHT: turn {turn}"),
+        has_logprobs=True,
+        logprobs=[pb.TokenLogprob(token=f"token_id:{i}", logprob=-0.1 * i) for i in range(tokens)],
+        has_token_ids=True,
+        prompt_token_ids=list(range(50 * (turn + 1))),
+        token_ids=list(range(tokens)),
+    )
+
+
+def scored(trajectories: int = 2, turns: int = 1, tokens: int = 3) -> rollout_pb2.RunGroupResponse:
+    items = []
+    for turn in range(turns):
+        items.append(pb.MessageOrChoice(message=pb.ChatMessage(role="user", content="obs")))
+        items.append(pb.MessageOrChoice(choice=choice(turn, tokens)))
+    group = pb.TrajectoryGroup(
+        trajectories=[
+            pb.Trajectory(messages_and_choices=items, reward=float(i)) for i in range(trajectories)
+        ]
+    )
+    return rollout_pb2.RunGroupResponse(group=group, episodes=[pb.Episode(turns=turns)])
+
+
+def failed(why: str = "boom") -> rollout_pb2.RunGroupResponse:
+    group = pb.TrajectoryGroup(exceptions=[pb.RolloutException(type="RuntimeError", message=why)])
+    return rollout_pb2.RunGroupResponse(group=group)
+
+
+def dropped() -> rollout_pb2.RunGroupResponse:
+    return rollout_pb2.RunGroupResponse(reward=pb.RewardOutcome(group_dropped=True))
+
+
+def fail_job(reason: str) -> rollout_pb2.RunGroupResponse:
+    return rollout_pb2.RunGroupResponse(reward=pb.RewardOutcome(fail_job=reason))
+
+
+async def test_a_redelivered_group_is_stored_once(store: StepBatches, job: str) -> None:
+    assert await store.needs_run(job, 1, "g0")
+    assert await store.publish(job, 1, "g0", scored()) is Published.STORED
+    assert not await store.needs_run(job, 1, "g0")  # the redelivered task skips the group
+    assert await store.publish(job, 1, "g0", scored(trajectories=3)) is Published.KEPT
+    [entry] = await store.read(job, 1, ["g0"])
+    assert entry.state == batches.SCORED and len(entry.group.trajectories) == 2
+
+
+async def test_two_workers_finishing_the_same_group_count_once(
+    store: StepBatches, job: str
+) -> None:
+    replies = await asyncio.gather(*(store.publish(job, 1, "g0", scored()) for _ in range(8)))
+    assert replies.count(Published.STORED) == 1
+    progress = await store.progress(job, 1, ["g0", "g1"])
+    assert progress.answered == 1 and not progress.complete
+
+
+async def test_a_failure_never_replaces_a_scored_group(store: StepBatches, job: str) -> None:
+    assert await store.publish(job, 1, "g0", scored()) is Published.STORED
+    assert await store.publish(job, 1, "g0", failed()) is Published.KEPT
+    assert await store.publish(job, 1, "g0", dropped()) is Published.KEPT
+    # ... nor another failure; and a scored group replaces a failure.
+    assert await store.publish(job, 1, "g1", failed("first")) is Published.STORED
+    assert await store.publish(job, 1, "g1", failed("second")) is Published.KEPT
+    assert await store.needs_run(job, 1, "g1")  # a failure may run again
+    assert await store.publish(job, 1, "g1", scored()) is Published.STORED
+    entries = await store.read(job, 1, ["g0", "g1"])
+    assert [e.state for e in entries] == [batches.SCORED, batches.SCORED]
+
+
+async def test_only_what_the_trainer_reads_is_stored(store: StepBatches, job: str) -> None:
+    response = scored()
+    response.reward.failures.add(scorer="ruler", type="timeout")
+    await store.publish(job, 1, "g0", response)
+    [entry] = await store.read(job, 1, ["g0"])
+    assert entry.group == response.group and entry.reward == response.reward
+    assert entry.group_id == "g0" and not hasattr(entry, "episodes")
+
+
+async def test_restart_drops_failures_and_keeps_scored_groups(store: StepBatches, job: str) -> None:
+    await store.publish(job, 2, "scored", scored())
+    await store.publish(job, 2, "failed", failed())
+    await store.publish(job, 2, "dropped", dropped())
+    await store.publish(job, 2, "fail_job", fail_job("judge down"))
+    assert await store.restart(job, 2) == {"scored", "fail_job"}
+    progress = await store.progress(job, 2, ["scored", "failed", "dropped", "fail_job"])
+    assert set(progress.states) == {"scored", "fail_job"}
+    assert [e.group_id for e in await store.read(job, 2, ["failed", "dropped"])] == []
+
+
+async def test_gather_returns_as_soon_as_every_group_answered(store: StepBatches, job: str) -> None:
+    ids = [f"g{i}" for i in range(3)]
+
+    async def workers() -> None:
+        for i, gid in enumerate(ids):
+            await store.publish(job, 1, gid, scored() if i else failed())
+
+    gathering = asyncio.create_task(store.gather(job, 1, ids, timeout_s=600, quorum=3))
+    await workers()
+    gathered = await asyncio.wait_for(gathering, 60)  # long before the deadline
+    assert [g.group_id for g in gathered.groups] == ids
+    assert gathered.counts[batches.SCORED] == 2 and gathered.counts[batches.FAILED] == 1
+
+
+async def test_quorum_reached_at_the_deadline(store: StepBatches, job: str) -> None:
+    ids = [f"g{i}" for i in range(4)]
+    for gid in ids[:2]:
+        await store.publish(job, 1, gid, scored())
+    gathered = await store.gather(job, 1, ids, timeout_s=0.2, quorum=2)
+    assert gathered.expected == 4 and len(gathered.groups) == 2
+    assert gathered.waited_s >= 0.2
+
+
+async def test_deadline_passed_below_quorum(store: StepBatches, job: str) -> None:
+    await store.publish(job, 1, "g0", scored())
+    with pytest.raises(QuorumNotReached, match="1/3 groups"):
+        await store.gather(job, 1, ["g0", "g1", "g2"], timeout_s=0.2, quorum=2)
+
+
+async def test_close_deletes_the_batch_and_refuses_stragglers(
+    store: StepBatches, client: aioredis.Redis, job: str
+) -> None:
+    await store.publish(job, 1, "g0", scored())
+    keys = StepKeys(job, 1)
+    assert 0 < await client.ttl(keys.groups) <= batches.BATCH_TTL_S
+    await store.close(job, 1)
+    assert await client.exists(keys.groups, keys.status, keys.notify) == 0
+    assert not await store.needs_run(job, 1, "g1")
+    assert await store.publish(job, 1, "g1", scored()) is Published.CLOSED
+    assert await client.exists(keys.groups, keys.status) == 0
+
+
+async def test_a_batch_of_large_groups(store: StepBatches, job: str) -> None:
+    ids = [f"g{i}" for i in range(8)]
+    sent = {gid: scored(trajectories=8, turns=8, tokens=100) for gid in ids}
+    await asyncio.gather(*(store.publish(job, 3, gid, r) for gid, r in sent.items()))
+    gathered = await store.gather(job, 3, ids, timeout_s=60, quorum=8)
+    assert [g.group_id for g in gathered.groups] == ids
+    for entry in gathered.groups:
+        assert entry.group == sent[entry.group_id].group
+        assert entry.group.ByteSize() > 100_000  # realistically large: logprobs and ids

@@ -1,0 +1,201 @@
+"""The trainer's JobRunner end to end without a model: an in-process backend implementing
+TrainerBackend, a real redis-server, and an in-process rollout side that publishes its
+groups through the step-batch contract as rollout workers do."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+import redis.asyncio as aioredis
+from pydantic import SecretStr
+
+from artfleet.art_compat import art
+from artfleet.batches import StepBatches, StepKeys
+from artfleet.jobspec import JobSpecModel, spec_to_proto
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import rollout_pb2
+from artfleet_trainer.runner import JobRunner
+from artfleet_trainer.settings import TrainerSettings
+from artfleet_trainer.store import TERMINAL, JobStore
+
+pytestmark = pytest.mark.integration
+
+Behaviour = Callable[[rollout_pb2.GroupTask], rollout_pb2.RunGroupResponse]
+
+
+def scored(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+    choice = pb.Choice(
+        finish_reason="stop",
+        message=pb.ChatMessage(role="assistant", content="THOUGHT: done"),
+        has_logprobs=True,
+        logprobs=[pb.TokenLogprob(token="token_id:7", logprob=-0.5)],
+    )
+    items = [
+        pb.MessageOrChoice(message=pb.ChatMessage(role="user", content="task")),
+        pb.MessageOrChoice(choice=choice),
+    ]
+    group = pb.TrajectoryGroup(
+        trajectories=[
+            pb.Trajectory(messages_and_choices=items, reward=float(i)) for i in range(task.rollouts)
+        ]
+    )
+    return rollout_pb2.RunGroupResponse(group=group)
+
+
+@dataclass
+class FakeBackend:
+    """Implements TrainerBackend; its checkpoints are a step counter per model."""
+
+    steps: dict[str, int] = field(default_factory=dict)
+    trained: list[int] = field(default_factory=list)  # groups per train call
+
+    async def register_model(self, model: art.TrainableModel) -> None:
+        self.steps.setdefault(model.name, 0)
+
+    async def current_step(self, model: art.TrainableModel) -> int:
+        return self.steps[model.name]
+
+    async def train(
+        self,
+        model: art.TrainableModel,
+        trajectory_groups: Iterable[art.TrajectoryGroup],
+        *,
+        learning_rate: float = 5e-6,
+    ) -> art.types.TrainResult:
+        groups = list(trajectory_groups)
+        assert all(g.trajectories for g in groups)
+        self.trained.append(len(groups))
+        self.steps[model.name] += 1
+        return art.types.TrainResult(step=self.steps[model.name], metrics={"loss": 0.5})
+
+    async def close(self) -> None:
+        pass
+
+
+class FakeRollouts:
+    """ScenarioSource and Dispatcher: every enqueued group is published by a task."""
+
+    def __init__(self, batches: StepBatches, behaviour: Behaviour = scored) -> None:
+        self._batches = batches
+        self.behaviour = behaviour
+        self.enqueued: list[str] = []
+        self._running: set[asyncio.Task[object]] = set()
+
+    async def scenario_ids(self, environment: str, split: str) -> list[str]:
+        return ["s1", "s2", "s3"]
+
+    async def enqueue(self, tasks: Sequence[rollout_pb2.GroupTask], skip: set[str]) -> int:
+        todo = [t for t in tasks if t.group_id not in skip]
+        for task in todo:
+            self.enqueued.append(task.group_id)
+            work = self._batches.publish(
+                task.job_id, task.step, task.group_id, self.behaviour(task)
+            )
+            running = asyncio.create_task(work)
+            self._running.add(running)
+            running.add_done_callback(self._running.discard)
+        return len(todo)
+
+
+@dataclass
+class Fleet:
+    store: JobStore
+    batches: StepBatches
+    redis: aioredis.Redis
+    backend: FakeBackend
+    rollouts: FakeRollouts
+
+    async def run(self, job: pb.Job) -> pb.Job:
+        """Runs the runner until `job` ends (followed through its event stream)."""
+        settings = TrainerSettings(
+            api_token=SecretStr("runner-test-token"),
+            inference_public_url="http://127.0.0.1:1/v1",
+            poll_interval_s=0.05,
+        )
+        runner = JobRunner(
+            settings, self.store, self.backend, self.rollouts, self.rollouts, self.batches
+        )
+        runner.start()
+        try:
+            async for event in self.store.events(job.id, block_ms=200):
+                if event.kind == pb.EVENT_KIND_STATE and event.state in TERMINAL:
+                    break
+        finally:
+            await runner.stop(10)
+        return await self.store.get(job.id)
+
+
+@pytest.fixture
+async def fleet(redis_url: str) -> AsyncIterator[Fleet]:
+    client = aioredis.from_url(redis_url)
+    await client.flushdb()
+    batches = StepBatches(client)
+    yield Fleet(JobStore(client), batches, client, FakeBackend(), FakeRollouts(batches))
+    await client.aclose()
+
+
+def _spec(**fields: object) -> pb.JobSpec:
+    base = dict(steps=2, groups_per_step=3, rollouts_per_group=2, gather_timeout_s=60)
+    return spec_to_proto(JobSpecModel.model_validate({**base, **fields}))
+
+
+async def test_a_two_step_job_succeeds_and_its_batches_are_deleted(fleet: Fleet) -> None:
+    job = await fleet.store.create(_spec())
+    job = await asyncio.wait_for(fleet.run(job), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert job.completed_steps == 2 and [s.groups for s in job.steps] == [3, 3]
+    assert fleet.backend.trained == [3, 3]
+    for step in (1, 2):
+        keys = StepKeys(job.id, step)
+        assert await fleet.redis.exists(keys.groups, keys.status, keys.notify) == 0
+        assert await fleet.redis.exists(keys.closed) == 1
+
+
+async def test_restart_skips_a_checkpointed_step_and_keeps_scored_groups(fleet: Fleet) -> None:
+    job = await fleet.store.create(_spec(steps=3))
+    await fleet.store.set_state(job, pb.JOB_STATE_RUNNING)  # a trainer died mid-job
+    fleet.backend.steps[f"{job.spec.name}-{job.id}"] = 1  # step 1's checkpoint was saved
+    # Step 2 had started: one group scored, one failed (it runs again).
+    await fleet.batches.publish(job.id, 2, f"{job.id}:2:0", scored(_task(job.id, 2, 0)))
+    await fleet.batches.publish(job.id, 2, f"{job.id}:2:1", rollout_pb2.RunGroupResponse())
+    job = await asyncio.wait_for(fleet.run(job), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert job.completed_steps == 3 and [s.step for s in job.steps] == [2, 3]
+    assert fleet.rollouts.enqueued == [f"{job.id}:2:1", f"{job.id}:2:2"] + [
+        f"{job.id}:3:{i}" for i in range(3)
+    ]
+    assert await fleet.redis.exists(StepKeys(job.id, 1).closed) == 1
+
+
+async def test_a_fail_job_outcome_fails_the_job_with_the_reason(fleet: Fleet) -> None:
+    def behaviour(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+        if task.group_id.endswith(":1"):
+            return rollout_pb2.RunGroupResponse(
+                reward=pb.RewardOutcome(fail_job="scorer 'judge' failed: unavailable")
+            )
+        return scored(task)
+
+    fleet.rollouts.behaviour = behaviour
+    job = await asyncio.wait_for(fleet.run(await fleet.store.create(_spec())), 120)
+    assert job.state == pb.JOB_STATE_FAILED
+    assert "RewardFailedJob" in job.error and "scorer 'judge' failed: unavailable" in job.error
+    assert fleet.backend.trained == []
+
+
+async def test_a_step_with_every_group_dropped_fails_clearly(fleet: Fleet) -> None:
+    fleet.rollouts.behaviour = lambda task: rollout_pb2.RunGroupResponse(
+        reward=pb.RewardOutcome(group_dropped=True)
+    )
+    job = await asyncio.wait_for(fleet.run(await fleet.store.create(_spec())), 120)
+    assert job.state == pb.JOB_STATE_FAILED
+    assert "step 1: no group left to train on; the reward service dropped 3" in job.error
+    assert fleet.backend.trained == []
+
+
+def _task(job_id: str, step: int, index: int) -> rollout_pb2.GroupTask:
+    return rollout_pb2.GroupTask(
+        job_id=job_id, step=step, group_id=f"{job_id}:{step}:{index}", rollouts=2
+    )

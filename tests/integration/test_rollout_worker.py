@@ -1,0 +1,112 @@
+"""The rollout worker: one event loop per process runs every group, Celery task threads
+only hand tasks over; publishing follows the step-batch contract (real redis-server)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import redis.asyncio as aioredis
+
+from artfleet import batches
+from artfleet.batches import Published, StepBatches
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import rollout_pb2
+from artfleet_rollout.app import LoopThread
+from artfleet_rollout.worker import GroupWorker
+
+pytestmark = pytest.mark.integration
+
+
+def _task(group: str, job_id: str = "job") -> rollout_pb2.GroupTask:
+    return rollout_pb2.GroupTask(job_id=job_id, step=1, group_id=group)
+
+
+def _scored() -> rollout_pb2.RunGroupResponse:
+    return rollout_pb2.RunGroupResponse(
+        group=pb.TrajectoryGroup(trajectories=[pb.Trajectory(reward=1.0)])
+    )
+
+
+class FakeRunner:
+    """Records the loop each group ran on; fails groups named in `failing`."""
+
+    def __init__(self, failing: frozenset[str] = frozenset(), together: int = 1) -> None:
+        self.failing = failing
+        self.loops: list[asyncio.AbstractEventLoop] = []
+        self.calls: list[str] = []
+        self._together = together
+        self._all_started: asyncio.Event | None = None
+
+    async def run(self, task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+        self.loops.append(asyncio.get_running_loop())
+        self.calls.append(task.group_id)
+        if self._all_started is None:
+            self._all_started = asyncio.Event()
+        if len(self.calls) >= self._together:
+            self._all_started.set()
+        # Groups overlap on the one loop: each waits until all of them have started.
+        await asyncio.wait_for(self._all_started.wait(), 30)
+        if task.group_id in self.failing:
+            raise RuntimeError(f"{task.group_id} broke")
+        return _scored()
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[StepBatches]:
+    client = aioredis.from_url(redis_url)
+    yield StepBatches(client)
+    await client.aclose()
+
+
+async def test_a_redelivered_task_of_a_scored_group_does_not_run(store: StepBatches) -> None:
+    job = uuid.uuid4().hex
+    runner = FakeRunner()
+    worker = GroupWorker(runner, store)
+    assert await worker.handle(_task("g0", job)) is Published.STORED
+    assert await worker.handle(_task("g0", job)) is None
+    assert runner.calls == ["g0"]
+
+
+async def test_a_failed_run_is_published_and_never_replaces_a_scored_group(
+    store: StepBatches,
+) -> None:
+    job = uuid.uuid4().hex
+    worker = GroupWorker(FakeRunner(failing=frozenset({"g0"})), store)
+    assert await worker.handle(_task("g0", job)) is Published.STORED
+    [entry] = await store.read(job, 1, ["g0"])
+    assert entry.state == batches.FAILED and "g0 broke" in entry.group.exceptions[0].message
+    await store.publish(job, 1, "g1", _scored())
+    # A second worker that fails the same group later changes nothing.
+    assert (
+        await GroupWorker(FakeRunner(failing=frozenset({"g1"})), store).handle(_task("g1", job))
+        is None
+    )
+    assert await store.publish(job, 1, "g1", rollout_pb2.RunGroupResponse()) is Published.KEPT
+
+
+def test_task_threads_share_one_loop_and_groups_overlap(redis_url: str) -> None:
+    loop = LoopThread("test-rollout-loop")
+    loop.start()
+    job = uuid.uuid4().hex
+    runner = FakeRunner(together=3)
+    try:
+        client = loop.call(_make_client(redis_url), timeout=30)
+        worker = GroupWorker(runner, StepBatches(client))
+        # What Celery's threads pool does: each task thread submits and waits.
+        with ThreadPoolExecutor(3) as pool:
+            results = list(
+                pool.map(lambda g: loop.call(worker.handle(_task(g, job)), 60), ["a", "b", "c"])
+            )
+        assert results == [Published.STORED] * 3
+        assert set(runner.loops) == {loop.loop}
+        loop.call(client.aclose(), timeout=30)
+    finally:
+        loop.stop(30)
+
+
+async def _make_client(url: str) -> aioredis.Redis:
+    return aioredis.from_url(url)
