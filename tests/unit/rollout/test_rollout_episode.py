@@ -7,6 +7,7 @@ from openai.types.chat.chat_completion import Choice
 from pydantic import SecretStr
 from rollout_fakes import SUBMIT, FakeWorkspaces, ScriptedPolicy, bash
 
+from artfleet.art_compat import art
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout.agent import FORMAT_HELP, build_initial_messages
 from artfleet_rollout.environments import get_environment
@@ -37,6 +38,15 @@ def _task(**overrides: object) -> rollout_pb2.GroupTask:
     return rollout_pb2.GroupTask(**fields)  # type: ignore[arg-type]
 
 
+def _observation(trajectory: art.Trajectory, turn: int) -> str:
+    """The user message that answered the turn-th (0-based) assistant turn."""
+    message = trajectory.messages_and_choices[PROMPT + 2 * turn + 1]
+    assert isinstance(message, dict) and message["role"] == "user"
+    content = message["content"]
+    assert isinstance(content, str)
+    return content
+
+
 def _ctx(policy: ScriptedPolicy, workspaces: FakeWorkspaces, **task: object) -> EpisodeContext:
     return EpisodeContext(_task(**task), SCENARIO, policy, workspaces, SETTINGS)
 
@@ -64,8 +74,7 @@ async def test_submit_runs_commands_then_the_check_and_closes() -> None:
         "user",
         "choice",
     ]
-    observation = turns[1]
-    assert isinstance(observation, dict) and "ran echo hello > hello.txt" in observation["content"]
+    assert "ran echo hello > hello.txt" in _observation(trajectory, 0)
     assert (trajectory.metrics["turns"], trajectory.metrics["check_passed"]) == (2, True)
     assert trajectory.metadata["rollout_index"] == 2 and trajectory.metadata["policy"] == "agent@3"
 
@@ -109,10 +118,9 @@ async def test_invalid_format_answers_the_format_help_and_runs_nothing() -> None
     assert workspaces.opened[0].commands == []
     first = episode.steps[0]
     assert not first.valid_format and not first.executed
-    observation = trajectory.messages_and_choices[PROMPT + 1]
-    assert isinstance(observation, dict)
-    assert observation["content"].startswith("Format error: no ```bash code block found")
-    assert FORMAT_HELP in observation["content"]
+    observation = _observation(trajectory, 0)
+    assert observation.startswith("Format error: no ```bash code block found")
+    assert FORMAT_HELP in observation
     assert episode.finish == "submit"
 
 
@@ -122,8 +130,7 @@ async def test_failing_command_shows_its_exit_code() -> None:
         _ctx(ScriptedPolicy([bash("false"), SUBMIT]), workspaces), 0
     )
     assert episode.steps[0].exit_code == 1
-    observation = trajectory.messages_and_choices[PROMPT + 1]
-    assert isinstance(observation, dict) and "1" in observation["content"]
+    assert "exit_code: 1" in _observation(trajectory, 0)
 
 
 async def test_workspace_is_closed_when_the_policy_fails() -> None:

@@ -250,7 +250,9 @@ async def test_stopped_group_has_no_trajectories_and_says_why(
     assert not response.group.trajectories and not response.episodes
     assert response.group.metadata["group_id"].string_value == "g-7"
     assert response.reward.group_dropped == (kind == "group_dropped")
-    assert response.reward.fail_job == ("judge (unavailable): no judge" if kind == "fail_job" else "")
+    assert response.reward.fail_job == (
+        "judge (unavailable): no judge" if kind == "fail_job" else ""
+    )
     assert response.reward.failures[0].scorer == "judge"
     # Outcomes travel as fields, never as exception-type strings.
     types = {e.type for e in response.group.exceptions}
