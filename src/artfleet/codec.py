@@ -202,7 +202,8 @@ def _tools_json(tools: Any) -> str:
 
 
 # ---------------------------------------------------------------- trajectories
-def trajectory_to_proto(trajectory: art.Trajectory) -> pb.Trajectory:
+def trajectory_to_proto(trajectory: art.Trajectory, *, tokens: bool = True) -> pb.Trajectory:
+    """`tokens=False` leaves out token logprobs and token ids (a scorer reads only text)."""
     out = pb.Trajectory(
         messages_and_choices=_items_to_proto(list(trajectory.messages_and_choices)),
         tools_json=_tools_json(trajectory.tools),
@@ -225,7 +226,22 @@ def trajectory_to_proto(trajectory: art.Trajectory) -> pb.Trajectory:
     start = Timestamp()
     start.FromDatetime(trajectory.start_time)
     out.start_time.CopyFrom(start)
+    if not tokens:
+        _strip_tokens(out)
     return out
+
+
+_TOKEN_FIELDS = ("has_logprobs", "logprobs", "has_token_ids", "prompt_token_ids", "token_ids")
+
+
+def _strip_tokens(trajectory: pb.Trajectory) -> None:
+    items = [*trajectory.messages_and_choices]
+    for history in trajectory.additional_histories:
+        items.extend(history.messages_and_choices)
+    for item in items:
+        if item.WhichOneof("item") == "choice":
+            for name in _TOKEN_FIELDS:
+                item.choice.ClearField(name)
 
 
 def trajectory_from_proto(message: pb.Trajectory) -> art.Trajectory:
@@ -255,9 +271,9 @@ def trajectory_from_proto(message: pb.Trajectory) -> art.Trajectory:
     return trajectory
 
 
-def group_to_proto(group: art.TrajectoryGroup) -> pb.TrajectoryGroup:
+def group_to_proto(group: art.TrajectoryGroup, *, tokens: bool = True) -> pb.TrajectoryGroup:
     out = pb.TrajectoryGroup(
-        trajectories=[trajectory_to_proto(t) for t in group.trajectories],
+        trajectories=[trajectory_to_proto(t, tokens=tokens) for t in group.trajectories],
         exceptions=[
             pb.RolloutException(type=e.type, message=e.message, traceback=e.traceback)
             for e in group.exceptions

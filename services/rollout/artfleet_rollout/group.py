@@ -1,27 +1,39 @@
-"""One group: `rollouts` episodes of one scenario at once, scored by the reward service."""
+"""One group: `rollouts` episodes of one scenario at once, scored by the reward service.
+
+`GroupRunner` is started on the event loop that will run its groups (the worker's loop,
+shared with the gRPC server) and keeps its connections (one reward channel, one sandbox
+router, OpenAI clients per endpoint and key) across groups until it is stopped.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
 import time
-from collections.abc import Sequence
-
-from openai import AsyncOpenAI
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from artfleet import codec
 from artfleet.art_compat import art
 from artfleet.errors import InvalidArgument
-from artfleet.rpc.client import aio_channel
-from artfleet.sandbox_client import SandboxRouter, describe, is_replica_lost
+from artfleet.sandbox_client import describe
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import reward_pb2, reward_pb2_grpc, rollout_pb2
+from artfleet.v1 import rollout_pb2
 from artfleet_rollout import metrics
-from artfleet_rollout.environments import UnknownEnvironment, get_environment
+from artfleet_rollout.environments import Scenario, UnknownEnvironment, get_environment
 from artfleet_rollout.episode import EpisodeContext, run_episode
+from artfleet_rollout.ports import Connections, WorkspaceLost
+from artfleet_rollout.scoring import apply_scores, describe_outcome
 from artfleet_rollout.settings import RolloutSettings
 
 log = logging.getLogger(__name__)
+
+Connect = Callable[[RolloutSettings], Awaitable[Connections]]
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The fleet's own settings (Redis URL with its password, ...) are never a model key.
+_FLEET_PREFIX = "ARTFLEET_"
+EpisodeResult = tuple[art.Trajectory, pb.Episode]
 
 
 def validate_task(task: rollout_pb2.GroupTask) -> None:
@@ -33,92 +45,142 @@ def validate_task(task: rollout_pb2.GroupTask) -> None:
             raise InvalidArgument("must be > 0", f"task.{field}")
 
 
-class GroupRunner:
-    """Runs groups; clients are made per call so each event loop owns its own channels."""
+def task_scenario(task: rollout_pb2.GroupTask) -> Scenario:
+    try:
+        return get_environment(task.environment).get(task.scenario_id)
+    except UnknownEnvironment as exc:
+        raise InvalidArgument(str(exc), "task.environment") from None
+    except KeyError as exc:
+        raise InvalidArgument(str(exc), "task.scenario_id") from None
 
-    def __init__(self, settings: RolloutSettings) -> None:
+
+def policy_api_key(
+    task: rollout_pb2.GroupTask, fleet_token: str, environ: Mapping[str, str]
+) -> str:
+    """The fleet token, or the variable the task names (keys never travel in a task)."""
+    name = task.model_api_key_env
+    if not name:
+        return fleet_token
+    field = "task.model_api_key_env"
+    if not _ENV_NAME.match(name):
+        raise InvalidArgument(f"{name!r} is not an environment variable name", field)
+    if name.upper().startswith(_FLEET_PREFIX):
+        raise InvalidArgument(f"{name} is a fleet setting, not a model API key", field)
+    value = environ.get(name, "")
+    if not value:
+        raise InvalidArgument(f"{name} is not set in the rollout service's environment", field)
+    return value
+
+
+class GroupRunner:
+    """start() on the loop that runs the groups; run() any number of groups; stop()."""
+
+    def __init__(
+        self,
+        settings: RolloutSettings,
+        *,
+        connect: Connect | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self._settings = settings
         self._token = settings.api_token.get_secret_value()
+        self._connect = connect
+        self._environ = os.environ if environ is None else environ
+        self._connections: Connections | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        if self._connections is not None:
+            raise RuntimeError("GroupRunner already started")
+        if self._connect is None:
+            from artfleet_rollout.adapters import connect  # the product's OpenAI/gRPC parts
+
+            self._connect = connect
+        self._connections = await self._connect(self._settings)
+        self._loop = asyncio.get_running_loop()
+
+    async def stop(self) -> None:
+        connections, self._connections = self._connections, None
+        if connections is not None:
+            await connections.close()
+
+    def _started(self) -> Connections:
+        if self._connections is None:
+            raise RuntimeError("GroupRunner.run before start() (or after stop())")
+        if asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError("GroupRunner.run on another event loop than the one it started on")
+        return self._connections
 
     async def run(self, task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+        connections = self._started()
         validate_task(task)
-        try:
-            scenario = get_environment(task.environment).get(task.scenario_id)
-        except UnknownEnvironment as exc:
-            raise InvalidArgument(str(exc), "task.environment") from None
-        except KeyError as exc:
-            raise InvalidArgument(str(exc), "task.scenario_id") from None
+        scenario = task_scenario(task)
+        policy = connections.policies.policy(task, policy_api_key(task, self._token, self._environ))
         start = time.perf_counter()
-        # Retries with backoff ride out a trainer restart (its endpoint comes back, serving
-        # the same policy) instead of failing every episode in flight.
-        model = AsyncOpenAI(
-            base_url=task.model_base_url,
-            api_key=self._token,
-            max_retries=self._settings.model_retries,
+        ctx = EpisodeContext(task, scenario, policy, connections.workspaces, self._settings)
+        results = await asyncio.gather(
+            *(self._episode(ctx, i) for i in range(task.rollouts)), return_exceptions=True
         )
-        try:
-            async with SandboxRouter(self._settings.sandbox_target, self._token) as router:
-                ctx = EpisodeContext(task, scenario, model, router, self._settings)
-                results = await asyncio.gather(
-                    *(self._episode(ctx, i) for i in range(task.rollouts)),
-                    return_exceptions=True,
-                )
-        finally:
-            await model.close()
-        response = await self._score(task, results)
+        response = await self._score(connections, task, results)
         metrics.GROUP_SECONDS.observe(time.perf_counter() - start)
         return response
 
-    async def _episode(self, ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, pb.Episode]:
-        """One episode; started again from scratch when its sandbox replica is lost."""
+    async def _episode(self, ctx: EpisodeContext, index: int) -> EpisodeResult:
+        """One episode; started again from scratch when its workspace is lost."""
         retries = self._settings.episode_retries
         for attempt in range(retries + 1):
             try:
                 return await run_episode(ctx, index)
-            except Exception as exc:
-                if attempt == retries or not is_replica_lost(exc):
+            except WorkspaceLost as exc:
+                if attempt == retries:
                     raise
                 metrics.FAILURES.labels("sandbox_lost").inc()
-                log.warning("episode %d: %s; starting it again", index, describe(exc))
+                log.warning("episode %d: %s; starting it again", index, exc)
         raise AssertionError("unreachable")
 
     async def _score(
         self,
+        connections: Connections,
         task: rollout_pb2.GroupTask,
-        results: Sequence[tuple[art.Trajectory, pb.Episode] | BaseException],
+        results: Sequence[EpisodeResult | BaseException],
     ) -> rollout_pb2.RunGroupResponse:
-        trajectories: list[art.Trajectory] = []
-        episodes: list[pb.Episode] = []
-        errors: list[BaseException] = []
-        for result in results:
-            if isinstance(result, BaseException):
-                log.warning("episode failed: %s", describe(result))
-                metrics.FAILURES.labels("episode").inc()
-                errors.append(result)
-            else:
-                trajectory, episode = result
-                trajectories.append(trajectory)
-                episodes.append(episode)
-        group = art.TrajectoryGroup(
-            trajectories,
-            metadata={
-                "group_id": task.group_id,
-                "scenario_id": task.scenario_id,
-                "step": task.step,
-            },
-            exceptions=errors,
-        )
-        message = codec.group_to_proto(group)
-        if trajectories:
-            message = await self._reward(task, message, episodes)
-        return rollout_pb2.RunGroupResponse(group=message, episodes=episodes)
+        trajectories, episodes, errors = _split(results)
+        metadata: dict[str, str | int] = {
+            "group_id": task.group_id,
+            "scenario_id": task.scenario_id,
+            "step": task.step,
+        }
+        group = art.TrajectoryGroup(trajectories, metadata=dict(metadata), exceptions=errors)
+        response = rollout_pb2.RunGroupResponse()
+        if group.trajectories:
+            # The reward service reads text only: no token logprobs or ids on the wire.
+            request = codec.group_to_proto(group, tokens=False)
+            reply = await connections.reward.score(request, episodes, task.reward)
+            scored = apply_scores(group.trajectories, episodes, reply)
+            if scored.outcome.failures or scored.stopped:
+                log.warning("group %s: reward %s", task.group_id, describe_outcome(scored.outcome))
+            group.trajectories, episodes = scored.trajectories, scored.episodes
+            response.reward.CopyFrom(scored.outcome)
+        # Only now, scored and trimmed, the group goes out with its tokens.
+        response.group.CopyFrom(codec.group_to_proto(group))
+        response.episodes.extend(episodes)
+        return response
 
-    async def _reward(
-        self, task: rollout_pb2.GroupTask, group: pb.TrajectoryGroup, episodes: list[pb.Episode]
-    ) -> pb.TrajectoryGroup:
-        async with aio_channel(self._settings.reward_target, self._token) as channel:
-            scored = await reward_pb2_grpc.RewardStub(channel).ScoreGroup(
-                reward_pb2.ScoreGroupRequest(group=group, episodes=episodes, spec=task.reward),
-                timeout=600,
-            )
-        return scored.group
+
+def _split(
+    results: Sequence[EpisodeResult | BaseException],
+) -> tuple[list[art.Trajectory], list[pb.Episode], list[BaseException]]:
+    trajectories: list[art.Trajectory] = []
+    episodes: list[pb.Episode] = []
+    errors: list[BaseException] = []
+    for result in results:
+        if isinstance(result, BaseException):
+            if not isinstance(result, Exception):
+                raise result  # cancellation and exits are not episode failures
+            log.warning("episode failed: %s", describe(result))
+            metrics.FAILURES.labels("episode").inc()
+            errors.append(result)
+        else:
+            trajectories.append(result[0])
+            episodes.append(result[1])
+    return trajectories, episodes, errors

@@ -1,4 +1,7 @@
-"""Rollout gRPC API: describe environments, run one group synchronously."""
+"""Rollout gRPC API: describe environments, run one group synchronously.
+
+The servicer is given a started GroupRunner; the server shares the runner's event loop,
+so a RunGroup call reuses the runner's connections like any Celery-submitted group."""
 
 from __future__ import annotations
 

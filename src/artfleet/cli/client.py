@@ -1,4 +1,4 @@
-"""The CLI's connection to the trainer, and how its errors become messages and exit codes."""
+"""The CLI's connections to the services, and how its errors become messages and exit codes."""
 
 from __future__ import annotations
 
@@ -29,17 +29,24 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 @contextmanager
-def trainer(target: str, token: str) -> Iterator[trainer_pb2_grpc.TrainerStub]:
+def service(target: str, token: str, what: str) -> Iterator[grpc.Channel]:
+    """A channel to `what` at `target`; RPC errors become `error: ...` and an exit code."""
     if not token:
         fail("no API token: pass --token or set ARTFLEET_API_TOKEN")
     channel = sync_channel(target, token)
     try:
-        yield trainer_pb2_grpc.TrainerStub(channel)
+        yield channel
     except grpc.RpcError as exc:
         code = exc.code()
         details = exc.details()
         if code == grpc.StatusCode.UNAVAILABLE:
-            fail(f"cannot reach the trainer at {target}: {details}", 1)
+            fail(f"cannot reach the {what} at {target}: {details}", 1)
         fail(f"{code.name}: {details}", 2 if code in USAGE_CODES else 1)
     finally:
         channel.close()
+
+
+@contextmanager
+def trainer(target: str, token: str) -> Iterator[trainer_pb2_grpc.TrainerStub]:
+    with service(target, token, "trainer") as channel:
+        yield trainer_pb2_grpc.TrainerStub(channel)

@@ -1,0 +1,219 @@
+"""The product's side of the ports: OpenAI-compatible policies, gRPC sandbox workspaces and
+the gRPC reward client. Channels and clients belong to the event loop that `connect` ran on
+and are reused by every group until `Connections.close`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import grpc
+from openai import AsyncOpenAI
+
+from artfleet.rpc.client import aio_channel
+from artfleet.sandbox_client import SandboxRouter, SandboxSession, describe, is_replica_lost
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import reward_pb2, reward_pb2_grpc, rollout_pb2, sandbox_pb2
+from artfleet_rollout.ports import (
+    Connections,
+    PolicyTurn,
+    SuiteRun,
+    Usage,
+    WorkspaceLost,
+    WorkspaceSpec,
+)
+from artfleet_rollout.settings import RolloutSettings
+
+# vLLM (and the built-in server) answer the exact token ids when asked: ART after 0.5.18
+# trains on them instead of re-tokenizing the text.
+_TOKEN_IDS_BODY = {"return_token_ids": True}
+_RPC_SLACK_S = 30.0  # the sandbox enforces the command's own limit; this bounds the call
+_CREATE_DEADLINE_S = 120.0
+_SCORE_DEADLINE_S = 600.0
+
+
+# ---------------------------------------------------------------- policy
+class OpenAIPolicy:
+    def __init__(
+        self,
+        client: AsyncOpenAI,
+        *,
+        model: str,
+        temperature: float,
+        max_tokens: int,
+        timeout_s: float,
+    ) -> None:
+        self._client = client
+        self._model = model
+        self._temperature = temperature
+        self._max_tokens = max_tokens
+        self._timeout_s = timeout_s
+
+    async def complete(
+        self, messages: Sequence[Any], *, tools: Sequence[Any] | None = None
+    ) -> PolicyTurn:
+        extra: dict[str, Any] = {"tools": list(tools)} if tools else {}
+        completion = await self._client.chat.completions.create(
+            model=self._model,
+            messages=list(messages),
+            temperature=self._temperature,
+            max_tokens=self._max_tokens,
+            logprobs=True,
+            timeout=self._timeout_s,
+            extra_body=_TOKEN_IDS_BODY,
+            **extra,
+        )
+        if not completion.choices:
+            raise RuntimeError(f"the policy {self._model!r} answered no choice")
+        choice = completion.choices[0]
+        prompt_ids = (completion.model_extra or {}).get("prompt_token_ids")
+        if prompt_ids is not None:
+            # Where ART >= 0.5.20 reads it: the choice's extra fields (as vLLM's per-choice
+            # `token_ids` already are).
+            setattr(choice, "prompt_token_ids", list(prompt_ids))  # noqa: B010
+        usage = completion.usage
+        return PolicyTurn(
+            choice, Usage(usage.prompt_tokens, usage.completion_tokens) if usage else None
+        )
+
+
+class OpenAIClients:
+    """One AsyncOpenAI client per (base URL, key), kept across groups."""
+
+    def __init__(self, settings: RolloutSettings) -> None:
+        self._settings = settings
+        self._clients: dict[tuple[str, str], AsyncOpenAI] = {}
+
+    def policy(self, task: rollout_pb2.GroupTask, api_key: str) -> OpenAIPolicy:
+        key = (task.model_base_url, api_key)
+        client = self._clients.get(key)
+        if client is None:
+            # Retries with backoff ride out a trainer restart (its endpoint comes back,
+            # serving the same policy) instead of failing every episode in flight.
+            client = AsyncOpenAI(
+                base_url=task.model_base_url,
+                api_key=api_key,
+                max_retries=self._settings.model_retries,
+            )
+            self._clients[key] = client
+        return OpenAIPolicy(
+            client,
+            model=task.policy,
+            temperature=task.temperature,
+            max_tokens=task.max_tokens,
+            timeout_s=self._settings.model_timeout_s,
+        )
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+# ---------------------------------------------------------------- workspace
+@asynccontextmanager
+async def _lost_replica() -> AsyncIterator[None]:
+    """A call that failed because the replica is gone becomes WorkspaceLost."""
+    try:
+        yield
+    except grpc.aio.AioRpcError as exc:
+        if is_replica_lost(exc):
+            raise WorkspaceLost(describe(exc)) from exc
+        raise
+
+
+class GrpcWorkspace:
+    """A sandbox session; every call goes to the replica that holds it."""
+
+    def __init__(self, session: SandboxSession) -> None:
+        self._session = session
+        self._id = session.session_id
+
+    async def exec(self, command: str, *, timeout_s: float) -> sandbox_pb2.ExecResult:
+        request = sandbox_pb2.ExecRequest(session_id=self._id, command=command, timeout_s=timeout_s)
+        async with _lost_replica():
+            result: sandbox_pb2.ExecResult = await self._session.stub.Exec(
+                request, timeout=timeout_s + _RPC_SLACK_S
+            )
+        return result
+
+    async def write_files(self, files: Mapping[str, str | bytes]) -> None:
+        request = sandbox_pb2.WriteFilesRequest(session_id=self._id, files=_files(files))
+        async with _lost_replica():
+            await self._session.stub.WriteFiles(request, timeout=_RPC_SLACK_S)
+
+    async def read_file(self, path: str, *, max_bytes: int = 0) -> bytes:
+        request = sandbox_pb2.ReadFileRequest(session_id=self._id, path=path, max_bytes=max_bytes)
+        async with _lost_replica():
+            reply = await self._session.stub.ReadFile(request, timeout=_RPC_SLACK_S)
+        return bytes(reply.content)
+
+    async def run_tests(self, command: str = "", *, timeout_s: float) -> SuiteRun:
+        request = sandbox_pb2.RunTestsRequest(
+            session_id=self._id, command=command, timeout_s=timeout_s
+        )
+        async with _lost_replica():
+            r = await self._session.stub.RunTests(request, timeout=timeout_s + _RPC_SLACK_S)
+        return SuiteRun(r.passed, r.failed, r.errored, r.total, r.exit_code, r.timed_out, r.output)
+
+    async def check(self, command: str, *, timeout_s: float) -> bool:
+        result = await self.exec(command, timeout_s=timeout_s)
+        return result.exit_code == 0 and not result.timed_out
+
+    async def close(self) -> None:
+        async with _lost_replica():
+            await self._session.close()
+
+
+def _files(files: Mapping[str, str | bytes]) -> list[sandbox_pb2.File]:
+    return [
+        sandbox_pb2.File(
+            path=path, content=content.encode() if isinstance(content, str) else content
+        )
+        for path, content in files.items()
+    ]
+
+
+class GrpcWorkspaces:
+    def __init__(self, router: SandboxRouter) -> None:
+        self._router = router
+
+    async def open(self, spec: WorkspaceSpec) -> GrpcWorkspace:
+        request = sandbox_pb2.CreateSessionRequest(
+            image=spec.image, network=spec.network, job_id=spec.job_id, files=_files(spec.files)
+        )
+        async with _lost_replica():
+            session = await self._router.create_session(request, deadline_s=_CREATE_DEADLINE_S)
+        return GrpcWorkspace(session)
+
+
+# ---------------------------------------------------------------- reward
+class GrpcRewardClient:
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._stub = reward_pb2_grpc.RewardStub(channel)
+
+    async def score(
+        self, group: pb.TrajectoryGroup, episodes: Sequence[pb.Episode], spec: pb.RewardSpec
+    ) -> reward_pb2.ScoreGroupResponse:
+        request = reward_pb2.ScoreGroupRequest(group=group, episodes=episodes, spec=spec)
+        reply: reward_pb2.ScoreGroupResponse = await self._stub.ScoreGroup(
+            request, timeout=_SCORE_DEADLINE_S
+        )
+        return reply
+
+
+# ---------------------------------------------------------------- all three
+async def connect(settings: RolloutSettings) -> Connections:
+    """Opens the fleet's connections on the running loop (channels are per loop)."""
+    token = settings.api_token.get_secret_value()
+    router = SandboxRouter(settings.sandbox_target, token)
+    channel = aio_channel(settings.reward_target, token)
+    clients = OpenAIClients(settings)
+
+    async def close() -> None:
+        await asyncio.gather(
+            clients.close(), router.close(), channel.close(), return_exceptions=True
+        )
+
+    return Connections(clients, GrpcWorkspaces(router), GrpcRewardClient(channel), close)

@@ -1,0 +1,129 @@
+"""The rollout's I/O edges as small protocols: the policy, the workspace, the reward service.
+
+The episode loop and the group runner see only these; the OpenAI and gRPC adapters live
+in `adapters.py`, and tests drive the loop with in-process implementations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from openai.types.chat.chat_completion import Choice
+
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import reward_pb2, rollout_pb2
+from artfleet_rollout.agent import ExecResultLike
+
+# ---------------------------------------------------------------- policy
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def context_tokens(self) -> int:
+        """What the conversation occupies once this answer is appended."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class PolicyTurn:
+    """One sampled assistant turn: an OpenAI `Choice` with token logprobs (and, where the
+    server returns them, vLLM token ids in its extra fields), and the token usage."""
+
+    choice: Choice
+    usage: Usage | None = None
+
+
+class Policy(Protocol):
+    """The model being trained, with the task's sampling settings bound."""
+
+    async def complete(
+        self, messages: Sequence[Any], *, tools: Sequence[Any] | None = None
+    ) -> PolicyTurn: ...
+
+
+class Policies(Protocol):
+    def policy(self, task: rollout_pb2.GroupTask, api_key: str) -> Policy:
+        """The task's policy endpoint (`model_base_url`, `policy`) called with `api_key`."""
+        ...
+
+
+# ---------------------------------------------------------------- workspace
+
+
+class WorkspaceLost(ConnectionError):
+    """The workspace is gone with the machine that held it: the episode may start again."""
+
+
+@dataclass(frozen=True)
+class WorkspaceSpec:
+    """What a new workspace starts from."""
+
+    job_id: str
+    files: Mapping[str, str]
+    image: str = ""
+    network: bool = False
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """What a test run reported (passed, failed, ... as the sandbox counted them)."""
+
+    passed: int
+    failed: int
+    errored: int
+    total: int
+    exit_code: int
+    timed_out: bool
+    output: str = ""
+
+
+class Workspace(Protocol):
+    """One episode's sandbox session. Methods raise WorkspaceLost when it is gone."""
+
+    async def exec(self, command: str, *, timeout_s: float) -> ExecResultLike: ...
+
+    async def write_files(self, files: Mapping[str, str | bytes]) -> None: ...
+
+    async def read_file(self, path: str, *, max_bytes: int = 0) -> bytes: ...
+
+    async def run_tests(self, command: str = "", *, timeout_s: float) -> SuiteRun: ...
+
+    async def check(self, command: str, *, timeout_s: float) -> bool:
+        """Runs the scenario's check: True when it exits 0 within the time limit."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Workspaces(Protocol):
+    async def open(self, spec: WorkspaceSpec) -> Workspace: ...
+
+
+# ---------------------------------------------------------------- reward
+
+
+class RewardClient(Protocol):
+    async def score(
+        self, group: pb.TrajectoryGroup, episodes: Sequence[pb.Episode], spec: pb.RewardSpec
+    ) -> reward_pb2.ScoreGroupResponse:
+        """Scores `group` (sent without token logprobs or ids); `episodes` are parallel."""
+        ...
+
+
+# ---------------------------------------------------------------- all three
+
+
+@dataclass(frozen=True)
+class Connections:
+    """What a group runner holds from start() to stop()."""
+
+    policies: Policies
+    workspaces: Workspaces
+    reward: RewardClient
+    close: Callable[[], Awaitable[None]]
