@@ -24,7 +24,7 @@ def test_proto_round_trip_keeps_every_field() -> None:
         steps=7,
         temperature=0.0,
         seed=0,
-        reward=[ScorerModel(name="process", weight=2.0, params={"a": 1})],
+        reward=[ScorerModel(name="process", weight=2.0, params={"timeout": -0.1})],
     )
     assert spec_from_proto(spec_to_proto(spec)) == spec
 
