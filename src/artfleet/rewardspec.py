@@ -73,18 +73,17 @@ _MESSAGES = {
     "extra_forbidden": "unknown key",
     "string_type": "must be a string",
     "string_too_short": "must be a non-empty string",
-    "float_type": "must be a finite number",
-    "float_parsing": "must be a finite number",
-    "finite_number": "must be a finite number",
-    "int_type": "must be an integer",
-    "int_parsing": "must be an integer",
-    "int_from_float": "must be an integer",
-    "bool_type": "must be true or false",
-    "bool_parsing": "must be true or false",
-    "dict_type": "must be an object",
-    "model_type": "must be an object",
-    "model_attributes_type": "must be an object",
     "list_type": "must be a list",
+    **dict.fromkeys(("float_type", "float_parsing", "finite_number"), "must be a finite number"),
+    **dict.fromkeys(("int_type", "int_parsing", "int_from_float"), "must be an integer"),
+    **dict.fromkeys(("bool_type", "bool_parsing"), "must be true or false"),
+    **dict.fromkeys(("dict_type", "model_type", "model_attributes_type"), "must be an object"),
+}
+_BOUNDS = {
+    "greater_than": (">", "gt"),
+    "greater_than_equal": (">=", "ge"),
+    "less_than": ("<", "lt"),
+    "less_than_equal": ("<=", "le"),
 }
 
 
@@ -100,10 +99,9 @@ def _describe(error: Any) -> tuple[tuple[str | int, ...], str]:
     kind = error["type"]
     if kind == "literal_error":
         return loc, f"must be one of: {ctx.get('expected', '')}"
-    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        sign = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<"}.get(kind, "<=")
-        bound = next(iter(v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le")), "")
-        return loc, f"must be {sign} {bound}"
+    if kind in _BOUNDS:
+        sign, key = _BOUNDS[kind]
+        return loc, f"must be {sign} {ctx.get(key)}"
     return loc, _MESSAGES.get(kind, str(error["msg"]))
 
 

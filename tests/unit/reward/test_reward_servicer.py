@@ -207,6 +207,45 @@ async def test_group_policies_answer_no_scores_and_say_why(
     assert _value(registry, "artfleet_reward_dropped_total", scorer="judge", action=policy) == 1
 
 
+async def test_drop_trajectory_of_one_keeps_the_others_in_order(servicer: RewardServicer) -> None:
+    # The judge only sees trajectory 0 (its check passed), fails, and drops it.
+    spec = _failing_judge("drop_trajectory")
+    spec.scorers[1].gate.CopyFrom(pb.Gate(scorer="task_check"))
+    request = _request(spec=spec)
+    response = await servicer.ScoreGroup(request, None)
+    assert [s.dropped for s in response.scores] == [True, False]
+    assert list(response.outcome.dropped) == [0]
+    assert [f.trajectory for f in response.outcome.failures] == [0]
+    assert response.scores[1].components["judge"] == 0.0  # gated out, not failed
+    [kept] = apply_scores(request.group, response).trajectories
+    assert list(kept.logs) == ["t1"] and kept.reward == response.scores[1].reward
+
+
+async def test_independent_reward_travels_in_the_scores(
+    servicer: RewardServicer,
+) -> None:
+    # RULER replaces the reward (combine: replace); its judge is down and scores 0, so the
+    # reward is 0 and the other scorers' weighted sum is the independent reward.
+    spec = _failing_judge("zero")
+    spec.scorers[0].weight = 2.0
+    spec.scorers[1].name = "ruler"
+    request = _request(spec=spec)
+    response = await servicer.ScoreGroup(request, None)
+    assert [s.reward for s in response.scores] == [0.0, 0.0]
+    assert [s.independent_reward for s in response.scores] == [2.0, 0.0]
+    applied = apply_scores(request.group, response)
+    assert [t.metrics["independent_reward"].float_value for t in applied.trajectories] == [
+        2.0,
+        0.0,
+    ]
+
+
+def test_apply_scores_refuses_scores_of_another_group() -> None:
+    response = reward_pb2.ScoreGroupResponse(scores=[reward_pb2.TrajectoryScore(reward=1.0)])
+    with pytest.raises(ValueError, match="1 scores for 2 trajectories"):
+        apply_scores(_request(2).group, response)
+
+
 def test_build_servicer(registry: CollectorRegistry) -> None:
     settings = RewardSettings(api_token=SecretStr("a-real-test-token"))
     servicer = build_servicer(settings, RewardMetrics(registry))
