@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from artfleet.cli.jobs import load_spec
 from artfleet.errors import InvalidArgument
 from artfleet.jobspec import (
     JobSpecModel,
@@ -15,6 +16,7 @@ from artfleet.jobspec import (
     spec_to_proto,
     validate_spec,
 )
+from artfleet.rewardspec import JudgeParams, ProcessParams, RulerParams
 from artfleet.v1 import common_pb2 as pb
 
 
@@ -24,7 +26,7 @@ def test_proto_round_trip_keeps_every_field() -> None:
         steps=7,
         temperature=0.0,
         seed=0,
-        reward=[ScorerModel(name="process", weight=2.0, params={"a": 1})],
+        reward=[ScorerModel(name="process", weight=2.0, params={"timeout": -0.1})],
     )
     assert spec_from_proto(spec_to_proto(spec)) == spec
 
@@ -110,3 +112,99 @@ def test_cli_unreachable_trainer_is_exit_1() -> None:
     result = _cli("jobs", "list", "--target", "127.0.0.1:1")
     assert result.returncode == 1
     assert "cannot reach the trainer" in result.stderr and "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------- the reward part
+
+
+def test_weight_zero_stays_zero_through_yaml_and_proto(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("reward:\n  - name: process\n    weight: 0\n  - name: task_check\n")
+    spec = load_spec(job, {})
+    assert [s.weight for s in spec.reward] == [0.0, 1.0]
+    message = spec_to_proto(spec)
+    zero, default = message.reward.scorers
+    assert zero.HasField("weight") and zero.weight == 0.0  # explicit: not "unset"
+    assert default.HasField("weight") and default.weight == 1.0
+    assert spec_from_proto(message).reward[0].weight == 0.0
+
+
+def test_an_unset_weight_is_one() -> None:
+    message = pb.JobSpec(reward=pb.RewardSpec(scorers=[pb.ScorerSpec(name="tests")]))
+    assert spec_from_proto(message).reward[0].weight == 1.0
+    assert validate_spec({"reward": [{"name": "tests"}]}).reward[0].weight == 1.0
+
+
+def test_builtin_params_come_back_typed_with_their_defaults() -> None:
+    spec = validate_spec(
+        {
+            "reward": [
+                {"name": "ruler", "params": {"judge": "policy"}},
+                {"name": "judge", "params": {"judge": {"base_url": "http://j/v1", "model": "m"}}},
+                {"name": "process", "params": {"timeout": -0.5}},
+                {"name": "my_bonus", "params": {"anything": [1, 2]}},  # custom: the service checks
+            ]
+        }
+    )
+    ruler, judge, process, custom = (s.options() for s in spec.reward)
+    assert isinstance(ruler, RulerParams) and ruler.max_tokens == 512 and ruler.bounded
+    assert ruler.combine == "replace" and ruler.rubric is None  # None: ART's rubric
+    assert isinstance(judge, JudgeParams) and judge.max_tokens == 256 and not judge.bounded
+    assert isinstance(process, ProcessParams)
+    assert (process.timeout, process.valid_command) == (-0.5, 0.01)
+    assert custom is None
+    assert spec.reward[2].params == {"timeout": -0.5}  # params stay as written
+
+
+JUDGE = {"base_url": "http://judge/v1", "model": "m"}
+
+
+@pytest.mark.parametrize(
+    ("reward", "field", "message"),
+    [
+        (
+            [{"name": "process"}, {"name": "ruler", "params": {"judge": {"base_url": "http://x"}}}],
+            "reward[1].params.judge.model",
+            "is required",
+        ),
+        ([{"name": "ruler", "params": {"judge": "me"}}], "reward[0].params.judge", "object"),
+        (
+            [{"name": "judge", "params": {"judge": {**JUDGE, "api_key_env": "not a name"}}}],
+            "reward[0].params.judge.api_key_env",
+            "environment variable",
+        ),
+        ([{"name": "process", "params": {"bonus": 1}}], "reward[0].params.bonus", "known: "),
+        ([{"name": "process", "params": {"timeout": True}}], "reward[0].params.timeout", "number"),
+        ([{"name": "task_check", "params": {"x": 1}}], "reward[0].params.x", "no parameters"),
+        (
+            [{"name": "judge", "params": {"judge": "policy", "max_tokens": 0}}],
+            "reward[0].params.max_tokens",
+            "an integer in [1, 32768]",
+        ),
+        ([{"name": "mcp_evaluate"}], "reward[0].params.server", "is required"),
+        (
+            [{"name": "tests"}, {"name": "process", "gate": {"scorer": "judge"}}],
+            "reward[1].gate.scorer",
+            "not a scorer listed before",
+        ),
+        ([{"name": "tests"}, {"name": "tests"}], "reward[1].name", "listed twice"),
+        ([{"name": ""}], "reward[0].name", "known: judge, mcp_evaluate"),
+        ([{"name": "tests", "weight": float("inf")}], "reward[0].weight", "finite"),
+        ([{"name": "tests", "weight": "2"}], "reward[0].weight", "number"),
+    ],
+)
+def test_reward_mistakes_name_the_field(
+    reward: list[dict[str, object]], field: str, message: str
+) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        validate_spec({"reward": reward})
+    assert info.value.field == field
+    assert message in str(info.value) and str(info.value).startswith(f"{field}: ")
+
+
+def test_the_trainer_rejects_the_same_reward_mistakes_from_proto() -> None:
+    scorer = pb.ScorerSpec(name="ruler", params_json=json.dumps({"judge": {"model": "m"}}))
+    message = pb.JobSpec(reward=pb.RewardSpec(scorers=[pb.ScorerSpec(name="tests"), scorer]))
+    with pytest.raises(InvalidArgument) as info:
+        spec_from_proto(message)
+    assert info.value.field == "reward[1].params.judge.base_url"

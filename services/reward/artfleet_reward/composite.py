@@ -1,9 +1,10 @@
 """Composite rewards: run a resolved spec's scorers over a group, in order, and combine.
 
 reward = clip_total(Σ weight × clip(value)) (a replacing RULER: its term alone, see
-_totals); a gated scorer only sees the trajectories
-whose earlier scorer passed the gate (the others get 0 from it). A failure applies the
-failing scorer's policy: zero (score 0), drop_trajectory, drop_group, or fail_job.
+_totals); a weight of 0 keeps the scorer's component but adds nothing. A gated scorer
+only sees the trajectories whose earlier scorer passed the gate (the others get 0 from
+it). A failure applies the failing scorer's policy: zero (score 0), drop_trajectory,
+drop_group, or fail_job.
 Scorers run one after another: a gate needs the values of the scorers before it.
 """
 
@@ -14,6 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from artfleet.rewardspec import DROP_GROUP, DROP_TRAJECTORY, FAIL_JOB
 from artfleet.v1 import common_pb2 as pb
 
 from .scorers.base import (
@@ -25,7 +27,7 @@ from .scorers.base import (
     Scored,
     ScorerError,
 )
-from .spec import DROP_GROUP, DROP_TRAJECTORY, FAIL_JOB, Entry, ResolvedSpec
+from .spec import Entry, ResolvedSpec
 
 GROUP = -1  # `trajectory` of a failure that concerns the whole group
 

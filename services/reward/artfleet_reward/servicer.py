@@ -1,7 +1,7 @@
-"""The Reward gRPC service: scores a group's trajectories and returns the group with
-each trajectory's `reward` set, after the spec's failure policies have acted on it.
-The process entrypoint (auth, health, metrics endpoint) is the shared one; it only
-needs `build_servicer`."""
+"""The Reward gRPC service: scores a group's trajectories and answers one typed score
+per trajectory and the outcome of the spec's failure policies (dropped trajectories, a
+dropped group, a failed job), never a copy of the group. The process entrypoint (auth,
+health, metrics endpoint) is the shared one; it only needs `build_servicer`."""
 
 from __future__ import annotations
 
@@ -11,23 +11,22 @@ from typing import Any, NoReturn
 import grpc
 
 from artfleet.errors import InvalidArgument
-from artfleet.rewards import FAIL_JOB_EXCEPTION, GROUP_DROPPED_EXCEPTION
+from artfleet.rewardspec import DROP_GROUP, DROP_TRAJECTORY, FAIL_JOB, InvalidSpec
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc
 
 from .composite import GROUP, GroupOutcome, score_group
 from .metrics import TOTAL, RewardMetrics, default_metrics
-from .scorers.base import GroupContext, InvalidSpec, Runtime
+from .scorers.base import GroupContext, Runtime
 from .scorers.llm import JudgeCache
 from .settings import RewardSettings
-from .spec import DROP_GROUP, DROP_TRAJECTORY, FAIL_JOB, resolve_spec
+from .spec import resolve_spec
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "artfleet.v1.Reward"
 # `scorer` label of failures that happen before any scorer runs. User-given scorer names
 # are never used as labels: only names the registry knows get that far.
 _REQUEST_LABEL = "request"
-_METRIC_PREFIX = "reward_"  # trajectory metrics `reward_<scorer>` = unweighted component
 
 
 async def _abort(context: Any, code: grpc.StatusCode, message: str) -> NoReturn:
@@ -58,7 +57,7 @@ class RewardServicer(reward_pb2_grpc.RewardServicer):
         ctx = GroupContext(request.group.trajectories, request.episodes, spec.policy, self._runtime)
         outcome = await score_group(spec, ctx)
         self._observe(outcome)
-        return _response(request, outcome)
+        return _response(outcome)
 
     def _observe(self, outcome: GroupOutcome) -> None:
         for failure in outcome.failures:
@@ -111,56 +110,39 @@ class RewardServicer(reward_pb2_grpc.RewardServicer):
                 await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
 
-def _response(
-    request: reward_pb2.ScoreGroupRequest, outcome: GroupOutcome
-) -> reward_pb2.ScoreGroupResponse:
-    """The group as the failure policies left it (see reward.proto)."""
+def _response(outcome: GroupOutcome) -> reward_pb2.ScoreGroupResponse:
+    """Scores parallel to the request's trajectories, and what the failure policies decided
+    (see reward.proto): the caller applies them to its own group, which never travels back."""
     response = reward_pb2.ScoreGroupResponse(
-        group_dropped=outcome.group_dropped, fail_job=outcome.fail_job
+        outcome=pb.RewardOutcome(
+            dropped=[i for i, t in enumerate(outcome.trajectories) if t.dropped],
+            group_dropped=outcome.group_dropped,
+            fail_job=outcome.fail_job,
+            failures=[
+                pb.ScorerFailure(
+                    scorer=f.scorer,
+                    type=f.type,
+                    message=f.message,
+                    trajectory=f.trajectory,
+                    action=f.action,
+                )
+                for f in outcome.failures
+            ],
+        )
     )
-    for f in outcome.failures:
-        response.failures.add(
-            scorer=f.scorer,
-            type=f.type,
-            message=f.message,
-            trajectory=f.trajectory,
-            action=f.action,
-        )
-    response.group.CopyFrom(request.group)
     if outcome.stopped:
-        del response.group.trajectories[:]
-        kind = FAIL_JOB_EXCEPTION if outcome.fail_job else GROUP_DROPPED_EXCEPTION
-        reason = outcome.fail_job or "; ".join(
-            f"{f.scorer} ({f.type}): {f.message}" for f in outcome.failures
+        return response  # no score of this group may be used
+    for result in outcome.trajectories:
+        score = response.scores.add(
+            reward=result.reward,
+            components=result.components,
+            dropped=result.dropped,
+            metrics=result.metrics,
+            logs=result.logs,
         )
-        response.group.exceptions.add(type=kind, message=reason)
-        return response
-    kept = []
-    for i, (trajectory, result) in enumerate(
-        zip(response.group.trajectories, outcome.trajectories, strict=True)
-    ):
-        if result.dropped:
-            response.dropped.append(i)
-            continue
-        _fill(trajectory, result)
-        response.scores.add(reward=result.reward, components=result.components)
-        kept.append(trajectory)
-    if response.dropped:
-        del response.group.trajectories[:]
-        response.group.trajectories.extend(kept)
+        if result.independent_reward is not None:
+            score.independent_reward = result.independent_reward
     return response
-
-
-def _fill(trajectory: pb.Trajectory, result: Any) -> None:
-    trajectory.reward = result.reward
-    for name, value in result.components.items():
-        # Components as trajectory metrics: ART logs them per step for free.
-        trajectory.metrics[_METRIC_PREFIX + name].float_value = value
-    for name, value in result.metrics.items():
-        trajectory.metrics[name].float_value = value
-    if result.independent_reward is not None:
-        trajectory.metrics["independent_reward"].float_value = result.independent_reward
-    trajectory.logs.extend(result.logs)
 
 
 def build_servicer(

@@ -1,29 +1,29 @@
-"""A job's reward spec, checked and resolved: which scorers, their weights, gates, clips
-and failure policies. Every mistake raises InvalidSpec naming the field as the job spec
-spells it (`reward[1].params.judge.model`, `reward[2].gate.scorer`, `reward_clip`)."""
+"""A job's reward spec, resolved into scorers. The spec itself (defaults, built-in
+params, gates, clips, failure policies) is validated by the shared model
+(artfleet.rewardspec); this adds what only the service knows: the scorers its registry
+holds (custom entry points included) and its environment (a judge's key variable). Every
+mistake raises InvalidSpec naming the field as the job spec spells it
+(`reward[1].params.judge.model`, `reward[2].gate.scorer`, `reward_clip`)."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from typing import Any
 
+from artfleet.rewardspec import (
+    DEFAULT_GATE_MIN,
+    DEFAULT_ON_ERROR,
+    SPEC_FIELD,
+    InvalidSpec,
+    RangeModel,
+    RewardSpecModel,
+    ScorerModel,
+    reward_from_proto,
+)
 from artfleet.v1 import common_pb2 as pb
 
 from .scorers import registry
-from .scorers.base import InvalidSpec, Scorer, number
-
-DEFAULT_SCORERS = ("process", "task_check")
-SPEC_FIELD = "reward"  # job specs name the list `reward` (see artfleet.jobspec)
-TOTAL_CLIP_FIELD = "reward_clip"
-
-ZERO, DROP_TRAJECTORY, DROP_GROUP, FAIL_JOB = "zero", "drop_trajectory", "drop_group", "fail_job"
-ON_ERROR = (ZERO, DROP_TRAJECTORY, DROP_GROUP, FAIL_JOB)
-# ART's habit: a group whose judge failed is left out of the step (ruler_score_group with
-# swallow_exceptions returns None) rather than trained on made-up rewards.
-DEFAULT_ON_ERROR = DROP_GROUP
-DEFAULT_GATE_MIN = 1.0
+from .scorers.base import Scorer
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Gate:
 @dataclass(frozen=True)
 class Entry:
     name: str
-    weight: float
+    weight: float  # 0: computed and logged, not counted
     scorer: Scorer
     on_error: str = DEFAULT_ON_ERROR
     gate: Gate | None = None
@@ -69,69 +69,43 @@ class ResolvedSpec:
         return [e.name for e in self.entries]
 
 
-def _params(spec: pb.ScorerSpec, field: str) -> dict[str, Any]:
-    if not spec.params_json.strip():
-        return {}
-    try:
-        params = json.loads(spec.params_json)
-    except json.JSONDecodeError as exc:
-        raise InvalidSpec(field, f"not JSON: {exc}") from None
-    if not isinstance(params, dict):
-        raise InvalidSpec(field, "must be a JSON object")
-    return params
+def _clip(value: RangeModel | None) -> Clip | None:
+    return None if value is None else Clip(value.min, value.max)
 
 
-def _clip(message: pb.Range, field: str) -> Clip:
-    low = number(message.min, f"{field}.min") if message.HasField("min") else None
-    high = number(message.max, f"{field}.max") if message.HasField("max") else None
-    if low is not None and high is not None and low > high:
-        raise InvalidSpec(field, f"min {low:g} is above max {high:g}")
-    return Clip(low, high)
-
-
-def _gate(message: pb.Gate, field: str, earlier: list[str]) -> Gate:
-    if message.scorer not in earlier:
-        listed = ", ".join(earlier) or "none"
-        raise InvalidSpec(
-            f"{field}.scorer",
-            f"{message.scorer!r} is not a scorer listed before this one (listed: {listed})",
-        )
-    low = number(message.min, f"{field}.min") if message.HasField("min") else DEFAULT_GATE_MIN
-    return Gate(message.scorer, low)
-
-
-def _entry(spec: pb.ScorerSpec, field: str, earlier: list[str]) -> Entry:
+def _entry(spec: ScorerModel, field: str) -> Entry:
     scorers = registry()
     definition = scorers.get(spec.name)
     if definition is None:
         known = ", ".join(sorted(scorers))
         raise InvalidSpec(f"{field}.name", f"unknown scorer {spec.name!r}; known: {known}")
-    if spec.name in earlier:
-        # Components are keyed by scorer name: a second entry would overwrite the first.
-        raise InvalidSpec(f"{field}.name", f"scorer {spec.name!r} is listed twice")
-    weight = number(spec.weight, f"{field}.weight") or 1.0  # proto3: 0 = unset = 1.0
-    on_error = spec.on_error or DEFAULT_ON_ERROR
-    if on_error not in ON_ERROR:
-        raise InvalidSpec(f"{field}.on_error", f"must be one of: {', '.join(ON_ERROR)}")
-    scorer = definition.configure(_params(spec, f"{field}.params"), f"{field}.params")
+    gate = spec.gate
     return Entry(
         name=spec.name,
-        weight=weight,
-        scorer=scorer,
-        on_error=on_error,
-        gate=_gate(spec.gate, f"{field}.gate", earlier) if spec.HasField("gate") else None,
-        clip=_clip(spec.clip, f"{field}.clip") if spec.HasField("clip") else None,
+        weight=spec.weight,
+        scorer=definition.build(spec.params, f"{field}.params"),
+        on_error=spec.on_error,
+        gate=None if gate is None else Gate(gate.scorer, gate.min),
+        clip=_clip(spec.clip),
     )
+
+
+def resolve_model(
+    spec: RewardSpecModel, policy: pb.PolicyEndpoint | None = None, prefix: str = SPEC_FIELD
+) -> ResolvedSpec:
+    entries = [_entry(s, f"{prefix}[{i}]") for i, s in enumerate(spec.reward)]
+    return ResolvedSpec(entries, _clip(spec.reward_clip), policy)
 
 
 def resolve_spec(spec: pb.RewardSpec | None, prefix: str = SPEC_FIELD) -> ResolvedSpec:
     """Validates a reward spec; an empty scorer list means the default [process, task_check]."""
     if spec is None:
         spec = pb.RewardSpec()
-    messages = list(spec.scorers) or [pb.ScorerSpec(name=n) for n in DEFAULT_SCORERS]
-    entries: list[Entry] = []
-    for i, message in enumerate(messages):
-        entries.append(_entry(message, f"{prefix}[{i}]", [e.name for e in entries]))
-    clip = _clip(spec.clip, TOTAL_CLIP_FIELD) if spec.HasField("clip") else None
+    try:
+        model = reward_from_proto(spec)
+    except InvalidSpec as exc:
+        if prefix == SPEC_FIELD or not exc.field.startswith(f"{SPEC_FIELD}["):
+            raise
+        raise InvalidSpec(prefix + exc.field.removeprefix(SPEC_FIELD), exc.reason) from None
     policy = spec.policy if spec.HasField("policy") else None
-    return ResolvedSpec(entries, clip, policy)
+    return resolve_model(model, policy, prefix)

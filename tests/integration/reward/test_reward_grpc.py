@@ -53,17 +53,17 @@ def _request(spec: pb.RewardSpec | None = None) -> reward_pb2.ScoreGroupRequest:
 
 async def test_score_group_sets_rewards(stub: reward_pb2_grpc.RewardStub) -> None:
     response = await stub.ScoreGroup(_request(), timeout=10)
-    solved, unsolved = response.group.trajectories
+    solved, unsolved = response.scores
     assert solved.reward == pytest.approx(0.01 + 0.02 + 0.03 + 1.0, abs=1e-12)
     assert unsolved.reward == pytest.approx(-0.05, abs=1e-12)
-    assert [s.reward for s in response.scores] == [solved.reward, unsolved.reward]
-    assert set(response.scores[0].components) == {"process", "task_check"}
+    assert set(solved.components) == {"process", "task_check"}
+    assert response.outcome == pb.RewardOutcome()
 
 
 async def test_weighted_spec(stub: reward_pb2_grpc.RewardStub) -> None:
     spec = pb.RewardSpec(scorers=[pb.ScorerSpec(name="task_check", weight=3.0)])
     response = await stub.ScoreGroup(_request(spec), timeout=10)
-    assert [t.reward for t in response.group.trajectories] == [3.0, 0.0]
+    assert [s.reward for s in response.scores] == [3.0, 0.0]
 
 
 async def test_bad_spec_is_invalid_argument(stub: reward_pb2_grpc.RewardStub) -> None:
@@ -106,7 +106,7 @@ async def test_gates_and_policies_through_grpc(stub: reward_pb2_grpc.RewardStub)
         clip=pb.Range(max=2.05),
     )
     response = await stub.ScoreGroup(_request(spec), timeout=10)
-    assert [t.reward for t in response.group.trajectories] == [2.05, 0.0]
+    assert [s.reward for s in response.scores] == [2.05, 0.0]
     assert [s.components["process"] for s in response.scores] == [
         pytest.approx(0.06, abs=1e-12),
         0.0,

@@ -158,14 +158,14 @@ async def test_ruler_with_the_policy_as_judge(judge: Judge) -> None:
     start = time.monotonic()
     response = await judge.stub.ScoreGroup(request, timeout=120)
     elapsed = time.monotonic() - start
-    assert not response.failures and not response.fail_job
+    assert not response.outcome.failures and not response.outcome.fail_job
     independent = [2.0, 0.0]  # task_check x 2: what the reward would be without RULER
-    for trajectory, kept in zip(response.group.trajectories, independent, strict=True):
-        ruler = trajectory.metrics["ruler_score"].float_value
+    for score, kept in zip(response.scores, independent, strict=True):
+        ruler = score.metrics["ruler_score"]
         assert 0.0 <= ruler <= 1.0
-        assert trajectory.reward == pytest.approx(ruler)  # RULER's score replaces the reward
-        assert trajectory.metrics["independent_reward"].float_value == kept
-        assert any(line.startswith("RULER explanation") for line in trajectory.logs)
+        assert score.reward == pytest.approx(ruler)  # RULER's score replaces the reward
+        assert score.HasField("independent_reward") and score.independent_reward == kept
+        assert any(line.startswith("RULER explanation") for line in score.logs)
     seconds = judge.registry.get_sample_value(
         "artfleet_reward_judge_seconds_count", {"scorer": "ruler"}
     )
@@ -180,12 +180,10 @@ async def test_absolute_judge_with_cache(judge: Judge) -> None:
     start = time.monotonic()
     first = await judge.stub.ScoreGroup(request, timeout=120)
     elapsed = time.monotonic() - start
-    assert not first.failures
-    assert all(0.0 <= t.reward <= 1.0 for t in first.group.trajectories)
+    assert not first.outcome.failures
+    assert all(0.0 <= s.reward <= 1.0 for s in first.scores)
     again = await judge.stub.ScoreGroup(request, timeout=30)  # same trajectories: cached
-    assert [t.reward for t in again.group.trajectories] == [
-        t.reward for t in first.group.trajectories
-    ]
+    assert [s.reward for s in again.scores] == [s.reward for s in first.scores]
 
     def cache(result: str) -> float | None:
         labels = {"scorer": "judge", "result": result}

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from artfleet import codec
 from artfleet.art_compat import art
+from artfleet.rewards import apply_scores
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2
 from artfleet_reward.metrics import RewardMetrics
@@ -71,13 +72,16 @@ async def test_replayed_tool_calls_are_evaluated(servicer: RewardServicer, regis
         _trajectory(["up", "sideways", "down"]),  # an invalid move is part of the episode: 0
     )
     response = await servicer.score(request)
-    assert [t.reward for t in response.group.trajectories] == [1.0, 0.5, 0.0]
-    assert not response.failures
-    first = response.group.trajectories[0]
-    assert first.metrics["mcp_done"].float_value == 1.0
-    assert first.metrics["mcp_replayed_calls"].float_value == 2.0
-    assert first.metrics["reward_mcp_evaluate"].float_value == 1.0
+    assert [s.reward for s in response.scores] == [1.0, 0.5, 0.0]
+    assert not response.outcome.failures
+    first = response.scores[0]
+    assert first.metrics["mcp_done"] == 1.0
+    assert first.metrics["mcp_replayed_calls"] == 2.0
+    assert first.components["mcp_evaluate"] == 1.0
     assert any(line.startswith("mcp_evaluate: reward 1") for line in first.logs)
+    applied = apply_scores(request.group, response).trajectories[0]
+    assert applied.metrics["reward_mcp_evaluate"].float_value == 1.0
+    assert applied.metrics["mcp_done"].float_value == 1.0
     assert registry.get_sample_value("artfleet_reward_mcp_seconds_count") == 3
 
 
@@ -91,7 +95,7 @@ async def test_seed_003_config_and_the_answer_as_argument(servicer: RewardServic
     }
     request = _request(params, _trajectory([], answer="7"), _trajectory([], answer="8"))
     response = await servicer.score(request)
-    assert [t.reward for t in response.group.trajectories] == [1.0, 0.0]
+    assert [s.reward for s in response.scores] == [1.0, 0.0]
 
 
 @pytest.mark.parametrize(("tool", "expected"), [("evaluate_text", 0.5), ("evaluate_number", 0.0)])
@@ -100,31 +104,32 @@ async def test_text_and_number_results(
 ) -> None:
     params = {"server": LOCAL, "setup": {"arguments": {"target": 2}}, "evaluate": tool}
     response = await servicer.score(_request(params, _trajectory(["up"])))
-    assert [t.reward for t in response.group.trajectories] == [expected]
+    assert [s.reward for s in response.scores] == [expected]
 
 
 async def test_failures_follow_the_policy(servicer: RewardServicer, registry: Any) -> None:
     broken = {"server": LOCAL, "evaluate": "broken_evaluate"}
     response = await servicer.score(_request(broken, _trajectory(["up"]), policy="zero"))
-    [failure] = response.failures
+    [failure] = response.outcome.failures
     assert (failure.scorer, failure.type) == ("mcp_evaluate", "error")
     assert "environment crashed" in failure.message
-    assert [t.reward for t in response.group.trajectories] == [0.0]
+    assert [s.reward for s in response.scores] == [0.0]
 
     missing = {"server": LOCAL, "evaluate": "grade"}
     response = await servicer.score(_request(missing, _trajectory(["up"]), _trajectory([])))
-    assert response.group_dropped and len(response.group.trajectories) == 0
-    assert "no tool 'grade'" in response.failures[0].message
+    assert response.outcome.group_dropped and len(response.scores) == 0
+    assert "no tool 'grade'" in response.outcome.failures[0].message
 
     dead = {"server": {"command": sys.executable, "args": [str(SERVER), "--exit"]}}
     request = _request(dead, _trajectory(["up"]), policy="drop_trajectory")
     response = await servicer.score(request)
-    assert list(response.dropped) == [0] and response.failures[0].type == "unavailable"
+    assert list(response.outcome.dropped) == [0] and response.scores[0].dropped
+    assert response.outcome.failures[0].type == "unavailable"
 
     slow = {"server": {"command": "sleep", "args": ["30"]}, "timeout_s": 1}
     response = await servicer.score(_request(slow, _trajectory([]), policy="fail_job"))
-    assert response.failures[0].type == "timeout"
-    assert response.fail_job.startswith("reward scorer 'mcp_evaluate' failed (timeout)")
+    assert response.outcome.failures[0].type == "timeout"
+    assert response.outcome.fail_job.startswith("reward scorer 'mcp_evaluate' failed (timeout)")
     value = registry.get_sample_value(
         "artfleet_reward_failures_total", {"scorer": "mcp_evaluate", "type": "timeout"}
     )

@@ -46,7 +46,7 @@ def _ctx(episodes: list[pb.Episode] | None = None) -> GroupContext:
 
 def _builtin(name: str, params: dict[str, Any] | None = None) -> Scorer:
     definition = next(d for d in EPISODE_SCORERS if d.name == name)
-    return definition.configure(params or {}, "params")
+    return definition.build(params or {}, "params")
 
 
 def _fragile(episode: pb.Episode) -> float:

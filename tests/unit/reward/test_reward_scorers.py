@@ -44,7 +44,7 @@ def _spec(*scorers: dict[str, Any]) -> pb.RewardSpec:
         scorers=[
             pb.ScorerSpec(
                 name=s["name"],
-                weight=s.get("weight", 0.0),
+                weight=s.get("weight"),  # absent = unset = the default
                 params_json=json.dumps(s["params"]) if "params" in s else "",
                 on_error=s.get("on_error", ""),
                 gate=pb.Gate(**s["gate"]) if "gate" in s else None,
@@ -262,7 +262,7 @@ SERVER = {"command": "python", "args": ["server.py"]}
         (
             [{"name": "process"}, {"name": "ruler", "params": {"judge": {"base_url": "http://x"}}}],
             "reward[1].params.judge.model",
-            "non-empty string",
+            "is required",
         ),
         (
             [{"name": "judge", "params": {"judge": {**JUDGE, "base_url": "ftp://x"}}}],
@@ -293,7 +293,7 @@ SERVER = {"command": "python", "args": ["server.py"]}
         (
             [{"name": "mcp_evaluate", "params": {"server": {"args": []}}}],
             "reward[0].params.server.command",
-            "non-empty",
+            "is required",
         ),
         (
             [{"name": "mcp_evaluate", "params": {"mcp_config": {"cloud": SERVER}}}],

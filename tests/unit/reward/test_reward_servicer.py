@@ -1,4 +1,5 @@
-"""RewardServicer without a network: rewards set on the group, errors and metrics."""
+"""RewardServicer without a network: typed scores and outcomes (no copy of the group),
+the verdict applied to the caller's group, errors and metrics."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
-from artfleet.rewards import fail_job_reason
+from artfleet.rewards import apply_scores
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2
 from artfleet_reward.metrics import RewardMetrics
@@ -69,23 +70,36 @@ def _value(registry: CollectorRegistry, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
-async def test_scores_and_sets_rewards(servicer: RewardServicer, registry: Any) -> None:
-    response = await servicer.ScoreGroup(_request(), FakeContext())
-    rewards = [t.reward for t in response.group.trajectories]
+async def test_scores_parallel_to_the_trajectories(servicer: RewardServicer, registry: Any) -> None:
+    request = _request()
+    response = await servicer.ScoreGroup(request, FakeContext())
+    rewards = [s.reward for s in response.scores]
     assert rewards == [pytest.approx(1.03, abs=1e-12), pytest.approx(0.03, abs=1e-12)]
-    assert [s.reward for s in response.scores] == rewards
     assert dict(response.scores[0].components) == {
         "process": pytest.approx(0.03, abs=1e-12),
         "task_check": 1.0,
     }
-    # The rest of the group travels back untouched; components become trajectory metrics.
-    assert [t.logs[0] for t in response.group.trajectories] == ["t0", "t1"]
-    assert list(response.group.logs) == ["group log"]
-    assert response.group.trajectories[1].metrics["reward_task_check"].float_value == 0.0
+    assert not any(s.dropped for s in response.scores)
+    assert not any(s.HasField("independent_reward") for s in response.scores)
+    assert response.outcome == pb.RewardOutcome()  # nothing failed, nothing dropped
+    # The caller applies the verdict to its own group: the rest of it is untouched, and
+    # components become trajectory metrics.
+    group = apply_scores(request.group, response)
+    assert [t.reward for t in group.trajectories] == rewards
+    assert [t.logs[0] for t in group.trajectories] == ["t0", "t1"]
+    assert list(group.logs) == ["group log"]
+    assert group.trajectories[0].metrics["reward_task_check"].float_value == 1.0
+    assert group.trajectories[1].metrics["reward_task_check"].float_value == 0.0
     assert _value(registry, "artfleet_reward_requests_total") == 1
     assert _value(registry, "artfleet_reward_score_count", scorer="total") == 2
     assert _value(registry, "artfleet_reward_score_count", scorer="process") == 2
     assert _value(registry, "artfleet_reward_scoring_seconds_count") == 1
+
+
+def test_the_response_carries_no_group() -> None:
+    fields = reward_pb2.ScoreGroupResponse.DESCRIPTOR.fields_by_name
+    assert "group" not in fields and set(fields) == {"scores", "outcome"}
+    assert not hasattr(reward_pb2.ScoreGroupResponse(), "group")
 
 
 async def test_empty_group(servicer: RewardServicer) -> None:
@@ -134,16 +148,20 @@ def _failing_judge(policy: str) -> pb.RewardSpec:
     )
 
 
-async def test_drop_trajectory_removes_them_from_the_group(
+async def test_drop_trajectory_flags_them_in_scores_and_outcome(
     servicer: RewardServicer, registry: Any
 ) -> None:
-    response = await servicer.ScoreGroup(_request(spec=_failing_judge("drop_trajectory")), None)
-    assert len(response.group.trajectories) == 0 and list(response.dropped) == [0, 1]
-    assert not response.group_dropped and not response.fail_job
-    assert [(f.scorer, f.type, f.trajectory) for f in response.failures] == [
-        ("judge", "unavailable", 0),
-        ("judge", "unavailable", 1),
+    request = _request(spec=_failing_judge("drop_trajectory"))
+    response = await servicer.ScoreGroup(request, None)
+    assert [s.dropped for s in response.scores] == [True, True]
+    outcome = response.outcome
+    assert list(outcome.dropped) == [0, 1]
+    assert not outcome.group_dropped and not outcome.fail_job
+    assert [(f.scorer, f.type, f.trajectory, f.action) for f in outcome.failures] == [
+        ("judge", "unavailable", 0, "drop_trajectory"),
+        ("judge", "unavailable", 1, "drop_trajectory"),
     ]
+    assert len(apply_scores(request.group, response).trajectories) == 0
     assert (
         _value(registry, "artfleet_reward_failures_total", scorer="judge", type="unavailable") == 2
     )
@@ -155,26 +173,77 @@ async def test_drop_trajectory_removes_them_from_the_group(
 
 
 async def test_zero_keeps_the_group(servicer: RewardServicer) -> None:
-    response = await servicer.ScoreGroup(_request(spec=_failing_judge("zero")), None)
-    assert [t.reward for t in response.group.trajectories] == [1.0, 0.0]
+    request = _request(spec=_failing_judge("zero"))
+    response = await servicer.ScoreGroup(request, None)
+    assert [s.reward for s in response.scores] == [1.0, 0.0]
     assert [s.components["judge"] for s in response.scores] == [0.0, 0.0]
-    assert len(response.failures) == 2
+    assert len(response.outcome.failures) == 2 and not response.outcome.dropped
+    assert not response.outcome.group_dropped and not response.outcome.fail_job
+    assert [t.reward for t in apply_scores(request.group, response).trajectories] == [1.0, 0.0]
 
 
-@pytest.mark.parametrize(
-    ("policy", "kind"), [("drop_group", "RewardGroupDropped"), ("fail_job", "RewardFailJob")]
-)
-async def test_group_policies_empty_the_group_and_say_why(
-    servicer: RewardServicer, registry: Any, policy: str, kind: str
+@pytest.mark.parametrize("policy", ["drop_group", "fail_job"])
+async def test_group_policies_answer_no_scores_and_say_why(
+    servicer: RewardServicer, registry: Any, policy: str
 ) -> None:
-    response = await servicer.ScoreGroup(_request(spec=_failing_judge(policy)), None)
-    assert len(response.group.trajectories) == 0 and len(response.scores) == 0
-    [exception] = response.group.exceptions
-    assert exception.type == kind and "judge" in exception.message
-    assert response.group_dropped == (policy == "drop_group")
-    assert bool(response.fail_job) == (policy == "fail_job")
-    assert fail_job_reason(response.group.exceptions) == (response.fail_job or None)
+    request = _request(spec=_failing_judge(policy))
+    response = await servicer.ScoreGroup(request, None)
+    outcome = response.outcome
+    assert len(response.scores) == 0
+    assert outcome.group_dropped == (policy == "drop_group")
+    if policy == "fail_job":
+        assert outcome.fail_job.startswith("reward scorer 'judge' failed (unavailable): ")
+    else:
+        assert outcome.fail_job == ""
+    [failure] = outcome.failures  # the first failure stops the group
+    assert (failure.scorer, failure.type, failure.trajectory, failure.action) == (
+        "judge",
+        "unavailable",
+        0,
+        policy,
+    )
+    applied = apply_scores(request.group, response)
+    assert len(applied.trajectories) == 0 and len(applied.exceptions) == 0
     assert _value(registry, "artfleet_reward_dropped_total", scorer="judge", action=policy) == 1
+
+
+async def test_drop_trajectory_of_one_keeps_the_others_in_order(servicer: RewardServicer) -> None:
+    # The judge only sees trajectory 0 (its check passed), fails, and drops it.
+    spec = _failing_judge("drop_trajectory")
+    spec.scorers[1].gate.CopyFrom(pb.Gate(scorer="task_check"))
+    request = _request(spec=spec)
+    response = await servicer.ScoreGroup(request, None)
+    assert [s.dropped for s in response.scores] == [True, False]
+    assert list(response.outcome.dropped) == [0]
+    assert [f.trajectory for f in response.outcome.failures] == [0]
+    assert response.scores[1].components["judge"] == 0.0  # gated out, not failed
+    [kept] = apply_scores(request.group, response).trajectories
+    assert list(kept.logs) == ["t1"] and kept.reward == response.scores[1].reward
+
+
+async def test_independent_reward_travels_in_the_scores(
+    servicer: RewardServicer,
+) -> None:
+    # RULER replaces the reward (combine: replace); its judge is down and scores 0, so the
+    # reward is 0 and the other scorers' weighted sum is the independent reward.
+    spec = _failing_judge("zero")
+    spec.scorers[0].weight = 2.0
+    spec.scorers[1].name = "ruler"
+    request = _request(spec=spec)
+    response = await servicer.ScoreGroup(request, None)
+    assert [s.reward for s in response.scores] == [0.0, 0.0]
+    assert [s.independent_reward for s in response.scores] == [2.0, 0.0]
+    applied = apply_scores(request.group, response)
+    assert [t.metrics["independent_reward"].float_value for t in applied.trajectories] == [
+        2.0,
+        0.0,
+    ]
+
+
+def test_apply_scores_refuses_scores_of_another_group() -> None:
+    response = reward_pb2.ScoreGroupResponse(scores=[reward_pb2.TrajectoryScore(reward=1.0)])
+    with pytest.raises(ValueError, match="1 scores for 2 trajectories"):
+        apply_scores(_request(2).group, response)
 
 
 def test_build_servicer(registry: CollectorRegistry) -> None:

@@ -5,7 +5,8 @@ A package adds a scorer by declaring an entry point in the group `artfleet.score
     [project.entry-points."artfleet.scorers"]
     length_penalty = "my_pkg.rewards:length_penalty"
 
-The object is either a `ScorerDef` (full control: group scoring, param checks) or a
+The object is either a `ScorerDef` (full control: group scoring, param checks; its
+`params` may name a pydantic model that validates them, as the built-ins' do) or a
 function `fn(episode: artfleet.v1.Episode, **params) -> float`, whose params are checked
 against its signature when a job is submitted. Built-in names cannot be replaced.
 """

@@ -1,4 +1,7 @@
-"""What every scorer shares: the group it scores, its result types, spec-checking helpers.
+"""What every scorer shares: the group it scores, its result types, its definition.
+
+Spec errors are `artfleet.rewardspec.InvalidSpec` (re-exported here for scorers): an
+`InvalidArgument`, so the shared interceptor maps it to INVALID_ARGUMENT.
 
 A scorer scores a *group* (a subset of its trajectories, by index): RULER needs the
 whole group at once, and per-trajectory scorers simply loop. Per-trajectory results may
@@ -8,14 +11,13 @@ be a value or a `ScorerError`; a scorer that fails as a whole raises `ScorerErro
 from __future__ import annotations
 
 import abc
-import math
-import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from artfleet.errors import InvalidArgument
+from pydantic import ValidationError
+
+from artfleet.rewardspec import InvalidSpec, Params, spec_error
 from artfleet.v1 import common_pb2 as pb
 
 from ..metrics import RewardMetrics
@@ -23,17 +25,6 @@ from ..settings import RewardSettings
 
 # Failure types (the `type` label of artfleet_reward_failures_total).
 ERROR, TIMEOUT, UNAVAILABLE, INVALID_OUTPUT = "error", "timeout", "unavailable", "invalid_output"
-
-
-class InvalidSpec(InvalidArgument):
-    """A reward spec the service cannot use; `field` is its path, e.g. `reward[1].name`.
-
-    It is an `InvalidArgument`, so the shared interceptor maps it to INVALID_ARGUMENT too.
-    """
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message, field=field)
-        self.reason = message
 
 
 class ScorerError(Exception):
@@ -102,69 +93,43 @@ class EpisodeScorer(Scorer):
         return results
 
 
-Configure = Callable[[Mapping[str, Any], str], Scorer]
+# Returns the scorer for validated params: a built-in gets its params model (see
+# artfleet.rewardspec.BUILTIN_PARAMS), a custom scorer the mapping the spec holds.
+Configure = Callable[[Any, str], Scorer]
 
 
 @dataclass(frozen=True)
 class ScorerDef:
     name: str
     description: str
-    # Validates the spec's params (raising InvalidSpec naming the field) and returns the
-    # scorer, so a bad spec fails at submit, before any episode is scored.
+    # Checks the params (raising InvalidSpec naming the field) and returns the scorer, so a
+    # bad spec fails at submit, before any episode is scored.
     configure: Configure
+    params: type[Params] | None = None  # validates params before `configure` sees them
+
+    def build(self, params: Mapping[str, Any], field: str) -> Scorer:
+        """The scorer for `params` as a spec holds them; `field` is their path."""
+        if self.params is None:
+            return self.configure(params, field)
+        try:
+            options = self.params.model_validate(params)
+        except ValidationError as exc:
+            raise spec_error(exc, (field,)) from None
+        return self.configure(options, field)
 
 
-# ---------------------------------------------------------------- params helpers
-
-
-def number(value: Any, field: str) -> float:
-    # bool is an int in Python; `true` as a number is a mistake, not 1.0.
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidSpec(field, "must be a finite number")
-    return float(value)
-
-
-def positive(value: Any, field: str) -> float:
-    result = number(value, field)
-    if result <= 0:
-        raise InvalidSpec(field, "must be > 0")
-    return result
-
-
-def integer(value: Any, field: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidSpec(field, f"must be an integer in [{low}, {high}]")
-    return value
-
-
-def string(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidSpec(field, "must be a non-empty string")
-    return value
-
-
-def only_keys(params: Mapping[str, Any], known: set[str], field: str) -> None:
-    for key in params:
-        if key not in known:
-            raise InvalidSpec(
-                f"{field}.{key}", f"unknown parameter; known: {', '.join(sorted(known))}"
-            )
-
-
-def mapping(value: Any, field: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidSpec(field, "must be an object")
-    return value
-
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def env_secret(name: Any, field: str) -> str:
-    """The name of a variable that holds a key: keys never travel in a job spec. Its
-    presence is checked now so a job does not fail on its first judge call."""
-    if not isinstance(name, str) or not _ENV_NAME.match(name):
-        raise InvalidSpec(field, "must name an environment variable, e.g. OPENAI_API_KEY")
-    if not os.environ.get(name):
-        raise InvalidSpec(field, f"{name} is not set in the reward service's environment")
-    return name
+__all__ = [
+    "ERROR",
+    "INVALID_OUTPUT",
+    "TIMEOUT",
+    "UNAVAILABLE",
+    "EpisodeScorer",
+    "GroupContext",
+    "InvalidSpec",
+    "Result",
+    "Runtime",
+    "Scored",
+    "Scorer",
+    "ScorerDef",
+    "ScorerError",
+]

@@ -22,7 +22,7 @@ import json
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,13 @@ from pydantic import BaseModel, Field
 
 from artfleet import codec
 from artfleet.art_compat import RULER_DEFAULT_RUBRIC, art
+from artfleet.rewardspec import (
+    InvalidSpec,
+    JudgeEndpoint,
+    JudgeParams,
+    LLMParams,
+    RulerParams,
+)
 
 from .base import (
     ERROR,
@@ -39,27 +46,14 @@ from .base import (
     TIMEOUT,
     UNAVAILABLE,
     GroupContext,
-    InvalidSpec,
     Result,
     Scored,
     Scorer,
     ScorerDef,
     ScorerError,
-    env_secret,
-    integer,
-    mapping,
-    number,
-    only_keys,
-    positive,
-    string,
 )
 from .tokens import tracking_metadata
 
-DEFAULT_JUDGE_RUBRIC = (
-    "Score 1.0 when the agent fully achieved the user's goal, 0.0 when it made no progress,"
-    " and partial credit in between for real progress."
-)
-_COMMON = {"judge", "rubric", "max_tokens", "temperature", "timeout_s", "bounded_output"}
 _EXPLANATION_CHARS = 160
 # Tokens of JSON around each bounded score ({"trajectory_id": "1", "explanation": "",
 # "score": 0.25}) and around the whole answer; text runs ~2+ characters per token.
@@ -74,16 +68,11 @@ def explanation_chars(max_tokens: int, items: int) -> int:
 
 
 @dataclass(frozen=True)
-class JudgeEndpoint:
-    policy: bool
-    base_url: str = ""
-    model: str = ""
-    api_key_env: str = ""
-
-
-@dataclass(frozen=True)
 class LLMOptions:
-    judge: JudgeEndpoint
+    """A judge scorer's validated params, with the defaults that are not ours (ART's
+    rubric) filled in."""
+
+    judge: JudgeEndpoint | None  # None: the job's policy endpoint
     rubric: str
     max_tokens: int
     temperature: float
@@ -91,43 +80,21 @@ class LLMOptions:
     bounded: bool
 
 
-def parse_judge(value: Any, field: str) -> JudgeEndpoint:
-    if value == "policy":
-        return JudgeEndpoint(policy=True)
-    if value is None:
-        raise InvalidSpec(field, 'is required: "policy" or {base_url, model, api_key_env}')
-    judge = mapping(value, field)
-    only_keys(judge, {"base_url", "model", "api_key_env"}, field)
-    base_url = string(judge.get("base_url"), f"{field}.base_url")
-    if not base_url.startswith(("http://", "https://")):
-        raise InvalidSpec(f"{field}.base_url", "must be an http(s) URL")
-    model = string(judge.get("model"), f"{field}.model")
-    key_env = judge.get("api_key_env")
-    key_env = env_secret(key_env, f"{field}.api_key_env") if key_env is not None else ""
-    return JudgeEndpoint(False, base_url, model, key_env)
-
-
-def parse_options(
-    params: Mapping[str, Any], field: str, *, default_rubric: str, default_max_tokens: int
-) -> LLMOptions:
-    only_keys(params, _COMMON, field)
-    judge = parse_judge(params.get("judge"), f"{field}.judge")
-    bounded = params.get("bounded_output", judge.policy)
-    if not isinstance(bounded, bool):
-        raise InvalidSpec(f"{field}.bounded_output", "must be true or false")
-    temperature = number(params.get("temperature", 0.0), f"{field}.temperature")
-    if not 0 <= temperature <= 2:
-        raise InvalidSpec(f"{field}.temperature", "must be in [0, 2]")
-    timeout = params.get("timeout_s")
+def _options(params: LLMParams, field: str, rubric: str) -> LLMOptions:
+    judge = params.judge if isinstance(params.judge, JudgeEndpoint) else None  # None: policy
+    if judge is not None and judge.api_key_env and not os.environ.get(judge.api_key_env):
+        # Only this service sees its environment: a job must not fail on its first call.
+        raise InvalidSpec(
+            f"{field}.judge.api_key_env",
+            f"{judge.api_key_env} is not set in the reward service's environment",
+        )
     return LLMOptions(
         judge=judge,
-        rubric=string(params.get("rubric", default_rubric), f"{field}.rubric"),
-        max_tokens=integer(
-            params.get("max_tokens", default_max_tokens), f"{field}.max_tokens", 1, 32768
-        ),
-        temperature=temperature,
-        timeout_s=positive(timeout, f"{field}.timeout_s") if timeout is not None else None,
-        bounded=bounded,
+        rubric=rubric,
+        max_tokens=params.max_tokens,
+        temperature=params.temperature,
+        timeout_s=params.timeout_s,
+        bounded=params.bounded,
     )
 
 
@@ -151,7 +118,7 @@ class _LLMScorer(Scorer):
 
     def _resolve(self, ctx: GroupContext) -> _Call:
         judge = self.options.judge
-        if judge.policy:
+        if judge is None:
             policy = ctx.policy
             if policy is None or not policy.model or not policy.base_url:
                 raise ScorerError(
@@ -276,17 +243,9 @@ class RulerScorer(_LLMScorer):
         return results
 
 
-def _configure_ruler(params: Mapping[str, Any], field: str) -> Scorer:
-    # combine "replace" (ART's way, the default): the reward is RULER's score and the
-    # other scorers' weighted sum is kept as `independent_reward`; "add": one more term.
-    combine = params.get("combine", "replace")
-    if combine not in ("replace", "add"):
-        raise InvalidSpec(f"{field}.combine", "must be 'replace' or 'add'")
-    rest = {k: v for k, v in params.items() if k != "combine"}
-    options = parse_options(
-        rest, field, default_rubric=RULER_DEFAULT_RUBRIC, default_max_tokens=512
-    )
-    return RulerScorer(options, replaces_reward=combine == "replace")
+def _configure_ruler(params: RulerParams, field: str) -> Scorer:
+    options = _options(params, field, params.rubric or RULER_DEFAULT_RUBRIC)
+    return RulerScorer(options, replaces_reward=params.combine == "replace")
 
 
 # ---------------------------------------------------------------- judge
@@ -391,18 +350,23 @@ class JudgeScorer(_LLMScorer):
         return result
 
 
-def _configure_judge(params: Mapping[str, Any], field: str) -> Scorer:
-    options = parse_options(
-        params, field, default_rubric=DEFAULT_JUDGE_RUBRIC, default_max_tokens=256
-    )
-    return JudgeScorer(options)
+def _configure_judge(params: JudgeParams, field: str) -> Scorer:
+    return JudgeScorer(_options(params, field, params.rubric))
 
 
 LLM_SCORERS = (
     ScorerDef(
-        "ruler", "ART's RULER: an LLM judge ranks the group's trajectories", _configure_ruler
+        "ruler",
+        "ART's RULER: an LLM judge ranks the group's trajectories",
+        _configure_ruler,
+        RulerParams,
     ),
-    ScorerDef("judge", "an LLM judge scores each trajectory against a rubric", _configure_judge),
+    ScorerDef(
+        "judge",
+        "an LLM judge scores each trajectory against a rubric",
+        _configure_judge,
+        JudgeParams,
+    ),
 )
 
 __all__ = ["LLM_SCORERS", "JudgeCache"]

@@ -15,14 +15,15 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from artfleet import codec
+from artfleet.rewardspec import McpEvaluateParams, ToolCall
 
 from .base import (
     ERROR,
@@ -30,23 +31,12 @@ from .base import (
     TIMEOUT,
     UNAVAILABLE,
     GroupContext,
-    InvalidSpec,
     Result,
     Scored,
     Scorer,
     ScorerDef,
     ScorerError,
-    mapping,
-    only_keys,
-    positive,
-    string,
 )
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    tool: str
-    arguments: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -59,65 +49,18 @@ class MCPOptions:
     timeout_s: float | None
 
 
-def _server(params: Mapping[str, Any], field: str) -> StdioServerParameters:
-    """`server: {command, args, env, cwd}`, or seed 003's `mcp_config: {local|ssh: {...}}`."""
-    if "mcp_config" in params:
-        config = mapping(params["mcp_config"], f"{field}.mcp_config")
-        if len(config) != 1 or next(iter(config)) not in ("local", "ssh"):
-            raise InvalidSpec(f"{field}.mcp_config", "must hold exactly one of: local, ssh")
-        kind = next(iter(config))
-        return _command(config[kind], f"{field}.mcp_config.{kind}")
-    if "server" not in params:
-        raise InvalidSpec(f"{field}.server", "is required (or mcp_config)")
-    return _command(params["server"], f"{field}.server")
-
-
-def _command(value: Any, field: str) -> StdioServerParameters:
-    spec = mapping(value, field)
-    only_keys(spec, {"command", "args", "env", "cwd"}, field)
-    command = string(spec.get("command"), f"{field}.command")
-    args = spec.get("args", [])
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise InvalidSpec(f"{field}.args", "must be a list of strings")
-    env = spec.get("env", {})
-    if not isinstance(env, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-    ):
-        raise InvalidSpec(f"{field}.env", "must map names to strings")
-    cwd = spec.get("cwd")
-    if cwd is not None:
-        string(cwd, f"{field}.cwd")
-    return StdioServerParameters(command=command, args=args, env=env or None, cwd=cwd)
-
-
-def _tool_call(value: Any, field: str, default_tool: str) -> ToolCall:
-    if isinstance(value, str):
-        return ToolCall(string(value, field))
-    spec = mapping(value, field)
-    only_keys(spec, {"tool", "arguments"}, field)
-    tool = string(spec.get("tool", default_tool), f"{field}.tool")
-    arguments = mapping(spec.get("arguments", {}), f"{field}.arguments")
-    return ToolCall(tool, dict(arguments))
-
-
-def parse_options(params: Mapping[str, Any], field: str) -> MCPOptions:
-    known = {"server", "mcp_config", "setup", "evaluate", "answer_argument", "replay"}
-    only_keys(params, known | {"timeout_s"}, field)
-    setup = params.get("setup")
-    replay = params.get("replay", True)
-    if not isinstance(replay, bool):
-        raise InvalidSpec(f"{field}.replay", "must be true or false")
-    answer = params.get("answer_argument", "")
-    if answer:
-        string(answer, f"{field}.answer_argument")
-    timeout = params.get("timeout_s")
+def parse_options(params: McpEvaluateParams) -> MCPOptions:
+    command = params.command
+    server = StdioServerParameters(
+        command=command.command, args=command.args, env=command.env or None, cwd=command.cwd
+    )
     return MCPOptions(
-        server=_server(params, field),
-        setup=_tool_call(setup, f"{field}.setup", "setup") if setup is not None else None,
-        evaluate=_tool_call(params.get("evaluate", "evaluate"), f"{field}.evaluate", "evaluate"),
-        answer_argument=answer,
-        replay=replay,
-        timeout_s=positive(timeout, f"{field}.timeout_s") if timeout is not None else None,
+        server=server,
+        setup=params.setup,
+        evaluate=params.evaluate,
+        answer_argument=params.answer_argument,
+        replay=params.replay,
+        timeout_s=params.timeout_s,
     )
 
 
@@ -258,8 +201,8 @@ def _cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def _configure(params: Mapping[str, Any], field: str) -> Scorer:
-    return MCPEvaluateScorer(parse_options(params, field))
+def _configure(params: McpEvaluateParams, field: str) -> Scorer:
+    return MCPEvaluateScorer(parse_options(params))
 
 
 MCP_SCORERS = (
@@ -267,5 +210,6 @@ MCP_SCORERS = (
         "mcp_evaluate",
         "HUD-style: the environment's MCP evaluate tool, after replaying the tool calls",
         _configure,
+        McpEvaluateParams,
     ),
 )

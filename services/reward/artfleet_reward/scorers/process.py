@@ -20,31 +20,16 @@ Decisions the table leaves open, made here:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any
-
+from artfleet.rewardspec import ProcessParams, TaskCheckParams, TestsParams
 from artfleet.v1 import common_pb2
 
-from .base import EpisodeScorer, InvalidSpec, ScorerDef, number, only_keys
+from .base import EpisodeScorer, ScorerDef
 
 Episode = common_pb2.Episode
 
 
-@dataclass(frozen=True)
-class ProcessRewardTable:
-    """The process-reward values; a scorer's `params` may override any of them."""
-
-    valid_command: float = 0.01
-    command_succeeds: float = 0.02
-    code_modified: float = 0.03
-    tests_discovered: float = 0.02
-    invalid_format: float = -0.05
-    timeout: float = -0.02
-    all_tests_pass: float = 1.0
-    partial_pass: float = 0.5  # multiplied by the pass rate
-
-
+# The table's values and their defaults live in the shared spec model: one place.
+ProcessRewardTable = ProcessParams
 DEFAULT_PROCESS_TABLE = ProcessRewardTable()
 
 
@@ -100,30 +85,33 @@ def pass_rate_score(tests: common_pb2.TestSummary, all_pass: float, partial: flo
 # ---------------------------------------------------------------- configuration
 
 
-def _configure_process(params: Mapping[str, Any], field: str) -> EpisodeScorer:
-    only_keys(params, {f.name for f in fields(ProcessRewardTable)}, field)
-    overrides = {key: number(value, f"{field}.{key}") for key, value in params.items()}
-    table = replace(DEFAULT_PROCESS_TABLE, **overrides)
+def _configure_process(table: ProcessParams, field: str) -> EpisodeScorer:
     return EpisodeScorer(lambda episode: process_reward(episode, table))
 
 
-def _configure_tests(params: Mapping[str, Any], field: str) -> EpisodeScorer:
-    only_keys(params, {"all_pass", "partial"}, field)
-    all_pass = number(params.get("all_pass", 1.0), f"{field}.all_pass")
-    partial = number(params.get("partial", 0.5), f"{field}.partial")
+def _configure_tests(params: TestsParams, field: str) -> EpisodeScorer:
+    all_pass, partial = params.all_pass, params.partial
     return EpisodeScorer(lambda episode: pass_rate_score(episode.tests, all_pass, partial))
 
 
-def _configure_task_check(params: Mapping[str, Any], field: str) -> EpisodeScorer:
-    if params:
-        raise InvalidSpec(f"{field}.{next(iter(params))}", "task_check takes no parameters")
+def _configure_task_check(params: TaskCheckParams, field: str) -> EpisodeScorer:
     return EpisodeScorer(task_check_reward)
 
 
 EPISODE_SCORERS = (
     ScorerDef(
-        "process", "per-step process rewards + test pass rate (seed 004)", _configure_process
+        "process",
+        "per-step process rewards + test pass rate (seed 004)",
+        _configure_process,
+        ProcessParams,
     ),
-    ScorerDef("tests", "1.0 when all tests pass, else 0.5 x pass rate", _configure_tests),
-    ScorerDef("task_check", "1.0 when the scenario's check passed", _configure_task_check),
+    ScorerDef(
+        "tests", "1.0 when all tests pass, else 0.5 x pass rate", _configure_tests, TestsParams
+    ),
+    ScorerDef(
+        "task_check",
+        "1.0 when the scenario's check passed",
+        _configure_task_check,
+        TaskCheckParams,
+    ),
 )
