@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from verdicts import with_verdict
 
 from artfleet import codec
 from artfleet.art_compat import art
-from artfleet.rewards import apply_scores
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2
 from artfleet_reward.metrics import RewardMetrics
@@ -79,7 +79,7 @@ async def test_replayed_tool_calls_are_evaluated(servicer: RewardServicer, regis
     assert first.metrics["mcp_replayed_calls"] == 2.0
     assert first.components["mcp_evaluate"] == 1.0
     assert any(line.startswith("mcp_evaluate: reward 1") for line in first.logs)
-    applied = apply_scores(request.group, response).trajectories[0]
+    applied = with_verdict(request.group, response).trajectories[0]
     assert applied.metrics["reward_mcp_evaluate"].float_value == 1.0
     assert applied.metrics["mcp_done"].float_value == 1.0
     assert registry.get_sample_value("artfleet_reward_mcp_seconds_count") == 3

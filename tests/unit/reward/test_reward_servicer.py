@@ -11,8 +11,8 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
+from verdicts import with_verdict
 
-from artfleet.rewards import apply_scores
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2
 from artfleet_reward.metrics import RewardMetrics
@@ -84,7 +84,7 @@ async def test_scores_parallel_to_the_trajectories(servicer: RewardServicer, reg
     assert response.outcome == pb.RewardOutcome()  # nothing failed, nothing dropped
     # The caller applies the verdict to its own group: the rest of it is untouched, and
     # components become trajectory metrics.
-    group = apply_scores(request.group, response)
+    group = with_verdict(request.group, response)
     assert [t.reward for t in group.trajectories] == rewards
     assert [t.logs[0] for t in group.trajectories] == ["t0", "t1"]
     assert list(group.logs) == ["group log"]
@@ -161,7 +161,7 @@ async def test_drop_trajectory_flags_them_in_scores_and_outcome(
         ("judge", "unavailable", 0, "drop_trajectory"),
         ("judge", "unavailable", 1, "drop_trajectory"),
     ]
-    assert len(apply_scores(request.group, response).trajectories) == 0
+    assert len(with_verdict(request.group, response).trajectories) == 0
     assert (
         _value(registry, "artfleet_reward_failures_total", scorer="judge", type="unavailable") == 2
     )
@@ -179,7 +179,7 @@ async def test_zero_keeps_the_group(servicer: RewardServicer) -> None:
     assert [s.components["judge"] for s in response.scores] == [0.0, 0.0]
     assert len(response.outcome.failures) == 2 and not response.outcome.dropped
     assert not response.outcome.group_dropped and not response.outcome.fail_job
-    assert [t.reward for t in apply_scores(request.group, response).trajectories] == [1.0, 0.0]
+    assert [t.reward for t in with_verdict(request.group, response).trajectories] == [1.0, 0.0]
 
 
 @pytest.mark.parametrize("policy", ["drop_group", "fail_job"])
@@ -202,7 +202,7 @@ async def test_group_policies_answer_no_scores_and_say_why(
         0,
         policy,
     )
-    applied = apply_scores(request.group, response)
+    applied = with_verdict(request.group, response)
     assert len(applied.trajectories) == 0 and len(applied.exceptions) == 0
     assert _value(registry, "artfleet_reward_dropped_total", scorer="judge", action=policy) == 1
 
@@ -217,7 +217,7 @@ async def test_drop_trajectory_of_one_keeps_the_others_in_order(servicer: Reward
     assert list(response.outcome.dropped) == [0]
     assert [f.trajectory for f in response.outcome.failures] == [0]
     assert response.scores[1].components["judge"] == 0.0  # gated out, not failed
-    [kept] = apply_scores(request.group, response).trajectories
+    [kept] = with_verdict(request.group, response).trajectories
     assert list(kept.logs) == ["t1"] and kept.reward == response.scores[1].reward
 
 
@@ -233,17 +233,11 @@ async def test_independent_reward_travels_in_the_scores(
     response = await servicer.ScoreGroup(request, None)
     assert [s.reward for s in response.scores] == [0.0, 0.0]
     assert [s.independent_reward for s in response.scores] == [2.0, 0.0]
-    applied = apply_scores(request.group, response)
+    applied = with_verdict(request.group, response)
     assert [t.metrics["independent_reward"].float_value for t in applied.trajectories] == [
         2.0,
         0.0,
     ]
-
-
-def test_apply_scores_refuses_scores_of_another_group() -> None:
-    response = reward_pb2.ScoreGroupResponse(scores=[reward_pb2.TrajectoryScore(reward=1.0)])
-    with pytest.raises(ValueError, match="1 scores for 2 trajectories"):
-        apply_scores(_request(2).group, response)
 
 
 def test_build_servicer(registry: CollectorRegistry) -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from verdicts import with_verdict
 
 from artfleet.cli.jobs import load_spec
 from artfleet.jobspec import reward_spec_proto, spec_from_proto, spec_to_proto
-from artfleet.rewards import apply_scores
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2
 from artfleet_reward.metrics import RewardMetrics
@@ -58,7 +58,7 @@ async def test_weight_zero_is_computed_and_logged_but_not_counted(tmp_path: Path
     # ... and not counted: only process (weight unset = 1.0) makes the reward.
     assert passed.reward == pytest.approx(PROCESS_PER_STEP, abs=1e-12)
     assert failed.reward == pytest.approx(PROCESS_PER_STEP, abs=1e-12)
-    logged = apply_scores(request.group, response).trajectories[0]
+    logged = with_verdict(request.group, response).trajectories[0]
     assert logged.metrics["reward_task_check"].float_value == 1.0
 
 
