@@ -10,7 +10,7 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
-from artfleet.art_compat import art
+from artfleet.art_types import art
 from artfleet.sandbox_client import SandboxRouter
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, sandbox_pb2, sandbox_pb2_grpc

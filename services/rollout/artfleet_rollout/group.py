@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from openai import AsyncOpenAI
 
 from artfleet import codec
-from artfleet.art_compat import art
+from artfleet.art_types import art
 from artfleet.errors import InvalidArgument
 from artfleet.rpc.client import aio_channel
 from artfleet.sandbox_client import SandboxRouter, describe, is_replica_lost

@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any
 
-from artfleet.art_compat import art
+from artfleet.art_types import art
 from artfleet.jobspec import JobSpecModel, reward_spec_proto, spec_from_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2

@@ -24,7 +24,7 @@ from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion import Choice
 from prometheus_client import REGISTRY
 
-from artfleet.art_compat import art
+from artfleet_trainer.art_compat import art
 from artfleet_trainer.torch_backend import model_loader, training
 from artfleet_trainer.torch_backend.backend import TorchBackend
 
