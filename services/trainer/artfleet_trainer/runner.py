@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any
 
-from artfleet.art_compat import art
+from artfleet.art_types import art
 from artfleet.batches import Gathered, StepBatches
 from artfleet.jobspec import JobSpecModel, reward_spec_proto, spec_from_proto
 from artfleet.v1 import batch_pb2, rollout_pb2

@@ -23,7 +23,7 @@ from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry
 
 from artfleet import codec
-from artfleet.art_compat import art
+from artfleet.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc
 from artfleet_reward.metrics import RewardMetrics

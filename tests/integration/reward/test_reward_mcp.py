@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from verdicts import with_verdict
 
 from artfleet import codec
-from artfleet.art_compat import art
+from artfleet.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2
 from artfleet_reward.metrics import RewardMetrics

@@ -24,7 +24,7 @@ from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion import Choice
 from prometheus_client import REGISTRY
 
-from artfleet.art_compat import art
+from artfleet_trainer.art_compat import art
 from artfleet_trainer.torch_backend import model_loader, training
 from artfleet_trainer.torch_backend.backend import TorchBackend
 
@@ -111,6 +111,35 @@ async def test_chat_completion_with_n_and_token_id_logprobs(fleet: Fleet) -> Non
     assert response.usage.completion_tokens == sum(
         len(c.logprobs.content or []) for c in response.choices if c.logprobs
     )
+
+
+async def test_return_token_ids_gives_the_exact_ids_through_the_openai_client(
+    fleet: Fleet,
+) -> None:
+    # As a rollout asks (vLLM's extension through `extra_body`): the ids land in the
+    # OpenAI objects' extra fields, where ART after 0.5.18 reads them.
+    response = await fleet.client.chat.completions.create(
+        model=fleet.model.get_inference_name(),
+        messages=[{"role": "user", "content": PROMPTS[1]}],
+        n=2,
+        max_tokens=8,
+        logprobs=True,
+        extra_body={"return_token_ids": True},
+    )
+    tokenizer = fleet.backend._states["agent"].tokenizer
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPTS[1]}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
+    assert response.model_extra is not None
+    assert response.model_extra["prompt_token_ids"] == list(prompt)
+    assert response.usage is not None and response.usage.prompt_tokens == len(prompt)
+    for choice in response.choices:
+        assert choice.logprobs is not None and choice.logprobs.content
+        from_logprobs = [int(t.token.split(":")[1]) for t in choice.logprobs.content]
+        assert choice.model_extra == {"token_ids": from_logprobs}
 
 
 def _batch_histogram(bucket: str) -> float:

@@ -217,3 +217,38 @@ def test_model_list_shape() -> None:
         "object": "list",
         "data": [{"id": "agent@2", "object": "model", "created": 123, "owned_by": "artfleet"}],
     }
+
+
+def test_return_token_ids_is_read() -> None:
+    assert not parse().return_token_ids
+    assert parse(return_token_ids=True).return_token_ids
+    with pytest.raises(RequestError) as caught:
+        parse(return_token_ids=1)
+    assert caught.value.param == "return_token_ids"
+
+
+def test_chat_completion_with_token_ids_as_vllm_returns_them() -> None:
+    outputs = [
+        SequenceOutput(token_ids=[5, 7, 2], logprobs=[-0.1, -0.2, -0.3], finish_reason="stop"),
+        SequenceOutput(token_ids=[9], logprobs=[-1.5], finish_reason="length"),
+    ]
+    body = chat_completion(
+        model="agent@3",
+        outputs=outputs,
+        prompt_tokens=4,
+        logprobs=True,
+        token_text=token_text,
+        prompt_token_ids=[1, 4, 6, 8],
+    )
+    assert body["prompt_token_ids"] == [1, 4, 6, 8]
+    parsed = ChatCompletion.model_validate(body)
+    assert [c.model_extra for c in parsed.choices] == [{"token_ids": [5, 7, 2]}, {"token_ids": [9]}]
+    for choice in parsed.choices:
+        assert choice.logprobs is not None and choice.logprobs.content is not None
+        ids = [int(t.token.removeprefix("token_id:")) for t in choice.logprobs.content]
+        assert ids == choice.model_extra["token_ids"]  # type: ignore[index]
+    without = chat_completion(
+        model="m", outputs=outputs, prompt_tokens=4, logprobs=True, token_text=token_text
+    )
+    assert "prompt_token_ids" not in without
+    assert all("token_ids" not in c for c in without["choices"])

@@ -31,7 +31,7 @@ import pydantic
 from pydantic import BaseModel, Field
 
 from artfleet import codec
-from artfleet.art_compat import RULER_DEFAULT_RUBRIC, art
+from artfleet.art_types import RULER_DEFAULT_RUBRIC, art
 from artfleet.rewardspec import (
     InvalidSpec,
     JudgeEndpoint,

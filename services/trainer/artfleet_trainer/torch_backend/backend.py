@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import torch
 from peft import PeftModel, get_peft_model
 
-from artfleet.art_compat import art
+from artfleet_trainer.art_compat import art
 
 from . import checkpoints, training
 from .generation import BatchEngine, stop_token_ids_of

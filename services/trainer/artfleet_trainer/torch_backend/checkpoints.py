@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from artfleet.art_compat import art
+from artfleet_trainer.art_compat import art
 
 log = logging.getLogger(__name__)
 

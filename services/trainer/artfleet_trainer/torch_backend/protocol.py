@@ -4,6 +4,12 @@ Pure functions (no I/O) so the exact schema is unit-tested without a model. Toke
 logprob entries name tokens as `token_id:<id>`, as vLLM does with
 `return_tokens_as_token_ids`: ART maps each entry back to a token id, and decoded text
 would silently become id 0 (or a wrong id for a piece containing a colon).
+
+With `return_token_ids: true` (vLLM's extension) the response also carries the exact
+token ids: `prompt_token_ids` (top level: the prompt the model saw, chat template
+applied) and `token_ids` on each choice (the sampled ids, the same as in the choice's
+`token_id:<id>` logprob entries, end-of-turn token included). ART after 0.5.18 trains on
+these instead of re-tokenizing.
 """
 
 from __future__ import annotations
@@ -82,6 +88,7 @@ class ChatRequest:
     params: SamplingParams
     logprobs: bool
     response_format: ResponseFormat | None = None  # None = free text
+    return_token_ids: bool = False  # vLLM's: prompt_token_ids and per-choice token_ids
 
 
 def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
@@ -116,6 +123,7 @@ def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
         params,
         logprobs,
         _structured_output(body),
+        _optional(body, "return_token_ids", bool, False),
     )
 
 
@@ -299,19 +307,25 @@ def chat_completion(
     logprobs: bool,
     token_text: TokenText,
     created: int | None = None,
+    prompt_token_ids: Sequence[int] | None = None,
 ) -> dict[str, Any]:
-    """The response body of a chat completion, in OpenAI's schema."""
-    choices = [
-        {
+    """The response body of a chat completion, in OpenAI's schema.
+
+    `prompt_token_ids` (the request asked `return_token_ids`): the prompt's ids go in the
+    body and each choice gets its sampled `token_ids`, as vLLM returns them."""
+    choices: list[dict[str, Any]] = []
+    for i, out in enumerate(outputs):
+        choice: dict[str, Any] = {
             "index": i,
             "message": {"role": "assistant", "content": out.text, "refusal": None},
             "finish_reason": out.finish_reason or "length",
             "logprobs": choice_logprobs(out, token_text) if logprobs else None,
         }
-        for i, out in enumerate(outputs)
-    ]
+        if prompt_token_ids is not None:
+            choice["token_ids"] = [int(t) for t in out.token_ids]
+        choices.append(choice)
     completion_tokens = sum(len(out.token_ids) for out in outputs)
-    return {
+    body: dict[str, Any] = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": int(time.time()) if created is None else created,
@@ -323,6 +337,9 @@ def chat_completion(
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+    if prompt_token_ids is not None:
+        body["prompt_token_ids"] = [int(t) for t in prompt_token_ids]
+    return body
 
 
 def model_list(names: Sequence[str], created: int) -> dict[str, Any]:

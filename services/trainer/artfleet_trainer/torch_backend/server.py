@@ -9,6 +9,9 @@ the backend holds one set of LoRA weights per model.
 Structured output (`response_format` json_schema/json_object, or vLLM's
 `structured_outputs`) is constrained decoding with xgrammar (grammar.py), so a judge
 such as ART's RULER can run on the policy itself.
+
+`return_token_ids: true` (vLLM's extension) adds the exact ids: the prompt the model saw
+(`prompt_token_ids`) and each choice's sampled ids (`token_ids`).
 """
 
 from __future__ import annotations
@@ -199,6 +202,7 @@ class InferenceServer:
             prompt_tokens=len(prompt),
             logprobs=chat.logprobs,
             token_text=policy.token_text,
+            prompt_token_ids=prompt if chat.return_token_ids else None,
         )
 
     def _resolve(self, requested: str) -> ServedPolicy:

@@ -24,7 +24,7 @@ import torch
 from peft import LoraConfig
 from torch.utils.checkpoint import checkpoint
 
-from artfleet.art_compat import art
+from artfleet_trainer.art_compat import art
 
 log = logging.getLogger(__name__)
 

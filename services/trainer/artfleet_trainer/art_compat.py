@@ -1,38 +1,33 @@
-"""The one place that imports ART: `from artfleet.art_compat import art`.
+"""ART for the trainer, training parts included: `from artfleet_trainer.art_compat import art`.
 
-Importing ART has side effects that break a CPU trainer on transformers 5.23 (see
-shared/notes), so every module goes through here instead of `import art`:
+The trainer is the one process that needs ART's torch side (its loss, preprocessing and
+output directories); every other process imports only ART's types
+(`artfleet.art_types`, no torch). Importing ART has side effects that break a CPU
+trainer on transformers 5.23 (see shared/notes):
 
-- litellm (imported by ART) downloads a model price list at import unless told to use
-  its local copy: no network here, and a slow import everywhere else.
 - `import art` replaces `transformers.masking_utils._preprocess_mask_arguments` with a
   wrapper written for transformers 5.2; on 5.23 every forward pass then fails with
   "missing 1 required positional argument: 'layer_idx'". The wrapper only matters for
   3-D (mrope) position ids, which SmolLM2/Llama never use, so the original goes back.
-  ART keeps it as `art.transformers.patches._preprocess_mask_arguments`.
+  ART keeps it as `art.transformers.patches._preprocess_mask_arguments`. (When
+  `artfleet.art_types` imported ART first, with transformers hidden, there is no patch
+  to undo.)
 """
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # weights ship with packages; never download
-os.environ.setdefault("WANDB_MODE", "disabled")
-
-import art
-import art.dev
+# The order matters: transformers first, so that artfleet.art_types does not hide it;
+# artfleet.art_types before any other ART module, for the environment it sets.
+# isort: off
+import transformers  # noqa: F401
+from artfleet.art_types import RULER_DEFAULT_RUBRIC, art
 import art.loss
 import art.preprocessing.inputs
 import art.preprocessing.pack
 import art.preprocessing.tokenize
-import art.rewards  # RULER, for the reward service
-import art.trajectories
-import art.types
 import art.utils.output_dirs
 
-# `art.rewards.ruler` is the function (the package re-exports it over its module name).
-from art.rewards.ruler import DEFAULT_RUBRIC as RULER_DEFAULT_RUBRIC
+# isort: on
 
 
 def restore_transformers_masking() -> None:

@@ -1,0 +1,178 @@
+"""Exact token ids (`return_token_ids`, as vLLM): the built-in server on a tiny Llama,
+straight and through the art backend's inference proxy.
+
+The prompt ids must be the ones the model saw (the chat template applied, the generation
+prompt included) and each choice's ids the sampled ones, equal to its `token_id:<id>`
+logprob entries: ART after 0.5.18 trains on these ids instead of re-tokenizing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+import torch
+from openai.types.chat import ChatCompletion
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from artfleet_trainer.inference_proxy import InferenceProxy
+from artfleet_trainer.torch_backend.generation import BatchEngine
+from artfleet_trainer.torch_backend.scheduler import GenerationScheduler
+from artfleet_trainer.torch_backend.server import InferenceServer, ServedPolicy
+from artfleet_trainer.torch_backend.worker import TorchWorker, torch_threads
+
+VOCAB = 64
+EOS = 2
+KEY = "upstream-key-for-tests"
+FLEET_TOKEN = "fleet-token-for-tests"
+# Word-level: `w<ii>` is token i (two digits: no special token prefixes another). A role
+# marker opens each turn; w04 is the generation prompt.
+TEMPLATE = (
+    "{% for m in messages %}{{ 'w05' if m['role'] == 'system' else 'w06' }} {{ m['content'] }} "
+    "w03 {% endfor %}{% if add_generation_prompt %}w04{% endif %}"
+)
+MESSAGES = [{"role": "system", "content": "w10 w11"}, {"role": "user", "content": "w12 w13 w14"}]
+EXPECTED_PROMPT = [5, 10, 11, 3, 6, 12, 13, 14, 3, 4]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread() -> Iterator[None]:
+    with torch_threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> PreTrainedTokenizerFast:
+    backend = Tokenizer(models.WordLevel({f"w{i:02d}": i for i in range(VOCAB)}, unk_token="w00"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="w02", pad_token="w01")
+    tok.chat_template = TEMPLATE
+    return tok
+
+
+@pytest_asyncio.fixture
+async def upstream(tokenizer: PreTrainedTokenizerFast) -> AsyncIterator[str]:
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        eos_token_id=EOS,
+    )
+    model = LlamaForCausalLM(config).eval()
+    worker = TorchWorker(num_threads=1)
+    engine = BatchEngine(model, tokenizer, stop_token_ids=frozenset({EOS}), max_context=128)
+    scheduler = GenerationScheduler(engine, asyncio.Lock(), worker)
+    policy = ServedPolicy("agent", tokenizer, scheduler, max_context=128, step=1)
+    server = InferenceServer({"agent": policy}, api_key=KEY)
+    port = await server.start()
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        await server.stop()
+        await scheduler.close()
+        worker.shutdown()
+
+
+async def _post(url: str, key: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url + "/chat/completions", headers=headers, json=body) as reply,
+    ):
+        return reply.status, await reply.read()
+
+
+def _request(**extra: Any) -> dict[str, Any]:
+    return {
+        "model": "agent@1",
+        "messages": MESSAGES,
+        "n": 2,
+        "max_tokens": 6,
+        "logprobs": True,
+        "seed": 7,
+        **extra,
+    }
+
+
+def _check_token_ids(raw: bytes, tokenizer: PreTrainedTokenizerFast) -> ChatCompletion:
+    body = json.loads(raw)
+    prompt = tokenizer.apply_chat_template(
+        MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    assert body["prompt_token_ids"] == list(prompt) == EXPECTED_PROMPT
+    completion = ChatCompletion.model_validate(body)
+    assert completion.model_extra == {"prompt_token_ids": EXPECTED_PROMPT}
+    assert len(completion.choices) == 2
+    sampled = 0
+    for choice in completion.choices:
+        assert choice.logprobs is not None and choice.logprobs.content is not None
+        from_logprobs = [int(e.token.removeprefix("token_id:")) for e in choice.logprobs.content]
+        assert choice.model_extra == {"token_ids": from_logprobs}
+        assert 1 <= len(from_logprobs) <= 6
+        sampled += len(from_logprobs)
+    assert completion.usage is not None
+    assert completion.usage.prompt_tokens == len(EXPECTED_PROMPT)
+    assert completion.usage.completion_tokens == sampled
+    return completion
+
+
+async def test_server_returns_the_exact_token_ids_when_asked(
+    upstream: str, tokenizer: PreTrainedTokenizerFast
+) -> None:
+    status, raw = await _post(upstream, KEY, _request(return_token_ids=True))
+    assert status == 200, raw
+    _check_token_ids(raw, tokenizer)
+
+
+async def test_server_leaves_token_ids_out_unless_asked(upstream: str) -> None:
+    for extra in ({}, {"return_token_ids": False}):
+        status, raw = await _post(upstream, KEY, _request(**extra))
+        assert status == 200, raw
+        body = json.loads(raw)
+        assert "prompt_token_ids" not in body
+        assert all("token_ids" not in choice for choice in body["choices"])
+
+
+async def test_token_ids_without_logprobs_still_come(upstream: str) -> None:
+    status, raw = await _post(upstream, KEY, _request(return_token_ids=True, logprobs=False))
+    assert status == 200, raw
+    body = json.loads(raw)
+    assert body["prompt_token_ids"] == EXPECTED_PROMPT
+    assert all(c["logprobs"] is None and c["token_ids"] for c in body["choices"])
+
+
+async def test_return_token_ids_must_be_a_bool(upstream: str) -> None:
+    status, raw = await _post(upstream, KEY, _request(return_token_ids="yes"))
+    assert status == 400
+    assert json.loads(raw)["error"]["param"] == "return_token_ids"
+
+
+async def test_inference_proxy_passes_token_ids_through(
+    upstream: str, tokenizer: PreTrainedTokenizerFast
+) -> None:
+    proxy = InferenceProxy("127.0.0.1", 0, FLEET_TOKEN)
+    await proxy.start()
+    try:
+        proxy.set_upstream(upstream, KEY)
+        proxied_url = f"http://127.0.0.1:{proxy.port}/v1"
+        # Greedy: the same request gives the same answer, straight or proxied.
+        request = _request(return_token_ids=True, temperature=0.0)
+        status, raw = await _post(proxied_url, FLEET_TOKEN, request)
+        assert status == 200, raw
+        proxied = _check_token_ids(raw, tokenizer)
+        _, straight_raw = await _post(upstream, KEY, request)
+        straight = ChatCompletion.model_validate_json(straight_raw)
+        assert [c.model_extra for c in proxied.choices] == [c.model_extra for c in straight.choices]
+    finally:
+        await proxy.stop()
