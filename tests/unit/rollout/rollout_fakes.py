@@ -181,3 +181,22 @@ class FakeFleet:
 
     async def _close(self) -> None:
         self.closes += 1
+
+
+def group_task(**overrides: object) -> rollout_pb2.GroupTask:
+    """A valid task for the bundled shell-tasks environment; tests override what they vary."""
+    fields: dict[str, object] = dict(
+        job_id="job-1",
+        group_id="g-7",
+        environment="shell-tasks",
+        scenario_id="create-hello-file",
+        rollouts=3,
+        max_turns=3,
+        model_base_url="http://policy/v1",
+        policy="agent@2",
+        max_tokens=64,
+        max_context_tokens=2048,
+        step=2,
+    )
+    fields.update(overrides)
+    return rollout_pb2.GroupTask(**fields)  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from openai.types.chat.chat_completion import Choice
 from pydantic import SecretStr
-from rollout_fakes import SUBMIT, FakeWorkspaces, ScriptedPolicy, bash
+from rollout_fakes import SUBMIT, FakeWorkspaces, ScriptedPolicy, bash, group_task
 
 from artfleet.art_types import art
 from artfleet.v1 import rollout_pb2
@@ -22,20 +22,9 @@ SETTINGS = RolloutSettings(api_token=SecretStr("unit-test-token"), observation_c
 
 def _task(**overrides: object) -> rollout_pb2.GroupTask:
     fields: dict[str, object] = dict(
-        job_id="job-1",
-        group_id="g-1",
-        environment="shell-tasks",
-        scenario_id=SCENARIO.id,
-        rollouts=1,
-        max_turns=4,
-        model_base_url="http://policy/v1",
-        policy="agent@3",
-        max_tokens=64,
-        max_context_tokens=2048,
-        step=3,
+        group_id="g-1", scenario_id=SCENARIO.id, rollouts=1, max_turns=4, policy="agent@3", step=3
     )
-    fields.update(overrides)
-    return rollout_pb2.GroupTask(**fields)  # type: ignore[arg-type]
+    return group_task(**{**fields, **overrides})
 
 
 def _observation(trajectory: art.Trajectory, turn: int) -> str:

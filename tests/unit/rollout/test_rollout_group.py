@@ -9,34 +9,24 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 from pydantic import SecretStr
-from rollout_fakes import SUBMIT, FakeFleet, FakePolicies, ScriptedPolicy, bash, reward_by_check
+from rollout_fakes import (
+    SUBMIT,
+    FakeFleet,
+    FakePolicies,
+    ScriptedPolicy,
+    bash,
+    group_task,
+    reward_by_check,
+)
 
 from artfleet import codec
 from artfleet.errors import InvalidArgument
-from artfleet.v1 import reward_pb2, rollout_pb2
+from artfleet.v1 import reward_pb2
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.scoring import BadScores
 
 TOKEN = "fleet-token-for-tests"
 SETTINGS_KW = dict(api_token=SecretStr(TOKEN), episode_retries=2)
-
-
-def _task(**overrides: object) -> rollout_pb2.GroupTask:
-    fields: dict[str, object] = dict(
-        job_id="job-1",
-        group_id="g-7",
-        environment="shell-tasks",
-        scenario_id="create-hello-file",
-        rollouts=3,
-        max_turns=3,
-        model_base_url="http://policy/v1",
-        policy="agent@2",
-        max_tokens=64,
-        max_context_tokens=2048,
-        step=2,
-    )
-    fields.update(overrides)
-    return rollout_pb2.GroupTask(**fields)  # type: ignore[arg-type]
 
 
 def _runner(fleet: FakeFleet, environ: dict[str, str] | None = None) -> GroupRunner:
@@ -63,30 +53,30 @@ async def runner(fleet: FakeFleet) -> AsyncIterator[GroupRunner]:
 async def test_connections_are_opened_once_and_reused_across_groups(fleet: FakeFleet) -> None:
     runner = _runner(fleet)
     with pytest.raises(RuntimeError, match="before start"):
-        await runner.run(_task())
+        await runner.run(group_task())
     await runner.start()
-    first = await runner.run(_task(group_id="a"))
-    second = await runner.run(_task(group_id="b"))
+    first = await runner.run(group_task(group_id="a"))
+    second = await runner.run(group_task(group_id="b"))
     assert len(first.group.trajectories) == len(second.group.trajectories) == 3
     assert (fleet.connects, fleet.closes) == (1, 0)
     await runner.stop()
     assert fleet.closes == 1
     with pytest.raises(RuntimeError, match="before start"):
-        await runner.run(_task())
+        await runner.run(group_task())
 
 
 def test_run_on_another_loop_is_refused(fleet: FakeFleet) -> None:
     runner = _runner(fleet)
     asyncio.run(runner.start())
     with pytest.raises(RuntimeError, match="another event loop"):
-        asyncio.run(runner.run(_task()))
+        asyncio.run(runner.run(group_task()))
 
 
 async def test_policy_key_is_the_fleet_token_or_the_named_variable(fleet: FakeFleet) -> None:
     runner = _runner(fleet, environ={"JUDGE_KEY": "sk-from-env"})
     await runner.start()
-    await runner.run(_task(rollouts=1))
-    await runner.run(_task(rollouts=1, model_api_key_env="JUDGE_KEY"))
+    await runner.run(group_task(rollouts=1))
+    await runner.run(group_task(rollouts=1, model_api_key_env="JUDGE_KEY"))
     await runner.stop()
     assert fleet.policies.keys == [TOKEN, "sk-from-env"]
 
@@ -103,7 +93,7 @@ async def test_unusable_key_variable_is_invalid_argument(
     runner: GroupRunner, fleet: FakeFleet, name: str, message: str
 ) -> None:
     with pytest.raises(InvalidArgument, match=message) as info:
-        await runner.run(_task(model_api_key_env=name))
+        await runner.run(group_task(model_api_key_env=name))
     assert info.value.field == "task.model_api_key_env"
     assert fleet.workspaces.opened == []
 
@@ -121,7 +111,7 @@ async def test_bad_task_is_invalid_argument(
     runner: GroupRunner, overrides: dict[str, object], field: str
 ) -> None:
     with pytest.raises(InvalidArgument) as info:
-        await runner.run(_task(**overrides))
+        await runner.run(group_task(**overrides))
     assert info.value.field == field
 
 
@@ -130,7 +120,7 @@ async def test_lost_workspace_starts_the_episode_again(
     runner: GroupRunner, fleet: FakeFleet
 ) -> None:
     fleet.workspaces.losses = 2
-    response = await runner.run(_task())
+    response = await runner.run(group_task())
     assert len(response.group.trajectories) == 3 and not response.group.exceptions
     assert len(fleet.workspaces.opened) == 5  # two episodes started over
     assert all(w.closed for w in fleet.workspaces.opened)
@@ -140,7 +130,7 @@ async def test_episode_lost_more_often_than_the_retries_is_a_group_exception(
     runner: GroupRunner, fleet: FakeFleet
 ) -> None:
     fleet.workspaces.losses = 100
-    response = await runner.run(_task(rollouts=2))
+    response = await runner.run(group_task(rollouts=2))
     assert not response.group.trajectories and len(response.group.exceptions) == 2
     assert "WorkspaceLost" in response.group.exceptions[0].type
     assert fleet.reward.requests == []  # nothing to score
@@ -152,10 +142,10 @@ async def test_failed_episode_is_an_exception_and_the_rest_is_scored(
 ) -> None:
     fleet.policies.policy_.fail_on_turn = 1
     fleet.policies.policy_.script = [SUBMIT]  # most episodes end before turn 1 ...
-    response = await runner.run(_task(rollouts=2))
+    response = await runner.run(group_task(rollouts=2))
     assert len(response.group.trajectories) == 2 and not response.group.exceptions
     fleet.policies.policy_.script = [bash("ls")]  # ... these reach it and fail
-    response = await runner.run(_task(rollouts=2))
+    response = await runner.run(group_task(rollouts=2))
     assert not response.group.trajectories and len(response.group.exceptions) == 2
     assert "policy endpoint broke" in response.group.exceptions[0].message
 
@@ -172,7 +162,7 @@ async def test_scores_apply_to_the_rollouts_group(runner: GroupRunner, fleet: Fa
         return response
 
     fleet.reward.answer = answer
-    response = await runner.run(_task())
+    response = await runner.run(group_task())
     group = codec.group_from_proto(response.group)
     assert [t.reward for t in group.trajectories] == [0.5, 1.5, 2.5]
     first = group.trajectories[0]
@@ -187,9 +177,9 @@ async def test_scores_apply_to_the_rollouts_group(runner: GroupRunner, fleet: Fa
 async def test_reward_request_has_no_tokens_but_the_response_does(
     runner: GroupRunner, fleet: FakeFleet
 ) -> None:
-    response = await runner.run(_task(rollouts=2))
+    response = await runner.run(group_task(rollouts=2))
     (request,) = fleet.reward.requests
-    assert len(request.episodes) == 2 and request.spec == _task().reward
+    assert len(request.episodes) == 2 and request.spec == group_task().reward
 
     def choices(group: object) -> list:
         return [
@@ -223,7 +213,7 @@ async def test_dropped_trajectory_leaves_with_its_episode(
 
     fleet.reward.answer = answer
     fleet.policies.policy_.script = [bash("ls"), SUBMIT]
-    response = await runner.run(_task())
+    response = await runner.run(group_task())
     assert [t.reward for t in response.group.trajectories] == [0.0, 2.0]
     assert [t.metadata["rollout_index"].int_value for t in response.group.trajectories] == [0, 2]
     assert len(response.episodes) == 2
@@ -245,7 +235,7 @@ async def test_stopped_group_has_no_trajectories_and_says_why(
         return response
 
     fleet.reward.answer = answer
-    response = await runner.run(_task())
+    response = await runner.run(group_task())
     assert not response.group.trajectories and not response.episodes
     assert response.group.metadata["group_id"].string_value == "g-7"
     assert response.reward.group_dropped == (kind == "group_dropped")
@@ -262,4 +252,4 @@ async def test_scores_that_do_not_fit_the_group_are_an_error(
 ) -> None:
     fleet.reward.answer = lambda request: reward_pb2.ScoreGroupResponse()
     with pytest.raises(BadScores, match="0 scores for 3 trajectories"):
-        await runner.run(_task())
+        await runner.run(group_task())

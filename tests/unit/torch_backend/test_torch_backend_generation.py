@@ -12,8 +12,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 from prometheus_client import REGISTRY
+from tiny_llama import tiny_llama
 from tokenizers import Tokenizer, models
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from artfleet_trainer.torch_backend.generation import (
     BatchEngine,
@@ -43,18 +44,7 @@ def _one_torch_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def model() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        eos_token_id=EOS,
-    )
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama(VOCAB, EOS)
 
 
 @pytest.fixture(scope="module")

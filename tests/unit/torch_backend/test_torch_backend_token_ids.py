@@ -16,10 +16,10 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
-import torch
 from openai.types.chat import ChatCompletion
+from tiny_llama import tiny_llama
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
 from artfleet_trainer.inference_proxy import InferenceProxy
 from artfleet_trainer.torch_backend.generation import BatchEngine
@@ -58,18 +58,7 @@ def tokenizer() -> PreTrainedTokenizerFast:
 
 @pytest_asyncio.fixture
 async def upstream(tokenizer: PreTrainedTokenizerFast) -> AsyncIterator[str]:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        eos_token_id=EOS,
-    )
-    model = LlamaForCausalLM(config).eval()
+    model = tiny_llama(VOCAB, EOS)
     worker = TorchWorker(num_threads=1)
     engine = BatchEngine(model, tokenizer, stop_token_ids=frozenset({EOS}), max_context=128)
     scheduler = GenerationScheduler(engine, asyncio.Lock(), worker)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 from peft import get_peft_model
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny_llama import tiny_llama
+from transformers import LlamaForCausalLM
 
 from artfleet_trainer.torch_backend import checkpoints, training
 from artfleet_trainer.torch_backend.generation import _left_pad, top_p_filter
@@ -31,26 +32,13 @@ def _one_torch_thread() -> Iterator[None]:
         yield
 
 
-def _tiny_llama() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=True,
-    )
-    model = LlamaForCausalLM(config)
-    model.eval()
-    return model
+def _tiny() -> LlamaForCausalLM:
+    return tiny_llama(64, max_position_embeddings=128, tie_word_embeddings=True)
 
 
 @pytest.fixture(scope="module")
 def tiny_model() -> LlamaForCausalLM:
-    return _tiny_llama()
+    return _tiny()
 
 
 def test_attention_bias_is_causal_within_group_or_parent() -> None:
@@ -169,7 +157,7 @@ def test_left_pad_pads_on_the_left_only_when_shorter() -> None:
 
 
 def test_checkpoints_are_saved_found_and_pruned(tmp_path: Path) -> None:
-    peft_model = get_peft_model(_tiny_llama(), training.lora_config(rank=2))
+    peft_model = get_peft_model(_tiny(), training.lora_config(rank=2))
     optimizer = training.make_optimizer([p for p in peft_model.parameters() if p.requires_grad])
     assert checkpoints.latest_step(tmp_path) == 0
     for step in (0, 1, 2):
