@@ -184,7 +184,10 @@ class StepBatches:
         # redis-py's return types are unions of bytes/str/awaitables: typed loosely here.
         self._redis: Any = redis
         self._ttl_s = ttl_s
-        self._wake_s = wake_s
+        # A BLPOP must end before the client's own read timeout (redis-py's default is
+        # 5 s), or the client gives up on the reply and the wait fails.
+        socket_timeout = redis.connection_pool.connection_kwargs.get("socket_timeout")
+        self._wake_s = min(wake_s, socket_timeout / 2) if socket_timeout else wake_s
         self._publish = redis.register_script(_PUBLISH)
         self._restart = redis.register_script(_RESTART)
 

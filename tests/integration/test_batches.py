@@ -146,6 +146,19 @@ async def test_quorum_reached_at_the_deadline(store: StepBatches, job: str) -> N
     assert gathered.waited_s >= 0.2
 
 
+async def test_a_wait_longer_than_the_clients_read_timeout(redis_url: str, job: str) -> None:
+    # redis-py gives up on a reply after socket_timeout (5 s by default): the waits on the
+    # notify list must stay shorter, whatever wake_s says.
+    client = aioredis.from_url(redis_url, socket_timeout=0.3)
+    try:
+        store = StepBatches(client, wake_s=5.0)
+        await store.publish(job, 1, "g0", scored())
+        gathered = await store.gather(job, 1, ["g0", "g1"], timeout_s=1.0, quorum=1)
+        assert len(gathered.groups) == 1 and gathered.waited_s >= 1.0
+    finally:
+        await client.aclose()
+
+
 async def test_deadline_passed_below_quorum(store: StepBatches, job: str) -> None:
     await store.publish(job, 1, "g0", scored())
     with pytest.raises(QuorumNotReached, match="1/3 groups"):
