@@ -177,6 +177,13 @@ class Gathered:
         return [g for g in self.groups if g.state == state]
 
 
+def _read_timeout(redis: Any) -> float | None:
+    """The client's read timeout, as its connections will have it (defaults included)."""
+    pool = redis.connection_pool
+    probe = pool.connection_class(**pool.connection_kwargs)  # not connected: nothing to close
+    return cast(float | None, probe.socket_timeout)
+
+
 class StepBatches:
     """The batch contract over an asyncio Redis client (decode_responses must be off)."""
 
@@ -186,7 +193,7 @@ class StepBatches:
         self._ttl_s = ttl_s
         # A BLPOP must end before the client's own read timeout (redis-py's default is
         # 5 s), or the client gives up on the reply and the wait fails.
-        socket_timeout = redis.connection_pool.connection_kwargs.get("socket_timeout")
+        socket_timeout = _read_timeout(redis)
         self._wake_s = min(wake_s, socket_timeout / 2) if socket_timeout else wake_s
         self._publish = redis.register_script(_PUBLISH)
         self._restart = redis.register_script(_RESTART)

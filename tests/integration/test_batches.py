@@ -159,6 +159,11 @@ async def test_a_wait_longer_than_the_clients_read_timeout(redis_url: str, job: 
         await client.aclose()
 
 
+async def test_waits_end_before_redis_pys_default_read_timeout(client: aioredis.Redis) -> None:
+    # A client made without socket_timeout still has one (redis-py 8: 5 s, = WAKE_S).
+    assert StepBatches(client)._wake_s < 5.0
+
+
 async def test_deadline_passed_below_quorum(store: StepBatches, job: str) -> None:
     await store.publish(job, 1, "g0", scored())
     with pytest.raises(QuorumNotReached, match="1/3 groups"):
