@@ -92,6 +92,11 @@ class StepKeys:
         return f"artfleet:batch:{{{self.job_id}:{self.step}}}:{part}"
 
     @property
+    def pattern(self) -> str:
+        """Every key of the step (for SCAN), the closed marker included."""
+        return self._key("*")
+
+    @property
     def groups(self) -> str:
         return self._key("groups")
 

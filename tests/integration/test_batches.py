@@ -174,13 +174,20 @@ async def test_close_deletes_the_batch_and_refuses_stragglers(
     store: StepBatches, client: aioredis.Redis, job: str
 ) -> None:
     await store.publish(job, 1, "g0", scored())
+    await store.publish(job, 1, "g0", failed())  # kept out
     keys = StepKeys(job, 1)
-    assert 0 < await client.ttl(keys.groups) <= batches.BATCH_TTL_S
+    for key in (keys.groups, keys.status, keys.notify):
+        assert 0 < await client.ttl(key) <= batches.BATCH_TTL_S
+    assert await _step_keys(client, keys) == {keys.groups, keys.status, keys.notify}
     await store.close(job, 1)
-    assert await client.exists(keys.groups, keys.status, keys.notify) == 0
+    assert await _step_keys(client, keys) == {keys.closed}
     assert not await store.needs_run(job, 1, "g1")
     assert await store.publish(job, 1, "g1", scored()) is Published.CLOSED
-    assert await client.exists(keys.groups, keys.status) == 0
+    assert await _step_keys(client, keys) == {keys.closed}
+
+
+async def _step_keys(client: aioredis.Redis, keys: StepKeys) -> set[str]:
+    return {k.decode() async for k in client.scan_iter(match=keys.pattern)}
 
 
 async def test_a_batch_of_large_groups(store: StepBatches, job: str) -> None:

@@ -150,8 +150,8 @@ async def test_a_two_step_job_succeeds_and_its_batches_are_deleted(fleet: Fleet)
     assert fleet.backend.trained == [3, 3]
     for step in (1, 2):
         keys = StepKeys(job.id, step)
-        assert await fleet.redis.exists(keys.groups, keys.status, keys.notify) == 0
-        assert await fleet.redis.exists(keys.closed) == 1
+        left = {k.decode() async for k in fleet.redis.scan_iter(match=keys.pattern)}
+        assert left == {keys.closed}
 
 
 async def test_restart_skips_a_checkpointed_step_and_keeps_scored_groups(fleet: Fleet) -> None:
