@@ -23,8 +23,8 @@ from artfleet.rewardspec import (
     default_scorers,
     reward_data_from_proto,
     reward_to_proto,
-    spec_error,
 )
+from artfleet.spec_base import spec_error
 from artfleet.v1 import common_pb2 as pb
 
 # The reward spec's models, where job-spec code has always found them.

@@ -16,7 +16,7 @@ from artfleet.jobspec import (
     spec_to_proto,
     validate_spec,
 )
-from artfleet.rewardspec import JudgeParams, ProcessParams, RulerParams
+from artfleet.scorer_params import JudgeParams, ProcessParams, RulerParams
 from artfleet.v1 import common_pb2 as pb
 
 

@@ -11,7 +11,8 @@ from typing import Any, NoReturn
 import grpc
 
 from artfleet.errors import InvalidArgument
-from artfleet.rewardspec import DROP_GROUP, DROP_TRAJECTORY, FAIL_JOB, InvalidSpec
+from artfleet.rewardspec import DROP_GROUP, DROP_TRAJECTORY, FAIL_JOB
+from artfleet.spec_base import InvalidSpec
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc
 

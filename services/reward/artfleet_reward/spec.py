@@ -14,12 +14,12 @@ from artfleet.rewardspec import (
     DEFAULT_GATE_MIN,
     DEFAULT_ON_ERROR,
     SPEC_FIELD,
-    InvalidSpec,
     RangeModel,
     RewardSpecModel,
     ScorerModel,
     reward_from_proto,
 )
+from artfleet.spec_base import InvalidSpec
 from artfleet.v1 import common_pb2 as pb
 
 from .scorers import registry

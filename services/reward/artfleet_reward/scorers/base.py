@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from artfleet.rewardspec import InvalidSpec, Params, spec_error
+from artfleet.spec_base import InvalidSpec, Params, spec_error
 from artfleet.v1 import common_pb2 as pb
 
 from ..metrics import RewardMetrics

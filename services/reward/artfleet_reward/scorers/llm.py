@@ -32,13 +32,8 @@ from pydantic import BaseModel, Field
 
 from artfleet import codec
 from artfleet.art_types import RULER_DEFAULT_RUBRIC, art
-from artfleet.rewardspec import (
-    InvalidSpec,
-    JudgeEndpoint,
-    JudgeParams,
-    LLMParams,
-    RulerParams,
-)
+from artfleet.scorer_params import JudgeEndpoint, JudgeParams, LLMParams, RulerParams
+from artfleet.spec_base import InvalidSpec
 
 from .base import (
     ERROR,

@@ -23,7 +23,7 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from artfleet import codec
-from artfleet.rewardspec import McpEvaluateParams, ToolCall
+from artfleet.scorer_params import McpEvaluateParams, ToolCall
 
 from .base import (
     ERROR,

@@ -20,7 +20,7 @@ Decisions the table leaves open, made here:
 
 from __future__ import annotations
 
-from artfleet.rewardspec import ProcessParams, TaskCheckParams, TestsParams
+from artfleet.scorer_params import ProcessParams, TaskCheckParams, TestsParams
 from artfleet.v1 import common_pb2
 
 from .base import EpisodeScorer, ScorerDef
