@@ -14,6 +14,9 @@ from typing import Literal, Protocol, runtime_checkable
 from artfleet_sandbox.replica import replica_of
 
 Outcome = Literal["passed", "failed", "errored", "skipped"]
+# "session": the session's default; "repl": in the session's long-lived shell (state
+# persists); "stateless": a fresh `sh -c` per command.
+ExecMode = Literal["session", "repl", "stateless"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_COMMAND_BYTES = 128 * 1024 - 1  # Linux refuses longer single arguments (E2BIG)
@@ -86,6 +89,7 @@ class SessionSpec:
     image: str = ""  # container image; the local backend ignores it
     idle_ttl_s: float = 0.0  # 0 = the backend's default
     resources: Resources = Resources()
+    repl: bool = True  # Exec's default mode: the session's REPL, or stateless
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,10 @@ class ExecSpec:
     cwd: str = ""  # relative to the workspace
     env: Mapping[str, str] = field(default_factory=dict)
     stdin: bytes = b""
+    mode: ExecMode = "session"
+
+    def use_repl(self, session_default: bool) -> bool:
+        return self.mode == "repl" or (self.mode == "session" and session_default)
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,8 @@ class ExecOutcome:
     stderr_truncated: bool
     duration_s: float
     oom_killed: bool = False  # the kernel's OOM killer ended a process of the command
+    shell_restarted: bool = False  # REPL: the shell's state was lost at or before this call
+    stateless: bool = True  # how it ran (metrics label the latency by mode)
 
 
 @dataclass(frozen=True)

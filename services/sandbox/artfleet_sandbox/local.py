@@ -43,9 +43,12 @@ from artfleet_sandbox.backend import (
 )
 from artfleet_sandbox.bwrap import DEFAULT_HIDE_PATHS, Bubblewrap, find_bubblewrap
 from artfleet_sandbox.junit import parse_junit
+from artfleet_sandbox.localrepl import LocalChannel
 from artfleet_sandbox.paths import read_file, remove_tree, resolve_dir, write_file
-from artfleet_sandbox.procs import TAG_VAR, kill_tagged, rlimit_prefix, run_process
+from artfleet_sandbox.procs import TAG_VAR, kill_group, kill_tagged, rlimit_prefix, run_process
+from artfleet_sandbox.repl import shell_argv
 from artfleet_sandbox.replica import new_replica_id, new_session_id
+from artfleet_sandbox.replshell import ReplCall, ReplShell, ReplSink
 from artfleet_sandbox.sessions import SessionTable
 
 log = logging.getLogger(__name__)
@@ -95,6 +98,10 @@ class _Session:
     network: bool
     job_id: str
     ttl_s: float
+    repl_default: bool = True
+    repl: ReplShell | None = None  # made on the first REPL call
+    repl_tag: str = ""  # TAG_VAR value of the REPL shell's tree
+    repl_pid: int = 0
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
 
@@ -194,6 +201,7 @@ class LocalBackend:
             network=spec.network,
             job_id=spec.job_id,
             ttl_s=spec.idle_ttl_s or self.config.idle_ttl_s,
+            repl_default=spec.repl,
         )
         self._sessions.add(session.id, session)
         metrics.CREATE_SECONDS.labels("process").observe(time.perf_counter() - started)
@@ -213,6 +221,8 @@ class LocalBackend:
         while session.busy and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
             await asyncio.to_thread(kill_tagged, session.tag + ".")
+        if session.repl is not None:
+            await session.repl.stop()
         await asyncio.to_thread(remove_tree, session.root)
         return True
 
@@ -315,6 +325,8 @@ class LocalBackend:
         if spec.timeout_s <= 0 or spec.max_output_bytes < 0:
             raise InvalidArgument("timeout_s must be positive and max_output_bytes not negative")
         session = self._sessions.get(session_id)
+        if spec.use_repl(session.repl_default):
+            return await self._repl_exec(session, spec)
         return await self._run(
             session,
             spec.command,
@@ -324,6 +336,60 @@ class LocalBackend:
             max_output_bytes=spec.max_output_bytes,
             stdin=spec.stdin,
         )
+
+    # -- the session's REPL --------------------------------------------------------------
+
+    def _repl_of(self, session: _Session) -> ReplShell:
+        if session.repl is None:
+            session.repl = ReplShell(
+                lambda sink: self._spawn_repl(session, sink),
+                lambda: self._kill_repl(session),
+                self.name,
+            )
+        return session.repl
+
+    async def _spawn_repl(self, session: _Session, sink: ReplSink) -> LocalChannel:
+        # A tag of its own: a timeout kills the shell's tree, not the session's other calls.
+        env = self._env(session, {})
+        session.repl_tag = env[TAG_VAR]
+        if os.path.basename(self._shell) != "bash":
+            raise InvalidArgument("the REPL needs bash on the sandbox PATH: use mode STATELESS")
+        argv = shell_argv(self._shell)
+        if self._bwrap is not None:
+            argv = self._bwrap.argv(
+                session_root=session.root,
+                others_root=self._root,
+                cwd=session.workdir,
+                network=session.network,
+                command=argv,
+            )
+        with _spawn_errors():
+            channel = await LocalChannel.start(sink, [*self._limits, *argv], session.workdir, env)
+        session.repl_pid = channel.pid
+        return channel
+
+    async def _kill_repl(self, session: _Session) -> None:
+        if session.repl_pid > 0:
+            kill_group(session.repl_pid)
+        if session.repl_tag:
+            await asyncio.to_thread(kill_tagged, session.repl_tag)  # and what left the group
+
+    async def _repl_exec(self, session: _Session, spec: ExecSpec) -> ExecOutcome:
+        check_command(spec.command)
+        check_env(spec.env)
+        with self._sessions.in_use(session):
+            cwd = ""
+            if spec.cwd:
+                cwd = await asyncio.to_thread(resolve_dir, session.workdir, spec.cwd)
+            call = ReplCall(
+                spec.command,
+                spec.timeout_s,
+                spec.max_output_bytes,
+                cwd=cwd,
+                env=dict(spec.env),
+                stdin=spec.stdin,
+            )
+            return await self._repl_of(session).run(call)
 
     async def run_tests(self, session_id: str, command: str, timeout_s: float) -> RunTestsReport:
         if timeout_s <= 0:

@@ -28,7 +28,20 @@ POOL_MISSES = Counter(
     "artfleet_sandbox_pool_misses", "Sessions that had to wait for a cold container", ["image"]
 )
 EXEC_SECONDS = Histogram(
-    "artfleet_sandbox_exec_seconds", "Wall time of Exec commands", buckets=_COMMAND_BUCKETS
+    "artfleet_sandbox_exec_seconds",
+    "Wall time of Exec commands, by mode (repl, stateless)",
+    ["mode"],
+    buckets=_COMMAND_BUCKETS,
+)
+REPL_RESTARTS = Counter(
+    "artfleet_sandbox_repl_restarts",
+    "Session shells lost and started again (timeout, exit, exec, kill, OOM), by backend",
+    ["backend"],
+)
+REPL_COMMANDS_PER_SESSION = Histogram(
+    "artfleet_sandbox_repl_commands_per_session",
+    "REPL commands a session ran, observed when it closes",
+    buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
 )
 EXEC_TIMEOUTS = Counter("artfleet_sandbox_exec_timeouts", "Exec commands killed by their timeout")
 OOM_KILLS = Counter(

@@ -20,6 +20,7 @@ from artfleet.v1 import sandbox_pb2_grpc
 from artfleet_sandbox import metrics
 from artfleet_sandbox.backend import (
     CapacityExceeded,
+    ExecMode,
     ExecSpec,
     FileSpec,
     Forbidden,
@@ -102,6 +103,20 @@ def _resources(message: pb.Resources) -> Resources:
     )
 
 
+_MODES: dict[int, ExecMode] = {
+    pb.EXEC_MODE_UNSPECIFIED: "session",
+    pb.EXEC_MODE_REPL: "repl",
+    pb.EXEC_MODE_STATELESS: "stateless",
+}
+
+
+def _mode(value: int) -> ExecMode:
+    mode = _MODES.get(value)
+    if mode is None:
+        raise InvalidArgument(f"unknown exec mode {value}")
+    return mode
+
+
 def _rpc(
     method: Callable[[_S, _Req, Any], Awaitable[_Resp]],
 ) -> Callable[[_S, _Req, Any], Awaitable[_Resp]]:
@@ -148,6 +163,7 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
                 request.idle_ttl_s, lim.default_idle_ttl_s, lim.max_idle_ttl_s, "idle_ttl_s"
             ),
             resources=_resources(request.resources),
+            repl=_mode(request.exec_mode) != "stateless",
         )
         info = await self.backend.create_session(spec)
         log.info("session %s created (job %r, %s)", info.session_id, spec.job_id, info.isolation)
@@ -169,6 +185,7 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
             cwd=request.cwd,
             env=dict(request.env),
             stdin=request.stdin,
+            mode=_mode(request.mode),
             timeout_s=self._timeout(request.timeout_s),
             max_output_bytes=int(
                 _clamp(
@@ -180,7 +197,9 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
             ),
         )
         out = await self.backend.exec(_require_session(request.session_id), spec)
-        metrics.EXEC_SECONDS.observe(out.duration_s)
+        metrics.EXEC_SECONDS.labels("stateless" if out.stateless else "repl").observe(
+            out.duration_s
+        )
         if out.timed_out:
             metrics.EXEC_TIMEOUTS.inc()
         return pb.ExecResult(
@@ -192,6 +211,7 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
             stderr_truncated=out.stderr_truncated,
             duration_s=out.duration_s,
             oom_killed=out.oom_killed,
+            shell_restarted=out.shell_restarted,
         )
 
     @_rpc

@@ -1,10 +1,20 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ExecMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXEC_MODE_UNSPECIFIED: _ClassVar[ExecMode]
+    EXEC_MODE_REPL: _ClassVar[ExecMode]
+    EXEC_MODE_STATELESS: _ClassVar[ExecMode]
+EXEC_MODE_UNSPECIFIED: ExecMode
+EXEC_MODE_REPL: ExecMode
+EXEC_MODE_STATELESS: ExecMode
 
 class File(_message.Message):
     __slots__ = ("path", "content", "mode")
@@ -17,7 +27,7 @@ class File(_message.Message):
     def __init__(self, path: _Optional[str] = ..., content: _Optional[bytes] = ..., mode: _Optional[int] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("image", "files", "env", "network", "job_id", "idle_ttl_s", "resources")
+    __slots__ = ("image", "files", "env", "network", "job_id", "idle_ttl_s", "resources", "exec_mode")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +42,7 @@ class CreateSessionRequest(_message.Message):
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     IDLE_TTL_S_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    EXEC_MODE_FIELD_NUMBER: _ClassVar[int]
     image: str
     files: _containers.RepeatedCompositeFieldContainer[File]
     env: _containers.ScalarMap[str, str]
@@ -39,7 +50,8 @@ class CreateSessionRequest(_message.Message):
     job_id: str
     idle_ttl_s: float
     resources: Resources
-    def __init__(self, image: _Optional[str] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: _Optional[bool] = ..., job_id: _Optional[str] = ..., idle_ttl_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
+    exec_mode: ExecMode
+    def __init__(self, image: _Optional[str] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: _Optional[bool] = ..., job_id: _Optional[str] = ..., idle_ttl_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., exec_mode: _Optional[_Union[ExecMode, str]] = ...) -> None: ...
 
 class Resources(_message.Message):
     __slots__ = ("memory_bytes", "cpus", "pids", "tmp_bytes")
@@ -68,7 +80,7 @@ class Session(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., workdir: _Optional[str] = ..., backend: _Optional[str] = ..., isolation: _Optional[str] = ..., replica: _Optional[str] = ...) -> None: ...
 
 class ExecRequest(_message.Message):
-    __slots__ = ("session_id", "command", "cwd", "env", "stdin", "timeout_s", "max_output_bytes")
+    __slots__ = ("session_id", "command", "cwd", "env", "stdin", "timeout_s", "max_output_bytes", "mode")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +95,7 @@ class ExecRequest(_message.Message):
     STDIN_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     command: str
     cwd: str
@@ -90,10 +103,11 @@ class ExecRequest(_message.Message):
     stdin: bytes
     timeout_s: float
     max_output_bytes: int
-    def __init__(self, session_id: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., max_output_bytes: _Optional[int] = ...) -> None: ...
+    mode: ExecMode
+    def __init__(self, session_id: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., max_output_bytes: _Optional[int] = ..., mode: _Optional[_Union[ExecMode, str]] = ...) -> None: ...
 
 class ExecResult(_message.Message):
-    __slots__ = ("exit_code", "stdout", "stderr", "timed_out", "stdout_truncated", "stderr_truncated", "duration_s", "oom_killed")
+    __slots__ = ("exit_code", "stdout", "stderr", "timed_out", "stdout_truncated", "stderr_truncated", "duration_s", "oom_killed", "shell_restarted")
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     STDOUT_FIELD_NUMBER: _ClassVar[int]
     STDERR_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +116,7 @@ class ExecResult(_message.Message):
     STDERR_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
     OOM_KILLED_FIELD_NUMBER: _ClassVar[int]
+    SHELL_RESTARTED_FIELD_NUMBER: _ClassVar[int]
     exit_code: int
     stdout: bytes
     stderr: bytes
@@ -110,7 +125,8 @@ class ExecResult(_message.Message):
     stderr_truncated: bool
     duration_s: float
     oom_killed: bool
-    def __init__(self, exit_code: _Optional[int] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., timed_out: _Optional[bool] = ..., stdout_truncated: _Optional[bool] = ..., stderr_truncated: _Optional[bool] = ..., duration_s: _Optional[float] = ..., oom_killed: _Optional[bool] = ...) -> None: ...
+    shell_restarted: bool
+    def __init__(self, exit_code: _Optional[int] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., timed_out: _Optional[bool] = ..., stdout_truncated: _Optional[bool] = ..., stderr_truncated: _Optional[bool] = ..., duration_s: _Optional[float] = ..., oom_killed: _Optional[bool] = ..., shell_restarted: _Optional[bool] = ...) -> None: ...
 
 class WriteFilesRequest(_message.Message):
     __slots__ = ("session_id", "files")
