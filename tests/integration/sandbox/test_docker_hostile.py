@@ -1,4 +1,7 @@
-"""Hostile code in real containers: each case is contained and the service stays healthy."""
+"""Hostile code in real containers: each case is contained and the service stays healthy.
+
+Every case runs twice: in the session's REPL (the default) and stateless.
+"""
 
 from __future__ import annotations
 
@@ -24,17 +27,23 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 MiB = 1024 * 1024
 
 
+REPL_SHELL = "--noprofile --norc"  # in the args of the session's REPL shell (see repl.py)
+
+
 class Client:
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, mode: int = pb.EXEC_MODE_REPL) -> None:
         self.stub = sandbox_pb2_grpc.SandboxStub(channel)
         self.health = health_pb2_grpc.HealthStub(channel)
+        self.mode = mode
 
     async def session(self, **fields: Any) -> str:
         return str((await self.stub.CreateSession(pb.CreateSessionRequest(**fields))).session_id)
 
     async def run(self, sid: str, command: str, timeout_s: float = 10, **kw: Any) -> Any:
         return await self.stub.Exec(
-            pb.ExecRequest(session_id=sid, command=command, timeout_s=timeout_s, **kw),
+            pb.ExecRequest(
+                session_id=sid, command=command, timeout_s=timeout_s, mode=self.mode, **kw
+            ),
             timeout=timeout_s + 60,
         )
 
@@ -48,18 +57,25 @@ class Client:
         await self.stub.CloseSession(pb.CloseSessionRequest(session_id=fresh))
 
     async def user_processes(self, sid: str) -> list[str]:
-        """Processes of the session's user other than the `ps` pipeline itself."""
-        out = await self.run(sid, "ps -u 1000 -o pid=,args= | grep -v -e 'ps -u' -e grep")
+        """Processes of the session's user other than the `ps` pipeline and the REPL shell."""
+        out = await self.run(
+            sid, f"ps -ww -u 1000 -o pid=,args= | grep -v -e 'ps -ww' -e grep -e '{REPL_SHELL}'"
+        )
         return [line for line in out.stdout.decode().splitlines() if line.strip()]
 
 
-@pytest.fixture
-async def client(sandbox_app: AppFactory) -> AsyncIterator[Client]:
+@pytest.fixture(
+    params=[
+        pytest.param(pb.EXEC_MODE_REPL, id="repl"),
+        pytest.param(pb.EXEC_MODE_STATELESS, id="stateless"),
+    ]
+)
+async def client(sandbox_app: AppFactory, request: pytest.FixtureRequest) -> AsyncIterator[Client]:
     async with (
         sandbox_app(pool_size=0, max_timeout_s=60, max_output_bytes=64 * 1024) as app,
         aio_channel(f"127.0.0.1:{app.server.port}", TOKEN) as channel,
     ):
-        yield Client(channel)
+        yield Client(channel, request.param)
 
 
 async def test_fork_bomb_is_capped_by_pids_and_killed_by_the_timeout(client: Client) -> None:

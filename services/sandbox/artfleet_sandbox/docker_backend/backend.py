@@ -10,7 +10,7 @@ import secrets
 import shlex
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from artfleet_sandbox import metrics
 from artfleet_sandbox.backend import (
@@ -30,6 +30,7 @@ from artfleet_sandbox.docker_backend import config as c
 from artfleet_sandbox.docker_backend.engine import DockerEngine, ExecCall
 from artfleet_sandbox.docker_backend.execio import ReadLimits
 from artfleet_sandbox.docker_backend.pool import Pooled, WarmPool
+from artfleet_sandbox.docker_backend.replio import DockerChannel
 from artfleet_sandbox.docker_backend.reaper import owner_containers, reap_reason
 from artfleet_sandbox.docker_backend.spec import (
     ContainerRequest,
@@ -40,6 +41,7 @@ from artfleet_sandbox.docker_backend.spec import (
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.paths import clean_relpath
 from artfleet_sandbox.replica import ReplicaIdentity, new_session_id
+from artfleet_sandbox.replshell import ReplCall, ReplShell, ReplSink
 from artfleet_sandbox.sessions import SessionTable
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,8 @@ class _Session:
     env: dict[str, str]
     network: bool
     ttl_s: float
+    repl_default: bool = True
+    repl: ReplShell | None = None  # made on the first REPL call
     created: float = field(default_factory=time.monotonic)
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
@@ -210,6 +214,7 @@ class DockerBackend:
             env=dict(spec.env),
             network=spec.network,
             ttl_s=spec.idle_ttl_s or self.config.idle_ttl_s,
+            repl_default=spec.repl,
         )
         self._sessions.add(session_id, session)
         try:
@@ -242,6 +247,8 @@ class DockerBackend:
         if session is None:
             return False
         await self._remove(session.container_id)
+        if session.repl is not None:
+            await session.repl.stop()
         return True
 
     async def close_all(self) -> int:
@@ -283,8 +290,48 @@ class DockerBackend:
         if spec.timeout_s <= 0 or spec.max_output_bytes < 0:
             raise InvalidArgument("timeout_s must be positive and max_output_bytes not negative")
         session = self._sessions.get(session_id)
+        if spec.use_repl(session.repl_default):
+            return await self._repl_exec(session, spec)
         limits = ReadLimits(spec.timeout_s, spec.max_output_bytes, self.config.drain_limit_bytes)
         return await self._run(session, spec.command, spec.cwd, spec.env, spec.stdin, limits)
+
+    # -- the session's REPL --------------------------------------------------------------
+
+    def _repl_of(self, session: _Session) -> ReplShell:
+        if session.repl is None:
+            session.repl = ReplShell(
+                lambda sink: self._spawn_repl(session, sink),
+                lambda: self.engine.kill_user(session.container_id, self.config.user),
+                self.name,
+            )
+        return session.repl
+
+    async def _spawn_repl(self, session: _Session, sink: ReplSink) -> DockerChannel:
+        return await DockerChannel.start(
+            self.engine, sink, session.container_id, self.config.user, session.env, c.WORKSPACE
+        )
+
+    async def _repl_exec(self, session: _Session, spec: ExecSpec) -> ExecOutcome:
+        check_command(spec.command)
+        check_env(spec.env)
+        rel = clean_relpath(spec.cwd, allow_empty=True) if spec.cwd else ""
+        call = ReplCall(
+            spec.command,
+            spec.timeout_s,
+            spec.max_output_bytes,
+            cwd=f"{c.WORKSPACE}/{rel}" if rel else "",
+            env=dict(spec.env),
+            stdin=spec.stdin,
+            drain_limit_bytes=self.config.drain_limit_bytes,
+        )
+        with self._sessions.in_use(session):
+            outcome = await self._repl_of(session).run(call)
+            # 137 is SIGKILL: the OOM killer's, or a kill of the command's own.
+            if outcome.exit_code == 137 and not outcome.stdout_truncated:
+                if await self.engine.oom_killed(session.container_id):
+                    metrics.OOM_KILLS.inc()
+                    outcome = replace(outcome, oom_killed=True)
+        return outcome
 
     async def write_files(self, session_id: str, files: Sequence[FileSpec]) -> int:
         session = self._sessions.get(session_id)

@@ -264,6 +264,15 @@ class DockerEngine:
             return 0
         return parse_oom_kills(output.decode(errors="replace"))
 
+    async def kill_user(self, container_id: str, user: str) -> None:
+        """Everything `user` runs in the container (the session's REPL shell included)."""
+        with engine_errors("kill"):
+            await self.call(self._kill_user, container_id, user)
+
+    async def oom_killed(self, container_id: str) -> bool:
+        with engine_errors("OOM probe"):
+            return await self.call(self._oom_kills, container_id) > 0
+
     async def exec(self, call: ExecCall) -> ExecOutcome:
         with engine_errors("exec"):
             return await self.call(self._exec_blocking, call)

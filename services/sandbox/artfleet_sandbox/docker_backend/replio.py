@@ -1,0 +1,93 @@
+"""The docker backend's REPL channel: one `docker exec -i` (stdin attached, no TTY, so
+stdout and stderr stay apart in the multiplexed stream) kept open for the session.
+
+The exec is created on an engine thread once; after that the hijacked socket is read
+and written on the event loop, so a call costs no engine round trip at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from typing import Any
+
+from artfleet_sandbox.docker_backend.engine import DockerEngine, engine_errors
+from artfleet_sandbox.docker_backend.execio import FrameDemux
+from artfleet_sandbox.repl import docker_argv
+from artfleet_sandbox.replshell import ReplSink
+
+log = logging.getLogger(__name__)
+
+_READ_CHUNK = 256 * 1024
+
+
+class DockerChannel:
+    def __init__(self, engine: DockerEngine, exec_id: str, sock: Any, sink: ReplSink) -> None:
+        self._engine = engine
+        self._exec_id = exec_id
+        self._wrapper = sock  # keeps the SDK's wrapper, and so the connection, alive
+        self._raw: socket.socket = getattr(sock, "_sock", sock)
+        self._raw.setblocking(False)
+        self._sink = sink
+        self._reader = asyncio.get_running_loop().create_task(self._read(), name="repl-read")
+
+    @classmethod
+    async def start(
+        cls,
+        engine: DockerEngine,
+        sink: ReplSink,
+        container_id: str,
+        user: str,
+        env: dict[str, str],
+        workdir: str,
+    ) -> DockerChannel:
+        def create() -> tuple[str, Any]:
+            api = engine.client.api
+            exec_id = api.exec_create(
+                container_id, docker_argv(), stdin=True, environment=env, workdir=workdir, user=user
+            )["Id"]
+            return exec_id, api.exec_start(exec_id, socket=True)
+
+        with engine_errors("start the session's shell"):
+            exec_id, sock = await engine.call(create)
+        return cls(engine, exec_id, sock, sink)
+
+    async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
+        demux = FrameDemux()
+        try:
+            while True:
+                data = await loop.sock_recv(self._raw, _READ_CHUNK)
+                if not data:
+                    break
+                for stream, payload in demux.feed(data):
+                    self._sink.data(stream, payload)
+        except OSError as exc:
+            log.debug("session shell stream ended: %s", exc)
+        finally:
+            self._sink.eof()
+
+    async def send(self, data: bytes) -> None:
+        await asyncio.get_running_loop().sock_sendall(self._raw, data)
+
+    async def close(self) -> None:
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        with contextlib.suppress(OSError):
+            self._raw.close()
+
+    async def exit_status(self) -> int | None:
+        def inspect() -> int | None:
+            info = self._engine.client.api.exec_inspect(self._exec_id)
+            return None if info.get("Running") else info.get("ExitCode")
+
+        for _ in range(50):  # the engine notes the exit a moment after the stream ends
+            with contextlib.suppress(Exception):
+                code = await self._engine.call(inspect)
+                if code is not None:
+                    return int(code)
+            await asyncio.sleep(0.1)
+        return None
