@@ -7,8 +7,13 @@
 2. CreateSession served from the warm pool vs a cold `containers.run` with the same
    options (target: p50 ratio <= 0.1).
 3. Throughput: 32 sessions running trivial commands concurrently through the API.
+4. The same in the session REPL (issue #16): its exec latency over the raw SDK's, on the
+   same container, interleaved (target <= 0.2), and 32 sessions' REPL throughput
+   (target >= 3x the raw SDK's figure measured in the same run).
 
-The last three lines are `exec_ratio=`, `warm_acquire_ratio=` and `sessions32_exec_per_s=`.
+The last lines are `exec_ratio=`, `warm_acquire_ratio=`, `sessions32_exec_per_s=` (all
+stateless, as before), `repl_exec_ratio=`, `repl_sessions32_exec_per_s=` and
+`raw_sessions32_exec_per_s=`.
 """
 
 from __future__ import annotations
@@ -55,15 +60,26 @@ async def timed(call: Callable[[], Awaitable[Any]]) -> float:
     return time.perf_counter() - start
 
 
-async def bench_exec(stub: Any, client: docker.DockerClient, deployment: str, n: int) -> float:
+async def bench_exec(
+    stub: Any, client: docker.DockerClient, deployment: str, n: int
+) -> tuple[float, float]:
+    """(stateless p50 / raw p50, REPL p50 / raw p50), all three interleaved."""
     session = await stub.CreateSession(pb.CreateSessionRequest())
     container = client.containers.list(filters={"label": f"{LABEL_SESSION}={session.session_id}"})[
         0
     ]
-    request = pb.ExecRequest(session_id=session.session_id, command="true")
+    request = pb.ExecRequest(
+        session_id=session.session_id, command="true", mode=pb.EXEC_MODE_STATELESS
+    )
+    repl_request = pb.ExecRequest(
+        session_id=session.session_id, command="true", mode=pb.EXEC_MODE_REPL
+    )
 
     async def ours() -> None:
         assert (await stub.Exec(request)).exit_code == 0
+
+    async def repl() -> None:
+        assert (await stub.Exec(repl_request)).exit_code == 0
 
     async def raw() -> None:
         result = await asyncio.to_thread(
@@ -71,18 +87,19 @@ async def bench_exec(stub: Any, client: docker.DockerClient, deployment: str, n:
         )
         assert result.exit_code == 0
 
-    ours_s: list[float] = []
-    raw_s: list[float] = []
-    for i in range(n + 5):  # interleaved, so drift hits both alike; 5 warm-up rounds
-        a, b = (ours, raw) if i % 2 else (raw, ours)
-        ta, tb = await timed(a), await timed(b)
-        if i >= 5:
-            (ours_s if a is ours else raw_s).append(ta)
-            (ours_s if b is ours else raw_s).append(tb)
+    samples: dict[Any, list[float]] = {ours: [], raw: [], repl: []}
+    orders = [(ours, raw, repl), (raw, repl, ours), (repl, ours, raw)]
+    for i in range(n + 5):  # interleaved, so drift hits all alike; 5 warm-up rounds
+        for call in orders[i % 3]:
+            took = await timed(call)
+            if i >= 5:
+                samples[call].append(took)
     await stub.CloseSession(pb.CloseSessionRequest(session_id=session.session_id))
-    show("raw docker exec_run", raw_s)
-    show("gRPC Exec", ours_s)
-    return pct(ours_s, 0.5) / pct(raw_s, 0.5)
+    show("raw docker exec_run", samples[raw])
+    show("gRPC Exec (stateless)", samples[ours])
+    show("gRPC Exec (REPL)", samples[repl])
+    raw_p50 = pct(samples[raw], 0.5)
+    return pct(samples[ours], 0.5) / raw_p50, pct(samples[repl], 0.5) / raw_p50
 
 
 async def bench_acquire(
@@ -119,35 +136,44 @@ async def wait_pool_full(backend: DockerBackend, image: str) -> None:
         await asyncio.sleep(0.05)
 
 
-async def bench_throughput(
-    stub: Any, client: docker.DockerClient, sessions: int, seconds: float
+async def api_throughput(
+    stub: Any, sessions: list[Any], seconds: float, mode: pb.ExecMode
 ) -> float:
-    created = await asyncio.gather(
-        *(stub.CreateSession(pb.CreateSessionRequest()) for _ in range(sessions))
-    )
-    raw_per_s = await raw_throughput(client, created, seconds)
     done = 0
     stop_at = time.monotonic() + seconds
 
     async def loop(session_id: str) -> None:
         nonlocal done
-        request = pb.ExecRequest(session_id=session_id, command="true")
+        request = pb.ExecRequest(session_id=session_id, command="true", mode=mode)
         while time.monotonic() < stop_at:
             assert (await stub.Exec(request)).exit_code == 0
             done += 1
 
     start = time.perf_counter()
-    await asyncio.gather(*(loop(s.session_id) for s in created))
-    elapsed = time.perf_counter() - start
+    await asyncio.gather(*(loop(s.session_id) for s in sessions))
+    return done / (time.perf_counter() - start)
+
+
+async def bench_throughput(
+    stub: Any, client: docker.DockerClient, sessions: int, seconds: float
+) -> tuple[float, float, float]:
+    """(raw SDK, gRPC stateless, gRPC REPL) commands per second, same 32 containers."""
+    created = await asyncio.gather(
+        *(stub.CreateSession(pb.CreateSessionRequest()) for _ in range(sessions))
+    )
+    raw_per_s = await raw_throughput(client, created, seconds)
+    per_s = await api_throughput(stub, created, seconds, pb.EXEC_MODE_STATELESS)
+    repl_per_s = await api_throughput(stub, created, seconds, pb.EXEC_MODE_REPL)
     await asyncio.gather(
         *(stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id)) for s in created)
     )
     print(f"{sessions} sessions, raw SDK exec_run from {sessions} threads: {raw_per_s:.1f}/s")
-    print(
-        f"{sessions} sessions, gRPC Exec: {done} in {elapsed:.1f} s = {done / elapsed:.1f}/s "
-        f"(ratio to raw {done / elapsed / raw_per_s:.2f})"
-    )
-    return done / elapsed
+    for name, value in (("stateless", per_s), ("REPL", repl_per_s)):
+        print(
+            f"{sessions} sessions, gRPC Exec ({name}): {value:.1f}/s "
+            f"(ratio to raw {value / raw_per_s:.2f})"
+        )
+    return raw_per_s, per_s, repl_per_s
 
 
 async def raw_throughput(client: docker.DockerClient, sessions: list[Any], seconds: float) -> float:
@@ -197,15 +223,18 @@ async def main() -> None:
         async with aio_channel(f"127.0.0.1:{app.server.port}", TOKEN) as channel:
             stub = sandbox_pb2_grpc.SandboxStub(channel)
             backend: Any = app.backend
-            exec_ratio = await bench_exec(stub, client, deployment, args.execs)
+            exec_ratio, repl_ratio = await bench_exec(stub, client, deployment, args.execs)
             acquire_ratio = await bench_acquire(stub, backend, client, args.image, args.acquires)
-            per_s = await bench_throughput(stub, client, 32, args.seconds)
+            raw_per_s, per_s, repl_per_s = await bench_throughput(stub, client, 32, args.seconds)
     finally:
         await app.stop()
         client.close()
     print(f"exec_ratio={exec_ratio:.3f}")
     print(f"warm_acquire_ratio={acquire_ratio:.3f}")
     print(f"sessions32_exec_per_s={per_s:.1f}")
+    print(f"repl_exec_ratio={repl_ratio:.3f}")
+    print(f"repl_sessions32_exec_per_s={repl_per_s:.1f}")
+    print(f"raw_sessions32_exec_per_s={raw_per_s:.1f}")
 
 
 if __name__ == "__main__":

@@ -72,13 +72,19 @@ def new_token() -> str:
 def script(command: str, cwd: str = "", env: Mapping[str, str] | None = None) -> str:
     """The text the shell evals: per-call env exports and cwd first, then the command.
 
-    Both persist like anything typed into a terminal: `cwd` is a `cd`, `env` an `export`.
+    `env` persists like an `export` typed into a terminal. `cwd` holds for this call only:
+    the shell goes back to where it was afterwards, unless the command itself moved.
     """
     lines = [f"export {key}={shlex.quote(value)}" for key, value in (env or {}).items()]
-    if cwd:
-        lines.append(f"builtin cd -- {shlex.quote(cwd)} && builtin eval {shlex.quote(command)}")
-    else:
-        lines.append(command)
+    if not cwd:
+        return "\n".join([*lines, command])
+    there = shlex.quote(cwd)
+    lines += [
+        f"__af_back=$PWD; builtin cd -- {there} && builtin eval {shlex.quote(command)}",
+        "__af_st=$?",
+        f'builtin test "$PWD" != {there} || builtin cd -- "$__af_back"',
+        "(exit $__af_st)",
+    ]
     return "\n".join(lines)
 
 

@@ -31,7 +31,7 @@ REPL_SHELL = "--noprofile --norc"  # in the args of the session's REPL shell (se
 
 
 class Client:
-    def __init__(self, channel: grpc.aio.Channel, mode: int = pb.EXEC_MODE_REPL) -> None:
+    def __init__(self, channel: grpc.aio.Channel, mode: pb.ExecMode = pb.EXEC_MODE_REPL) -> None:
         self.stub = sandbox_pb2_grpc.SandboxStub(channel)
         self.health = health_pb2_grpc.HealthStub(channel)
         self.mode = mode

@@ -145,16 +145,18 @@ async def test_requests_above_caps_are_clamped(stub: sandbox_pb2_grpc.SandboxStu
 
 
 async def test_metrics_follow_the_calls(stub: sandbox_pb2_grpc.SandboxStub) -> None:
-    def sample(name: str) -> float:
-        return REGISTRY.get_sample_value(name) or 0.0
+    def sample(name: str, labels: dict[str, str] | None = None) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    repl = {"mode": "repl"}  # sessions run Exec in their REPL by default
 
     created = sample("artfleet_sandbox_sessions_created_total")
-    execs = REGISTRY.get_sample_value("artfleet_sandbox_exec_seconds_count", {"mode": "repl"}) or 0.0
+    execs = sample("artfleet_sandbox_exec_seconds_count", repl)
     test_runs = sample("artfleet_sandbox_run_tests_seconds_count")
     sid = (await stub.CreateSession(pb.CreateSessionRequest())).session_id
     assert sample("artfleet_sandbox_active_sessions") >= 1
     await stub.Exec(pb.ExecRequest(session_id=sid, command="true"))
     await stub.RunTests(pb.RunTestsRequest(session_id=sid, command="true"))
     assert sample("artfleet_sandbox_sessions_created_total") == created + 1
-    assert REGISTRY.get_sample_value("artfleet_sandbox_exec_seconds_count", {"mode": "repl"}) or 0.0 == execs + 1
+    assert sample("artfleet_sandbox_exec_seconds_count", repl) == execs + 1
     assert sample("artfleet_sandbox_run_tests_seconds_count") == test_runs + 1

@@ -13,6 +13,8 @@ from artfleet_sandbox.local import LocalBackend
 
 pytestmark = pytest.mark.timeout(120)
 
+_RESTARTS = "artfleet_sandbox_repl_restarts_total"
+
 
 async def run(
     backend: LocalBackend, sid: str, command: str, timeout_s: float = 30, **kw: object
@@ -37,7 +39,7 @@ async def test_cd_export_function_and_background_job_persist(backend: LocalBacke
 
 async def test_streams_and_status_are_exact(backend: LocalBackend) -> None:
     sid = await session(backend)
-    binary = await run(backend, sid, "printf '\\000\\377\\n\\001'; printf 'e\\000' >&2; exit_ 2>/dev/null; (exit 3)")
+    binary = await run(backend, sid, "printf '\\000\\377\\n\\001'; printf 'e\\000' >&2; (exit 3)")
     assert binary.stdout == b"\x00\xff\n\x01" and binary.stderr == b"e\x00"
     assert binary.exit_code == 3
     empty = await run(backend, sid, "true")
@@ -83,12 +85,12 @@ async def test_a_shell_that_ends_is_restarted_with_a_flag(
 ) -> None:
     sid = await session(backend)
     await run(backend, sid, "export GONE=1")
-    restarts = REGISTRY.get_sample_value("artfleet_sandbox_repl_restarts_total", {"backend": "local"}) or 0
+    restarts = REGISTRY.get_sample_value(_RESTARTS, {"backend": "local"}) or 0
     out = await run(backend, sid, command)
     assert out.shell_restarted and out.exit_code == status and not out.timed_out
     after = await run(backend, sid, 'echo "[$GONE]"')
     assert after.stdout == b"[]\n" and not after.shell_restarted
-    now = REGISTRY.get_sample_value("artfleet_sandbox_repl_restarts_total", {"backend": "local"})
+    now = REGISTRY.get_sample_value(_RESTARTS, {"backend": "local"})
     assert now == restarts + 1
 
 
@@ -107,7 +109,7 @@ async def test_a_shell_killed_between_calls_is_flagged_on_the_next(backend: Loca
 
 async def test_output_past_the_cap_is_truncated(backend: LocalBackend) -> None:
     sid = await session(backend)
-    spec = ExecSpec(command="head -c 100000 /dev/zero; echo done", timeout_s=30, max_output_bytes=100)
+    spec = ExecSpec("head -c 100000 /dev/zero; echo done", timeout_s=30, max_output_bytes=100)
     out = await backend.exec(sid, spec)
     assert len(out.stdout) == 100 and out.stdout_truncated and out.exit_code == 0
     assert not out.shell_restarted

@@ -30,8 +30,8 @@ from artfleet_sandbox.docker_backend import config as c
 from artfleet_sandbox.docker_backend.engine import DockerEngine, ExecCall
 from artfleet_sandbox.docker_backend.execio import ReadLimits
 from artfleet_sandbox.docker_backend.pool import Pooled, WarmPool
-from artfleet_sandbox.docker_backend.replio import DockerChannel
 from artfleet_sandbox.docker_backend.reaper import owner_containers, reap_reason
+from artfleet_sandbox.docker_backend.replio import DockerChannel
 from artfleet_sandbox.docker_backend.spec import (
     ContainerRequest,
     check_network,
@@ -327,10 +327,10 @@ class DockerBackend:
         with self._sessions.in_use(session):
             outcome = await self._repl_of(session).run(call)
             # 137 is SIGKILL: the OOM killer's, or a kill of the command's own.
-            if outcome.exit_code == 137 and not outcome.stdout_truncated:
-                if await self.engine.oom_killed(session.container_id):
-                    metrics.OOM_KILLS.inc()
-                    outcome = replace(outcome, oom_killed=True)
+            killed = outcome.exit_code == 137 and not outcome.stdout_truncated
+            if killed and await self.engine.oom_killed(session.container_id):
+                metrics.OOM_KILLS.inc()
+                outcome = replace(outcome, oom_killed=True)
         return outcome
 
     async def write_files(self, session_id: str, files: Sequence[FileSpec]) -> int:
