@@ -12,6 +12,7 @@ THOUGHT: I will create the file.
 ```bash
 echo hi > a.txt
 ```
+One shell runs all your commands: cd and variables persist.
 You will see the command's output. When the task is done, reply with the command: submit"""
 
 MAX_LISTED_FILES = 12  # past this the listing costs more context than it saves turns
