@@ -8,6 +8,9 @@ so the scripts below stay atomic there too):
     artfleet:batch:{<job>:<step>}:status   hash  group id -> GroupState number (a few bytes)
     artfleet:batch:{<job>:<step>}:notify   list  one entry per stored group: wakes the waiter
     artfleet:batch:{<job>:<step>}:closed   string, set once the step's checkpoint is saved
+    artfleet:batch:{<job>:<step>}:claims   hash  group id -> token of the run that claimed it
+    artfleet:batch:{<job>:<step>}:lease:<group id>
+                                           string, that token, PX the lease (GROUP_LEASE_S)
 
 Rules:
 - A publish stores a group only over a strictly lower state (GroupState numbers are ranks),
@@ -20,6 +23,15 @@ Rules:
   the others (failed, dropped), which are dispatched again.
 - `close` after the step's checkpoint is saved deletes the batch and marks the step
   closed; publishes into a closed step are refused, so stragglers recreate nothing.
+- Groups survive their worker. A worker claims a group before running it (the claims
+  entry and the lease, atomically; refused when the group is final, the step closed, or
+  another run holds a live lease) and renews the lease every lease/3 while the group runs;
+  its publish deletes its own lease and claim. A group that is claimed, not answered, and
+  whose lease is gone lost its worker: the trainer's wait, on every wake (at most WAKE_S
+  apart), takes those claims away atomically (`lost`) and dispatches the groups again, so
+  a crash costs the lease plus one wake plus the group's own run time, and no group is
+  dispatched twice for one loss. A late publish by the run presumed dead is counted once
+  like any duplicate; a stale Celery redelivery finds the group final, or held.
 - BATCH_TTL_S is only a safety net for steps nobody closes (a job that failed, a trainer
   gone for good). Expiry costs at most re-running groups: a trainer that resumes a step
   dispatches again every group it does not find.
@@ -29,7 +41,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, cast
@@ -37,7 +49,8 @@ from typing import Any, cast
 from artfleet.v1 import batch_pb2, rollout_pb2
 
 BATCH_TTL_S = 3 * 24 * 3600  # > the longest gather deadline (1 day) plus an outage
-WAKE_S = 5.0  # longest BLPOP: bounds how late a lost connection or the deadline is seen
+WAKE_S = 5.0  # longest BLPOP: bounds how late a lost connection, lease or the deadline is seen
+GROUP_LEASE_S = 30.0  # a running group's lease: how soon a dead worker's group runs again
 
 FAILED = batch_pb2.GROUP_STATE_FAILED
 DROPPED = batch_pb2.GROUP_STATE_DROPPED
@@ -45,8 +58,16 @@ SCORED = batch_pb2.GROUP_STATE_SCORED
 FAIL_JOB = batch_pb2.GROUP_STATE_FAIL_JOB
 FINAL_STATES = frozenset({SCORED, FAIL_JOB})  # kept across a restart; never run again
 
-# KEYS: groups, status, notify, closed. ARGV: group id, state, payload, ttl.
+OnLost = Callable[[list[str]], Awaitable[None]]  # the trainer's re-dispatch of lost groups
+
+# KEYS: groups, status, notify, closed, claims, lease. ARGV: group id, state, payload, ttl,
+# token of the run that publishes ('' for none): its own lease and claim go, whatever the
+# outcome.
 _PUBLISH = """
+if ARGV[5] ~= '' then
+  if redis.call('GET', KEYS[6]) == ARGV[5] then redis.call('DEL', KEYS[6]) end
+  if redis.call('HGET', KEYS[5], ARGV[1]) == ARGV[5] then redis.call('HDEL', KEYS[5], ARGV[1]) end
+end
 if redis.call('EXISTS', KEYS[4]) == 1 then return 'closed' end
 local current = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 if current >= tonumber(ARGV[2]) then return 'kept' end
@@ -57,12 +78,66 @@ for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[4]) end
 return 'stored'
 """
 
-# KEYS: groups, status. ARGV: the lowest final state. Returns the group ids kept.
+# KEYS: closed, status, claims, lease. ARGV: group id, token, lease ms, lowest final state,
+# ttl.
+_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 'closed' end
+local state = redis.call('HGET', KEYS[2], ARGV[1])
+if state and tonumber(state) >= tonumber(ARGV[4]) then return 'final' end
+local holder = redis.call('GET', KEYS[4])
+if holder and holder ~= ARGV[2] then return 'held' end
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[3], ARGV[5])
+redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
+return 'claimed'
+"""
+
+# KEYS: lease. ARGV: token, lease ms. 1 when renewed; 0 when the lease is gone or not ours
+# (a renewal never recreates a lease the trainer may already have acted on).
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+# Lease keys are made in the scripts below from ARGV[1], the step's lease prefix: they
+# carry the step's hash tag, so they are in the slot of the declared keys.
+# KEYS: claims, status. Returns the claimed, unanswered groups without a lease (their
+# claims are taken away: each loss is reported once).
+_LOST = """
+local lost = {}
+local claims = redis.call('HGETALL', KEYS[1])
+for i = 1, #claims, 2 do
+  local gid = claims[i]
+  if redis.call('HEXISTS', KEYS[2], gid) == 0 and redis.call('EXISTS', ARGV[1] .. gid) == 0 then
+    redis.call('HDEL', KEYS[1], gid)
+    table.insert(lost, gid)
+  end
+end
+return lost
+"""
+
+# KEYS: groups, status, notify, closed, claims. ARGV: lease prefix, ttl.
+_CLOSE = """
+local claims = redis.call('HKEYS', KEYS[5])
+for i = 1, #claims do redis.call('DEL', ARGV[1] .. claims[i]) end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5])
+redis.call('SET', KEYS[4], '1', 'EX', ARGV[2])
+"""
+
+# KEYS: groups, status, claims. ARGV: lease prefix, the lowest final state. Returns the
+# group ids kept. Claims without a live lease go (their groups are dispatched again);
+# a live lease keeps its claim, so its run is still watched.
 _RESTART = """
+local claims = redis.call('HKEYS', KEYS[3])
+for i = 1, #claims do
+  if redis.call('EXISTS', ARGV[1] .. claims[i]) == 0 then redis.call('HDEL', KEYS[3], claims[i]) end
+end
 local kept = {}
 local entries = redis.call('HGETALL', KEYS[2])
 for i = 1, #entries, 2 do
-  if tonumber(entries[i + 1]) >= tonumber(ARGV[1]) then
+  if tonumber(entries[i + 1]) >= tonumber(ARGV[2]) then
     table.insert(kept, entries[i])
   else
     redis.call('HDEL', KEYS[1], entries[i])
@@ -77,6 +152,13 @@ class Published(Enum):
     STORED = "stored"
     KEPT = "kept"  # an equal or better answer was already there
     CLOSED = "closed"  # the step is over: nothing is stored
+
+
+class Claim(Enum):
+    CLAIMED = "claimed"  # run it, renew the lease, publish with the token
+    FINAL = "final"  # a redelivered task whose group is final already
+    CLOSED = "closed"  # the step is over
+    HELD = "held"  # another run holds a live lease on the group: it is watched already
 
 
 class QuorumNotReached(TimeoutError):
@@ -111,6 +193,17 @@ class StepKeys:
     @property
     def closed(self) -> str:
         return self._key("closed")
+
+    @property
+    def claims(self) -> str:
+        return self._key("claims")
+
+    @property
+    def lease_prefix(self) -> str:
+        return self._key("lease:")
+
+    def lease(self, group_id: str) -> str:
+        return self.lease_prefix + group_id
 
 
 def classify(response: rollout_pb2.RunGroupResponse) -> batch_pb2.GroupState:
@@ -177,6 +270,7 @@ class Gathered:
     expected: int
     waited_s: float
     counts: Counter[int] = field(default_factory=Counter)
+    requeued: int = 0  # groups dispatched again because their worker died
 
     def of_state(self, state: batch_pb2.GroupState) -> list[batch_pb2.BatchGroup]:
         return [g for g in self.groups if g.state == state]
@@ -192,7 +286,13 @@ def _read_timeout(redis: Any) -> float | None:
 class StepBatches:
     """The batch contract over an asyncio Redis client (decode_responses must be off)."""
 
-    def __init__(self, redis: Any, ttl_s: int = BATCH_TTL_S, wake_s: float = WAKE_S) -> None:
+    def __init__(
+        self,
+        redis: Any,
+        ttl_s: int = BATCH_TTL_S,
+        wake_s: float = WAKE_S,
+        lease_s: float = GROUP_LEASE_S,
+    ) -> None:
         # redis-py's return types are unions of bytes/str/awaitables: typed loosely here.
         self._redis: Any = redis
         self._ttl_s = ttl_s
@@ -200,8 +300,13 @@ class StepBatches:
         # 5 s), or the client gives up on the reply and the wait fails.
         socket_timeout = _read_timeout(redis)
         self._wake_s = min(wake_s, socket_timeout / 2) if socket_timeout else wake_s
+        self.lease_s = lease_s
         self._publish = redis.register_script(_PUBLISH)
         self._restart = redis.register_script(_RESTART)
+        self._claim = redis.register_script(_CLAIM)
+        self._renew = redis.register_script(_RENEW)
+        self._lost = redis.register_script(_LOST)
+        self._close = redis.register_script(_CLOSE)
 
     # ------------------------------------------------------------ rollout side
     async def needs_run(self, job_id: str, step: int, group_id: str) -> bool:
@@ -213,39 +318,95 @@ class StepBatches:
             closed, state = await pipe.execute()
         return not closed and (state is None or int(state) not in FINAL_STATES)
 
+    async def claim(self, job_id: str, step: int, group_id: str, token: str) -> Claim:
+        """Before a group runs: takes its lease for `token` (one per run) unless refused."""
+        keys = StepKeys(job_id, step)
+        reply = await self._claim(
+            keys=[keys.closed, keys.status, keys.claims, keys.lease(group_id)],
+            args=[group_id, token, _ms(self.lease_s), min(FINAL_STATES), self._ttl_s],
+        )
+        return Claim(_text(reply))
+
+    async def renew(self, job_id: str, step: int, group_id: str, token: str) -> bool:
+        """False when the lease is gone or another run's: the trainer may have re-dispatched
+        the group (this run may still finish; its publish counts once)."""
+        reply = await self._renew(
+            keys=[StepKeys(job_id, step).lease(group_id)], args=[token, _ms(self.lease_s)]
+        )
+        return bool(reply)
+
     async def publish(
-        self, job_id: str, step: int, group_id: str, response: rollout_pb2.RunGroupResponse
+        self,
+        job_id: str,
+        step: int,
+        group_id: str,
+        response: rollout_pb2.RunGroupResponse,
+        token: str = "",
     ) -> Published:
         entry = to_batch_group(group_id, response)
-        return await self.publish_entry(job_id, step, entry)
+        return await self.publish_entry(job_id, step, entry, token)
 
-    async def publish_entry(self, job_id: str, step: int, entry: batch_pb2.BatchGroup) -> Published:
+    async def publish_entry(
+        self, job_id: str, step: int, entry: batch_pb2.BatchGroup, token: str = ""
+    ) -> Published:
+        """`token`: the claim's; the run's lease and claim are released with the publish."""
         keys = StepKeys(job_id, step)
         payload = entry.SerializeToString()
         reply = await self._publish(
-            keys=[keys.groups, keys.status, keys.notify, keys.closed],
-            args=[entry.group_id, int(entry.state), payload, self._ttl_s],
+            keys=[
+                keys.groups,
+                keys.status,
+                keys.notify,
+                keys.closed,
+                keys.claims,
+                keys.lease(entry.group_id),
+            ],
+            args=[entry.group_id, int(entry.state), payload, self._ttl_s, token],
         )
-        return Published(reply.decode() if isinstance(reply, bytes) else reply)
+        return Published(_text(reply))
 
     # ------------------------------------------------------------ trainer side
     async def restart(self, job_id: str, step: int) -> set[str]:
         """Before a step is dispatched (again): forget non-final groups, return the kept ids."""
         keys = StepKeys(job_id, step)
-        kept = await self._restart(keys=[keys.groups, keys.status], args=[min(FINAL_STATES)])
+        kept = await self._restart(
+            keys=[keys.groups, keys.status, keys.claims],
+            args=[keys.lease_prefix, min(FINAL_STATES)],
+        )
         return {k.decode() for k in kept}
+
+    async def lost(self, job_id: str, step: int) -> list[str]:
+        """Groups whose worker died (claimed, unanswered, lease gone), each reported once."""
+        keys = StepKeys(job_id, step)
+        lost = await self._lost(keys=[keys.claims, keys.status], args=[keys.lease_prefix])
+        return sorted(_text(k) for k in lost)
 
     async def progress(self, job_id: str, step: int, group_ids: Sequence[str]) -> StepProgress:
         raw = await self._redis.hgetall(StepKeys(job_id, step).status)
         return progress_of(raw, group_ids)
 
     async def wait(
-        self, job_id: str, step: int, group_ids: Sequence[str], timeout_s: float, quorum: int
+        self,
+        job_id: str,
+        step: int,
+        group_ids: Sequence[str],
+        timeout_s: float,
+        quorum: int,
+        on_lost: OnLost | None = None,
     ) -> StepProgress:
-        """Until every group answered, or `timeout_s` passed with `quorum` answered."""
+        """Until every group answered, or `timeout_s` passed with `quorum` answered.
+
+        `on_lost` (the trainer's re-dispatch) is called on each wake with the groups of
+        `group_ids` whose worker died; it must dispatch them again (their claims are gone).
+        """
         keys = StepKeys(job_id, step)
+        wanted = set(group_ids)
         deadline = time.monotonic() + timeout_s
         while True:
+            if on_lost is not None:
+                lost = [g for g in await self.lost(job_id, step) if g in wanted]
+                if lost:
+                    await on_lost(lost)
             # Emptying notify and reading status in one transaction loses no wake-up: a
             # group stored after it leaves an entry for the BLPOP below.
             async with self._redis.pipeline(transaction=True) as pipe:
@@ -268,19 +429,43 @@ class StepBatches:
         return [batch_pb2.BatchGroup.FromString(raw) for raw in raws if raw is not None]
 
     async def gather(
-        self, job_id: str, step: int, group_ids: Sequence[str], timeout_s: float, quorum: int
+        self,
+        job_id: str,
+        step: int,
+        group_ids: Sequence[str],
+        timeout_s: float,
+        quorum: int,
+        on_lost: OnLost | None = None,
     ) -> Gathered:
         start = time.monotonic()
-        progress = await self.wait(job_id, step, group_ids, timeout_s, quorum)
+        requeued = 0
+
+        async def counted(lost: list[str]) -> None:
+            nonlocal requeued
+            requeued += len(lost)
+            assert on_lost is not None
+            await on_lost(lost)
+
+        progress = await self.wait(
+            job_id, step, group_ids, timeout_s, quorum, counted if on_lost else None
+        )
         answered = sorted(progress.states)
         groups = await self.read(job_id, step, answered)
         counts = Counter(int(g.state) for g in groups)
-        return Gathered(groups, len(set(group_ids)), time.monotonic() - start, counts)
+        return Gathered(groups, len(set(group_ids)), time.monotonic() - start, counts, requeued)
 
     async def close(self, job_id: str, step: int) -> None:
         """After the step's checkpoint is saved: the batch goes, late publishes are refused."""
         keys = StepKeys(job_id, step)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.delete(keys.groups, keys.status, keys.notify)
-            pipe.set(keys.closed, b"1", ex=self._ttl_s)
-            await pipe.execute()
+        await self._close(
+            keys=[keys.groups, keys.status, keys.notify, keys.closed, keys.claims],
+            args=[keys.lease_prefix, self._ttl_s],
+        )
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def _text(reply: bytes | str) -> str:
+    return reply.decode() if isinstance(reply, bytes) else reply

@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from artfleet import batches
-from artfleet.batches import Published, QuorumNotReached, StepBatches, StepKeys
+from artfleet.batches import Claim, Published, QuorumNotReached, StepBatches, StepKeys
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 
@@ -199,3 +199,128 @@ async def test_a_batch_of_large_groups(store: StepBatches, job: str) -> None:
     for entry in gathered.groups:
         assert entry.group == sent[entry.group_id].group
         assert entry.group.ByteSize() > 100_000  # realistically large: logprobs and ids
+
+
+# ---------------------------------------------------------------- leases: groups survive
+# their worker. Short leases here; each expiry is awaited as a condition, never a sleep.
+
+
+@pytest.fixture
+def short(client: aioredis.Redis) -> StepBatches:
+    return StepBatches(client, wake_s=0.2, lease_s=0.3)
+
+
+async def _until_gone(client: aioredis.Redis, key: str) -> None:
+    deadline = asyncio.get_running_loop().time() + 60
+    while await client.exists(key):
+        assert asyncio.get_running_loop().time() < deadline, f"{key} never expired"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_live_lease_is_not_lost_an_expired_one_is_reported_once(
+    short: StepBatches, client: aioredis.Redis, job: str
+) -> None:
+    keys = StepKeys(job, 1)
+    assert await short.claim(job, 1, "g0", "worker-a:1") is Claim.CLAIMED
+    assert await client.get(keys.lease("g0")) == b"worker-a:1"
+    assert 0 < await client.pttl(keys.lease("g0")) <= 300
+    assert await short.renew(job, 1, "g0", "worker-a:1")
+    assert await short.lost(job, 1) == []
+    await _until_gone(client, keys.lease("g0"))  # the worker died: nobody renews
+    assert not await short.renew(job, 1, "g0", "worker-a:1")  # never recreated
+    assert await short.lost(job, 1) == ["g0"]
+    assert await short.lost(job, 1) == []  # its claim went with the report: requeued once
+
+
+async def test_publish_releases_the_runs_own_lease_and_claim(
+    short: StepBatches, client: aioredis.Redis, job: str
+) -> None:
+    keys = StepKeys(job, 1)
+    long = StepBatches(client, lease_s=600)
+    assert await long.claim(job, 1, "g0", "a:1") is Claim.CLAIMED
+    assert await long.publish(job, 1, "g0", failed(), token="a:1") is Published.STORED
+    assert not await client.exists(keys.lease("g0"))
+    assert not await client.hexists(keys.claims, "g0")
+    assert await short.lost(job, 1) == []
+
+
+async def test_a_claim_is_refused_when_final_closed_or_held_by_a_live_run(
+    store: StepBatches, job: str
+) -> None:
+    assert await store.claim(job, 1, "g0", "a:1") is Claim.CLAIMED
+    assert await store.claim(job, 1, "g0", "b:1") is Claim.HELD  # a duplicate delivery
+    assert await store.publish(job, 1, "g0", scored(), token="a:1") is Published.STORED
+    assert await store.claim(job, 1, "g0", "b:1") is Claim.FINAL
+    await store.publish(job, 1, "g1", failed())
+    assert await store.claim(job, 1, "g1", "b:1") is Claim.CLAIMED  # a failure runs again
+    await store.close(job, 1)
+    assert await store.claim(job, 1, "g2", "b:1") is Claim.CLOSED
+
+
+async def test_a_requeued_group_counts_once_when_the_presumed_dead_run_publishes_late(
+    short: StepBatches, client: aioredis.Redis, job: str
+) -> None:
+    keys = StepKeys(job, 1)
+    assert await short.claim(job, 1, "g0", "a:1") is Claim.CLAIMED
+    await _until_gone(client, keys.lease("g0"))  # a stalled, not dead, worker
+    assert await short.lost(job, 1) == ["g0"]
+    long = StepBatches(client, lease_s=600)
+    assert await long.claim(job, 1, "g0", "b:1") is Claim.CLAIMED  # the re-run
+    assert not await short.renew(job, 1, "g0", "a:1")  # a's lease is b's now
+    assert await short.publish(job, 1, "g0", scored(), token="a:1") is Published.STORED
+    assert await client.get(keys.lease("g0")) == b"b:1"  # b's lease is not a's to release
+    assert await long.publish(job, 1, "g0", scored(3), token="b:1") is Published.KEPT
+    progress = await short.progress(job, 1, ["g0"])
+    assert progress.answered == 1 and progress.complete
+    assert await client.llen(keys.notify) == 1  # stored once
+    assert await short.lost(job, 1) == []
+
+
+async def test_restart_keeps_live_claims_and_forgets_dead_ones(
+    short: StepBatches, client: aioredis.Redis, job: str
+) -> None:
+    keys = StepKeys(job, 2)
+    long = StepBatches(client, lease_s=600)
+    assert await long.claim(job, 2, "live", "a:1") is Claim.CLAIMED
+    assert await short.claim(job, 2, "dead", "b:1") is Claim.CLAIMED
+    await _until_gone(client, keys.lease("dead"))
+    assert await short.restart(job, 2) == set()
+    # The dead claim went (restart dispatches that group again), the live one is watched.
+    assert set(await client.hkeys(keys.claims)) == {b"live"}
+    assert await short.lost(job, 2) == []
+    await client.delete(keys.lease("live"))  # its worker dies after the restart
+    assert await short.lost(job, 2) == ["live"]
+
+
+async def test_gather_requeues_a_lost_group_and_completes(
+    short: StepBatches, client: aioredis.Redis, job: str
+) -> None:
+    await short.claim(job, 1, "g0", "a:1")  # a worker that dies holding g0
+    await short.publish(job, 1, "g1", scored())
+    requeued: list[list[str]] = []
+
+    async def requeue(lost: list[str]) -> None:  # the trainer's re-dispatch: a live run
+        requeued.append(lost)
+        assert await short.claim(job, 1, "g0", "b:1") is Claim.CLAIMED
+        await short.publish(job, 1, "g0", scored(), token="b:1")
+
+    gathered = await asyncio.wait_for(
+        short.gather(job, 1, ["g0", "g1"], timeout_s=600, quorum=2, on_lost=requeue), 60
+    )
+    assert requeued == [["g0"]] and gathered.requeued == 1
+    assert [g.group_id for g in gathered.groups] == ["g0", "g1"]
+
+
+async def test_close_deletes_claims_and_leases(store: StepBatches, job: str) -> None:
+    keys = StepKeys(job, 1)
+    await store.claim(job, 1, "g0", "a:1")
+    await store.publish(job, 1, "g1", scored())
+    assert await _step_keys(store._redis, keys) == {
+        keys.groups,
+        keys.status,
+        keys.notify,
+        keys.claims,
+        keys.lease("g0"),
+    }
+    await store.close(job, 1)
+    assert await _step_keys(store._redis, keys) == {keys.closed}

@@ -5,14 +5,14 @@ groups through the step-batch contract as rollout workers do."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 
 import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
+from trainer_fakes import FakeBackend, scored
 
-from artfleet.art_types import art
 from artfleet.batches import StepBatches, StepKeys
 from artfleet.jobspec import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
@@ -24,55 +24,6 @@ from artfleet_trainer.store import TERMINAL, JobStore
 pytestmark = pytest.mark.integration
 
 Behaviour = Callable[[rollout_pb2.GroupTask], rollout_pb2.RunGroupResponse]
-
-
-def scored(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
-    choice = pb.Choice(
-        finish_reason="stop",
-        message=pb.ChatMessage(role="assistant", content="THOUGHT: done"),
-        has_logprobs=True,
-        logprobs=[pb.TokenLogprob(token="token_id:7", logprob=-0.5)],
-    )
-    items = [
-        pb.MessageOrChoice(message=pb.ChatMessage(role="user", content="task")),
-        pb.MessageOrChoice(choice=choice),
-    ]
-    group = pb.TrajectoryGroup(
-        trajectories=[
-            pb.Trajectory(messages_and_choices=items, reward=float(i)) for i in range(task.rollouts)
-        ]
-    )
-    return rollout_pb2.RunGroupResponse(group=group)
-
-
-@dataclass
-class FakeBackend:
-    """Implements TrainerBackend; its checkpoints are a step counter per model."""
-
-    steps: dict[str, int] = field(default_factory=dict)
-    trained: list[int] = field(default_factory=list)  # groups per train call
-
-    async def register_model(self, model: art.TrainableModel) -> None:
-        self.steps.setdefault(model.name, 0)
-
-    async def current_step(self, model: art.TrainableModel) -> int:
-        return self.steps[model.name]
-
-    async def train(
-        self,
-        model: art.TrainableModel,
-        trajectory_groups: Iterable[art.TrajectoryGroup],
-        *,
-        learning_rate: float = 5e-6,
-    ) -> art.types.TrainResult:
-        groups = list(trajectory_groups)
-        assert all(g.trajectories for g in groups)
-        self.trained.append(len(groups))
-        self.steps[model.name] += 1
-        return art.types.TrainResult(step=self.steps[model.name], metrics={"loss": 0.5})
-
-    async def close(self) -> None:
-        pass
 
 
 class FakeRollouts:

@@ -110,3 +110,52 @@ def test_task_threads_share_one_loop_and_groups_overlap(redis_url: str) -> None:
 
 async def _make_client(url: str) -> aioredis.Redis:
     return aioredis.from_url(url)
+
+
+class CountingBatches(StepBatches):
+    """Counts the lease renewals that found the lease alive."""
+
+    renewed = 0
+
+    async def renew(self, job_id: str, step: int, group_id: str, token: str) -> bool:
+        alive = await super().renew(job_id, step, group_id, token)
+        self.renewed += alive
+        return alive
+
+
+class WaitForRenewals:
+    """A group that runs until its lease was renewed `beats` times."""
+
+    def __init__(self, batches: CountingBatches, beats: int) -> None:
+        self._batches = batches
+        self._beats = beats
+
+    async def run(self, task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+        deadline = asyncio.get_running_loop().time() + 60
+        while self._batches.renewed < self._beats:
+            assert asyncio.get_running_loop().time() < deadline, "the lease was not renewed"
+            await asyncio.sleep(0.05)
+        assert await self._batches.lost(task.job_id, task.step) == []
+        return _scored()
+
+
+async def test_a_running_group_keeps_its_lease_and_publish_releases_it(redis_url: str) -> None:
+    client = aioredis.from_url(redis_url)
+    try:
+        job = uuid.uuid4().hex
+        store = CountingBatches(client, lease_s=1.5)  # beats every 0.5 s
+        worker = GroupWorker(WaitForRenewals(store, beats=3), store, "worker-a")
+        assert await worker.handle(_task("g0", job)) is Published.STORED
+        keys = batches.StepKeys(job, 1)
+        assert not await client.exists(keys.lease("g0"))
+        assert not await client.hexists(keys.claims, "g0")
+    finally:
+        await client.aclose()
+
+
+async def test_a_group_held_by_a_live_run_is_skipped(store: StepBatches) -> None:
+    job = uuid.uuid4().hex
+    assert await store.claim(job, 1, "g0", "other-worker:1") is batches.Claim.CLAIMED
+    runner = FakeRunner()
+    assert await GroupWorker(runner, store).handle(_task("g0", job)) is None
+    assert runner.calls == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import signal
 import socket
 import threading
@@ -62,7 +63,9 @@ class RolloutRuntime:
         self.settings = settings
         self._redis = aioredis.from_url(settings.redis_url)
         self.runner = GroupRunner(settings)
-        self.worker = GroupWorker(self.runner, StepBatches(self._redis))
+        batches = StepBatches(self._redis, lease_s=settings.group_lease_s)
+        replica = settings.replica_id or socket.gethostname()
+        self.worker = GroupWorker(self.runner, batches, f"{replica}:{os.getpid()}")
         servicer = RolloutServicer(self.runner)
         self.server = GrpcServer(
             settings,

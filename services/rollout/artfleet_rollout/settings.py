@@ -23,4 +23,11 @@ class RolloutSettings(ServerSettings):
     model_retries: int = Field(default=10, ge=0, le=50, description="backoff up to ~1 min")
     model_timeout_s: float = Field(default=600.0, gt=0, description="per model call")
     groups_concurrency: int = Field(default=4, ge=1, le=64, description="groups at once")
+    group_lease_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="lease of a running group, renewed every third of it; a worker dead "
+        "this long has its groups dispatched again by the trainer",
+    )
     celery_worker: bool = Field(default=True, description="consume the rollout queue")

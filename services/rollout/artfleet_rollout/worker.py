@@ -2,19 +2,26 @@
 
 Groups run on the process's one event loop (see app.py): a Celery task thread only hands
 the task over and waits. Publishing follows the step-batch contract (`artfleet.batches`):
-a redelivered task (acks_late) whose group is already final is skipped, and a failure
-never replaces a scored group.
+a group is claimed before it runs (a redelivered task (acks_late) whose group is final, or
+held by a live run, is skipped), its lease is renewed every lease/3 while it runs (so the
+trainer sees within a lease that a worker died and dispatches its groups again), and a
+failure never replaces a scored group.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Callable
 from typing import Protocol
 
 from celery import Celery
 
-from artfleet.batches import Published, StepBatches, classify
+from artfleet.batches import Claim, Published, StepBatches, classify
 from artfleet.queue import RUN_GROUP_TASK, decode_payload, make_celery
 from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
@@ -43,27 +50,54 @@ def outcome_label(state: batch_pb2.GroupState) -> str:
 
 
 class GroupWorker:
-    """Runs one group task end to end on the caller's event loop: skip, run, publish."""
+    """Runs one group task end to end on the caller's event loop: claim, run, publish."""
 
-    def __init__(self, runner: Runner, batches: StepBatches) -> None:
+    def __init__(self, runner: Runner, batches: StepBatches, worker_id: str = "") -> None:
         self._runner = runner
         self._batches = batches
+        self._worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
 
     async def handle(self, task: rollout_pb2.GroupTask) -> Published | None:
-        """None when the group needs no run (final already, or its step is over)."""
-        if not await self._batches.needs_run(task.job_id, task.step, task.group_id):
-            log.info("group %s already final or its step closed; skipping", task.group_id)
+        """None when the group needs no run (final already, held by a live run elsewhere,
+        or its step is over)."""
+        token = f"{self._worker_id}:{uuid.uuid4().hex[:12]}"  # one per run
+        claim = await self._batches.claim(task.job_id, task.step, task.group_id, token)
+        if claim is not Claim.CLAIMED:
+            log.info("group %s: %s; skipping", task.group_id, claim.value)
             return None
+        heartbeat = asyncio.create_task(self._heartbeat(task, token))
         try:
             response = await self._runner.run(task)
         except Exception as exc:
             log.exception("group %s failed", task.group_id)
             response = failed_group(task, exc)
-        published = await self._batches.publish(task.job_id, task.step, task.group_id, response)
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+        published = await self._batches.publish(
+            task.job_id, task.step, task.group_id, response, token
+        )
         metrics.GROUPS.labels(outcome_label(classify(response))).inc()
         if published is not Published.STORED:
             log.info("group %s: %s (not stored)", task.group_id, published.value)
         return published
+
+    async def _heartbeat(self, task: rollout_pb2.GroupTask, token: str) -> None:
+        """Renews the group's lease every lease/3 until the run ends; a Redis error is
+        retried on the next beat (the lease outlives two missed beats)."""
+        while True:
+            await asyncio.sleep(self._batches.lease_s / 3)
+            try:
+                renewed = await self._batches.renew(task.job_id, task.step, task.group_id, token)
+            except Exception:
+                log.warning("group %s: lease renewal failed", task.group_id, exc_info=True)
+                continue
+            if not renewed:
+                # Presumed dead (the lease ran out): the group was dispatched again. This
+                # run goes on; whichever publish comes first counts, once.
+                log.warning("group %s: lease lost; the group runs again elsewhere", task.group_id)
+                return
 
 
 def create_worker_app(redis_url: str, submit: Callable[[rollout_pb2.GroupTask], object]) -> Celery:

@@ -23,6 +23,10 @@ STEP_SECONDS = Histogram(
     "Wall time of a training step (rollouts + training)",
     buckets=(5, 15, 30, 60, 120, 300, 600, 1200, 3600),
 )
+GROUPS_REQUEUED = Counter(
+    "artfleet_trainer_groups_requeued_total",
+    "Groups dispatched again because the worker running them died (its lease ran out)",
+)
 TRAJECTORIES = Counter("artfleet_trainer_trajectories_total", "Trajectories trained on")
 LEARNING_RATE = Gauge("artfleet_trainer_learning_rate", "Learning rate of the last training step")
 TRAINED_TOKENS = Counter(

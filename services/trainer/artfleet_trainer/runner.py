@@ -222,15 +222,24 @@ class JobRunner:
             )
             for i, scenario in enumerate(picked)
         ]
+        by_id = {t.group_id: t for t in tasks}
+
+        async def requeue(lost: list[str]) -> None:
+            # Their workers died mid-group (leases ran out): run them again elsewhere.
+            log.warning("step %d: requeuing %d group(s) of dead workers: %s", step, len(lost), lost)
+            sent = await self._dispatcher.enqueue([by_id[g] for g in lost], skip=set())
+            metrics.GROUPS_REQUEUED.inc(sent)
+
         # After a restart the batch keeps final groups; the others run again.
         kept = await self._batches.restart(job.id, step)
         await self._dispatcher.enqueue(tasks, skip=kept)
         return await self._batches.gather(
             job.id,
             step,
-            [t.group_id for t in tasks],
+            list(by_id),
             spec.gather_timeout_s,
             scheduling.quorum(len(tasks), spec.min_group_fraction),
+            on_lost=requeue,
         )
 
     def _inference_url(self, model: Any) -> str:
@@ -243,12 +252,13 @@ def log_gathered(step: int, gathered: Gathered) -> None:
         for state, n in sorted(gathered.counts.items())
     )
     log.info(
-        "step %d: %d/%d groups in %.1fs (%s)",
+        "step %d: %d/%d groups in %.1fs (%s; %d requeued)",
         step,
         len(gathered.groups),
         gathered.expected,
         gathered.waited_s,
         counts or "none",
+        gathered.requeued,
     )
 
 

@@ -1,0 +1,178 @@
+"""Groups survive their worker: a real Celery rollout worker process is SIGKILLed while it
+runs a group, and the trainer (the real JobRunner, GroupDispatcher and StepBatches) sees its
+lease run out and dispatches the group again; another real worker process runs it, and the
+step completes long before its gather deadline with every group counted once.
+
+The workers (tests/support/blocking_rollout_worker.py) are our worker code around a test
+GroupRunner whose groups block until the test releases them; Celery and Redis are real."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from prometheus_client import REGISTRY
+from pydantic import SecretStr
+from trainer_fakes import FakeBackend
+
+from artfleet.batches import StepBatches
+from artfleet.jobspec import JobSpecModel, spec_to_proto
+from artfleet.queue import make_celery
+from artfleet.v1 import common_pb2 as pb
+from artfleet_trainer.rollouts import GroupDispatcher
+from artfleet_trainer.runner import JobRunner
+from artfleet_trainer.settings import TrainerSettings
+from artfleet_trainer.store import TERMINAL, JobStore
+
+pytestmark = pytest.mark.integration
+
+LEASE_S = 3.0  # the workers' group lease (production: 30 s)
+WAKE_S = 1.0  # the trainer's longest wait between lease checks (production: 5 s)
+MARGIN_S = 45.0  # worker pick-up on a loaded CI machine; far below the gather deadline
+GATHER_TIMEOUT_S = 900.0  # the deadline the recovery must not depend on
+HELPER = Path(__file__).parents[1] / "support" / "blocking_rollout_worker.py"
+
+
+class Scenarios:
+    async def scenario_ids(self, environment: str, split: str) -> list[str]:
+        return ["s1", "s2"]
+
+
+@pytest.fixture
+def url(redis_url: str) -> str:
+    return redis_url.rsplit("/", 1)[0] + "/7"  # a database of its own: the Celery queue
+
+
+@pytest.fixture
+async def client(url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.from_url(url)
+    await client.flushdb()
+    yield client
+    await client.flushdb()
+    await client.aclose()
+
+
+@pytest.fixture
+def workers(url: str, tmp_path: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    for name in ("worker-a", "worker-b"):
+        log = (tmp_path / f"{name}.log").open("wb")
+        procs[name] = subprocess.Popen(
+            [sys.executable, str(HELPER), url, name, str(LEASE_S)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    try:
+        yield procs
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        for name in procs:
+            print(f"--- {name} log (tail)")
+            print((tmp_path / f"{name}.log").read_text(errors="replace")[-3000:])
+
+
+async def _until(what: str, check: Callable[[], Awaitable[Any]], timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+async def _rows(client: aioredis.Redis, key: str) -> list[list[str]]:
+    raw = await client.lrange(key, 0, -1)
+    return [(r.decode() if isinstance(r, bytes) else r).split() for r in raw]
+
+
+async def _started(client: aioredis.Redis) -> list[tuple[str, str, float]]:
+    return [(name, group, float(at)) for name, group, at in await _rows(client, "test:started")]
+
+
+def _requeued_total() -> float:
+    return REGISTRY.get_sample_value("artfleet_trainer_groups_requeued_total") or 0.0
+
+
+async def test_a_killed_workers_group_runs_again_on_a_live_worker_once(
+    url: str, client: aioredis.Redis, workers: dict[str, subprocess.Popen[bytes]]
+) -> None:
+    for name, proc in workers.items():
+        await _until(f"{name} ready", partial(client.exists, f"test:ready:{name}"))
+        assert proc.poll() is None
+    store = JobStore(client)
+    backend = FakeBackend()
+    batches = StepBatches(client, wake_s=WAKE_S)
+    settings = TrainerSettings(
+        api_token=SecretStr("lease-test-token"),
+        inference_public_url="http://127.0.0.1:1/v1",
+        poll_interval_s=0.05,
+    )
+    dispatcher = GroupDispatcher(make_celery(url))
+    runner = JobRunner(settings, store, backend, dispatcher, Scenarios(), batches)
+    spec = JobSpecModel.model_validate(
+        dict(steps=1, groups_per_step=2, rollouts_per_group=2, gather_timeout_s=GATHER_TIMEOUT_S)
+    )
+    requeued_before = _requeued_total()
+    job = await store.create(spec_to_proto(spec))
+    runner.start()
+    try:
+        # Both groups run (each worker has two task threads; either may hold both).
+        await _until("both groups running", _both_started(client), 120)
+        first = await _started(client)
+        victim = first[0][0]
+        survivor = next(n for n in workers if n != victim)
+        held = sorted(group for name, group, _ in first if name == victim)
+        workers[victim].send_signal(signal.SIGKILL)  # mid-group: no ack, no publish
+        killed_at = time.time()
+        workers[victim].wait(30)
+
+        async def rerun() -> bool:
+            again = {g for n, g, at in await _started(client) if n == survivor and at > killed_at}
+            return set(held) <= again
+
+        await _until(f"{held} running again on {survivor}", rerun, LEASE_S + MARGIN_S + 60)
+        restarted_at = max(at for n, g, at in await _started(client) if n == survivor and g in held)
+        recovery_s = restarted_at - killed_at
+        print(f"recovery: {recovery_s:.1f} s from SIGKILL to {held} running again on {survivor}")
+        assert recovery_s <= LEASE_S + WAKE_S + MARGIN_S
+
+        await client.set("test:release", b"1")
+        async for event in store.events(job.id, block_ms=200):
+            if event.kind == pb.EVENT_KIND_STATE and event.state in TERMINAL:
+                break
+    finally:
+        await runner.stop(10)
+    done = await store.get(job.id)
+    assert done.state == pb.JOB_STATE_SUCCEEDED, done.error
+    assert [s.groups for s in done.steps] == [2] and backend.trained == [2]
+    assert done.steps[0].rollout_seconds < GATHER_TIMEOUT_S / 3  # no deadline waited out
+    assert _requeued_total() - requeued_before == len(held)
+    # Every group stored exactly once, by a live worker; the dead one published nothing.
+    published = await _rows(client, "test:published")
+    stored = sorted(group for name, group, outcome in published if outcome == "stored")
+    assert stored == sorted({g for _, g, _ in first}), published
+    assert all(name == survivor for name, _, _ in published)
+
+
+def _both_started(client: aioredis.Redis) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return len({g for _, g, _ in await _started(client)}) >= 2
+
+    return check

@@ -1,0 +1,60 @@
+"""Trainer-side test implementations of our interfaces: a TrainerBackend whose checkpoints
+are a step counter, and a scored group as a rollout worker answers it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from artfleet.art_types import art
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import rollout_pb2
+
+
+def scored(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+    choice = pb.Choice(
+        finish_reason="stop",
+        message=pb.ChatMessage(role="assistant", content="THOUGHT: done"),
+        has_logprobs=True,
+        logprobs=[pb.TokenLogprob(token="token_id:7", logprob=-0.5)],
+    )
+    items = [
+        pb.MessageOrChoice(message=pb.ChatMessage(role="user", content="task")),
+        pb.MessageOrChoice(choice=choice),
+    ]
+    group = pb.TrajectoryGroup(
+        trajectories=[
+            pb.Trajectory(messages_and_choices=items, reward=float(i)) for i in range(task.rollouts)
+        ]
+    )
+    return rollout_pb2.RunGroupResponse(group=group)
+
+
+@dataclass
+class FakeBackend:
+    """Implements TrainerBackend; its checkpoints are a step counter per model."""
+
+    steps: dict[str, int] = field(default_factory=dict)
+    trained: list[int] = field(default_factory=list)  # groups per train call
+
+    async def register_model(self, model: art.TrainableModel) -> None:
+        self.steps.setdefault(model.name, 0)
+
+    async def current_step(self, model: art.TrainableModel) -> int:
+        return self.steps[model.name]
+
+    async def train(
+        self,
+        model: art.TrainableModel,
+        trajectory_groups: Iterable[art.TrajectoryGroup],
+        *,
+        learning_rate: float = 5e-6,
+    ) -> art.types.TrainResult:
+        groups = list(trajectory_groups)
+        assert all(g.trajectories for g in groups)
+        self.trained.append(len(groups))
+        self.steps[model.name] += 1
+        return art.types.TrainResult(step=self.steps[model.name], metrics={"loss": 0.5})
+
+    async def close(self) -> None:
+        pass
