@@ -20,7 +20,9 @@ def make_celery(redis_url: str, name: str = "artfleet") -> Celery:
         task_serializer="json",
         accept_content=["json"],
         task_ignore_result=True,
-        task_acks_late=True,  # a worker that dies mid-group gives the group back
+        # A worker that dies mid-group gives the task back only after visibility_timeout;
+        # the group itself runs again within its lease (artfleet.batches: leases).
+        task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,  # a group is minutes of work: take one at a time
         task_default_queue=ROLLOUT_QUEUE,
