@@ -197,6 +197,30 @@ TRAINER = [
     panel("Mean reward per step", [q("artfleet_trainer_step_reward_mean", "reward")]),
     panel("Training time per step", quantiles("artfleet_trainer_train_seconds"), unit="s"),
     panel(
+        "Prefix cache hit rate",
+        [
+            q(
+                f'sum(rate(artfleet_trainer_prefix_cache_requests_total{{result="hit"}}{W})) / '
+                f"sum(rate(artfleet_trainer_prefix_cache_requests_total{W}))",
+                "prompts with a cached prefix",
+            ),
+            q(
+                f'sum(rate(artfleet_trainer_prefix_cache_prompt_tokens_total{{kind="cached"}}{W}))'
+                f" / sum(rate(artfleet_trainer_prefix_cache_prompt_tokens_total{W}))",
+                "prompt tokens not prefilled",
+            ),
+        ],
+        unit="percentunit",
+        description="Torch backend: prompts that reused earlier turns' key/values.",
+    ),
+    panel(
+        "Prefix cache memory",
+        [q("sum(artfleet_trainer_prefix_cache_bytes)", "key/values held")],
+        unit="bytes",
+        description="Torch backend: key/values kept for reuse, within ARTFLEET_PREFIX_CACHE_BYTES "
+        "(least recently used evicted first).",
+    ),
+    panel(
         "GPU memory",
         [q("sum by (device, kind) (artfleet_trainer_gpu_memory_bytes)", "gpu{{device}} {{kind}}")],
         unit="bytes",

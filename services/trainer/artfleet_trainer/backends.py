@@ -55,6 +55,7 @@ def make_backend(kind: str, settings: TrainerSettings) -> TrainerBackend:
             port=settings.inference_port,
             api_key=settings.api_token.get_secret_value(),
             cache_dir=settings.model_cache_dir or None,
+            prefix_cache_bytes=settings.prefix_cache_bytes,
         )
     if kind == "art":
         if importlib.util.find_spec("unsloth") is None or importlib.util.find_spec("vllm") is None:

@@ -19,6 +19,11 @@ class TrainerSettings(ServerSettings):
     inference_public_url: str = Field(
         default="", description="URL rollout workers use (…/v1); default: host and port"
     )
+    prefix_cache_bytes: int = Field(
+        default=512 * 1024 * 1024,
+        ge=0,
+        description="torch backend: key/values of earlier turns kept for reuse; 0 disables",
+    )
     rollout_target: str = Field(default="127.0.0.1:50052", description="Rollout gRPC address")
     reward_target: str = Field(default="127.0.0.1:50054", description="Reward gRPC address")
     poll_interval_s: float = Field(default=0.5, gt=0)

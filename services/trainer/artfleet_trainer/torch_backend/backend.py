@@ -34,6 +34,7 @@ from artfleet_trainer.art_compat import art
 from . import checkpoints, training
 from .generation import BatchEngine, stop_token_ids_of
 from .model_loader import load_base_model
+from .prefix_cache import DEFAULT_MAX_BYTES, PrefixCache
 from .scheduler import GenerationScheduler
 from .server import InferenceServer, ServedPolicy
 from .worker import TorchWorker, torch_threads, training_threads
@@ -74,6 +75,7 @@ class TorchBackend:
         max_batch_rows: int = 32,
         batch_window_s: float = 0.03,
         default_max_tokens: int = 512,
+        prefix_cache_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         """`api_key` guards the server (a random one when None; `_prepare_backend_for_training`
         returns it). `advertise_host` is the host put in base_url when clients reach the
@@ -81,13 +83,16 @@ class TorchBackend:
         `num_threads` (torch threads for loading and generation) defaults to all cores
         but one; `train_num_threads` to all cores when the machine is otherwise idle at
         the start of a step, else all but one (see worker.py for the measurements).
-        `activation_checkpointing` halves training memory at about the same speed."""
+        `activation_checkpointing` halves training memory at about the same speed.
+        `prefix_cache_bytes` bounds each served model's prefix cache (key/values of
+        earlier turns reused by the next prompt, see prefix_cache.py); 0 disables it."""
         self._path = path
         self.device = device
         self.cache_dir = cache_dir
         self.lora_rank = lora_rank
         self.max_batch_rows = max_batch_rows
         self.batch_window_s = batch_window_s
+        self.prefix_cache_bytes = prefix_cache_bytes
         self.api_key = api_key or secrets.token_urlsafe(24)
         self._advertise_host = advertise_host
         self._worker = TorchWorker(num_threads)  # every torch op of this backend runs there
@@ -192,6 +197,7 @@ class TorchBackend:
             tokenizer,
             stop_token_ids=stop_token_ids_of(peft_model.get_base_model(), tokenizer),
             max_context=max_context,
+            prefix_cache=PrefixCache(self.prefix_cache_bytes),
         )
         scheduler = GenerationScheduler(
             engine,
@@ -293,6 +299,9 @@ class TorchBackend:
                 )
         else:
             log.info("no trainable data (equal rewards in every group): weights unchanged")
+        # New weights: no key/values computed before may be reused (the served step
+        # changes too, so no request for the old one is answered any more).
+        state.policy.scheduler.engine.weights_changed()
         new_step = max(state.policy.step, checkpoints.latest_step(state.output_dir)) + 1
         path = checkpoints.save_checkpoint(
             state.peft_model, state.output_dir, new_step, state.optimizer.state_dict()

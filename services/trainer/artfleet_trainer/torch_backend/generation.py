@@ -7,6 +7,10 @@ repeated for the request's `n` choices, rows leave as soon as they finish, and n
 requests can join between steps (their cache is left-padded to the batch's length), so
 an agent's next turn need not wait for a whole batch to drain.
 
+With a `PrefixCache`, a prompt whose beginning was run before (an episode's earlier
+turns, a group's shared prompt) prefills only the rest: its cached key/values are the
+start of its row. Finished rows leave their key/values (prompt + answer) in the cache.
+
 Reported logprobs are those of the *raw* model distribution (log-softmax of the
 unscaled logits), not of the temperature/top-p distribution actually sampled from.
 That is what vLLM reports by default (`logprobs_mode="raw_logprobs"`) and what ART's
@@ -20,10 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from .grammar import mask_logits, new_matcher
+from .prefix_cache import PrefixCache, PrefixHit
 
 FinishReason = Literal["stop", "length"]
 
@@ -70,6 +75,7 @@ class _Row:
     max_tokens: int
     generator: torch.Generator | None
     matcher: Any = None  # the row's xgrammar GrammarMatcher when its request has a grammar
+    version: int = 0  # the engine's weights version when the row was prefilled
 
 
 def stop_token_ids_of(model: Any, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
@@ -94,8 +100,14 @@ class BatchEngine:
         *,
         stop_token_ids: frozenset[int],
         max_context: int,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         self.model = model
+        # None or a zero budget: every prompt is prefilled whole.
+        self.prefix_cache = (
+            prefix_cache if prefix_cache is not None and prefix_cache.enabled else None
+        )
+        self.weights_version = 0
         self.tokenizer = tokenizer
         self.stop_token_ids = stop_token_ids
         self.max_context = max_context
@@ -109,6 +121,15 @@ class BatchEngine:
         self.mask = torch.zeros((0, 0), dtype=torch.long)  # [rows, cache length]
         self.positions = torch.zeros(0, dtype=torch.long)  # each row's last position
         self.logits = torch.zeros(0)  # [rows, vocab]: the next token's distribution
+
+    def weights_changed(self) -> None:
+        """The model's weights were updated (a training step): cached key/values are stale.
+
+        Rows already running go on (as before), but what they computed under the old
+        weights is never stored."""
+        self.weights_version += 1
+        if self.prefix_cache is not None:
+            self.prefix_cache.set_version(self.weights_version)
 
     @property
     def num_rows(self) -> int:
@@ -124,13 +145,15 @@ class BatchEngine:
         if not requests:
             return
         rows = [row for r in requests for row in _make_rows(r, self.max_context, self.device)]
+        for row in rows:
+            row.version = self.weights_version
         # Identical prompts (the episodes of one group start alike) are prefilled once.
         unique: dict[tuple[int, ...], int] = {}
         for request in requests:
             unique.setdefault(tuple(request.prompt_ids), len(unique))
-        logits, cache, mask = _prefill(self.model, list(unique), self.pad_id, self.device)
+        logits, cache, mask, order = self._prefill_unique(list(unique))
         expand = torch.tensor(
-            [unique[tuple(r.prompt_ids)] for r in requests for _ in range(r.params.n)],
+            [order[unique[tuple(r.prompt_ids)]] for r in requests for _ in range(r.params.n)],
             device=self.device,
         )
         cache.batch_select_indices(expand)
@@ -142,17 +165,43 @@ class BatchEngine:
             self._merge(cache, mask, logits, positions)
         self.rows.extend(rows)
 
+    def _prefill_unique(
+        self, prompts: list[tuple[int, ...]]
+    ) -> tuple[torch.Tensor, Any, torch.Tensor, list[int]]:
+        """Prefill distinct prompts: those without a cached prefix together (left-padded),
+        each one with a cached prefix alone, from the end of its prefix. Returns logits,
+        cache and mask whose rows are in a new order: prompt i is row order[i]."""
+        hits: list[tuple[int, PrefixHit]] = []
+        misses: list[int] = []
+        for i, prompt in enumerate(prompts):
+            hit = None
+            if self.prefix_cache is not None:
+                hit = self.prefix_cache.lookup(prompt, self.weights_version)
+            if hit is None:
+                misses.append(i)
+            else:
+                hits.append((i, hit))
+        parts: list[tuple[torch.Tensor, Any, torch.Tensor]] = []
+        if misses:
+            parts.append(
+                _prefill(self.model, [prompts[i] for i in misses], self.pad_id, self.device)
+            )
+        for i, hit in hits:
+            parts.append(_prefill_after(self.model, prompts[i], hit, self.device))
+        logits, cache, mask = parts[0]
+        for more_logits, more_cache, more_mask in parts[1:]:
+            mask = _cat_rows(cache, mask, more_cache, more_mask)
+            logits = torch.cat([logits, more_logits])
+        order = [0] * len(prompts)
+        for row, i in enumerate([*misses, *(i for i, _ in hits)]):
+            order[i] = row
+        return logits, cache, mask, order
+
     def _merge(
         self, cache: Any, mask: torch.Tensor, logits: torch.Tensor, positions: torch.Tensor
     ) -> None:
         """Append rows of another cache, left-padding the shorter one to the same length."""
-        length = max(self.mask.shape[1], mask.shape[1])
-        for mine, theirs in zip(self.cache.layers, cache.layers, strict=True):
-            mine.keys = torch.cat([_left_pad(mine.keys, length), _left_pad(theirs.keys, length)])
-            mine.values = torch.cat(
-                [_left_pad(mine.values, length), _left_pad(theirs.values, length)]
-            )
-        self.mask = torch.cat([_left_pad(self.mask, length, dim=1), _left_pad(mask, length, dim=1)])
+        self.mask = _cat_rows(self.cache, self.mask, cache, mask)
         self.logits = torch.cat([self.logits, logits])
         self.positions = torch.cat([self.positions, positions])
 
@@ -167,6 +216,8 @@ class BatchEngine:
         )
         tokens = _sample(sampling_logits, self.rows)
         completed = self._record(tokens)
+        if self.prefix_cache is not None:
+            self._store_finished()
         keep = [i for i, row in enumerate(self.rows) if row.out.finish_reason is None]
         if not keep:
             self.reset()
@@ -200,6 +251,26 @@ class BatchEngine:
                     _finalize(row.request, self.tokenizer)
                     completed.append(row.request)
         return completed
+
+    def _store_finished(self) -> None:
+        """Leave the key/values of rows that just finished in the prefix cache: their
+        prompt and answer but its last token (sampled, never run). Not when the weights
+        changed while the row ran (its key/values mix two policies)."""
+        assert self.prefix_cache is not None
+        if not self.can_join():
+            return  # sliding-window or other layers: not plain per-position key/values
+        for i, row in enumerate(self.rows):
+            if row.out.finish_reason is None or row.version != self.weights_version:
+                continue
+            tokens = [*row.request.prompt_ids, *row.out.token_ids[:-1]]
+            if len(tokens) < self.prefix_cache.min_tokens:
+                continue
+            used = self.mask[i].nonzero().squeeze(1)  # index_select copies
+            layers = [
+                (layer.keys[i : i + 1, :, used], layer.values[i : i + 1, :, used])
+                for layer in self.cache.layers
+            ]
+            self.prefix_cache.store(tokens, layers, self.weights_version)
 
     def _finish_reason(self, row: _Row, token: int) -> FinishReason | None:
         if token in self.stop_token_ids:
@@ -247,9 +318,16 @@ def generate_batch(
     *,
     stop_token_ids: frozenset[int],
     max_context: int,
+    prefix_cache: PrefixCache | None = None,
 ) -> list[list[SequenceOutput]]:
     """Generate every request's `n` choices together (no late joiners); request order."""
-    engine = BatchEngine(model, tokenizer, stop_token_ids=stop_token_ids, max_context=max_context)
+    engine = BatchEngine(
+        model,
+        tokenizer,
+        stop_token_ids=stop_token_ids,
+        max_context=max_context,
+        prefix_cache=prefix_cache,
+    )
     engine.admit(requests)
     while engine.num_rows:
         engine.step()
@@ -297,6 +375,36 @@ def _prefill(
         logits_to_keep=1,  # the prompt's other logits are never needed
     )
     return out.logits[:, -1, :].float(), out.past_key_values, mask
+
+
+def _prefill_after(
+    model: Any, prompt: tuple[int, ...], hit: PrefixHit, device: torch.device
+) -> tuple[torch.Tensor, Any, torch.Tensor]:
+    """Run the part of `prompt` after its cached prefix; return last logits, cache, mask."""
+    # DynamicLayer.update concatenates: the entry's tensors are copied, never written.
+    past = DynamicCache(ddp_cache_data=[(k.to(device), v.to(device)) for k, v in hit.layers])
+    suffix = torch.tensor([prompt[hit.length :]], dtype=torch.long, device=device)
+    mask = torch.ones((1, len(prompt)), dtype=torch.long, device=device)
+    position_ids = torch.arange(hit.length, len(prompt), device=device).unsqueeze(0)
+    out = model(
+        input_ids=suffix,
+        attention_mask=mask,
+        position_ids=position_ids,
+        past_key_values=past,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return out.logits[:, -1, :].float(), out.past_key_values, mask
+
+
+def _cat_rows(cache: Any, mask: torch.Tensor, more: Any, more_mask: torch.Tensor) -> torch.Tensor:
+    """Append `more`'s rows to `cache` (in place), left-padding the shorter to the same
+    length; return the joined mask."""
+    length = max(mask.shape[1], more_mask.shape[1])
+    for mine, theirs in zip(cache.layers, more.layers, strict=True):
+        mine.keys = torch.cat([_left_pad(mine.keys, length), _left_pad(theirs.keys, length)])
+        mine.values = torch.cat([_left_pad(mine.values, length), _left_pad(theirs.values, length)])
+    return torch.cat([_left_pad(mask, length, dim=1), _left_pad(more_mask, length, dim=1)])
 
 
 def _left_pad(tensor: torch.Tensor, length: int, dim: int = 2) -> torch.Tensor:

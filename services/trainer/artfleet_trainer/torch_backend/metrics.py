@@ -6,7 +6,7 @@ are scraped with everything else.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 GENERATION_REQUESTS = Counter(
     "artfleet_trainer_generation_requests",
@@ -26,4 +26,27 @@ BATCH_SIZE = Histogram(
     "artfleet_trainer_batch_size",
     "Rows (choices) generated together in one batch slice.",
     buckets=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64),
+)
+PREFIX_CACHE_REQUESTS = Counter(
+    "artfleet_trainer_prefix_cache_requests",
+    "Prompts looked up in the prefix cache, by result (hit: part of the prompt's "
+    "key/values were cached; miss: the whole prompt was prefilled).",
+    ["result"],
+)
+PREFIX_CACHE_TOKENS = Counter(
+    "artfleet_trainer_prefix_cache_prompt_tokens",
+    "Prompt tokens by kind: cached (key/values reused, not prefilled) or computed.",
+    ["kind"],
+)
+PREFIX_CACHE_BYTES = Gauge(
+    "artfleet_trainer_prefix_cache_bytes",
+    "Bytes of key/values held by the prefix cache (all served models).",
+)
+PREFIX_CACHE_ENTRIES = Gauge(
+    "artfleet_trainer_prefix_cache_entries",
+    "Token sequences whose key/values the prefix cache holds.",
+)
+PREFIX_CACHE_EVICTIONS = Counter(
+    "artfleet_trainer_prefix_cache_evictions",
+    "Prefix-cache entries evicted (least recently used first) to stay within the budget.",
 )
