@@ -62,6 +62,7 @@ infra:
 bench:
 	$(BIN)/python bench/sandbox_bench.py
 	$(BIN)/python bench/exchange_bench.py
+	$(BIN)/python bench/generation_bench.py
 
 # The test command README.md gives: contracts, lint, types, every test, then the e2e run.
 check: proto-check lint typecheck test e2e

@@ -197,6 +197,11 @@ TRAINER = [
     panel("Mean reward per step", [q("artfleet_trainer_step_reward_mean", "reward")]),
     panel("Training time per step", quantiles("artfleet_trainer_train_seconds"), unit="s"),
     panel(
+        "Groups requeued",
+        [q(f"sum(increase(artfleet_trainer_groups_requeued_total{W}))", "requeued")],
+        description="Groups whose rollout worker died mid-group (lease expired), sent again.",
+    ),
+    panel(
         "Prefix cache hit rate",
         [
             q(
