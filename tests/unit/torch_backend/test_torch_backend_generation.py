@@ -7,7 +7,6 @@ engine and scheduler code paths are the real ones.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -25,21 +24,13 @@ from artfleet_trainer.torch_backend.generation import (
     stop_token_ids_of,
 )
 from artfleet_trainer.torch_backend.scheduler import GenerationScheduler
-from artfleet_trainer.torch_backend.worker import TorchWorker, torch_threads
+from artfleet_trainer.torch_backend.worker import TorchWorker
 
 VOCAB = 64
 EOS = 2
 NO_STOP: frozenset[int] = frozenset()
 Model = LlamaForCausalLM
 Tok = PreTrainedTokenizerFast
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    # A tiny model gains nothing from threads, and on a busy 2-core machine a 2-thread
-    # OpenMP team stalls at every op (measurements in torch_backend/worker.py).
-    with torch_threads(1):
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ and logprobs must equal those of a full prefill (1e-4), in every batch layout.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,17 +23,10 @@ from artfleet_trainer.torch_backend.generation import (
     SequenceOutput,
 )
 from artfleet_trainer.torch_backend.prefix_cache import BLOCK, PrefixCache
-from artfleet_trainer.torch_backend.worker import torch_threads
 
 VOCAB = 64
 Model = LlamaForCausalLM
 Tok = PreTrainedTokenizerFast
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    with torch_threads(1):
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -25,7 +25,7 @@ from artfleet_trainer.inference_proxy import InferenceProxy
 from artfleet_trainer.torch_backend.generation import BatchEngine
 from artfleet_trainer.torch_backend.scheduler import GenerationScheduler
 from artfleet_trainer.torch_backend.server import InferenceServer, ServedPolicy
-from artfleet_trainer.torch_backend.worker import TorchWorker, torch_threads
+from artfleet_trainer.torch_backend.worker import TorchWorker
 
 VOCAB = 64
 EOS = 2
@@ -39,12 +39,6 @@ TEMPLATE = (
 )
 MESSAGES = [{"role": "system", "content": "w10 w11"}, {"role": "user", "content": "w12 w13 w14"}]
 EXPECTED_PROMPT = [5, 10, 11, 3, 6, 12, 13, 14, 3, 4]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    with torch_threads(1):
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,14 +21,6 @@ from artfleet_trainer.torch_backend.worker import (
 )
 
 NEG_INF = float("-inf")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    # A tiny model gains nothing from threads, and on a busy 2-core machine a 2-thread
-    # OpenMP team stalls at every op (measurements in torch_backend/worker.py).
-    with torch_threads(1):
-        yield
 
 
 def _tiny() -> LlamaForCausalLM:
