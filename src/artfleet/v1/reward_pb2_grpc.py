@@ -50,7 +50,8 @@ class RewardServicer:
     """Missing associated documentation comment in .proto file."""
 
     def ScoreGroup(self, request, context):
-        """Scores every trajectory of a group; returns the group with rewards set.
+        """Scores every trajectory of a group: one score per trajectory and the failure
+        policies' outcome, never a copy of the group (the caller applies the scores).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
