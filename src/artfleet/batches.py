@@ -101,6 +101,15 @@ end
 return 0
 """
 
+# KEYS: the group's lease. ARGV: the run's token. A run that gives its group up (a worker
+# shutting down) drops its own lease only: the trainer sees the loss at its next wake.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
 # Lease keys are made in the scripts below from ARGV[1], the step's lease prefix: they
 # carry the step's hash tag, so they are in the slot of the declared keys.
 # KEYS: claims, status. Returns the claimed, unanswered groups without a lease (their
@@ -305,6 +314,7 @@ class StepBatches:
         self._restart = redis.register_script(_RESTART)
         self._claim = redis.register_script(_CLAIM)
         self._renew = redis.register_script(_RENEW)
+        self._release = redis.register_script(_RELEASE)
         self._lost = redis.register_script(_LOST)
         self._close = redis.register_script(_CLOSE)
 
@@ -333,6 +343,12 @@ class StepBatches:
         reply = await self._renew(
             keys=[StepKeys(job_id, step).lease(group_id)], args=[token, _ms(self.lease_s)]
         )
+        return bool(reply)
+
+    async def release(self, job_id: str, step: int, group_id: str, token: str) -> bool:
+        """Gives a running group up (its worker is stopping): the trainer dispatches it again
+        at its next wake instead of a lease later. False when the lease was not this run's."""
+        reply = await self._release(keys=[StepKeys(job_id, step).lease(group_id)], args=[token])
         return bool(reply)
 
     async def publish(

@@ -244,6 +244,18 @@ async def test_publish_releases_the_runs_own_lease_and_claim(
     assert await short.lost(job, 1) == []
 
 
+async def test_a_run_gives_its_group_back_and_only_its_own(
+    short: StepBatches, client: aioredis.Redis, job: str
+) -> None:
+    long = StepBatches(client, lease_s=600)  # so only the release can make it lost
+    assert await long.claim(job, 1, "g0", "a:1") is Claim.CLAIMED
+    assert not await long.release(job, 1, "g0", "b:2")  # another run's lease stays
+    assert await short.lost(job, 1) == []
+    assert await long.release(job, 1, "g0", "a:1")  # a worker stopping: given back
+    assert await short.lost(job, 1) == ["g0"]  # the trainer sends it again, once
+    assert await short.lost(job, 1) == []
+
+
 async def test_a_claim_is_refused_when_final_closed_or_held_by_a_live_run(
     store: StepBatches, job: str
 ) -> None:

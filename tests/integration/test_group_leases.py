@@ -1,6 +1,7 @@
 """Groups survive their worker: a real Celery rollout worker process is SIGKILLed while it
-runs a group, and the trainer (the real JobRunner, GroupDispatcher and StepBatches) sees its
-lease run out and dispatches the group again; another real worker process runs it, and the
+runs a group (or SIGTERMed: past its shutdown grace it gives the group back), and the
+trainer (the real JobRunner, GroupDispatcher and StepBatches) sees the lease gone and
+dispatches the group again; another real worker process runs it, and the
 step completes long before its gather deadline with every group counted once.
 
 The workers (tests/support/blocking_rollout_worker.py) are our worker code around a test
@@ -62,19 +63,27 @@ async def client(url: str) -> AsyncIterator[aioredis.Redis]:
     await client.aclose()
 
 
+Workers = Callable[[float, float], dict[str, subprocess.Popen[bytes]]]
+
+
 @pytest.fixture
-def workers(url: str, tmp_path: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+def start_workers(url: str, tmp_path: Path) -> Iterator[Workers]:
+    """`start_workers(lease_s, shutdown_grace_s)`: two worker processes, stopped after."""
     procs: dict[str, subprocess.Popen[bytes]] = {}
-    for name in ("worker-a", "worker-b"):
-        log = (tmp_path / f"{name}.log").open("wb")
-        procs[name] = subprocess.Popen(
-            [sys.executable, str(HELPER), url, name, str(LEASE_S)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+
+    def start(lease_s: float, grace_s: float) -> dict[str, subprocess.Popen[bytes]]:
+        for name in ("worker-a", "worker-b"):
+            log = (tmp_path / f"{name}.log").open("wb")
+            procs[name] = subprocess.Popen(
+                [sys.executable, str(HELPER), url, name, str(lease_s), str(grace_s)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        return procs
+
     try:
-        yield procs
+        yield start
     finally:
         for proc in procs.values():
             if proc.poll() is None:
@@ -111,8 +120,32 @@ def _requeued_total() -> float:
 
 
 async def test_a_killed_workers_group_runs_again_on_a_live_worker_once(
-    url: str, client: aioredis.Redis, workers: dict[str, subprocess.Popen[bytes]]
+    url: str, client: aioredis.Redis, start_workers: Workers
 ) -> None:
+    # SIGKILL: no ack, no publish, no goodbye; the trainer sees the lease run out.
+    await _stop_mid_group(url, client, start_workers(LEASE_S, 10.0), signal.SIGKILL, LEASE_S)
+
+
+async def test_a_stopping_worker_gives_its_groups_back_after_the_grace(
+    url: str, client: aioredis.Redis, start_workers: Workers
+) -> None:
+    # SIGTERM: Celery's warm shutdown would wait for the blocked groups forever; after the
+    # grace they are abandoned and their leases given back, so they run again long before a
+    # lease (here 10 minutes) could have run out, and the worker exits by itself.
+    grace_s = 1.0
+    workers = start_workers(600.0, grace_s)
+    await _stop_mid_group(url, client, workers, signal.SIGTERM, grace_s)
+
+
+async def _stop_mid_group(
+    url: str,
+    client: aioredis.Redis,
+    workers: dict[str, subprocess.Popen[bytes]],
+    sig: signal.Signals,
+    expected_s: float,
+) -> None:
+    """Stops the worker running the first group with `sig`; its groups must run again on
+    the other worker within `expected_s` plus a wake and the margin, each stored once."""
     for name, proc in workers.items():
         await _until(f"{name} ready", partial(client.exists, f"test:ready:{name}"))
         assert proc.poll() is None
@@ -139,19 +172,19 @@ async def test_a_killed_workers_group_runs_again_on_a_live_worker_once(
         victim = first[0][0]
         survivor = next(n for n in workers if n != victim)
         held = sorted(group for name, group, _ in first if name == victim)
-        workers[victim].send_signal(signal.SIGKILL)  # mid-group: no ack, no publish
-        killed_at = time.time()
-        workers[victim].wait(30)
+        workers[victim].send_signal(sig)
+        stopped_at = time.time()
+        await asyncio.to_thread(workers[victim].wait, 120)  # exits by itself
 
         async def rerun() -> bool:
-            again = {g for n, g, at in await _started(client) if n == survivor and at > killed_at}
+            again = {g for n, g, at in await _started(client) if n == survivor and at > stopped_at}
             return set(held) <= again
 
-        await _until(f"{held} running again on {survivor}", rerun, LEASE_S + MARGIN_S + 60)
+        await _until(f"{held} running again on {survivor}", rerun, expected_s + MARGIN_S + 60)
         restarted_at = max(at for n, g, at in await _started(client) if n == survivor and g in held)
-        recovery_s = restarted_at - killed_at
-        print(f"recovery: {recovery_s:.1f} s from SIGKILL to {held} running again on {survivor}")
-        assert recovery_s <= LEASE_S + WAKE_S + MARGIN_S
+        recovery_s = restarted_at - stopped_at
+        print(f"recovery: {recovery_s:.1f} s from {sig.name} to {held} running on {survivor}")
+        assert recovery_s <= expected_s + WAKE_S + MARGIN_S
 
         await client.set("test:release", b"1")
         async for event in store.events(job.id, block_ms=200):
@@ -164,7 +197,7 @@ async def test_a_killed_workers_group_runs_again_on_a_live_worker_once(
     assert [s.groups for s in done.steps] == [2] and backend.trained == [2]
     assert done.steps[0].rollout_seconds < GATHER_TIMEOUT_S / 3  # no deadline waited out
     assert _requeued_total() - requeued_before == len(held)
-    # Every group stored exactly once, by a live worker; the dead one published nothing.
+    # Every group stored exactly once, by the live worker; the stopped one published nothing.
     published = await _rows(client, "test:published")
     stored = sorted(group for name, group, outcome in published if outcome == "stored")
     assert stored == sorted({g for _, g, _ in first}), published

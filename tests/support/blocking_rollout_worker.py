@@ -2,7 +2,7 @@
 runs it (create_worker_app, a threads pool, GroupWorker and StepBatches on one LoopThread)
 around a test GroupRunner whose groups block until the test releases them.
 
-    python blocking_rollout_worker.py REDIS_URL NAME LEASE_S
+    python blocking_rollout_worker.py REDIS_URL NAME LEASE_S [SHUTDOWN_GRACE_S]
 
 What it records in REDIS_URL's database (the test reads and writes these):
     test:ready:<name>  string  set once the Celery worker consumes the rollout queue
@@ -26,7 +26,7 @@ from trainer_fakes import scored
 from artfleet.batches import StepBatches
 from artfleet.queue import ROLLOUT_QUEUE
 from artfleet.v1 import rollout_pb2
-from artfleet_rollout.app import LoopThread
+from artfleet_rollout.app import LoopThread, bound_warm_shutdown
 from artfleet_rollout.worker import GroupWorker, create_worker_app
 
 
@@ -51,12 +51,14 @@ async def _client(url: str) -> aioredis.Redis:
 
 def main() -> None:
     url, name, lease_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    grace_s = float(sys.argv[4]) if len(sys.argv) > 4 else 10.0
     logging.basicConfig(level=logging.INFO, format=f"{name} %(levelname)s %(name)s %(message)s")
     loop = LoopThread(f"{name}-loop")
     loop.start()
     client = loop.call(_client(url), timeout=60)
     worker = GroupWorker(BlockingRunner(client, name), StepBatches(client, lease_s=lease_s), name)
     sync = redis.Redis.from_url(url)
+    bound_warm_shutdown(loop, worker, grace_s)  # as artfleet_rollout.app does
 
     def submit(task: rollout_pb2.GroupTask) -> None:
         published = loop.call(worker.handle(task))

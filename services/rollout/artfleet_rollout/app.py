@@ -15,6 +15,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
+from celery.signals import worker_shutting_down
 
 from artfleet.batches import StepBatches
 from artfleet.queue import ROLLOUT_QUEUE
@@ -54,6 +55,25 @@ class LoopThread:
         self._thread.join(timeout)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+def bound_warm_shutdown(loop: LoopThread, worker: GroupWorker, grace_s: float) -> None:
+    """Celery's warm shutdown waits for running tasks without a bound (a group whose policy
+    endpoint is gone retries for minutes). Past `grace_s` the groups still running are
+    abandoned: each gives its lease back, the trainer dispatches it again at its next wake,
+    and the worker exits."""
+
+    def after_grace() -> None:
+        abandoned = loop.call(worker.abandon(), timeout=60)
+        if abandoned:
+            log.warning("shutdown: gave back %d running group(s) after %.0fs", abandoned, grace_s)
+
+    def on_shutdown(**_: object) -> None:
+        timer = threading.Timer(grace_s, after_grace)
+        timer.daemon = True
+        timer.start()
+
+    worker_shutting_down.connect(on_shutdown, weak=False)
 
 
 class RolloutRuntime:
@@ -118,15 +138,23 @@ class RolloutProcess:
     def run_group(self, task: rollout_pb2.GroupTask) -> None:
         """A Celery task thread: run the group on the loop and wait until it is published."""
         assert self._runtime is not None
-        self._loop.call(self._runtime.worker.handle(task))
+        try:
+            self._loop.call(self._runtime.worker.handle(task))
+        except concurrent.futures.CancelledError:
+            # Abandoned at shutdown (bound_warm_shutdown): the group was given back and the
+            # trainer runs it elsewhere. The task ends normally, so Celery acks it.
+            log.info("group %s given back at shutdown", task.group_id)
 
     def _run_celery(self) -> None:
+        assert self._runtime is not None
+        bound_warm_shutdown(self._loop, self._runtime.worker, self.settings.shutdown_grace_s)
         app = create_worker_app(self.settings.redis_url, self.run_group)
         replica = self.settings.replica_id or socket.gethostname()
         # threads pool: `groups_concurrency` task threads, each waiting on one group while
         # the groups share the loop (episodes wait on the model and the sandbox), so the
         # trainer's server batches the generations of several groups. prefetch 1 per
-        # thread; SIGTERM = warm shutdown (running groups finish and publish first).
+        # thread; SIGTERM = warm shutdown (running groups finish and publish first, for up to
+        # the shutdown grace; see bound_warm_shutdown).
         worker = app.Worker(
             hostname=f"rollout@{replica}",
             queues=[ROLLOUT_QUEUE],

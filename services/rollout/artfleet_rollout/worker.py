@@ -17,7 +17,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from celery import Celery
 
@@ -56,6 +56,7 @@ class GroupWorker:
         self._runner = runner
         self._batches = batches
         self._worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self._running: set[asyncio.Task[Any]] = set()
 
     async def handle(self, task: rollout_pb2.GroupTask) -> Published | None:
         """None when the group needs no run (final already, held by a live run elsewhere,
@@ -66,12 +67,20 @@ class GroupWorker:
             log.info("group %s: %s; skipping", task.group_id, claim.value)
             return None
         heartbeat = asyncio.create_task(self._heartbeat(task, token))
+        running = asyncio.current_task()
+        if running is not None:
+            self._running.add(running)
         try:
             response = await self._runner.run(task)
+        except asyncio.CancelledError:
+            # abandon(): the worker is stopping. Give the group back now, not a lease later.
+            await asyncio.shield(self._release(task, token))
+            raise
         except Exception as exc:
             log.exception("group %s failed", task.group_id)
             response = failed_group(task, exc)
         finally:
+            self._running.discard(running)
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
@@ -82,6 +91,22 @@ class GroupWorker:
         if published is not Published.STORED:
             log.info("group %s: %s (not stored)", task.group_id, published.value)
         return published
+
+    async def abandon(self) -> int:
+        """Cancels the groups still running (a shutdown past its grace); each gives its
+        lease back, so the trainer dispatches it again at once. Returns how many."""
+        running = list(self._running)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        return len(running)
+
+    async def _release(self, task: rollout_pb2.GroupTask, token: str) -> None:
+        try:
+            await self._batches.release(task.job_id, task.step, task.group_id, token)
+            log.warning("group %s given back: the worker is stopping", task.group_id)
+        except Exception:  # the lease then runs out by itself: the same outcome, later
+            log.warning("group %s: could not give the lease back", task.group_id, exc_info=True)
 
     async def _heartbeat(self, task: rollout_pb2.GroupTask, token: str) -> None:
         """Renews the group's lease every lease/3 until the run ends; a Redis error is
