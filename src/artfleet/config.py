@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# A variable name as a shell accepts it: what specs and requests may name (keys are read
+# from the environment by name and never travel).
+ENV_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER_TOKENS = frozenset({"", "changeme", "change-me", "secret", "token", "placeholder"})
 
 

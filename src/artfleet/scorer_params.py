@@ -3,7 +3,6 @@ reward service's scorers read them."""
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -16,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from artfleet.config import ENV_VAR_NAME
 from artfleet.spec_base import (
     FieldError,
     MaxTokens,
@@ -54,9 +54,6 @@ class TaskCheckParams(Params):
     unknown_key: ClassVar[str] = "task_check takes no parameters"
 
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
 def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ValueError("must be an http(s) URL")
@@ -65,7 +62,7 @@ def _http_url(value: str) -> str:
 
 def _env_name(value: str) -> str:
     # Keys never travel in a spec: only the name of the variable that holds one.
-    if not _ENV_NAME.match(value):
+    if not ENV_VAR_NAME.match(value):
         raise ValueError("must name an environment variable, e.g. OPENAI_API_KEY")
     return value
 

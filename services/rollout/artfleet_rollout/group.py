@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from artfleet import codec
 from artfleet.art_types import art
+from artfleet.config import ENV_VAR_NAME
 from artfleet.errors import InvalidArgument
 from artfleet.sandbox_client import describe
 from artfleet.v1 import common_pb2 as pb
@@ -30,7 +30,6 @@ from artfleet_rollout.settings import RolloutSettings
 log = logging.getLogger(__name__)
 
 Connect = Callable[[RolloutSettings], Awaitable[Connections]]
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The fleet's own settings (Redis URL with its password, ...) are never a model key.
 _FLEET_PREFIX = "ARTFLEET_"
 EpisodeResult = tuple[art.Trajectory, pb.Episode]
@@ -62,7 +61,7 @@ def policy_api_key(
     if not name:
         return fleet_token
     field = "task.model_api_key_env"
-    if not _ENV_NAME.match(name):
+    if not ENV_VAR_NAME.match(name):
         raise InvalidArgument(f"{name!r} is not an environment variable name", field)
     if name.upper().startswith(_FLEET_PREFIX):
         raise InvalidArgument(f"{name} is a fleet setting, not a model API key", field)

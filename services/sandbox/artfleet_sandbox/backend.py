@@ -6,11 +6,11 @@ real processes and no gRPC, and lets the Docker backend slot in beside `local` l
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from artfleet.config import ENV_VAR_NAME
 from artfleet_sandbox.replica import replica_of
 
 Outcome = Literal["passed", "failed", "errored", "skipped"]
@@ -18,7 +18,6 @@ Outcome = Literal["passed", "failed", "errored", "skipped"]
 # persists); "stateless": a fresh `sh -c` per command.
 ExecMode = Literal["session", "repl", "stateless"]
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_COMMAND_BYTES = 128 * 1024 - 1  # Linux refuses longer single arguments (E2BIG)
 
 
@@ -155,7 +154,7 @@ class RunTestsReport:
 
 def check_env(env: Mapping[str, str]) -> None:
     for key, value in env.items():
-        if not _ENV_NAME.match(key):
+        if not ENV_VAR_NAME.match(key):
             raise InvalidArgument(f"invalid environment variable name: {key!r}")
         if "\0" in value:
             raise InvalidArgument(f"environment variable {key} contains a NUL byte")
