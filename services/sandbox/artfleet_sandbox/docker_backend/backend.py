@@ -27,7 +27,7 @@ from artfleet_sandbox.backend import (
     check_env,
 )
 from artfleet_sandbox.docker_backend import config as c
-from artfleet_sandbox.docker_backend.engine import DockerEngine, ExecCall
+from artfleet_sandbox.docker_backend.engine import DockerEngine, ExecCall, may_be_oom
 from artfleet_sandbox.docker_backend.execio import ReadLimits
 from artfleet_sandbox.docker_backend.pool import Pooled, WarmPool
 from artfleet_sandbox.docker_backend.reaper import owner_containers, reap_reason
@@ -326,8 +326,7 @@ class DockerBackend:
         )
         with self._sessions.in_use(session):
             outcome = await self._repl_of(session).run(call)
-            # 137 is SIGKILL: the OOM killer's, or a kill of the command's own.
-            killed = outcome.exit_code == 137 and not outcome.stdout_truncated
+            killed = may_be_oom(outcome.exit_code, outcome.stdout_truncated)
             if killed and await self.engine.oom_killed(session.container_id):
                 metrics.OOM_KILLS.inc()
                 outcome = replace(outcome, oom_killed=True)

@@ -40,6 +40,12 @@ _OOM_PROBE = "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_
 _SIGKILL_EXIT = 137
 
 
+def may_be_oom(exit_code: int, output_limit_hit: bool) -> bool:
+    """A SIGKILL our own output cap did not cause: the OOM killer's (the container's
+    oom_kill counter tells) or one the command sent itself."""
+    return exit_code == _SIGKILL_EXIT and not output_limit_hit
+
+
 @dataclass(frozen=True)
 class ManagedContainer:
     id: str
@@ -228,7 +234,7 @@ class DockerEngine:
         exit_code = api.exec_inspect(exec_id).get("ExitCode")
         if result.timed_out or exit_code is None:
             exit_code = -1
-        oom = exit_code == _SIGKILL_EXIT and not result.output_limit_hit
+        oom = may_be_oom(int(exit_code), result.output_limit_hit)
         return ExecOutcome(
             exit_code=int(exit_code),
             stdout=result.stdout.value(),
