@@ -8,7 +8,13 @@ from .base import (
     UnknownScenario,
     UnknownSplit,
 )
-from .registry import get_environment, list_environments, register_environment
+from .registry import (
+    get_environment,
+    list_environments,
+    list_loaders,
+    register_environment,
+    register_loader,
+)
 from .shell_tasks import ScenarioDataError, load_shell_tasks, parse_shell_tasks
 
 __all__ = [
@@ -21,7 +27,9 @@ __all__ = [
     "UnknownSplit",
     "get_environment",
     "list_environments",
+    "list_loaders",
     "load_shell_tasks",
     "parse_shell_tasks",
     "register_environment",
+    "register_loader",
 ]

@@ -3,7 +3,7 @@ starts with, and the check that says whether it succeeded."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from artfleet.v1 import rollout_pb2
@@ -58,11 +58,18 @@ class Environment:
     """A named, fixed set of scenarios, split into train and test."""
 
     def __init__(
-        self, name: str, description: str, scenarios: Iterable[Scenario], agent: str = "terminal"
+        self,
+        name: str,
+        description: str,
+        scenarios: Iterable[Scenario],
+        agent: str = "terminal",
+        skipped: Mapping[str, int] | None = None,
     ) -> None:
         self.name = name
         self.description = description
         self.agent = agent
+        # Records a loader left out, by named reason ("no FAIL_TO_PASS": 3); never a crash.
+        self.skipped: dict[str, int] = dict(skipped or {})
         self._scenarios = list(scenarios)
         self._by_id = {s.id: s for s in self._scenarios}
         if len(self._by_id) != len(self._scenarios):

@@ -1,5 +1,10 @@
 """Environments by name. Each is loaded once, on first use, and then shared: they are
-immutable, so every rollout worker coroutine can read the same instance."""
+immutable, so every rollout worker coroutine can read the same instance.
+
+A name is either a bundled environment (`shell-tasks`) or a loader with its source,
+`<loader>:<path>` (`jsonl:/data/prompts.jsonl`, `swebench:/data/lite.parquet`): the
+loader reads the local file (or a `datasets` dataset saved on disk) once, at first use.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ from .base import Environment, UnknownEnvironment
 _FACTORIES: dict[str, Callable[[], Environment]] = {
     shell_tasks.NAME: shell_tasks.load_shell_tasks,
 }
+# loader name -> (source path or dataset name) -> Environment named "<loader>:<source>"
+_LOADERS: dict[str, Callable[[str], Environment]] = {}
 _LOADED: dict[str, Environment] = {}
 _LOCK = threading.Lock()  # Celery may run threads; load each environment exactly once
 
@@ -23,8 +30,20 @@ def register_environment(name: str, factory: Callable[[], Environment]) -> None:
         _LOADED.pop(name, None)
 
 
+def register_loader(loader: str, load: Callable[[str], Environment]) -> None:
+    """Adds (or replaces, for tests) a loader: `<loader>:<source>` names then load."""
+    with _LOCK:
+        _LOADERS[loader] = load
+        for name in [n for n in _LOADED if n.startswith(f"{loader}:")]:
+            del _LOADED[name]
+
+
 def list_environments() -> list[str]:
     return sorted(_FACTORIES)
+
+
+def list_loaders() -> list[str]:
+    return sorted(_LOADERS)
 
 
 def get_environment(name: str) -> Environment:
@@ -32,8 +51,16 @@ def get_environment(name: str) -> Environment:
     with _LOCK:
         if name in _LOADED:
             return _LOADED[name]
-        factory = _FACTORIES.get(name)
-        if factory is None:
-            raise UnknownEnvironment(name, _FACTORIES)
-        environment = _LOADED[name] = factory()
+        environment = _LOADED[name] = _factory(name)()
         return environment
+
+
+def _factory(name: str) -> Callable[[], Environment]:
+    factory = _FACTORIES.get(name)
+    if factory is not None:
+        return factory
+    loader, sep, source = name.partition(":")
+    load = _LOADERS.get(loader) if sep and source else None
+    if load is None:
+        raise UnknownEnvironment(name, [*_FACTORIES, *(f"{key}:<path>" for key in _LOADERS)])
+    return lambda: load(source)
