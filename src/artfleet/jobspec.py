@@ -72,6 +72,8 @@ class JobSpecModel(RewardSpecModel):
     # GPU memory knobs of the art backend (seed 003); None = ART's defaults.
     max_seq_length: int | None = Field(default=None, ge=256, le=1_048_576)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1.0)
+    # Replaces the environment's system prompt (seed 002's `task_prompt`); "" = its own.
+    task_prompt: str = Field(default="", max_length=32_768)
 
     @field_validator("name", "project")
     @classmethod
