@@ -157,6 +157,18 @@ return kept
 """
 
 
+# KEYS: groups, status, closed. ARGV: group ids. Forgets answered groups so they run again
+# (the trainer's rule for groups sampled by a policy too old to train on); not once closed.
+_FORGET = """
+if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+for i = 1, #ARGV do
+  redis.call('HDEL', KEYS[1], ARGV[i])
+  redis.call('HDEL', KEYS[2], ARGV[i])
+end
+return #ARGV
+"""
+
+
 class Published(Enum):
     STORED = "stored"
     KEPT = "kept"  # an equal or better answer was already there
@@ -317,6 +329,7 @@ class StepBatches:
         self._release = redis.register_script(_RELEASE)
         self._lost = redis.register_script(_LOST)
         self._close = redis.register_script(_CLOSE)
+        self._forget = redis.register_script(_FORGET)
 
     # ------------------------------------------------------------ rollout side
     async def needs_run(self, job_id: str, step: int, group_id: str) -> bool:
@@ -390,6 +403,15 @@ class StepBatches:
             args=[keys.lease_prefix, min(FINAL_STATES)],
         )
         return {k.decode() for k in kept}
+
+    async def forget(self, job_id: str, step: int, group_ids: Sequence[str]) -> int:
+        """Drop answered groups (even final ones) so that they are dispatched and stored
+        again: the trainer's rule for groups too stale to train on. 0 once closed."""
+        if not group_ids:
+            return 0
+        keys = StepKeys(job_id, step)
+        forgot = await self._forget(keys=[keys.groups, keys.status, keys.closed], args=group_ids)
+        return int(forgot)
 
     async def lost(self, job_id: str, step: int) -> list[str]:
         """Groups whose worker died (claimed, unanswered, lease gone), each reported once."""

@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
+MAX_STEPS_OFF_POLICY = 8  # beyond a few versions the importance ratios are mostly clipped
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 
@@ -74,6 +75,8 @@ class JobSpecModel(RewardSpecModel):
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1.0)
     # Replaces the environment's system prompt (seed 002's `task_prompt`); "" = its own.
     task_prompt: str = Field(default="", max_length=32_768)
+    # Asynchronous steps: step s+1 .. s+k roll out while step s trains (0 = synchronous).
+    max_steps_off_policy: int = Field(default=0, ge=0, le=MAX_STEPS_OFF_POLICY)
 
     @field_validator("name", "project")
     @classmethod

@@ -75,8 +75,17 @@ class OpenAIPolicy:
             setattr(choice, "prompt_token_ids", list(prompt_ids))  # noqa: B010
         usage = completion.usage
         return PolicyTurn(
-            choice, Usage(usage.prompt_tokens, usage.completion_tokens) if usage else None
+            choice,
+            Usage(usage.prompt_tokens, usage.completion_tokens) if usage else None,
+            served_version(completion.model),
         )
+
+
+def served_version(model: str | None) -> int | None:
+    """The step of a served `name@step` (the torch server and vLLM name the adapter that
+    answered so); None for any other name."""
+    _, at, step = (model or "").rpartition("@")
+    return int(step) if at and step.isdigit() else None
 
 
 class OpenAIClients:

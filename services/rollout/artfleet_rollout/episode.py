@@ -89,7 +89,7 @@ async def _agent_loop(
     for turn in range(1, ctx.task.max_turns + 1):
         if budget.exhausted():
             return "context"
-        choice = await _ask_policy(ctx.policy, trajectory, budget)
+        choice = await _ask_policy(ctx, trajectory, budget)
         trajectory.messages_and_choices.append(choice)
         action = parse_action(choice.message.content or "")
         if action.kind == "submit":
@@ -112,10 +112,17 @@ async def _agent_loop(
     return "max_turns"
 
 
-async def _ask_policy(policy: Policy, trajectory: art.Trajectory, budget: _Budget) -> Choice:
+async def _ask_policy(ctx: EpisodeContext, trajectory: art.Trajectory, budget: _Budget) -> Choice:
     start = time.perf_counter()
-    turn = await policy.complete(trajectory.messages(), tools=trajectory.tools)
+    turn = await ctx.policy.complete(trajectory.messages(), tools=trajectory.tools)
     metrics.MODEL_SECONDS.observe(time.perf_counter() - start)
+    # The policy versions the trainer's staleness rule reads (artfleet_trainer.pipeline).
+    version = turn.policy_version
+    if version is None:
+        version = ctx.task.policy_version
+    if trajectory.initial_policy_version is None:
+        trajectory.initial_policy_version = version
+    trajectory.final_policy_version = version
     if turn.usage is not None:
         budget.prompt_tokens = turn.usage.context_tokens
     return turn.choice

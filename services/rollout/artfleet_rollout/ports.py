@@ -37,6 +37,9 @@ class PolicyTurn:
 
     choice: Choice
     usage: Usage | None = None
+    # The checkpoint step of the policy that answered (from the served `name@step`);
+    # None when the server did not say.
+    policy_version: int | None = None
 
 
 class Policy(Protocol):

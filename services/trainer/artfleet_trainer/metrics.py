@@ -44,6 +44,26 @@ GPU_MEMORY = Gauge(
     ["device", "kind"],
 )
 
+# Asynchronous steps (max_steps_off_policy): see artfleet_trainer.pipeline.
+POLICY_STALENESS = Histogram(
+    "artfleet_trainer_policy_staleness",
+    "Policy versions between the policy that sampled a trained trajectory and the model"
+    " trained on it (0 = on-policy)",
+    buckets=(0, 1, 2, 3, 4, 6, 8),
+)
+STALE_GROUPS = Counter(
+    "artfleet_trainer_stale_groups_total",
+    "Groups sampled more than max_steps_off_policy versions behind the trained model,"
+    " run again instead of trained on",
+)
+IDLE_SECONDS = Histogram(
+    "artfleet_trainer_idle_seconds",
+    "Per step, the seconds one side waited for the other (side=trainer: waiting for"
+    " rollouts; side=rollout: training ran with no group left to roll out)",
+    ["side"],
+    buckets=(0.1, 1, 5, 15, 30, 60, 120, 300, 600, 1800),
+)
+
 
 def observe_step(summary: pb.StepSummary) -> None:
     CURRENT_STEP.set(summary.step)

@@ -10,10 +10,10 @@ from typing import Any
 
 from artfleet.art_types import art
 from artfleet.batches import Gathered, StepBatches
-from artfleet.jobspec import JobSpecModel, reward_spec_proto, spec_from_proto
-from artfleet.v1 import batch_pb2, rollout_pb2
+from artfleet.jobspec import JobSpecModel, spec_from_proto
+from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer import metrics, scheduling
+from artfleet_trainer import metrics, pipeline
 from artfleet_trainer.backends import TrainerBackend
 from artfleet_trainer.rollouts import Dispatcher, ScenarioSource
 from artfleet_trainer.settings import TrainerSettings
@@ -139,19 +139,36 @@ class JobRunner:
         if done:
             await self._batches.close(job.id, done)
         scenario_ids = await self._rollout.scenario_ids(spec.environment, spec.split)
+        steps = pipeline.StepPipeline(
+            job=job,
+            spec=spec,
+            model=model,
+            scenario_ids=scenario_ids,
+            batches=self._batches,
+            dispatcher=self._dispatcher,
+            inference_url=self._inference_url(model),
+        )
         for step in range(done + 1, spec.steps + 1):
             if await self._store.cancel_requested(job.id):
                 raise JobCancelled()
-            await self._run_step(job, spec, model, scenario_ids, step)
+            await self._run_step(job, spec, model, steps, step)
         if await self._store.cancel_requested(job.id) and job.completed_steps < spec.steps:
             raise JobCancelled()
 
     async def _run_step(
-        self, job: pb.Job, spec: JobSpecModel, model: Any, scenario_ids: list[str], step: int
+        self,
+        job: pb.Job,
+        spec: JobSpecModel,
+        model: Any,
+        steps: pipeline.StepPipeline,
+        step: int,
     ) -> None:
         start = time.monotonic()
         await self._emit_step(job, pb.EVENT_KIND_STEP_STARTED, step, spec.steps)
-        gathered = await self._rollouts(job, spec, model, scenario_ids, step)
+        # Steps step+1 .. step+k (max_steps_off_policy) roll out while this one trains.
+        await steps.dispatch_through(step, version=job.completed_steps)
+        got = await steps.gather(step)
+        gathered = got.gathered
         rollout_s = time.monotonic() - start
         log_gathered(step, gathered)
         check_reward_signals(step, gathered.groups)
@@ -159,13 +176,16 @@ class JobRunner:
         if not groups:
             raise RuntimeError(rollout_failure(step, gathered.groups))
         train_start = time.monotonic()
-        result = await self._backend.train(model, groups, learning_rate=spec.learning_rate)
+        result, rollout_idle_s = await steps.while_training(
+            step, self._backend.train(model, groups, learning_rate=spec.learning_rate)
+        )
         metrics.observe_train(
             dict(getattr(result, "metrics", {}) or {}),
             spec.learning_rate,
             time.monotonic() - train_start,
         )
         summary = summarize_step(step, groups, result, rollout_s, time.monotonic() - start)
+        pipeline.record(summary, got, rollout_idle_s)
         job.completed_steps = step
         job.policy = model.get_inference_name()
         job.steps.append(summary)
@@ -173,6 +193,7 @@ class JobRunner:
             job.state = pb.JOB_STATE_CANCELLING
         await self._store.save(job)
         await self._batches.close(job.id, step)  # its checkpoint is saved: the batch is done
+        steps.done(step)
         await self._emit_step(job, pb.EVENT_KIND_STEP_DONE, step, spec.steps, summary)
         metrics.observe_step(summary)
         try:  # ART's own history and trajectory logs under the ART path
@@ -194,53 +215,6 @@ class JobRunner:
         if summary is not None:
             event.summary.CopyFrom(summary)
         await self._store.emit(job.id, event)
-
-    async def _rollouts(
-        self, job: pb.Job, spec: JobSpecModel, model: Any, scenario_ids: list[str], step: int
-    ) -> Gathered:
-        picked = scheduling.scenarios_for_step(scenario_ids, spec.seed, step, spec.groups_per_step)
-        reward = reward_spec_proto(spec)
-        # A judge given as "policy" calls the policy being trained, at this step.
-        reward.policy.model = model.get_inference_name()
-        reward.policy.base_url = self._inference_url(model)
-        tasks = [
-            rollout_pb2.GroupTask(
-                job_id=job.id,
-                step=step,
-                group_id=scheduling.group_id(job.id, step, i),
-                environment=spec.environment,
-                scenario_id=scenario,
-                rollouts=spec.rollouts_per_group,
-                max_turns=spec.max_turns,
-                model_base_url=self._inference_url(model),
-                policy=model.get_inference_name(),
-                temperature=spec.temperature,
-                max_tokens=spec.max_tokens,
-                max_context_tokens=spec.max_context_tokens,
-                reward=reward,
-                seed=spec.seed,
-            )
-            for i, scenario in enumerate(picked)
-        ]
-        by_id = {t.group_id: t for t in tasks}
-
-        async def requeue(lost: list[str]) -> None:
-            # Their workers died mid-group (leases ran out): run them again elsewhere.
-            log.warning("step %d: requeuing %d group(s) of dead workers: %s", step, len(lost), lost)
-            sent = await self._dispatcher.enqueue([by_id[g] for g in lost], skip=set())
-            metrics.GROUPS_REQUEUED.inc(sent)
-
-        # After a restart the batch keeps final groups; the others run again.
-        kept = await self._batches.restart(job.id, step)
-        await self._dispatcher.enqueue(tasks, skip=kept)
-        return await self._batches.gather(
-            job.id,
-            step,
-            list(by_id),
-            spec.gather_timeout_s,
-            scheduling.quorum(len(tasks), spec.min_group_fraction),
-            on_lost=requeue,
-        )
 
     def _inference_url(self, model: Any) -> str:
         return self._settings.inference_public_url or str(model.inference_base_url)

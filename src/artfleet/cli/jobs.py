@@ -56,6 +56,9 @@ def submit(
     max_turns: int | None = typer.Option(None),
     seed: int | None = typer.Option(None),
     backend: str | None = typer.Option(None, help="torch | art"),
+    max_steps_off_policy: int | None = typer.Option(
+        None, help="asynchronous steps: roll out up to k steps ahead of training (0 = sync)"
+    ),
     watch: bool = typer.Option(False, "--watch", help="follow the job until it ends"),
     target: str = TargetOpt,
     token: str = TokenOpt,
@@ -74,6 +77,7 @@ def submit(
             max_turns=max_turns,
             seed=seed,
             backend=backend,
+            max_steps_off_policy=max_steps_off_policy,
         ),
     )
     with trainer(target, token) as stub:

@@ -343,7 +343,7 @@ class RewardSpec(_message.Message):
     def __init__(self, scorers: _Optional[_Iterable[_Union[ScorerSpec, _Mapping]]] = ..., clip: _Optional[_Union[Range, _Mapping]] = ..., policy: _Optional[_Union[PolicyEndpoint, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt")
+    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "max_steps_off_policy")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -366,6 +366,7 @@ class JobSpec(_message.Message):
     MAX_SEQ_LENGTH_FIELD_NUMBER: _ClassVar[int]
     GPU_MEMORY_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
     TASK_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_STEPS_OFF_POLICY_FIELD_NUMBER: _ClassVar[int]
     name: str
     project: str
     base_model: str
@@ -388,10 +389,11 @@ class JobSpec(_message.Message):
     max_seq_length: int
     gpu_memory_utilization: float
     task_prompt: str
-    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ...) -> None: ...
+    max_steps_off_policy: int
+    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., max_steps_off_policy: _Optional[int] = ...) -> None: ...
 
 class StepSummary(_message.Message):
-    __slots__ = ("step", "reward_mean", "reward_std", "turns_mean", "step_seconds", "trajectories", "groups", "loss", "trained_sequences", "rollout_seconds", "train_seconds")
+    __slots__ = ("step", "reward_mean", "reward_std", "turns_mean", "step_seconds", "trajectories", "groups", "loss", "trained_sequences", "rollout_seconds", "train_seconds", "staleness_mean", "staleness_max", "stale_groups_rerun", "trainer_idle_seconds", "rollout_idle_seconds")
     STEP_FIELD_NUMBER: _ClassVar[int]
     REWARD_MEAN_FIELD_NUMBER: _ClassVar[int]
     REWARD_STD_FIELD_NUMBER: _ClassVar[int]
@@ -403,6 +405,11 @@ class StepSummary(_message.Message):
     TRAINED_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     ROLLOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TRAIN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STALENESS_MEAN_FIELD_NUMBER: _ClassVar[int]
+    STALENESS_MAX_FIELD_NUMBER: _ClassVar[int]
+    STALE_GROUPS_RERUN_FIELD_NUMBER: _ClassVar[int]
+    TRAINER_IDLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_IDLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     step: int
     reward_mean: float
     reward_std: float
@@ -414,7 +421,12 @@ class StepSummary(_message.Message):
     trained_sequences: int
     rollout_seconds: float
     train_seconds: float
-    def __init__(self, step: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., turns_mean: _Optional[float] = ..., step_seconds: _Optional[float] = ..., trajectories: _Optional[int] = ..., groups: _Optional[int] = ..., loss: _Optional[float] = ..., trained_sequences: _Optional[int] = ..., rollout_seconds: _Optional[float] = ..., train_seconds: _Optional[float] = ...) -> None: ...
+    staleness_mean: float
+    staleness_max: int
+    stale_groups_rerun: int
+    trainer_idle_seconds: float
+    rollout_idle_seconds: float
+    def __init__(self, step: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., turns_mean: _Optional[float] = ..., step_seconds: _Optional[float] = ..., trajectories: _Optional[int] = ..., groups: _Optional[int] = ..., loss: _Optional[float] = ..., trained_sequences: _Optional[int] = ..., rollout_seconds: _Optional[float] = ..., train_seconds: _Optional[float] = ..., staleness_mean: _Optional[float] = ..., staleness_max: _Optional[int] = ..., stale_groups_rerun: _Optional[int] = ..., trainer_idle_seconds: _Optional[float] = ..., rollout_idle_seconds: _Optional[float] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "spec", "state", "completed_steps", "error", "created_at", "updated_at", "steps", "policy")
