@@ -53,8 +53,10 @@ def group_version(entry: batch_pb2.BatchGroup, fallback: int) -> int:
 
 def trainable(entry: batch_pb2.BatchGroup) -> bool:
     """As `steps.build_groups` decides: trajectories the reward service kept."""
-    return bool(entry.group.trajectories) and not entry.reward.group_dropped and not (
-        entry.reward.fail_job
+    return (
+        bool(entry.group.trajectories)
+        and not entry.reward.group_dropped
+        and not (entry.reward.fail_job)
     )
 
 
