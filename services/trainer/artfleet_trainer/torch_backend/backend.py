@@ -32,6 +32,7 @@ from peft import PeftModel, get_peft_model
 from artfleet_trainer.art_compat import art
 
 from . import checkpoints, training
+from .adapter_versions import AdapterSnapshot
 from .generation import BatchEngine, stop_token_ids_of
 from .model_loader import load_base_model
 from .prefix_cache import DEFAULT_MAX_BYTES, PrefixCache
@@ -198,6 +199,7 @@ class TorchBackend:
             stop_token_ids=stop_token_ids_of(peft_model.get_base_model(), tokenizer),
             max_context=max_context,
             prefix_cache=PrefixCache(self.prefix_cache_bytes),
+            step=step,
         )
         scheduler = GenerationScheduler(
             engine,
@@ -287,6 +289,11 @@ class TorchBackend:
         dev_config: art.dev.TrainConfig,
     ) -> art.types.LocalTrainResult:
         started = time.monotonic()
+        engine = state.policy.scheduler.engine
+        # Rows running now finish on the adapter that began them (adapter_versions.py);
+        # a drain still going from the last step ends: training takes the newest weights.
+        engine.end_drain()
+        old = AdapterSnapshot.take(state.peft_model) if engine.num_rows else None
         max_context = state.policy.max_context
         batch = training.pack_trajectory_groups(
             state.tokenizer, groups, dev_config, max_context=max_context
@@ -299,13 +306,14 @@ class TorchBackend:
                 )
         else:
             log.info("no trainable data (equal rewards in every group): weights unchanged")
-        # New weights: no key/values computed before may be reused (the served step
-        # changes too, so no request for the old one is answered any more).
-        state.policy.scheduler.engine.weights_changed()
         new_step = max(state.policy.step, checkpoints.latest_step(state.output_dir)) + 1
         path = checkpoints.save_checkpoint(
             state.peft_model, state.output_dir, new_step, state.optimizer.state_dict()
         )
+        # New weights, served as `name@new_step` from the next admission on: no key/values
+        # computed before may be reused; running rows drain on the old adapter (saved
+        # first: the checkpoint must hold the new weights).
+        engine.weights_changed(new_step, old)
         metrics = {
             **stats.summary(),
             "trained_sequences": float(batch.num_results if batch else 0),

@@ -27,6 +27,7 @@ import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from .adapter_versions import AdapterSnapshot, Drain
 from .grammar import mask_logits, new_matcher
 from .prefix_cache import PrefixCache, PrefixHit
 
@@ -64,6 +65,7 @@ class GenerationRequest:
     # An xgrammar CompiledGrammar for structured output (response_format), or None.
     # Constrained and free requests share the batch: only their rows' sampling differs.
     grammar: Any = None
+    served_step: int | None = None  # the policy step that generated it (set on admission)
 
 
 @dataclass(eq=False)
@@ -101,8 +103,11 @@ class BatchEngine:
         stop_token_ids: frozenset[int],
         max_context: int,
         prefix_cache: PrefixCache | None = None,
+        step: int = 0,
     ) -> None:
         self.model = model
+        self.served_step = step  # the policy step served (the checkpoint the weights are)
+        self.drain: Drain | None = None  # old rows finishing on the old adapter
         # None or a zero budget: every prompt is prefilled whole.
         self.prefix_cache = (
             prefix_cache if prefix_cache is not None and prefix_cache.enabled else None
@@ -116,20 +121,32 @@ class BatchEngine:
         self.reset()
 
     def reset(self) -> None:
+        self.end_drain()
         self.rows: list[_Row] = []
         self.cache: Any = None
         self.mask = torch.zeros((0, 0), dtype=torch.long)  # [rows, cache length]
         self.positions = torch.zeros(0, dtype=torch.long)  # each row's last position
         self.logits = torch.zeros(0)  # [rows, vocab]: the next token's distribution
 
-    def weights_changed(self) -> None:
+    def weights_changed(self, step: int | None = None, old: AdapterSnapshot | None = None) -> None:
         """The model's weights were updated (a training step): cached key/values are stale.
 
-        Rows already running go on (as before), but what they computed under the old
-        weights is never stored."""
+        With `old` (the adapter before the update) the running rows finish on it, and
+        new requests wait for them (adapter_versions.py); without it they go on under the
+        new weights. Either way what they computed is never cached."""
         self.weights_version += 1
+        if step is not None:
+            self.served_step = step
         if self.prefix_cache is not None:
             self.prefix_cache.set_version(self.weights_version)
+        if old is not None and self.rows:
+            self.drain = Drain.start(self.model, old, len(self.rows))
+
+    def end_drain(self) -> None:
+        """Put the newest weights back (the old rows finished, or training comes next)."""
+        drain, self.drain = getattr(self, "drain", None), None
+        if drain is not None:
+            drain.end(self.model)
 
     @property
     def num_rows(self) -> int:
@@ -147,6 +164,8 @@ class BatchEngine:
         rows = [row for r in requests for row in _make_rows(r, self.max_context, self.device)]
         for row in rows:
             row.version = self.weights_version
+        for request in requests:
+            request.served_step = self.served_step
         # Identical prompts (the episodes of one group start alike) are prefilled once.
         unique: dict[tuple[int, ...], int] = {}
         for request in requests:

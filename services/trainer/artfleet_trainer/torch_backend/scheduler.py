@@ -125,8 +125,8 @@ class GenerationScheduler:
 
     def _take_admissible(self) -> list[_Job]:
         """Pending jobs that fit in the batch now (always one, if the model is idle)."""
-        if self.engine.num_rows and not self.engine.can_join():
-            return []
+        if self.engine.num_rows and (not self.engine.can_join() or self.engine.drain):
+            return []  # (while draining, rows of the old policy finish first)
         rows, taken = self.engine.num_rows, []
         while self._pending:
             job = self._pending[0]

@@ -192,9 +192,10 @@ class InferenceServer:
                 grammar = await asyncio.to_thread(policy.grammars.compile, chat.response_format)
             except GrammarError as exc:
                 raise bad_request(str(exc), "response_format") from exc
-        outputs = await policy.scheduler.generate(
-            GenerationRequest(prompt, chat.params, grammar=grammar)
-        )
+        generation = GenerationRequest(prompt, chat.params, grammar=grammar)
+        outputs = await policy.scheduler.generate(generation)
+        if generation.served_step is not None:  # the step that answered (asynchronous jobs)
+            served_name = f"{policy.name}@{generation.served_step}"
         GENERATED_TOKENS.inc(sum(len(out.token_ids) for out in outputs))
         return chat_completion(
             model=served_name,
