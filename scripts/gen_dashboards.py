@@ -108,6 +108,31 @@ ROLLOUT = [
         [q(f"sum by (outcome) (increase(artfleet_rollout_groups_total{W}))", "{{outcome}}")],
     ),
     panel("Group time", quantiles("artfleet_rollout_group_seconds"), unit="s"),
+    panel(
+        "Rollout idle per step (waiting for training)",
+        [
+            q(
+                f'sum(rate(artfleet_trainer_idle_seconds_sum{{side="rollout"}}{W})) / '
+                f'sum(rate(artfleet_trainer_idle_seconds_count{{side="rollout"}}{W}))',
+                "rollout idle",
+            ),
+            q(
+                f'sum(rate(artfleet_trainer_idle_seconds_sum{{side="trainer"}}{W})) / '
+                f'sum(rate(artfleet_trainer_idle_seconds_count{{side="trainer"}}{W}))',
+                "trainer idle",
+            ),
+        ],
+        unit="s",
+        description="Measured by the trainer per step: seconds training ran with no group left "
+        "to roll out, and seconds the trainer waited for groups.",
+        id=210,
+    ),
+    panel(
+        "Policy staleness of trained trajectories",
+        quantiles("artfleet_trainer_policy_staleness"),
+        description="How many versions behind the trained model the rollouts sampled.",
+        id=211,
+    ),
 ]
 
 _HITS = f"sum(rate(artfleet_sandbox_pool_hits_total{W}))"
@@ -231,6 +256,41 @@ TRAINER = [
         unit="bytes",
         description=f"{GPU_ONLY} Device-wide GPU memory, sampled after each step (CUDA only).",
     ),
+    panel(
+        "Policy staleness of trained trajectories",
+        [
+            *quantiles("artfleet_trainer_policy_staleness"),
+            q(
+                f"sum(rate(artfleet_trainer_policy_staleness_sum{W})) / "
+                f"sum(rate(artfleet_trainer_policy_staleness_count{W}))",
+                "mean",
+            ),
+        ],
+        description="Versions between the policy that sampled a trajectory and the model trained "
+        "on it (0 = on-policy; at most the job's max_steps_off_policy).",
+        id=200,
+    ),
+    panel(
+        "Idle seconds per step",
+        [
+            q(
+                f"sum by (side) (rate(artfleet_trainer_idle_seconds_sum{W})) / "
+                f"sum by (side) (rate(artfleet_trainer_idle_seconds_count{W}))",
+                "{{side}}",
+            )
+        ],
+        unit="s",
+        description="trainer: waiting for rollouts; rollout: training with no group left to roll "
+        "out. Asynchronous steps (max_steps_off_policy > 0) overlap the two.",
+        id=201,
+    ),
+    panel(
+        "Stale groups run again",
+        [q(f"sum(increase(artfleet_trainer_stale_groups_total{W}))", "re-run")],
+        description="Groups sampled more than max_steps_off_policy versions behind: not trained "
+        "on, run again with the current policy.",
+        id=202,
+    ),
 ]
 
 DASHBOARDS = {
@@ -255,7 +315,7 @@ def render_panel(index: int, spec: dict) -> dict:
         for i, t in enumerate(spec["queries"])
     ]  # fmt: skip
     return {
-        "id": index + 1,
+        "id": spec.get("id", index + 1),  # a fixed id keeps merged boards collision-free
         "type": kind,
         "title": spec["title"],
         "description": spec.get("description", ""),
