@@ -1,0 +1,157 @@
+"""Training-step benchmark: the torch backend's `train` against plain HF + peft.
+
+    python bench/train_step_bench.py [--groups 2] [--rollouts 4] [--tokens 96] [--repeats 3]
+
+A fixed batch of GRPO groups (SmolLM2-135M-Instruct chat prompts, assistant answers of
+`--tokens` tokens with their token ids as vLLM returns them, rewards 0..n-1) is trained
+(a) by `TorchBackend.train` (ART's tokenization and packing, the 4-D packed mask, chunked
+logprobs, ART's loss, activation checkpointing, checkpoint save: everything a step does)
+and (b) by a plain HF + peft loop on the same packed tokens: one forward with full logits,
+log-softmax, an advantage-weighted policy-gradient loss, backward, grad clip, AdamW step.
+Both start from the same LoRA weights and run on the same number of torch threads; the
+order alternates per repeat and the best time of each is kept.
+
+Last lines: `train_step_ratio=` (ours / plain; target <= 1.15), `ours_s=`, `plain_s=`,
+`tokens=`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+from typing import Any
+
+import torch
+from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
+from openai.types.chat.chat_completion_message import ChatCompletionMessage
+from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob
+from peft import get_peft_model
+
+from artfleet_trainer.art_compat import art
+from artfleet_trainer.torch_backend import TorchBackend, training
+from artfleet_trainer.torch_backend.adapter_versions import AdapterSnapshot
+from artfleet_trainer.torch_backend.model_loader import DEFAULT_MODEL_NAME, load_base_model
+
+TASK = "Task: list the files in /work/app, find the failing test and fix the code."
+
+
+def answer(tokenizer: Any, ids: list[int]) -> Choice:
+    """An assistant turn as the policy server returns it: token ids as logprob entries."""
+    content = [
+        ChatCompletionTokenLogprob(token=f"token_id:{i}", logprob=-1.0, bytes=None, top_logprobs=[])
+        for i in ids
+    ]
+    return Choice(
+        index=0,
+        finish_reason="stop",
+        message=ChatCompletionMessage(role="assistant", content=tokenizer.decode(ids[:-1])),
+        logprobs=ChoiceLogprobs(content=content),
+    )
+
+
+def fixed_groups(tokenizer: Any, groups: int, rollouts: int, tokens: int) -> list[Any]:
+    generator = torch.Generator().manual_seed(0)
+    eos = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    out = []
+    for g in range(groups):
+        trajectories = []
+        for r in range(rollouts):
+            ids = torch.randint(200, 40000, (tokens - 1,), generator=generator).tolist()
+            messages: list[Any] = [
+                {"role": "system", "content": "You are a careful shell agent."},
+                {"role": "user", "content": f"{TASK} (scenario {g})"},
+            ]
+            trajectories.append(
+                art.Trajectory(
+                    messages_and_choices=[*messages, answer(tokenizer, [*ids, eos])],
+                    reward=float(r),
+                )
+            )
+        out.append(art.TrajectoryGroup(trajectories))
+    return out
+
+
+def plain_step(model: Any, optimizer: torch.optim.Optimizer, packed: Any) -> None:
+    """Plain HF + peft on the packed rows: full logits, PG loss, backward, clip, step."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    rows = packed["tokens"].shape[0]
+    for row in range(rows):
+        tokens = packed["tokens"][row : row + 1]
+        mask = training.attention_bias(
+            packed["group_ids"][row : row + 1], packed["parent_ids"][row : row + 1]
+        )
+        logits = model(
+            input_ids=tokens, attention_mask=mask, position_ids=packed["input_pos"][row : row + 1]
+        ).logits.float()
+        logprobs = torch.log_softmax(logits[:, :-1], dim=-1)
+        new = logprobs.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
+        weights = packed["assistant_mask"][row : row + 1, 1:].float()
+        advantages = packed["advantages"][row : row + 1, 1:].float()
+        loss = -(advantages * new * weights).sum() / weights.sum().clamp(min=1)
+        (loss / rows).backward()
+    torch.nn.utils.clip_grad_norm_(params, training.MAX_GRAD_NORM)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    model.eval()
+
+
+async def run(args: argparse.Namespace) -> None:
+    workdir = tempfile.mkdtemp(prefix="train-step-bench-")
+    backend = TorchBackend(
+        path=workdir, num_threads=args.threads, train_num_threads=args.threads, port=0
+    )
+    model: art.TrainableModel = art.TrainableModel(
+        name="bench", project="bench", base_model=DEFAULT_MODEL_NAME
+    )
+    await backend.register_model(model)
+    ours_model = backend.peft_model_of(model)
+    loaded = load_base_model(DEFAULT_MODEL_NAME)  # a second copy of the base weights
+    plain = get_peft_model(loaded.model, training.lora_config(8)).eval()
+    AdapterSnapshot.take(ours_model).load_into(plain)  # the same starting LoRA weights
+    optimizer = training.make_optimizer([p for p in plain.parameters() if p.requires_grad])
+    for group in optimizer.param_groups:
+        group["lr"] = 1e-5
+    groups = fixed_groups(loaded.tokenizer, args.groups, args.rollouts, args.tokens)
+    _, dev_config = training.build_train_configs(1e-5, {})
+    batch = training.pack_trajectory_groups(loaded.tokenizer, groups, dev_config, max_context=8192)
+    assert batch is not None, "the fixed batch has nothing to train on"
+    packed = batch.tensors
+    n_tokens = int((packed["group_ids"] != -1).sum())
+    print(f"rows={packed['tokens'].shape[0]} width={packed['tokens'].shape[1]} tokens={n_tokens}")
+
+    best = {"ours": float("inf"), "plain": float("inf")}
+    for repeat in range(args.repeats):
+        order = ["ours", "plain"] if repeat % 2 == 0 else ["plain", "ours"]
+        for side in order:
+            started = time.perf_counter()
+            if side == "ours":
+                await backend.train(model, groups, learning_rate=1e-5)
+            else:
+                await backend.run_on_torch_thread(plain_step, plain, optimizer, packed)
+            elapsed = time.perf_counter() - started
+            best[side] = min(best[side], elapsed)
+            print(f"repeat={repeat} {side}_s={elapsed:.2f}", flush=True)
+    await backend.close()
+    print(f"ours_s={best['ours']:.2f}")
+    print(f"plain_s={best['plain']:.2f}")
+    print(f"tokens={n_tokens}")
+    print(f"train_step_ratio={best['ours'] / best['plain']:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--groups", type=int, default=2)
+    parser.add_argument("--rollouts", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
