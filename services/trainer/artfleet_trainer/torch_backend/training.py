@@ -59,24 +59,6 @@ def enable_activation_checkpointing(peft_model: Any) -> None:
     )
 
 
-# Rows up to this width train without activation checkpointing: their activations take
-# no more memory than a checkpointed row of 2048 tokens (measured on SmolLM2-135M: 6.5 GB
-# at 2048 tokens without, 3.3 GB with), and recomputing every layer costs about a third of
-# a step on a small batch (bench/train_step_bench.py).
-CHECKPOINTING_MIN_TOKENS = 1024
-
-
-def set_activation_checkpointing(peft_model: Any, enabled: bool) -> None:
-    """Turn activation checkpointing on or off for the next step (a no-op when it is so)."""
-    base = peft_model.get_base_model()
-    if bool(base.is_activation_checkpointing) == enabled:
-        return
-    if enabled:
-        enable_activation_checkpointing(peft_model)
-    else:
-        base.activation_checkpointing_disable()
-
-
 def make_optimizer(parameters: Sequence[torch.nn.Parameter]) -> torch.optim.AdamW:
     """ART's AdamW settings; the learning rate is set per train() call."""
     return torch.optim.AdamW(parameters, lr=5e-6, betas=(0.9, 0.99), weight_decay=0.1)
