@@ -49,6 +49,7 @@ from artfleet.v1 import common_pb2 as pb
 KINDS = ("worker", "sandbox", "reward", "redis", "trainer_gather", "trainer_train")
 TERMINAL = (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED)
 POLL_S = 0.25
+REFRESH_EVERY = 8  # polls between scrapes of every process (a crash loses only that much)
 MAX_CRASHES = 3  # per process name: more is a crash loop, not a fault's aftermath
 REQUEUED = "artfleet_trainer_groups_requeued_total"
 RESUMES = "artfleet_trainer_job_resumes_total"
@@ -204,6 +205,7 @@ class ChaosDriver:
         self.job_id = job.id
         self.log(f"job {job.id}: {len(self.faults)} faults planned")
         deadline = time.monotonic() + timeout_s
+        polls = 0
         while job.state not in TERMINAL:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job.id} not done after {timeout_s:.0f}s")
@@ -216,6 +218,9 @@ class ChaosDriver:
                 self.step = min(job.completed_steps + 1, self.plan.steps)
             self._observe()
             self._inject(job)
+            polls += 1
+            if polls % REFRESH_EVERY == 0:
+                self.fleet.refresh()
             time.sleep(POLL_S)
         return job
 
@@ -242,6 +247,8 @@ class ChaosDriver:
                 self.fleet._check_alive(process)
             code = process.proc.returncode
             self.log(f"step {self.step}: {name} exited by itself ({code}); restarting it")
+            if name != "redis":
+                self.fleet.bank(name, crashed=True)
             self.fleet.processes.remove(process)
             self.fleet.respawn(name)
 
@@ -435,7 +442,7 @@ def verify(driver: ChaosDriver, job: pb.Job, orphans: list[str]) -> ChaosReport:
         duplicate_steps=sum(max(0, n - 1) for n in counts.values()),
         missing_steps=[s for s, n in counts.items() if n == 0],
         orphans=orphans,
-        orphan_workspaces=leftover_workspaces(fleet),
+        orphan_workspaces=[],  # counted after the fleet stopped (run_chaos)
         recoveries=driver.recoveries,
         step_seconds=driver.step_seconds(),
         counters=counters,
@@ -495,4 +502,5 @@ def run_chaos(
     finally:
         log(f"fleet stopped: {fleet.stop()}")
     report.orphans = orphans_after_stop(fleet)
+    report.orphan_workspaces = leftover_workspaces(fleet)
     return report

@@ -70,6 +70,8 @@ class ChaosFleet(LocalFleet):
     # Counters of processes that were killed, scraped just before (a dead /metrics is gone).
     banked: dict[str, Metrics] = field(default_factory=dict)
     inference_port: int = 0
+    # The latest counters of each live process: what is banked when one dies by itself.
+    last_seen: dict[str, Metrics] = field(default_factory=dict)
 
     def start(self, timeout_s: float = 600.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -200,9 +202,17 @@ class ChaosFleet(LocalFleet):
         except OSError:
             return {}
 
-    def bank(self, name: str) -> None:
+    def refresh(self) -> None:
+        for name in NAMES:
+            if self.alive(name):
+                self.last_seen[name] = self.scrape(name) or self.last_seen.get(name, {})
+
+    def bank(self, name: str, crashed: bool = False) -> None:
+        """Adds `name`'s counters to the bank: scraped now, or (it crashed) last seen."""
         banked = self.banked.setdefault(name, {})
-        for key, value in self.scrape(name).items():
+        latest = self.last_seen.pop(name, {}) if crashed else self.scrape(name)
+        self.last_seen.pop(name, None)
+        for key, value in latest.items():
             if key.endswith("_total"):
                 banked[key] = banked.get(key, 0.0) + value
 
