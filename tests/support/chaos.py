@@ -501,6 +501,9 @@ def run_chaos(
         report.baseline_step_seconds = baseline_seconds
     finally:
         log(f"fleet stopped: {fleet.stop()}")
-    report.orphans = orphans_after_stop(fleet)
+    try:
+        report.orphans = orphans_after_stop(fleet)
+    finally:
+        become_subreaper(False)  # the caller (pytest) goes on as before
     report.orphan_workspaces = leftover_workspaces(fleet)
     return report

@@ -35,9 +35,9 @@ _PR_SET_CHILD_SUBREAPER = 36
 Metrics = dict[str, float]
 
 
-def become_subreaper() -> None:
+def become_subreaper(on: bool = True) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
 
