@@ -194,6 +194,8 @@ class ChaosDriver:
         self.sandbox_sessions_killed = 0
         self.reward_kills_in_flight = 0
         self.crashes: dict[str, int] = {}
+        # The fleet may have run a job before (the baseline): only this job's counts count.
+        self.counters_at_start = read_counters(fleet)
 
     # ------------------------------------------------------------ the job
     def run(self, timeout_s: float) -> pb.Job:
@@ -337,7 +339,9 @@ class ChaosDriver:
         fault.fired_at, fault.detail = killed_at, f"{name} holding {sorted(held)}"
 
     def _fire_sandbox(self, fault: Fault) -> None:
-        sessions = {n: session_count(self.fleet, n) for n in SANDBOXES}
+        # Sessions of the runs in progress (killed workers leave theirs open until idle).
+        since = time.time() - max(0.0, self._claim_age(time.monotonic()))
+        sessions = {n: session_count(self.fleet, n, since) for n in SANDBOXES}
         name = max(sessions, key=lambda n: sessions[n])
         if not sessions[name]:
             return  # between episodes: wait for open sessions
@@ -413,6 +417,21 @@ class ChaosDriver:
         return [done[s] - started[s] for s in sorted(done) if s in started]
 
 
+COUNTERS = {
+    "requeued": ("trainer", REQUEUED),
+    "resumes": ("trainer", RESUMES),
+    "interruptions": ("trainer", INTERRUPTIONS),
+    "steps_trained": ("trainer", STEPS_TRAINED),
+    "sandbox_lost": ("rollout", SANDBOX_LOST),
+    "reward_retries": ("rollout", REWARD_RETRIES),
+}
+
+
+def read_counters(fleet: ChaosFleet) -> dict[str, float]:
+    """The failure counters, summed over every incarnation of their processes."""
+    return {name: fleet.counter(kind, key) for name, (kind, key) in COUNTERS.items()}
+
+
 def verify(driver: ChaosDriver, job: pb.Job, orphans: list[str]) -> ChaosReport:
     """Everything the suite asserts, from the job store, the ledger and /metrics."""
     plan, fleet = driver.plan, driver.fleet
@@ -423,14 +442,7 @@ def verify(driver: ChaosDriver, job: pb.Job, orphans: list[str]) -> ChaosReport:
     dropped = sum(e["dropped"] for e in last.values())
     lost = sum(per_step - e["trajectories"] - e["dropped"] for e in last.values())
     lost += per_step * sum(1 for s in counts if s not in last)
-    counters = {
-        "requeued": fleet.counter("trainer", REQUEUED),
-        "resumes": fleet.counter("trainer", RESUMES),
-        "interruptions": fleet.counter("trainer", INTERRUPTIONS),
-        "steps_trained": fleet.counter("trainer", STEPS_TRAINED),
-        "sandbox_lost": fleet.counter("rollout", SANDBOX_LOST),
-        "reward_retries": fleet.counter("rollout", REWARD_RETRIES),
-    }
+    counters = {k: v - driver.counters_at_start[k] for k, v in read_counters(fleet).items()}
     injected = driver.injected()
     return ChaosReport(
         plan=plan,

@@ -271,9 +271,14 @@ def leftover_workspaces(fleet: ChaosFleet) -> list[str]:
     ]
 
 
-def session_count(fleet: ChaosFleet, name: str) -> int:
-    """Sessions open on sandbox replica `name` now (their directories)."""
-    return len(list(fleet.workspace_root(name).glob("artfleet-sandbox-*/s-*")))
+def session_count(fleet: ChaosFleet, name: str, since: float = 0.0) -> int:
+    """Sessions open on sandbox replica `name` now (their directories), opened at or after
+    `since` (wall clock)."""
+    found = 0
+    for path in fleet.workspace_root(name).glob("artfleet-sandbox-*/s-*"):
+        with contextlib.suppress(OSError):
+            found += path.stat().st_ctime >= since
+    return found
 
 
 def docker_containers(deployment: str) -> list[str]:
