@@ -213,7 +213,7 @@ class ChaosFleet(LocalFleet):
         latest = self.last_seen.pop(name, {}) if crashed else self.scrape(name)
         self.last_seen.pop(name, None)
         for key, value in latest.items():
-            if key.endswith("_total"):
+            if key.split("{", 1)[0].endswith("_total"):  # counters, labelled or not
                 banked[key] = banked.get(key, 0.0) + value
 
     def counter(self, kind: str, key: str) -> float:
