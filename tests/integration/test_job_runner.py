@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
+import kombu.exceptions
 import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
@@ -17,6 +18,7 @@ from artfleet.batches import StepBatches, StepKeys
 from artfleet.jobspec import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
+from artfleet_trainer import metrics
 from artfleet_trainer.runner import JobRunner
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.store import TERMINAL, JobStore
@@ -150,3 +152,51 @@ def _task(job_id: str, step: int, index: int) -> rollout_pb2.GroupTask:
     return rollout_pb2.GroupTask(
         job_id=job_id, step=step, group_id=f"{job_id}:{step}:{index}", rollouts=2
     )
+
+
+class OutageOnce(FakeRollouts):
+    """The broker is unreachable for the first dispatch (Redis restarting)."""
+
+    def __init__(self, batches: StepBatches) -> None:
+        super().__init__(batches)
+        self.outages = 1
+
+    async def enqueue(self, tasks: Sequence[rollout_pb2.GroupTask], skip: set[str]) -> int:
+        if self.outages:
+            self.outages -= 1
+            raise kombu.exceptions.OperationalError("Error 111 connecting to redis")
+        return await super().enqueue(tasks, skip)
+
+
+async def test_an_outage_interrupts_the_job_which_resumes_instead_of_failing(
+    fleet: Fleet,
+) -> None:
+    fleet.rollouts = OutageOnce(fleet.batches)
+    interruptions = metrics.JOB_INTERRUPTIONS._value.get()
+    resumes = metrics.JOB_RESUMES._value.get()
+    job = await asyncio.wait_for(fleet.run(await fleet.store.create(_spec())), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert metrics.JOB_INTERRUPTIONS._value.get() == interruptions + 1
+    assert metrics.JOB_RESUMES._value.get() == resumes + 1  # taken up again while RUNNING
+    assert [s.step for s in job.steps] == [1, 2]
+
+
+async def test_the_train_ledger_records_each_step_once_with_its_groups(fleet: Fleet) -> None:
+    def behaviour(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+        response = scored(task)
+        if task.group_id.endswith(":2"):
+            response.reward.group_dropped = True
+        return response
+
+    fleet.rollouts.behaviour = behaviour
+    trained = metrics.STEPS_TRAINED._value.get()
+    job = await asyncio.wait_for(fleet.run(await fleet.store.create(_spec())), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    ledger = await fleet.store.trained_ledger(job.id)
+    assert [e.step for e in ledger] == [1, 2]
+    for entry in ledger:
+        assert entry.groups == [f"{job.id}:{entry.step}:0", f"{job.id}:{entry.step}:1"]
+        assert entry.trajectories == 4 and entry.dropped == 2 and entry.failed_groups == 0
+    assert metrics.STEPS_TRAINED._value.get() == trained + 2
+    again = await fleet.store.record_trained(job.id, ledger[0])
+    assert again == 2  # a second training of step 1 would be counted

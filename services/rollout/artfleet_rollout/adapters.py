@@ -5,6 +5,8 @@ and are reused by every group until `Connections.close`."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,6 +18,7 @@ from artfleet.rpc.client import aio_channel
 from artfleet.sandbox_client import SandboxRouter, SandboxSession, describe, is_replica_lost
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc, rollout_pb2, sandbox_pb2
+from artfleet_rollout import metrics
 from artfleet_rollout.ports import (
     Connections,
     PolicyTurn,
@@ -28,10 +31,13 @@ from artfleet_rollout.settings import RolloutSettings
 
 # vLLM (and the built-in server) answer the exact token ids when asked: ART after 0.5.18
 # trains on them instead of re-tokenizing the text.
+log = logging.getLogger(__name__)
+
 _TOKEN_IDS_BODY = {"return_token_ids": True}
 _RPC_SLACK_S = 30.0  # the sandbox enforces the command's own limit; this bounds the call
 _CREATE_DEADLINE_S = 120.0
 _SCORE_DEADLINE_S = 600.0
+_SCORE_RETRY_S = 180.0  # a reward replica restarting: its compose restart, its imports
 
 
 # ---------------------------------------------------------------- policy
@@ -199,17 +205,33 @@ class GrpcWorkspaces:
 
 # ---------------------------------------------------------------- reward
 class GrpcRewardClient:
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    """ScoreGroup, retried while the reward service is unreachable (a replica restarting):
+    scoring is stateless and idempotent, and a group that failed on a restart would lose
+    every trajectory it ran."""
+
+    def __init__(self, channel: grpc.aio.Channel, retry_s: float = _SCORE_RETRY_S) -> None:
         self._stub = reward_pb2_grpc.RewardStub(channel)
+        self._retry_s = retry_s
 
     async def score(
         self, group: pb.TrajectoryGroup, episodes: Sequence[pb.Episode], spec: pb.RewardSpec
     ) -> reward_pb2.ScoreGroupResponse:
         request = reward_pb2.ScoreGroupRequest(group=group, episodes=episodes, spec=spec)
-        reply: reward_pb2.ScoreGroupResponse = await self._stub.ScoreGroup(
-            request, timeout=_SCORE_DEADLINE_S
-        )
-        return reply
+        give_up = time.monotonic() + self._retry_s
+        pause = 0.5
+        while True:
+            try:
+                reply: reward_pb2.ScoreGroupResponse = await self._stub.ScoreGroup(
+                    request, timeout=_SCORE_DEADLINE_S, wait_for_ready=pause > 0.5
+                )
+                return reply
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > give_up:
+                    raise
+                metrics.FAILURES.labels("reward_unavailable").inc()
+                log.warning("reward service unavailable (%s); scoring again", describe(exc))
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 5.0)
 
 
 # ---------------------------------------------------------------- all three

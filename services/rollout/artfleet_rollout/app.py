@@ -114,13 +114,14 @@ class RolloutProcess:
         self._runtime: RolloutRuntime | None = None
 
     def run(self) -> None:
+        exitcode = 0
         self._loop.start()
         grace = self.settings.shutdown_grace_s + 5
         try:
             # Built on the loop: grpc.aio and redis.asyncio objects bind to the loop they meet.
             self._runtime = self._loop.call(self._build(), timeout=60)
             if self.settings.celery_worker:
-                self._run_celery()
+                exitcode = self._run_celery()
             else:
                 self._wait_for_signal()
         finally:
@@ -129,6 +130,11 @@ class RolloutProcess:
                     self._loop.call(self._runtime.stop(), timeout=grace)
             finally:
                 self._loop.stop(grace)
+        if exitcode:
+            # Celery gave up by itself (an "Unrecoverable error", e.g. kombu's Redis transport
+            # failing on reconnect while Redis restarts): exit non-zero so the orchestrator
+            # restarts the worker; its groups' leases run out and the trainer re-runs them.
+            raise SystemExit(exitcode)
 
     async def _build(self) -> RolloutRuntime:
         runtime = RolloutRuntime(self.settings)
@@ -145,7 +151,7 @@ class RolloutProcess:
             # trainer runs it elsewhere. The task ends normally, so Celery acks it.
             log.info("group %s given back at shutdown", task.group_id)
 
-    def _run_celery(self) -> None:
+    def _run_celery(self) -> int:
         assert self._runtime is not None
         bound_warm_shutdown(self._loop, self._runtime.worker, self.settings.shutdown_grace_s)
         app = create_worker_app(self.settings.redis_url, self.run_group)
@@ -165,6 +171,7 @@ class RolloutProcess:
             without_gossip=True,
         )
         worker.start()
+        return int(worker.exitcode or 0)
 
     @staticmethod
     def _wait_for_signal() -> None:

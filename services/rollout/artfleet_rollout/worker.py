@@ -15,10 +15,12 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
+import redis.exceptions
 from celery import Celery
 
 from artfleet.batches import Claim, Published, StepBatches, classify
@@ -28,6 +30,8 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout import metrics
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+REDIS_RETRY_S = 120.0
 
 
 class Runner(Protocol):
@@ -49,6 +53,25 @@ def outcome_label(state: batch_pb2.GroupState) -> str:
     return batch_pb2.GroupState.Name(state).removeprefix("GROUP_STATE_").lower()
 
 
+async def redis_retry(
+    call: Callable[[], Awaitable[T]], give_up_s: float = REDIS_RETRY_S, pause_s: float = 0.5
+) -> T:
+    """`call` again while Redis is unreachable (a restart), up to `give_up_s`. Found by the
+    chaos suite: a claim that met a restarting Redis failed the Celery task, which was
+    acked, so a group nobody had claimed was lost (no claim: no lease to run out)."""
+    deadline = time.monotonic() + give_up_s
+    while True:
+        try:
+            return await call()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            if time.monotonic() > deadline:
+                raise
+            metrics.FAILURES.labels("redis_unavailable").inc()
+            log.warning("redis unavailable (%s); trying again", exc)
+        await asyncio.sleep(pause_s)
+        pause_s = min(pause_s * 2, 5.0)
+
+
 class GroupWorker:
     """Runs one group task end to end on the caller's event loop: claim, run, publish."""
 
@@ -62,7 +85,9 @@ class GroupWorker:
         """None when the group needs no run (final already, held by a live run elsewhere,
         or its step is over)."""
         token = f"{self._worker_id}:{uuid.uuid4().hex[:12]}"  # one per run
-        claim = await self._batches.claim(task.job_id, task.step, task.group_id, token)
+        claim = await redis_retry(
+            lambda: self._batches.claim(task.job_id, task.step, task.group_id, token)
+        )
         if claim is not Claim.CLAIMED:
             log.info("group %s: %s; skipping", task.group_id, claim.value)
             return None
@@ -84,8 +109,8 @@ class GroupWorker:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
-        published = await self._batches.publish(
-            task.job_id, task.step, task.group_id, response, token
+        published = await redis_retry(
+            lambda: self._batches.publish(task.job_id, task.step, task.group_id, response, token)
         )
         metrics.GROUPS.labels(outcome_label(classify(response))).inc()
         if published is not Published.STORED:

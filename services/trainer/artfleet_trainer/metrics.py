@@ -27,6 +27,20 @@ GROUPS_REQUEUED = Counter(
     "artfleet_trainer_groups_requeued_total",
     "Groups dispatched again because the worker running them died (its lease ran out)",
 )
+STEPS_TRAINED = Counter(
+    "artfleet_trainer_steps_trained_total",
+    "Steps whose training finished and whose checkpoint was saved (once per step: the chaos "
+    "suite checks it against the job's train ledger)",
+)
+JOB_RESUMES = Counter(
+    "artfleet_trainer_job_resumes_total",
+    "Jobs taken over while RUNNING: a previous trainer died or stopped mid-job",
+)
+JOB_INTERRUPTIONS = Counter(
+    "artfleet_trainer_job_interruptions_total",
+    "Job runs interrupted by an outage (Redis, rollout service); the job resumed",
+)
+TRAINING = Gauge("artfleet_trainer_training", "1 while backend.train runs for a step")
 TRAJECTORIES = Counter("artfleet_trainer_trajectories_total", "Trajectories trained on")
 LEARNING_RATE = Gauge("artfleet_trainer_learning_rate", "Learning rate of the last training step")
 TRAINED_TOKENS = Counter(

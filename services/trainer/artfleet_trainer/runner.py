@@ -8,8 +8,12 @@ import logging
 import time
 from typing import Any
 
+import kombu.exceptions
+import redis.exceptions
+
 from artfleet.art_types import art
 from artfleet.batches import Gathered, StepBatches
+from artfleet.errors import Unavailable
 from artfleet.jobspec import JobSpecModel, spec_from_proto
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
@@ -23,13 +27,27 @@ from artfleet_trainer.steps import (
     rollout_failure,
     summarize_step,
 )
-from artfleet_trainer.store import JobStore
+from artfleet_trainer.store import JobStore, TrainedStep
 
 log = logging.getLogger(__name__)
 
 
 class JobCancelled(Exception):
     pass
+
+
+class Interrupted(Exception):
+    """The job met a transient outage; it stays RUNNING and resumes."""
+
+
+# Outages of what the fleet depends on, not failures of the job.
+TRANSIENT: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    kombu.exceptions.OperationalError,
+    Unavailable,
+)
+RETRY: tuple[type[BaseException], ...] = (Interrupted, *TRANSIENT)
 
 
 class JobRunner:
@@ -78,6 +96,9 @@ class JobRunner:
                 await self._run_with_lease(job)
             except asyncio.CancelledError:
                 raise
+            except RETRY as exc:
+                log.warning("job runner: %s; trying again", exc)
+                await asyncio.sleep(self._settings.poll_interval_s)
             except Exception:  # keep the runner alive for the next job
                 log.exception("job runner error")
                 await asyncio.sleep(self._settings.poll_interval_s)
@@ -98,6 +119,8 @@ class JobRunner:
     async def _run_job(self, job: pb.Job) -> None:
         try:
             spec = spec_from_proto(job.spec)
+            if job.state == pb.JOB_STATE_RUNNING:  # a previous trainer left it mid-job
+                metrics.JOB_RESUMES.inc()
             await self._store.set_state(job, pb.JOB_STATE_RUNNING)
             metrics.JOBS_RUNNING.set(1)
             await self._train(job, spec)
@@ -113,6 +136,12 @@ class JobRunner:
                 job.completed_steps + 1,
             )
             raise
+        except TRANSIENT as exc:
+            # Redis restarting or no rollout replica answering is not the job's fault (the
+            # chaos suite restarts Redis mid-step): the job stays RUNNING and the loop takes
+            # it up again, resuming at this step once they are back.
+            metrics.JOB_INTERRUPTIONS.inc()
+            raise Interrupted(f"job {job.id}: {type(exc).__name__}: {exc}") from exc
         except Exception as exc:
             log.exception("job %s failed", job.id)
             await self._store.set_state(
@@ -176,9 +205,16 @@ class JobRunner:
         if not groups:
             raise RuntimeError(rollout_failure(step, gathered.groups))
         train_start = time.monotonic()
-        result, rollout_idle_s = await steps.while_training(
-            step, self._backend.train(model, groups, learning_rate=spec.learning_rate)
-        )
+        metrics.TRAINING.set(1)
+        try:
+            result, rollout_idle_s = await steps.while_training(
+                step, self._backend.train(model, groups, learning_rate=spec.learning_rate)
+            )
+        finally:
+            metrics.TRAINING.set(0)
+        # The checkpoint is saved: the ledger says once, durably, what this step trained on.
+        await self._store.record_trained(job.id, trained_entry(step, gathered, groups))
+        metrics.STEPS_TRAINED.inc()
         metrics.observe_train(
             dict(getattr(result, "metrics", {}) or {}),
             spec.learning_rate,
@@ -233,6 +269,22 @@ def log_gathered(step: int, gathered: Gathered) -> None:
         gathered.waited_s,
         counts or "none",
         gathered.requeued,
+    )
+
+
+def trained_entry(step: int, gathered: Gathered, groups: list[art.TrajectoryGroup]) -> TrainedStep:
+    entries = gathered.groups
+    trained = [e.group_id for e in entries if not e.reward.group_dropped and e.group.trajectories]
+    dropped = sum(
+        len(e.reward.dropped) + (len(e.group.trajectories) if e.reward.group_dropped else 0)
+        for e in entries
+    )
+    return TrainedStep(
+        step=step,
+        groups=sorted(trained),
+        trajectories=sum(len(g.trajectories) for g in groups),
+        dropped=dropped,
+        failed_groups=sum(1 for e in entries if e.state == batch_pb2.GROUP_STATE_FAILED),
     )
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import builtins
+import dataclasses
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -16,6 +19,17 @@ from artfleet.v1 import common_pb2 as pb
 JOBS_INDEX = "artfleet:jobs"
 TERMINAL = frozenset({pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED})
 ACTIVE = (pb.JOB_STATE_RUNNING, pb.JOB_STATE_CANCELLING, pb.JOB_STATE_QUEUED)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedStep:
+    """One entry of a job's train ledger: a step trained and checkpointed."""
+
+    step: int
+    groups: list[str]  # group ids trained on
+    trajectories: int  # trajectories trained on
+    dropped: int  # trajectories the reward service's policies dropped (RewardOutcome)
+    failed_groups: int  # groups whose rollout failed (every episode, or the group)
 
 
 def _job_key(job_id: str) -> str:
@@ -95,6 +109,22 @@ class JobStore:
 
     async def cancel_requested(self, job_id: str) -> bool:
         return bool(await self._redis.exists(f"{_job_key(job_id)}:cancel"))
+
+    # ------------------------------------------------------------ train ledger
+    async def record_trained(self, job_id: str, entry: TrainedStep) -> int:
+        """After a step's checkpoint is saved: appends what it trained on to the job's
+        ledger (a list, one JSON entry per training) and returns how many times that step
+        was trained. More than once is a bug the chaos suite looks for."""
+        key = f"{_job_key(job_id)}:trained"
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(key, json.dumps(dataclasses.asdict(entry)))
+            pipe.hincrby(f"{key}:count", str(entry.step), 1)
+            _, count = await pipe.execute()
+        return int(count)
+
+    async def trained_ledger(self, job_id: str) -> builtins.list[TrainedStep]:
+        raws = await self._redis.lrange(f"{_job_key(job_id)}:trained", 0, -1)
+        return [TrainedStep(**json.loads(raw)) for raw in raws]
 
     # ------------------------------------------------------------ events
     async def emit(self, job_id: str, event: pb.ProgressEvent) -> None:
