@@ -37,6 +37,11 @@ TRAIN_SECONDS = Histogram(
     "Wall time of backend.train for one step (without rollouts)",
     buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800),
 )
+JOB_INFO = Gauge(
+    "artfleet_trainer_job_info",
+    "1 while a job runs, labelled with its experiment and config hash (join on job_id)",
+    ["job_id", "experiment", "config_hash"],
+)
 GPU_MEMORY = Gauge(
     "artfleet_trainer_gpu_memory_bytes",
     "GPU memory of each visible device (kind: used, total), sampled after each step;"

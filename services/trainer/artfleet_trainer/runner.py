@@ -13,7 +13,7 @@ from artfleet.batches import Gathered, StepBatches
 from artfleet.jobspec import JobSpecModel, reward_spec_proto, spec_from_proto
 from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer import metrics, scheduling
+from artfleet_trainer import experiment, grpo, metrics, scheduling
 from artfleet_trainer.backends import TrainerBackend
 from artfleet_trainer.rollouts import Dispatcher, ScenarioSource
 from artfleet_trainer.settings import TrainerSettings
@@ -98,6 +98,7 @@ class JobRunner:
     async def _run_job(self, job: pb.Job) -> None:
         try:
             spec = spec_from_proto(job.spec)
+            experiment.started(job, spec)
             await self._store.set_state(job, pb.JOB_STATE_RUNNING)
             metrics.JOBS_RUNNING.set(1)
             await self._train(job, spec)
@@ -121,12 +122,14 @@ class JobRunner:
             metrics.JOBS_FINISHED.labels("failed").inc()
         finally:
             metrics.JOBS_RUNNING.set(0)
+            experiment.ended(job.id)
 
     async def _train(self, job: pb.Job, spec: JobSpecModel) -> None:
         model: art.TrainableModel = art.TrainableModel(
             name=f"{spec.name}-{job.id}",
             project=spec.project,
             base_model=spec.base_model,
+            config=experiment.model_config(job, spec),
             _internal_config=internal_config(spec),
         )
         await self._backend.register_model(model)
@@ -159,7 +162,9 @@ class JobRunner:
         if not groups:
             raise RuntimeError(rollout_failure(step, gathered.groups))
         train_start = time.monotonic()
-        result = await self._backend.train(model, groups, learning_rate=spec.learning_rate)
+        result = await self._backend.train(
+            model, groups, learning_rate=spec.learning_rate, **grpo.train_kwargs(spec)
+        )
         metrics.observe_train(
             dict(getattr(result, "metrics", {}) or {}),
             spec.learning_rate,

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from artfleet.errors import InvalidArgument
-from artfleet.jobspec import spec_from_proto, spec_to_proto
+from artfleet.jobspec import config_hash, spec_from_proto, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
-from artfleet_trainer import metrics
+from artfleet_trainer import grpo, metrics
 from artfleet_trainer.reward_client import RewardClient
 from artfleet_trainer.rollouts import RolloutClient
 from artfleet_trainer.store import JobStore
@@ -36,27 +36,29 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         if not request.HasField("spec"):
             raise InvalidArgument("a job needs a spec", "spec")
         spec = spec_from_proto(request.spec)
+        grpo.check_backend(spec)
         why_not = self._backend_available(spec.backend)
         if why_not:
             raise InvalidArgument(why_not, "backend")
         await self._rollout.scenario_ids(spec.environment, spec.split)
         message = spec_to_proto(spec)
         await self._reward.validate(message.reward)
-        job = await self._store.create(message)
+        job = await self._store.create(message, config_hash=config_hash(spec))
         metrics.JOBS_SUBMITTED.inc()
         return job
 
     async def GetJob(
         self, request: trainer_pb2.GetJobRequest, context: grpc.aio.ServicerContext
     ) -> pb.Job:
-        return await self._store.get(_job_id(request.job_id))
+        return await self._store.get_with_position(_job_id(request.job_id))
 
     async def ListJobs(
         self, request: trainer_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
     ) -> trainer_pb2.ListJobsResponse:
         if request.limit < 0:
             raise InvalidArgument("must be >= 0", "limit")
-        return trainer_pb2.ListJobsResponse(jobs=await self._store.list(request.limit))
+        jobs = await self._store.list(request.limit, experiment=request.experiment)
+        return trainer_pb2.ListJobsResponse(jobs=jobs)
 
     async def CancelJob(
         self, request: trainer_pb2.CancelJobRequest, context: grpc.aio.ServicerContext

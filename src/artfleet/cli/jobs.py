@@ -56,6 +56,8 @@ def submit(
     max_turns: int | None = typer.Option(None),
     seed: int | None = typer.Option(None),
     backend: str | None = typer.Option(None, help="torch | art"),
+    experiment: str | None = typer.Option(None, help="experiment name (default: 'default')"),
+    eval_every_steps: int | None = typer.Option(None, help="evaluate every N steps; 0 = never"),
     watch: bool = typer.Option(False, "--watch", help="follow the job until it ends"),
     target: str = TargetOpt,
     token: str = TokenOpt,
@@ -74,22 +76,29 @@ def submit(
             max_turns=max_turns,
             seed=seed,
             backend=backend,
+            experiment=experiment,
+            eval_every_steps=eval_every_steps,
         ),
     )
     with trainer(target, token) as stub:
         job = stub.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
-    render.console.print(f"submitted job {job.id}")
+    render.console.print(
+        f"submitted job {job.id} (experiment {job.spec.experiment}, config {job.config_hash})"
+    )
     if watch:
         _watch(job.id, target, token)
 
 
 @app.command("list")
 def list_jobs(
-    limit: int = typer.Option(20, min=0), target: str = TargetOpt, token: str = TokenOpt
+    limit: int = typer.Option(20, min=0),
+    experiment: str = typer.Option("", help="only this experiment's jobs"),
+    target: str = TargetOpt,
+    token: str = TokenOpt,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first; queued jobs with their queue position (1 = runs next)."""
     with trainer(target, token) as stub:
-        reply = stub.ListJobs(trainer_pb2.ListJobsRequest(limit=limit))
+        reply = stub.ListJobs(trainer_pb2.ListJobsRequest(limit=limit, experiment=experiment))
     render.console.print(render.jobs_table(reply.jobs))
 
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from artfleet.v1 import common_pb2 as artfleet_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61rtfleet/v1/trainer.proto\x12\x0b\x61rtfleet.v1\x1a\x18\x61rtfleet/v1/common.proto\"6\n\x10SubmitJobRequest\x12\"\n\x04spec\x18\x01 \x01(\x0b\x32\x14.artfleet.v1.JobSpec\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\" \n\x0fListJobsRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\"2\n\x10ListJobsResponse\x12\x1e\n\x04jobs\x18\x01 \x03(\x0b\x32\x10.artfleet.v1.Job\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"3\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x66rom_seq\x18\x02 \x01(\x03\x32\xce\x02\n\x07Trainer\x12<\n\tSubmitJob\x12\x1d.artfleet.v1.SubmitJobRequest\x1a\x10.artfleet.v1.Job\x12\x36\n\x06GetJob\x12\x1a.artfleet.v1.GetJobRequest\x1a\x10.artfleet.v1.Job\x12G\n\x08ListJobs\x12\x1c.artfleet.v1.ListJobsRequest\x1a\x1d.artfleet.v1.ListJobsResponse\x12<\n\tCancelJob\x12\x1d.artfleet.v1.CancelJobRequest\x1a\x10.artfleet.v1.Job\x12\x46\n\x08WatchJob\x12\x1c.artfleet.v1.WatchJobRequest\x1a\x1a.artfleet.v1.ProgressEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61rtfleet/v1/trainer.proto\x12\x0b\x61rtfleet.v1\x1a\x18\x61rtfleet/v1/common.proto\"6\n\x10SubmitJobRequest\x12\"\n\x04spec\x18\x01 \x01(\x0b\x32\x14.artfleet.v1.JobSpec\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"4\n\x0fListJobsRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\x12\x12\n\nexperiment\x18\x32 \x01(\t\"2\n\x10ListJobsResponse\x12\x1e\n\x04jobs\x18\x01 \x03(\x0b\x32\x10.artfleet.v1.Job\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"3\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x66rom_seq\x18\x02 \x01(\x03\x32\xce\x02\n\x07Trainer\x12<\n\tSubmitJob\x12\x1d.artfleet.v1.SubmitJobRequest\x1a\x10.artfleet.v1.Job\x12\x36\n\x06GetJob\x12\x1a.artfleet.v1.GetJobRequest\x1a\x10.artfleet.v1.Job\x12G\n\x08ListJobs\x12\x1c.artfleet.v1.ListJobsRequest\x1a\x1d.artfleet.v1.ListJobsResponse\x12<\n\tCancelJob\x12\x1d.artfleet.v1.CancelJobRequest\x1a\x10.artfleet.v1.Job\x12\x46\n\x08WatchJob\x12\x1c.artfleet.v1.WatchJobRequest\x1a\x1a.artfleet.v1.ProgressEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,13 +37,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETJOBREQUEST']._serialized_start=124
   _globals['_GETJOBREQUEST']._serialized_end=155
   _globals['_LISTJOBSREQUEST']._serialized_start=157
-  _globals['_LISTJOBSREQUEST']._serialized_end=189
-  _globals['_LISTJOBSRESPONSE']._serialized_start=191
-  _globals['_LISTJOBSRESPONSE']._serialized_end=241
-  _globals['_CANCELJOBREQUEST']._serialized_start=243
-  _globals['_CANCELJOBREQUEST']._serialized_end=277
-  _globals['_WATCHJOBREQUEST']._serialized_start=279
-  _globals['_WATCHJOBREQUEST']._serialized_end=330
-  _globals['_TRAINER']._serialized_start=333
-  _globals['_TRAINER']._serialized_end=667
+  _globals['_LISTJOBSREQUEST']._serialized_end=209
+  _globals['_LISTJOBSRESPONSE']._serialized_start=211
+  _globals['_LISTJOBSRESPONSE']._serialized_end=261
+  _globals['_CANCELJOBREQUEST']._serialized_start=263
+  _globals['_CANCELJOBREQUEST']._serialized_end=297
+  _globals['_WATCHJOBREQUEST']._serialized_start=299
+  _globals['_WATCHJOBREQUEST']._serialized_end=350
+  _globals['_TRAINER']._serialized_start=353
+  _globals['_TRAINER']._serialized_end=687
 # @@protoc_insertion_point(module_scope)

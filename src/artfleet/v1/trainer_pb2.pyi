@@ -20,10 +20,12 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("limit",)
+    __slots__ = ("limit", "experiment")
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
     limit: int
-    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+    experiment: str
+    def __init__(self, limit: _Optional[int] = ..., experiment: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs",)
