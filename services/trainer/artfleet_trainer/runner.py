@@ -15,6 +15,7 @@ from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer import experiment, grpo, metrics, scheduling
 from artfleet_trainer.backends import TrainerBackend
+from artfleet_trainer.evals import Evaluator
 from artfleet_trainer.rollouts import Dispatcher, ScenarioSource
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.steps import (
@@ -50,6 +51,7 @@ class JobRunner:
         self._dispatcher = dispatcher
         self._rollout = rollout
         self._batches = batches
+        self._evaluator = Evaluator(store, dispatcher, rollout, batches)
         self._owner = settings.replica_id or f"trainer-{id(self):x}"
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -142,10 +144,13 @@ class JobRunner:
         if done:
             await self._batches.close(job.id, done)
         scenario_ids = await self._rollout.scenario_ids(spec.environment, spec.split)
+        # Step 0: the base policy's figures; on resume, an eval the restart interrupted.
+        await self._evaluator.maybe_run(job, spec, model, done, self._inference_url(model))
         for step in range(done + 1, spec.steps + 1):
             if await self._store.cancel_requested(job.id):
                 raise JobCancelled()
             await self._run_step(job, spec, model, scenario_ids, step)
+            await self._evaluator.maybe_run(job, spec, model, step, self._inference_url(model))
         if await self._store.cancel_requested(job.id) and job.completed_steps < spec.steps:
             raise JobCancelled()
 
