@@ -77,7 +77,26 @@ OVERVIEW = [
         [q(f"sum(rate(artfleet_trainer_trajectories_total{W}))", "trajectories/s")],
         unit="ops",
     ),
-]
+    # Evaluation (issue 12): ids in 150-179, so panels added elsewhere never collide.
+    panel(
+        "Held-out eval: pass@k and success rate (last eval)",
+        [
+            q('max by (experiment, split) (artfleet_trainer_eval{metric="pass_at_k"})',
+              "pass@k {{experiment}}/{{split}}"),
+            q('max by (experiment, split) (artfleet_trainer_eval{metric="success_rate"})',
+              "success {{experiment}}/{{split}}"),
+        ],
+        unit="percentunit",
+        id=150,
+        description="Set after each in-training evaluation (eval_every_steps).",
+    ),
+    panel(
+        "Held-out eval: mean reward (last eval)",
+        [q('max by (experiment, split) (artfleet_trainer_eval{metric="reward_mean"})',
+           "{{experiment}}/{{split}}")],
+        id=151,
+    ),
+]  # fmt: skip
 
 ROLLOUT = [
     panel(
@@ -255,7 +274,7 @@ def render_panel(index: int, spec: dict) -> dict:
         for i, t in enumerate(spec["queries"])
     ]  # fmt: skip
     return {
-        "id": index + 1,
+        "id": spec.get("id", index + 1),
         "type": kind,
         "title": spec["title"],
         "description": spec.get("description", ""),
