@@ -87,6 +87,10 @@ class JobSpecModel(RewardSpecModel):
     eval_split: str = "test"
     eval_k: int = Field(default=2, ge=1, le=256)
     eval_max_tasks: int = Field(default=0, ge=0, le=100_000)  # 0 = every task of the split
+    # Checkpoint retention (seed 000 keeps the latest 3): last K (0 = all) + best by an eval
+    # metric ("" = none).
+    keep_last: int = Field(default=0, ge=0, le=100_000)
+    keep_best_metric: Literal["", "pass_at_k", "success_rate", "avg_at_k", "reward_mean"] = ""
 
     @field_validator("name", "project", "experiment")
     @classmethod

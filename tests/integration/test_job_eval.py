@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -25,15 +25,19 @@ from artfleet_trainer.store import TERMINAL, JobStore
 
 pytestmark = pytest.mark.integration
 
+Behaviour = Callable[[rollout_pb2.GroupTask], rollout_pb2.RunGroupResponse]
 # Eval samples that pass the task check, per scenario (k = 2): s1 both, s2 one, s3 none.
 PASSING = {"s1": (True, True), "s2": (True, False), "s3": (False, False)}
 
 
-def answer(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+Passing = dict[str, tuple[bool, bool]]
+
+
+def answer(task: rollout_pb2.GroupTask, passing: Passing = PASSING) -> rollout_pb2.RunGroupResponse:
     response = scored(task)
     if task.job_id.endswith("-eval"):
         for trajectory, passed in zip(
-            response.group.trajectories, PASSING[task.scenario_id], strict=True
+            response.group.trajectories, passing[task.scenario_id], strict=True
         ):
             trajectory.metrics["check_passed"].bool_value = passed
             trajectory.reward = 1.0 if passed else 0.0
@@ -41,8 +45,9 @@ def answer(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
 
 
 class Rollouts:
-    def __init__(self, batches: StepBatches) -> None:
+    def __init__(self, batches: StepBatches, behaviour: Behaviour = answer) -> None:
         self._batches = batches
+        self.behaviour = behaviour
         self.tasks: list[rollout_pb2.GroupTask] = []
         self._running: set[asyncio.Task[object]] = set()
 
@@ -53,7 +58,8 @@ class Rollouts:
         todo = [t for t in tasks if t.group_id not in skip]
         for task in todo:
             self.tasks.append(task)
-            work = self._batches.publish(task.job_id, task.step, task.group_id, answer(task))
+            response = self.behaviour(task)
+            work = self._batches.publish(task.job_id, task.step, task.group_id, response)
             running = asyncio.create_task(work)
             self._running.add(running)
             running.add_done_callback(self._running.discard)
@@ -81,12 +87,16 @@ async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 
 
 async def run_job(
-    redis: aioredis.Redis, backend: FakeBackend, spec: JobSpecModel
+    redis: aioredis.Redis,
+    backend: LoggingBackend,
+    spec: JobSpecModel,
+    behaviour: Behaviour = answer,
 ) -> tuple[pb.Job, list[pb.ProgressEvent], Rollouts]:
     store, batches = JobStore(redis), StepBatches(redis)
-    rollouts = Rollouts(batches)
+    rollouts = Rollouts(batches, behaviour)
     settings = TrainerSettings(
         api_token=SecretStr("eval-test-token"),
+        art_path=str(backend.path),
         inference_public_url="http://127.0.0.1:1/v1",
         poll_interval_s=0.05,
     )
@@ -153,3 +163,56 @@ async def test_no_eval_without_eval_every_steps(redis: aioredis.Redis, tmp_path:
     job, _, rollouts = await asyncio.wait_for(run_job(redis, LoggingBackend(tmp_path), spec), 120)
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
     assert list(job.evals) == [] and all(not t.job_id.endswith("-eval") for t in rollouts.tasks)
+
+
+class CheckpointingBackend(LoggingBackend):
+    """Writes a checkpoint folder per step in ART's layout, step 0 at registration (as the
+    torch backend does)."""
+
+    def _save(self, model: art.TrainableModel, step: int) -> None:
+        folder = self.path / model.project / "models" / model.name / "checkpoints" / f"{step:04d}"
+        folder.mkdir(parents=True)
+        (folder / "adapter_config.json").write_text("{}")
+
+    async def register_model(self, model: art.TrainableModel) -> None:
+        await super().register_model(model)
+        self._save(model, 0)
+
+    async def train(
+        self,
+        model: art.TrainableModel,
+        trajectory_groups: Iterable[art.TrajectoryGroup],
+        *,
+        learning_rate: float = 5e-6,
+    ) -> art.types.TrainResult:
+        result = await super().train(model, trajectory_groups, learning_rate=learning_rate)
+        self._save(model, result.step)
+        return result
+
+
+async def test_retention_keeps_exactly_the_last_k_and_the_best(
+    redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    # Every eval passes s1 only, except at step 1, where every task passes: step 1 is best.
+    usual: Passing = {"s1": (True, True), "s2": (False, False), "s3": (False, False)}
+    best_at: Passing = {"s1": (True, True), "s2": (True, True), "s3": (True, False)}
+
+    def answer_by_step(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+        return answer(task, best_at if task.step == 1 else usual)
+
+    spec = JobSpecModel.model_validate(
+        dict(
+            steps=5,
+            groups_per_step=1,
+            eval_every_steps=1,
+            keep_last=2,
+            keep_best_metric="pass_at_k",
+            gather_timeout_s=60,
+        )
+    )
+    backend = CheckpointingBackend(tmp_path)
+    job, _, _ = await asyncio.wait_for(run_job(redis, backend, spec, answer_by_step), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert [round(e.pass_at_k, 3) for e in job.evals] == [0.333, 1.0, 0.333, 0.333, 0.333, 0.333]
+    folder = tmp_path / job.spec.project / "models" / f"{job.spec.name}-{job.id}" / "checkpoints"
+    assert sorted(int(p.name) for p in folder.iterdir()) == [1, 4, 5]

@@ -38,6 +38,7 @@ class TrainerApp:
             rollout,
             RewardClient(settings.reward_target, token),
             lambda kind: backend_unavailable_reason(kind, settings.backend),
+            art_path=settings.art_path,
         )
         self.server = GrpcServer(
             settings,

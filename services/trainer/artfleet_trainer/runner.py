@@ -13,7 +13,7 @@ from artfleet.batches import Gathered, StepBatches
 from artfleet.jobspec import JobSpecModel, reward_spec_proto, spec_from_proto
 from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer import experiment, grpo, metrics, scheduling
+from artfleet_trainer import experiment, grpo, metrics, retention, scheduling
 from artfleet_trainer.backends import TrainerBackend
 from artfleet_trainer.evals import Evaluator
 from artfleet_trainer.rollouts import Dispatcher, ScenarioSource
@@ -151,6 +151,7 @@ class JobRunner:
                 raise JobCancelled()
             await self._run_step(job, spec, model, scenario_ids, step)
             await self._evaluator.maybe_run(job, spec, model, step, self._inference_url(model))
+            retention.apply(self._settings.art_path, model.name, job, spec)
         if await self._store.cancel_requested(job.id) and job.completed_steps < spec.steps:
             raise JobCancelled()
 

@@ -11,6 +11,7 @@ from artfleet.jobspec import config_hash, spec_from_proto, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_trainer import grpo, metrics
+from artfleet_trainer.models import ModelCatalog
 from artfleet_trainer.reward_client import RewardClient
 from artfleet_trainer.rollouts import RolloutClient
 from artfleet_trainer.store import JobStore
@@ -23,12 +24,14 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         rollout: RolloutClient,
         reward: RewardClient,
         backend_available: Callable[[str], str],
+        art_path: str = ".art",
     ) -> None:
         self._store = store
         self._rollout = rollout
         self._reward = reward
         # Returns "" when this trainer can run the backend, else why not.
         self._backend_available = backend_available
+        self._models = ModelCatalog(store, art_path)
 
     async def SubmitJob(
         self, request: trainer_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
@@ -73,6 +76,30 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
             raise InvalidArgument("must be >= 0", "from_seq")
         async for event in self._store.events(_job_id(request.job_id), request.from_seq):
             yield event
+
+    # ------------------------------------------------------------ models
+    async def ModelsList(
+        self, request: trainer_pb2.ModelsListRequest, context: grpc.aio.ServicerContext
+    ) -> trainer_pb2.ModelsListResponse:
+        return trainer_pb2.ModelsListResponse(models=await self._models.models(request.experiment))
+
+    async def ModelsGet(
+        self, request: trainer_pb2.ModelsGetRequest, context: grpc.aio.ServicerContext
+    ) -> trainer_pb2.ModelInfo:
+        return await self._models.get(request.model)
+
+    async def ModelsDelete(
+        self, request: trainer_pb2.ModelsDeleteRequest, context: grpc.aio.ServicerContext
+    ) -> trainer_pb2.ModelsDeleteResponse:
+        return trainer_pb2.ModelsDeleteResponse(
+            deleted_steps=await self._models.delete(request.model)
+        )
+
+    async def ModelsExport(
+        self, request: trainer_pb2.ModelsExportRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[trainer_pb2.ModelsExportChunk]:
+        async for chunk in self._models.export(request.model):
+            yield chunk
 
 
 def _job_id(job_id: str) -> str:
