@@ -91,6 +91,8 @@ class JobSpecModel(RewardSpecModel):
     # metric ("" = none).
     keep_last: int = Field(default=0, ge=0, le=100_000)
     keep_best_metric: Literal["", "pass_at_k", "success_rate", "avg_at_k", "reward_mean"] = ""
+    # Seed 001's --log-sample-rate: this fraction of rollouts as readable JSON on disk.
+    log_sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
 
     @field_validator("name", "project", "experiment")
     @classmethod
@@ -108,14 +110,28 @@ def validate_spec(data: dict[str, Any]) -> JobSpecModel:
         raise spec_error(exc) from None
 
 
-# Labels, not training: two jobs differing only here train the same way.
-IDENTITY_FIELDS = frozenset({"name", "project", "experiment"})
+# Labels and what is observed or kept, not how the policy trains: two jobs differing only
+# here train the same way and share a config hash.
+NOT_TRAINING_FIELDS = frozenset(
+    {
+        "name",
+        "project",
+        "experiment",
+        "eval_every_steps",
+        "eval_split",
+        "eval_k",
+        "eval_max_tasks",
+        "keep_last",
+        "keep_best_metric",
+        "log_sample_rate",
+    }
+)
 
 
 def config_hash(spec: JobSpecModel) -> str:
     """A stable id of what the job trains: sha256 of the validated spec's canonical JSON
-    (defaults filled in, keys sorted) without its labels; 12 hex digits."""
-    data = spec.model_dump(mode="json", exclude=set(IDENTITY_FIELDS))
+    (defaults filled in, keys sorted) without NOT_TRAINING_FIELDS; 12 hex digits."""
+    data = spec.model_dump(mode="json", exclude=set(NOT_TRAINING_FIELDS))
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 

@@ -97,6 +97,7 @@ async def run_job(
     settings = TrainerSettings(
         api_token=SecretStr("eval-test-token"),
         art_path=str(backend.path),
+        trajectory_log_dir=str(backend.path / "logs"),
         inference_public_url="http://127.0.0.1:1/v1",
         poll_interval_s=0.05,
     )
@@ -158,11 +159,30 @@ async def test_a_job_with_eval_every_steps_logs_val_metrics(
     assert (model_dir / "trajectories" / "val" / "0002.parquet").is_file()
 
 
-async def test_no_eval_without_eval_every_steps(redis: aioredis.Redis, tmp_path: Path) -> None:
-    spec = JobSpecModel.model_validate(dict(steps=1, groups_per_step=1, gather_timeout_s=60))
+async def test_no_eval_without_eval_every_steps_and_sampled_rollouts_on_disk(
+    redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    spec = JobSpecModel.model_validate(
+        dict(
+            steps=1,
+            groups_per_step=2,
+            rollouts_per_group=2,
+            gather_timeout_s=60,
+            experiment="sampled",
+            log_sample_rate=1.0,
+        )
+    )
     job, _, rollouts = await asyncio.wait_for(run_job(redis, LoggingBackend(tmp_path), spec), 120)
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
     assert list(job.evals) == [] and all(not t.job_id.endswith("-eval") for t in rollouts.tasks)
+    written = sorted((tmp_path / "logs" / "sampled" / "step_1").glob("*.json"))
+    assert len(written) == 4  # every rollout at rate 1.0: 2 groups x 2
+    record = json.loads(written[0].read_text())
+    assert record["metadata"]["job_id"] == job.id and record["metadata"]["step"] == 1
+    assert record["messages"][0] == {"role": "user", "content": "task"}
+    # ART's parquet logs of the same step, beside them.
+    model_dir = tmp_path / job.spec.project / "models" / f"{job.spec.name}-{job.id}"
+    assert (model_dir / "trajectories" / "train" / "0001.parquet").is_file()
 
 
 class CheckpointingBackend(LoggingBackend):

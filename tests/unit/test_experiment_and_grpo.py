@@ -21,7 +21,16 @@ def test_config_hash_is_stable_and_ignores_only_labels() -> None:
     base = validate_spec({})
     assert config_hash(base) == config_hash(validate_spec({}))
     assert len(config_hash(base)) == 12
-    relabelled = validate_spec({"name": "other", "project": "p2", "experiment": "cot_v1"})
+    relabelled = validate_spec(
+        {
+            "name": "other",
+            "project": "p2",
+            "experiment": "cot_v1",
+            "eval_every_steps": 5,
+            "keep_last": 3,
+            "log_sample_rate": 0.1,
+        }
+    )
     assert config_hash(relabelled) == config_hash(base)
     for change in ({"learning_rate": 1e-4}, {"grpo": {"scale_rewards": False}}, {"seed": 1}):
         assert config_hash(validate_spec(change)) != config_hash(base), change

@@ -13,7 +13,7 @@ from artfleet.batches import Gathered, StepBatches
 from artfleet.jobspec import JobSpecModel, reward_spec_proto, spec_from_proto
 from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer import experiment, grpo, metrics, retention, scheduling
+from artfleet_trainer import experiment, grpo, metrics, retention, samples, scheduling
 from artfleet_trainer.backends import TrainerBackend
 from artfleet_trainer.evals import Evaluator
 from artfleet_trainer.rollouts import Dispatcher, ScenarioSource
@@ -190,6 +190,9 @@ class JobRunner:
             await model.log(groups, split="train", metrics=dict(result.metrics), step=step)
         except Exception:
             log.warning("ART's model.log failed for step %d", step, exc_info=True)
+        await samples.write_step_async(
+            self._settings.trajectory_log_dir, job, spec, step, gathered.groups
+        )
 
     async def _emit_step(
         self,
