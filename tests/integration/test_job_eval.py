@@ -182,7 +182,10 @@ async def test_no_eval_without_eval_every_steps_and_sampled_rollouts_on_disk(
     assert record["messages"][0] == {"role": "user", "content": "task"}
     # ART's parquet logs of the same step, beside them.
     model_dir = tmp_path / job.spec.project / "models" / f"{job.spec.name}-{job.id}"
-    assert (model_dir / "trajectories" / "train" / "0001.parquet").is_file()
+    from art.utils.trajectory_logging import read_trajectory_groups_parquet
+
+    groups = read_trajectory_groups_parquet(model_dir / "trajectories" / "train" / "0001.parquet")
+    assert sum(len(g.trajectories) for g in groups) == 4
 
 
 class CheckpointingBackend(LoggingBackend):
