@@ -56,8 +56,14 @@ def submit(
     max_turns: int | None = typer.Option(None),
     seed: int | None = typer.Option(None),
     backend: str | None = typer.Option(None, help="torch | art"),
-    experiment: str | None = typer.Option(None, help="experiment name (default: 'default')"),
+    experiment: str | None = typer.Option(
+        None, "--experiment", "--experiment-name", help="experiment name (default: 'default')"
+    ),
     eval_every_steps: int | None = typer.Option(None, help="evaluate every N steps; 0 = never"),
+    keep_last: int | None = typer.Option(None, help="keep the last N checkpoints; 0 = all"),
+    log_sample_rate: float | None = typer.Option(
+        None, help="fraction of rollouts written as JSON under logs/<experiment>/step_<n>/"
+    ),
     watch: bool = typer.Option(False, "--watch", help="follow the job until it ends"),
     target: str = TargetOpt,
     token: str = TokenOpt,
@@ -78,6 +84,8 @@ def submit(
             backend=backend,
             experiment=experiment,
             eval_every_steps=eval_every_steps,
+            keep_last=keep_last,
+            log_sample_rate=log_sample_rate,
         ),
     )
     with trainer(target, token) as stub:
