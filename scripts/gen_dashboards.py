@@ -96,6 +96,13 @@ OVERVIEW = [
            "{{experiment}}/{{split}}")],
         id=151,
     ),
+    panel(
+        "Health findings (1 = over / near a limit)",
+        [q("max by (service, check, severity) (artfleet_health_findings)",
+           "{{service}} {{check}} {{severity}}")],
+        id=152,
+        description="artfleet.health: child processes, free space, work dir size, stale dirs.",
+    ),
 ]  # fmt: skip
 
 ROLLOUT = [
