@@ -151,3 +151,22 @@ def test_the_model_config_carries_the_identity() -> None:
     )
     assert config.spec["experiment"] == "cot_prompt_v1"
     config.model_dump_json()  # ART refuses a config that does not serialize
+
+
+class _Splits:
+    """ScenarioSource with one environment of a train split only (as RolloutClient answers)."""
+
+    async def scenario_ids(self, environment: str, split: str) -> list[str]:
+        if split != "train":
+            raise InvalidArgument(f"environment {environment!r} has no split {split!r}", "split")
+        return ["s1"]
+
+
+async def test_a_missing_eval_split_is_refused_at_submit_by_its_name() -> None:
+    from artfleet_trainer.evals import check_eval_split
+
+    await check_eval_split(_Splits(), validate_spec({"eval_split": "nope"}))  # no eval: fine
+    with pytest.raises(InvalidArgument) as info:
+        await check_eval_split(_Splits(), validate_spec({"eval_every_steps": 2}))
+    assert info.value.field == "eval_split" and "no split 'test'" in str(info.value)
+    await check_eval_split(_Splits(), validate_spec({"eval_every_steps": 2, "eval_split": "train"}))

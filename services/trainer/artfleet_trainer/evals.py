@@ -16,6 +16,7 @@ from typing import Any
 
 from artfleet import evaluation
 from artfleet.batches import StepBatches
+from artfleet.errors import InvalidArgument
 from artfleet.jobspec import JobSpecModel, reward_spec_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
@@ -36,6 +37,18 @@ def due(spec: JobSpecModel, job: pb.Job, step: int) -> bool:
     if spec.eval_every_steps <= 0 or any(e.step == step for e in job.evals):
         return False
     return step == 0 or step % spec.eval_every_steps == 0 or step == spec.steps
+
+
+async def check_eval_split(rollout: ScenarioSource, spec: JobSpecModel) -> None:
+    """At submit: a job that evaluates needs its eval split to exist (named `eval_split`)."""
+    if spec.eval_every_steps <= 0:
+        return
+    try:
+        await rollout.scenario_ids(spec.environment, spec.eval_split)
+    except InvalidArgument as exc:
+        if exc.field != "split":
+            raise
+        raise InvalidArgument(str(exc).removeprefix("split: "), "eval_split") from None
 
 
 class Evaluator:

@@ -11,6 +11,7 @@ from artfleet.jobspec import config_hash, spec_from_proto, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_trainer import grpo, metrics
+from artfleet_trainer.evals import check_eval_split
 from artfleet_trainer.models import ModelCatalog
 from artfleet_trainer.reward_client import RewardClient
 from artfleet_trainer.rollouts import RolloutClient
@@ -44,6 +45,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         if why_not:
             raise InvalidArgument(why_not, "backend")
         await self._rollout.scenario_ids(spec.environment, spec.split)
+        await check_eval_split(self._rollout, spec)
         message = spec_to_proto(spec)
         await self._reward.validate(message.reward)
         job = await self._store.create(message, config_hash=config_hash(spec))
