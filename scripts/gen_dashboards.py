@@ -77,7 +77,33 @@ OVERVIEW = [
         [q(f"sum(rate(artfleet_trainer_trajectories_total{W}))", "trajectories/s")],
         unit="ops",
     ),
-]
+    # Evaluation (issue 12): ids in 150-179, so panels added elsewhere never collide.
+    panel(
+        "Held-out eval: pass@k and success rate (last eval)",
+        [
+            q('max by (experiment, split) (artfleet_trainer_eval{metric="pass_at_k"})',
+              "pass@k {{experiment}}/{{split}}"),
+            q('max by (experiment, split) (artfleet_trainer_eval{metric="success_rate"})',
+              "success {{experiment}}/{{split}}"),
+        ],
+        unit="percentunit",
+        id=150,
+        description="Set after each in-training evaluation (eval_every_steps).",
+    ),
+    panel(
+        "Held-out eval: mean reward (last eval)",
+        [q('max by (experiment, split) (artfleet_trainer_eval{metric="reward_mean"})',
+           "{{experiment}}/{{split}}")],
+        id=151,
+    ),
+    panel(
+        "Health findings (1 = over / near a limit)",
+        [q("max by (service, check, severity) (artfleet_health_findings)",
+           "{{service}} {{check}} {{severity}}")],
+        id=152,
+        description="artfleet.health: child processes, free space, work dir size, stale dirs.",
+    ),
+]  # fmt: skip
 
 ROLLOUT = [
     panel(

@@ -8,11 +8,14 @@ service validates with too.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
+from artfleet.grpospec import GrpoModel, grpo_data_from_proto
 from artfleet.rewardspec import (
     CLIP_FIELD,
     SPEC_FIELD,
@@ -31,9 +34,11 @@ from artfleet.v1 import common_pb2 as pb
 __all__ = [
     "DEFAULT_BASE_MODEL",
     "GateModel",
+    "GrpoModel",
     "JobSpecModel",
     "RangeModel",
     "ScorerModel",
+    "config_hash",
     "default_scorers",
     "reward_spec_proto",
     "spec_from_proto",
@@ -77,8 +82,22 @@ class JobSpecModel(RewardSpecModel):
     task_prompt: str = Field(default="", max_length=32_768)
     # Asynchronous steps: step s+1 .. s+k roll out while step s trains (0 = synchronous).
     max_steps_off_policy: int = Field(default=0, ge=0, le=MAX_STEPS_OFF_POLICY)
+    # Experiment identity (seed 001's --experiment-name); jobs list --experiment filters on it.
+    experiment: str = "default"
+    grpo: GrpoModel = Field(default_factory=GrpoModel)
+    # Evaluation inside the job (seed 004): before step 1 and every N steps; 0 = never.
+    eval_every_steps: int = Field(default=0, ge=0, le=100_000)
+    eval_split: str = "test"
+    eval_k: int = Field(default=2, ge=1, le=256)
+    eval_max_tasks: int = Field(default=0, ge=0, le=100_000)  # 0 = every task of the split
+    # Checkpoint retention (seed 000 keeps the latest 3): last K (0 = all) + best by an eval
+    # metric ("" = none).
+    keep_last: int = Field(default=0, ge=0, le=100_000)
+    keep_best_metric: Literal["", "pass_at_k", "success_rate", "avg_at_k", "reward_mean"] = ""
+    # Seed 001's --log-sample-rate: this fraction of rollouts as readable JSON on disk.
+    log_sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
 
-    @field_validator("name", "project")
+    @field_validator("name", "project", "experiment")
     @classmethod
     def _slug(cls, value: str) -> str:
         if not _NAME.match(value):
@@ -94,9 +113,37 @@ def validate_spec(data: dict[str, Any]) -> JobSpecModel:
         raise spec_error(exc) from None
 
 
+# Labels and what is observed or kept, not how the policy trains: two jobs differing only
+# here train the same way and share a config hash.
+NOT_TRAINING_FIELDS = frozenset(
+    {
+        "name",
+        "project",
+        "experiment",
+        "eval_every_steps",
+        "eval_split",
+        "eval_k",
+        "eval_max_tasks",
+        "keep_last",
+        "keep_best_metric",
+        "log_sample_rate",
+    }
+)
+
+
+def config_hash(spec: JobSpecModel) -> str:
+    """A stable id of what the job trains: sha256 of the validated spec's canonical JSON
+    (defaults filled in, keys sorted) without NOT_TRAINING_FIELDS; 12 hex digits."""
+    data = spec.model_dump(mode="json", exclude=set(NOT_TRAINING_FIELDS))
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
 def spec_to_proto(spec: JobSpecModel) -> pb.JobSpec:
-    data = spec.model_dump(exclude={SPEC_FIELD, CLIP_FIELD})
-    return pb.JobSpec(**data, reward=reward_to_proto(spec))
+    data = spec.model_dump(exclude={SPEC_FIELD, CLIP_FIELD, "grpo"})
+    return pb.JobSpec(
+        **data, reward=reward_to_proto(spec), grpo=pb.GrpoSpec(**spec.grpo.set_fields())
+    )
 
 
 def spec_from_proto(message: pb.JobSpec) -> JobSpecModel:
@@ -105,6 +152,9 @@ def spec_from_proto(message: pb.JobSpec) -> JobSpecModel:
     data: dict[str, Any] = {}
     for field, value in message.ListFields():
         if field.name == "reward":
+            continue
+        if field.name == "grpo":
+            data["grpo"] = grpo_data_from_proto(value)
             continue
         data[field.name] = value
     data.update(reward_data_from_proto(message.reward))

@@ -7,6 +7,7 @@ import logging
 import redis.asyncio as aioredis
 
 from artfleet.batches import StepBatches
+from artfleet.health import HealthMonitor
 from artfleet.queue import make_celery
 from artfleet.rpc.server import GrpcServer
 from artfleet.v1 import trainer_pb2_grpc
@@ -38,7 +39,10 @@ class TrainerApp:
             rollout,
             RewardClient(settings.reward_target, token),
             lambda kind: backend_unavailable_reason(kind, settings.backend),
+            art_path=settings.art_path,
         )
+        # Checkpoints and sampled trajectories fill these; findings never stop training.
+        self.health = HealthMonitor("trainer", [settings.art_path, settings.trajectory_log_dir])
         self.server = GrpcServer(
             settings,
             "trainer",
@@ -50,11 +54,13 @@ class TrainerApp:
         await self._redis.ping()  # fail fast with a clear error when Redis is not there
         await self.server.start()
         self.runner.start()
+        self.health.start()
         await self.server.set_serving(True)
 
     async def stop(self) -> None:
         grace = self.settings.shutdown_grace_s
         await self.server.set_serving(False)
+        await self.health.stop()
         await self.runner.stop(grace)
         await self.server.stop(grace)
         await self.backend.close()

@@ -51,6 +51,17 @@ TRAIN_SECONDS = Histogram(
     "Wall time of backend.train for one step (without rollouts)",
     buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800),
 )
+JOB_INFO = Gauge(
+    "artfleet_trainer_job_info",
+    "1 while a job runs, labelled with its experiment and config hash (join on job_id)",
+    ["job_id", "experiment", "config_hash"],
+)
+EVAL = Gauge(
+    "artfleet_trainer_eval",
+    "Last in-training evaluation of the policy (metric: reward_mean, success_rate, avg_at_k,"
+    " pass_at_k, step)",
+    ["experiment", "split", "metric"],
+)
 GPU_MEMORY = Gauge(
     "artfleet_trainer_gpu_memory_bytes",
     "GPU memory of each visible device (kind: used, total), sampled after each step;"
@@ -93,6 +104,11 @@ def observe_train(train_metrics: Mapping[str, Any], learning_rate: float, second
     TRAINED_TOKENS.inc(max(0.0, float(train_metrics.get("tokens", 0.0))))
     TRAIN_SECONDS.observe(seconds)
     sample_gpu_memory()
+
+
+def observe_eval(experiment: str, summary: pb.EvalSummary) -> None:
+    for name in ("reward_mean", "success_rate", "avg_at_k", "pass_at_k", "step"):
+        EVAL.labels(experiment, summary.split, name).set(float(getattr(summary, name)))
 
 
 def sample_gpu_memory() -> None:

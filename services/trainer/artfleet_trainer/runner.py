@@ -17,8 +17,9 @@ from artfleet.errors import Unavailable
 from artfleet.jobspec import JobSpecModel, spec_from_proto
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer import metrics, pipeline
+from artfleet_trainer import experiment, grpo, metrics, pipeline, retention, samples
 from artfleet_trainer.backends import TrainerBackend
+from artfleet_trainer.evals import Evaluator
 from artfleet_trainer.rollouts import Dispatcher, ScenarioSource
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.steps import (
@@ -68,6 +69,7 @@ class JobRunner:
         self._dispatcher = dispatcher
         self._rollout = rollout
         self._batches = batches
+        self._evaluator = Evaluator(store, dispatcher, rollout, batches)
         self._owner = settings.replica_id or f"trainer-{id(self):x}"
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -121,6 +123,7 @@ class JobRunner:
             spec = spec_from_proto(job.spec)
             if job.state == pb.JOB_STATE_RUNNING:  # a previous trainer left it mid-job
                 metrics.JOB_RESUMES.inc()
+            experiment.started(job, spec)
             await self._store.set_state(job, pb.JOB_STATE_RUNNING)
             metrics.JOBS_RUNNING.set(1)
             await self._train(job, spec)
@@ -150,12 +153,14 @@ class JobRunner:
             metrics.JOBS_FINISHED.labels("failed").inc()
         finally:
             metrics.JOBS_RUNNING.set(0)
+            experiment.ended(job.id)
 
     async def _train(self, job: pb.Job, spec: JobSpecModel) -> None:
         model: art.TrainableModel = art.TrainableModel(
             name=f"{spec.name}-{job.id}",
             project=spec.project,
             base_model=spec.base_model,
+            config=experiment.model_config(job, spec),
             _internal_config=internal_config(spec),
         )
         await self._backend.register_model(model)
@@ -177,10 +182,14 @@ class JobRunner:
             dispatcher=self._dispatcher,
             inference_url=self._inference_url(model),
         )
+        # Step 0: the base policy's figures; on resume, an eval the restart interrupted.
+        await self._evaluator.maybe_run(job, spec, model, done, self._inference_url(model))
         for step in range(done + 1, spec.steps + 1):
             if await self._store.cancel_requested(job.id):
                 raise JobCancelled()
             await self._run_step(job, spec, model, steps, step)
+            await self._evaluator.maybe_run(job, spec, model, step, self._inference_url(model))
+            retention.apply(self._settings.art_path, model.name, job, spec)
         if await self._store.cancel_requested(job.id) and job.completed_steps < spec.steps:
             raise JobCancelled()
 
@@ -208,7 +217,10 @@ class JobRunner:
         metrics.TRAINING.set(1)
         try:
             result, rollout_idle_s = await steps.while_training(
-                step, self._backend.train(model, groups, learning_rate=spec.learning_rate)
+                step,
+                self._backend.train(
+                    model, groups, learning_rate=spec.learning_rate, **grpo.train_kwargs(spec)
+                ),
             )
         finally:
             metrics.TRAINING.set(0)
@@ -236,6 +248,9 @@ class JobRunner:
             await model.log(groups, split="train", metrics=dict(result.metrics), step=step)
         except Exception:
             log.warning("ART's model.log failed for step %d", step, exc_info=True)
+        await samples.write_step_async(
+            self._settings.trajectory_log_dir, job, spec, step, gathered.groups
+        )
 
     async def _emit_step(
         self,

@@ -7,10 +7,12 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from artfleet.errors import InvalidArgument
-from artfleet.jobspec import spec_from_proto, spec_to_proto
+from artfleet.jobspec import config_hash, spec_from_proto, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
-from artfleet_trainer import metrics
+from artfleet_trainer import grpo, metrics
+from artfleet_trainer.evals import check_eval_split
+from artfleet_trainer.models import ModelCatalog
 from artfleet_trainer.reward_client import RewardClient
 from artfleet_trainer.rollouts import RolloutClient
 from artfleet_trainer.store import JobStore
@@ -23,12 +25,14 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         rollout: RolloutClient,
         reward: RewardClient,
         backend_available: Callable[[str], str],
+        art_path: str = ".art",
     ) -> None:
         self._store = store
         self._rollout = rollout
         self._reward = reward
         # Returns "" when this trainer can run the backend, else why not.
         self._backend_available = backend_available
+        self._models = ModelCatalog(store, art_path)
 
     async def SubmitJob(
         self, request: trainer_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
@@ -36,27 +40,30 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         if not request.HasField("spec"):
             raise InvalidArgument("a job needs a spec", "spec")
         spec = spec_from_proto(request.spec)
+        grpo.check_backend(spec)
         why_not = self._backend_available(spec.backend)
         if why_not:
             raise InvalidArgument(why_not, "backend")
         await self._rollout.scenario_ids(spec.environment, spec.split)
+        await check_eval_split(self._rollout, spec)
         message = spec_to_proto(spec)
         await self._reward.validate(message.reward)
-        job = await self._store.create(message)
+        job = await self._store.create(message, config_hash=config_hash(spec))
         metrics.JOBS_SUBMITTED.inc()
         return job
 
     async def GetJob(
         self, request: trainer_pb2.GetJobRequest, context: grpc.aio.ServicerContext
     ) -> pb.Job:
-        return await self._store.get(_job_id(request.job_id))
+        return await self._store.get_with_position(_job_id(request.job_id))
 
     async def ListJobs(
         self, request: trainer_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
     ) -> trainer_pb2.ListJobsResponse:
         if request.limit < 0:
             raise InvalidArgument("must be >= 0", "limit")
-        return trainer_pb2.ListJobsResponse(jobs=await self._store.list(request.limit))
+        jobs = await self._store.list(request.limit, experiment=request.experiment)
+        return trainer_pb2.ListJobsResponse(jobs=jobs)
 
     async def CancelJob(
         self, request: trainer_pb2.CancelJobRequest, context: grpc.aio.ServicerContext
@@ -71,6 +78,30 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
             raise InvalidArgument("must be >= 0", "from_seq")
         async for event in self._store.events(_job_id(request.job_id), request.from_seq):
             yield event
+
+    # ------------------------------------------------------------ models
+    async def ModelsList(
+        self, request: trainer_pb2.ModelsListRequest, context: grpc.aio.ServicerContext
+    ) -> trainer_pb2.ModelsListResponse:
+        return trainer_pb2.ModelsListResponse(models=await self._models.models(request.experiment))
+
+    async def ModelsGet(
+        self, request: trainer_pb2.ModelsGetRequest, context: grpc.aio.ServicerContext
+    ) -> trainer_pb2.ModelInfo:
+        return await self._models.get(request.model)
+
+    async def ModelsDelete(
+        self, request: trainer_pb2.ModelsDeleteRequest, context: grpc.aio.ServicerContext
+    ) -> trainer_pb2.ModelsDeleteResponse:
+        return trainer_pb2.ModelsDeleteResponse(
+            deleted_steps=await self._models.delete(request.model)
+        )
+
+    async def ModelsExport(
+        self, request: trainer_pb2.ModelsExportRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[trainer_pb2.ModelsExportChunk]:
+        async for chunk in self._models.export(request.model):
+            yield chunk
 
 
 def _job_id(job_id: str) -> str:

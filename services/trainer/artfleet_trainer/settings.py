@@ -12,6 +12,9 @@ from artfleet.config import ServerSettings
 class TrainerSettings(ServerSettings):
     backend: Literal["torch", "art"] = Field(default="torch", description="ART backend")
     art_path: str = Field(default=".art", description="ART's path: checkpoints, state, logs")
+    trajectory_log_dir: str = Field(
+        default="logs", description="sampled trajectories (log_sample_rate) as JSON go here"
+    )
     device: str = Field(default="cpu", description="torch device of the torch backend")
     model_cache_dir: str = Field(default="", description="safetensors cache of base models")
     inference_host: str = Field(default="127.0.0.1")

@@ -40,6 +40,18 @@ def _events_key(job_id: str) -> str:
     return f"artfleet:events:{job_id}"
 
 
+def set_queue_positions(newest_first: list[pb.Job], *also: pb.Job) -> None:
+    """Queued jobs run in submission order: the oldest queued is position 1."""
+    position = 0
+    positions = {}
+    for job in reversed(newest_first):
+        if job.state == pb.JOB_STATE_QUEUED:
+            position += 1
+            positions[job.id] = position
+    for job in (*newest_first, *also):
+        job.queue_position = positions.get(job.id, 0)
+
+
 def _now() -> Timestamp:
     ts = Timestamp()
     ts.GetCurrentTime()
@@ -53,8 +65,10 @@ class JobStore:
         # redis-py's return types are unions of bytes/str/awaitables: typed loosely here.
         self._redis: Any = redis
 
-    async def create(self, spec: pb.JobSpec) -> pb.Job:
-        job = pb.Job(id=uuid.uuid4().hex[:12], spec=spec, state=pb.JOB_STATE_QUEUED)
+    async def create(self, spec: pb.JobSpec, config_hash: str = "") -> pb.Job:
+        job = pb.Job(
+            id=uuid.uuid4().hex[:12], spec=spec, state=pb.JOB_STATE_QUEUED, config_hash=config_hash
+        )
         job.created_at.CopyFrom(_now())
         await self.save(job)
         await self._redis.zadd(JOBS_INDEX, {job.id: time.time()})
@@ -71,14 +85,29 @@ class JobStore:
             raise NotFound(f"no job with id {job_id!r}")
         return pb.Job.FromString(raw)
 
-    async def list(self, limit: int = 0) -> list[pb.Job]:
-        ids = await self._redis.zrevrange(JOBS_INDEX, 0, (limit - 1) if limit > 0 else -1)
+    async def _all(self) -> list[pb.Job]:
+        """Every job, newest first."""
+        ids = await self._redis.zrevrange(JOBS_INDEX, 0, -1)
         raws = await self._redis.mget([_job_key(i.decode()) for i in ids]) if ids else []
         return [pb.Job.FromString(raw) for raw in raws if raw is not None]
 
+    async def list(self, limit: int = 0, experiment: str = "") -> list[pb.Job]:
+        """Newest first, each queued job with its queue position (1 = runs next)."""
+        jobs = await self._all()
+        set_queue_positions(jobs)
+        if experiment:
+            jobs = [j for j in jobs if (j.spec.experiment or "default") == experiment]
+        return jobs[:limit] if limit > 0 else jobs
+
+    async def get_with_position(self, job_id: str) -> pb.Job:
+        job = await self.get(job_id)
+        if job.state == pb.JOB_STATE_QUEUED:
+            set_queue_positions(await self._all(), job)
+        return job
+
     async def next_runnable(self) -> pb.Job | None:
         """The job to run next: one that was running (resume) first, else the oldest queued."""
-        jobs = list(reversed(await self.list()))
+        jobs = list(reversed(await self._all()))
         for wanted in ACTIVE:
             for job in jobs:
                 if job.state == wanted:

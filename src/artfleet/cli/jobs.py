@@ -59,6 +59,14 @@ def submit(
     max_steps_off_policy: int | None = typer.Option(
         None, help="asynchronous steps: roll out up to k steps ahead of training (0 = sync)"
     ),
+    experiment: str | None = typer.Option(
+        None, "--experiment", "--experiment-name", help="experiment name (default: 'default')"
+    ),
+    eval_every_steps: int | None = typer.Option(None, help="evaluate every N steps; 0 = never"),
+    keep_last: int | None = typer.Option(None, help="keep the last N checkpoints; 0 = all"),
+    log_sample_rate: float | None = typer.Option(
+        None, help="fraction of rollouts written as JSON under logs/<experiment>/step_<n>/"
+    ),
     watch: bool = typer.Option(False, "--watch", help="follow the job until it ends"),
     target: str = TargetOpt,
     token: str = TokenOpt,
@@ -78,22 +86,31 @@ def submit(
             seed=seed,
             backend=backend,
             max_steps_off_policy=max_steps_off_policy,
+            experiment=experiment,
+            eval_every_steps=eval_every_steps,
+            keep_last=keep_last,
+            log_sample_rate=log_sample_rate,
         ),
     )
     with trainer(target, token) as stub:
         job = stub.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
-    render.console.print(f"submitted job {job.id}")
+    render.console.print(
+        f"submitted job {job.id} (experiment {job.spec.experiment}, config {job.config_hash})"
+    )
     if watch:
         _watch(job.id, target, token)
 
 
 @app.command("list")
 def list_jobs(
-    limit: int = typer.Option(20, min=0), target: str = TargetOpt, token: str = TokenOpt
+    limit: int = typer.Option(20, min=0),
+    experiment: str = typer.Option("", help="only this experiment's jobs"),
+    target: str = TargetOpt,
+    token: str = TokenOpt,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first; queued jobs with their queue position (1 = runs next)."""
     with trainer(target, token) as stub:
-        reply = stub.ListJobs(trainer_pb2.ListJobsRequest(limit=limit))
+        reply = stub.ListJobs(trainer_pb2.ListJobsRequest(limit=limit, experiment=experiment))
     render.console.print(render.jobs_table(reply.jobs))
 
 

@@ -32,12 +32,17 @@ def step_line(s: pb.StepSummary) -> str:
 
 
 def jobs_table(jobs: Iterable[pb.Job]) -> Table:
-    table = Table("id", "name", "state", "steps", "policy", "created")
+    table = Table("id", "name", "experiment", "config", "state", "steps", "policy", "created")
     for job in jobs:
+        state = state_name(job.state)
+        if job.queue_position:
+            state += f" #{job.queue_position}"
         table.add_row(
             job.id,
             job.spec.name,
-            state_name(job.state),
+            job.spec.experiment or "default",
+            job.config_hash or "-",
+            state,
             f"{job.completed_steps}/{job.spec.steps}",
             job.policy or "-",
             job.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"),
@@ -72,14 +77,43 @@ def summary_table(job: pb.Job) -> Table:
 
 
 def job_details(job: pb.Job) -> None:
+    queued = f" (queue position {job.queue_position})" if job.queue_position else ""
     console.print(
-        f"job {job.id} ({job.spec.name}): {state_name(job.state)}, "
-        f"{job.completed_steps}/{job.spec.steps} steps, policy {job.policy or '-'}"
+        f"job {job.id} ({job.spec.name}): {state_name(job.state)}{queued}, "
+        f"{job.completed_steps}/{job.spec.steps} steps, policy {job.policy or '-'}, "
+        f"experiment {job.spec.experiment or 'default'}, config {job.config_hash or '-'}"
     )
     if job.error:
         console.print(f"[red]error:[/red] {job.error}")
     if job.steps:
         console.print(summary_table(job))
+    if job.evals:
+        console.print(evals_table(job.evals))
+
+
+def eval_line(e: pb.EvalSummary) -> str:
+    return (
+        f"eval @ step {e.step} ({e.split}, {e.tasks} tasks, k={e.k}): "
+        f"reward {e.reward_mean:+.3f} · success {e.success_rate:.1%} · "
+        f"avg@{e.k} {e.avg_at_k:.3f} · pass@{e.k} {e.pass_at_k:.3f}"
+    )
+
+
+def evals_table(evals: Iterable[pb.EvalSummary]) -> Table:
+    table = Table("step", "split", "tasks", "k", "reward", "success", "avg@k", "pass@k", "time")
+    for e in evals:
+        table.add_row(
+            str(e.step),
+            e.split,
+            str(e.tasks),
+            str(e.k),
+            f"{e.reward_mean:+.3f}",
+            f"{e.success_rate:.1%}",
+            f"{e.avg_at_k:.3f}",
+            f"{e.pass_at_k:.3f}",
+            f"{e.seconds:.0f}s",
+        )
+    return table
 
 
 def follow(events: Iterable[pb.ProgressEvent], total_steps: int) -> int:
@@ -99,6 +133,8 @@ def follow(events: Iterable[pb.ProgressEvent], total_steps: int) -> int:
             elif event.kind == pb.EVENT_KIND_STEP_DONE:
                 progress.console.print(step_line(event.summary))
                 progress.update(bar, completed=event.step)
+            elif event.kind == pb.EVENT_KIND_EVAL:
+                progress.console.print(eval_line(event.eval))
             elif event.kind == pb.EVENT_KIND_STATE:
                 final = event.state
                 note = f": {event.message}" if event.message else ""

@@ -27,6 +27,7 @@ class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_KIND_STEP_STARTED: _ClassVar[EventKind]
     EVENT_KIND_STEP_DONE: _ClassVar[EventKind]
     EVENT_KIND_LOG: _ClassVar[EventKind]
+    EVENT_KIND_EVAL: _ClassVar[EventKind]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_QUEUED: JobState
 JOB_STATE_RUNNING: JobState
@@ -39,6 +40,7 @@ EVENT_KIND_STATE: EventKind
 EVENT_KIND_STEP_STARTED: EventKind
 EVENT_KIND_STEP_DONE: EventKind
 EVENT_KIND_LOG: EventKind
+EVENT_KIND_EVAL: EventKind
 
 class TopLogprob(_message.Message):
     __slots__ = ("token", "logprob", "bytes")
@@ -343,7 +345,7 @@ class RewardSpec(_message.Message):
     def __init__(self, scorers: _Optional[_Iterable[_Union[ScorerSpec, _Mapping]]] = ..., clip: _Optional[_Union[Range, _Mapping]] = ..., policy: _Optional[_Union[PolicyEndpoint, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "max_steps_off_policy")
+    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "max_steps_off_policy", "experiment", "grpo", "eval_every_steps", "eval_split", "eval_k", "eval_max_tasks", "keep_last", "keep_best_metric", "log_sample_rate")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -367,6 +369,15 @@ class JobSpec(_message.Message):
     GPU_MEMORY_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
     TASK_PROMPT_FIELD_NUMBER: _ClassVar[int]
     MAX_STEPS_OFF_POLICY_FIELD_NUMBER: _ClassVar[int]
+    EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
+    GRPO_FIELD_NUMBER: _ClassVar[int]
+    EVAL_EVERY_STEPS_FIELD_NUMBER: _ClassVar[int]
+    EVAL_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    EVAL_K_FIELD_NUMBER: _ClassVar[int]
+    EVAL_MAX_TASKS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_LAST_FIELD_NUMBER: _ClassVar[int]
+    KEEP_BEST_METRIC_FIELD_NUMBER: _ClassVar[int]
+    LOG_SAMPLE_RATE_FIELD_NUMBER: _ClassVar[int]
     name: str
     project: str
     base_model: str
@@ -390,7 +401,98 @@ class JobSpec(_message.Message):
     gpu_memory_utilization: float
     task_prompt: str
     max_steps_off_policy: int
-    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., max_steps_off_policy: _Optional[int] = ...) -> None: ...
+    experiment: str
+    grpo: GrpoSpec
+    eval_every_steps: int
+    eval_split: str
+    eval_k: int
+    eval_max_tasks: int
+    keep_last: int
+    keep_best_metric: str
+    log_sample_rate: float
+    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., max_steps_off_policy: _Optional[int] = ..., experiment: _Optional[str] = ..., grpo: _Optional[_Union[GrpoSpec, _Mapping]] = ..., eval_every_steps: _Optional[int] = ..., eval_split: _Optional[str] = ..., eval_k: _Optional[int] = ..., eval_max_tasks: _Optional[int] = ..., keep_last: _Optional[int] = ..., keep_best_metric: _Optional[str] = ..., log_sample_rate: _Optional[float] = ...) -> None: ...
+
+class GrpoSpec(_message.Message):
+    __slots__ = ("loss_fn", "normalize_advantages", "scale_rewards", "advantage_balance", "epsilon", "epsilon_high", "kl_penalty_coef", "kl_penalty_reference_step", "importance_sampling_level", "max_negative_advantage_importance_sampling_weight", "mask_prob_ratio", "kimi_k2_tau", "truncated_importance_sampling", "scale_learning_rate_by_reward_std_dev", "num_trajectories_learning_rate_multiplier_power", "packed_sequence_length", "logprob_calculation_chunk_size", "allow_training_without_logprobs", "precalculate_logprobs", "grad_accumulation_sequences")
+    LOSS_FN_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZE_ADVANTAGES_FIELD_NUMBER: _ClassVar[int]
+    SCALE_REWARDS_FIELD_NUMBER: _ClassVar[int]
+    ADVANTAGE_BALANCE_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_HIGH_FIELD_NUMBER: _ClassVar[int]
+    KL_PENALTY_COEF_FIELD_NUMBER: _ClassVar[int]
+    KL_PENALTY_REFERENCE_STEP_FIELD_NUMBER: _ClassVar[int]
+    IMPORTANCE_SAMPLING_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_NEGATIVE_ADVANTAGE_IMPORTANCE_SAMPLING_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    MASK_PROB_RATIO_FIELD_NUMBER: _ClassVar[int]
+    KIMI_K2_TAU_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_IMPORTANCE_SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    SCALE_LEARNING_RATE_BY_REWARD_STD_DEV_FIELD_NUMBER: _ClassVar[int]
+    NUM_TRAJECTORIES_LEARNING_RATE_MULTIPLIER_POWER_FIELD_NUMBER: _ClassVar[int]
+    PACKED_SEQUENCE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_CALCULATION_CHUNK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_TRAINING_WITHOUT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    PRECALCULATE_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    GRAD_ACCUMULATION_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    loss_fn: str
+    normalize_advantages: bool
+    scale_rewards: bool
+    advantage_balance: float
+    epsilon: float
+    epsilon_high: float
+    kl_penalty_coef: float
+    kl_penalty_reference_step: int
+    importance_sampling_level: str
+    max_negative_advantage_importance_sampling_weight: float
+    mask_prob_ratio: bool
+    kimi_k2_tau: float
+    truncated_importance_sampling: float
+    scale_learning_rate_by_reward_std_dev: bool
+    num_trajectories_learning_rate_multiplier_power: float
+    packed_sequence_length: int
+    logprob_calculation_chunk_size: int
+    allow_training_without_logprobs: bool
+    precalculate_logprobs: bool
+    grad_accumulation_sequences: int
+    def __init__(self, loss_fn: _Optional[str] = ..., normalize_advantages: _Optional[bool] = ..., scale_rewards: _Optional[bool] = ..., advantage_balance: _Optional[float] = ..., epsilon: _Optional[float] = ..., epsilon_high: _Optional[float] = ..., kl_penalty_coef: _Optional[float] = ..., kl_penalty_reference_step: _Optional[int] = ..., importance_sampling_level: _Optional[str] = ..., max_negative_advantage_importance_sampling_weight: _Optional[float] = ..., mask_prob_ratio: _Optional[bool] = ..., kimi_k2_tau: _Optional[float] = ..., truncated_importance_sampling: _Optional[float] = ..., scale_learning_rate_by_reward_std_dev: _Optional[bool] = ..., num_trajectories_learning_rate_multiplier_power: _Optional[float] = ..., packed_sequence_length: _Optional[int] = ..., logprob_calculation_chunk_size: _Optional[int] = ..., allow_training_without_logprobs: _Optional[bool] = ..., precalculate_logprobs: _Optional[bool] = ..., grad_accumulation_sequences: _Optional[int] = ...) -> None: ...
+
+class EvalTaskResult(_message.Message):
+    __slots__ = ("scenario_id", "rewards", "successes", "samples")
+    SCENARIO_ID_FIELD_NUMBER: _ClassVar[int]
+    REWARDS_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    scenario_id: str
+    rewards: _containers.RepeatedScalarFieldContainer[float]
+    successes: int
+    samples: int
+    def __init__(self, scenario_id: _Optional[str] = ..., rewards: _Optional[_Iterable[float]] = ..., successes: _Optional[int] = ..., samples: _Optional[int] = ...) -> None: ...
+
+class EvalSummary(_message.Message):
+    __slots__ = ("step", "split", "k", "tasks", "reward_mean", "success_rate", "avg_at_k", "pass_at_k", "seconds", "results", "policy")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    REWARD_MEAN_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_RATE_FIELD_NUMBER: _ClassVar[int]
+    AVG_AT_K_FIELD_NUMBER: _ClassVar[int]
+    PASS_AT_K_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    split: str
+    k: int
+    tasks: int
+    reward_mean: float
+    success_rate: float
+    avg_at_k: float
+    pass_at_k: float
+    seconds: float
+    results: _containers.RepeatedCompositeFieldContainer[EvalTaskResult]
+    policy: str
+    def __init__(self, step: _Optional[int] = ..., split: _Optional[str] = ..., k: _Optional[int] = ..., tasks: _Optional[int] = ..., reward_mean: _Optional[float] = ..., success_rate: _Optional[float] = ..., avg_at_k: _Optional[float] = ..., pass_at_k: _Optional[float] = ..., seconds: _Optional[float] = ..., results: _Optional[_Iterable[_Union[EvalTaskResult, _Mapping]]] = ..., policy: _Optional[str] = ...) -> None: ...
 
 class StepSummary(_message.Message):
     __slots__ = ("step", "reward_mean", "reward_std", "turns_mean", "step_seconds", "trajectories", "groups", "loss", "trained_sequences", "rollout_seconds", "train_seconds", "staleness_mean", "staleness_max", "stale_groups_rerun", "trainer_idle_seconds", "rollout_idle_seconds")
@@ -429,7 +531,7 @@ class StepSummary(_message.Message):
     def __init__(self, step: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., turns_mean: _Optional[float] = ..., step_seconds: _Optional[float] = ..., trajectories: _Optional[int] = ..., groups: _Optional[int] = ..., loss: _Optional[float] = ..., trained_sequences: _Optional[int] = ..., rollout_seconds: _Optional[float] = ..., train_seconds: _Optional[float] = ..., staleness_mean: _Optional[float] = ..., staleness_max: _Optional[int] = ..., stale_groups_rerun: _Optional[int] = ..., trainer_idle_seconds: _Optional[float] = ..., rollout_idle_seconds: _Optional[float] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "completed_steps", "error", "created_at", "updated_at", "steps", "policy")
+    __slots__ = ("id", "spec", "state", "completed_steps", "error", "created_at", "updated_at", "steps", "policy", "config_hash", "queue_position", "evals")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -439,6 +541,9 @@ class Job(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_HASH_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    EVALS_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: JobState
@@ -448,10 +553,13 @@ class Job(_message.Message):
     updated_at: _timestamp_pb2.Timestamp
     steps: _containers.RepeatedCompositeFieldContainer[StepSummary]
     policy: str
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., completed_steps: _Optional[int] = ..., error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepSummary, _Mapping]]] = ..., policy: _Optional[str] = ...) -> None: ...
+    config_hash: str
+    queue_position: int
+    evals: _containers.RepeatedCompositeFieldContainer[EvalSummary]
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., completed_steps: _Optional[int] = ..., error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepSummary, _Mapping]]] = ..., policy: _Optional[str] = ..., config_hash: _Optional[str] = ..., queue_position: _Optional[int] = ..., evals: _Optional[_Iterable[_Union[EvalSummary, _Mapping]]] = ...) -> None: ...
 
 class ProgressEvent(_message.Message):
-    __slots__ = ("job_id", "seq", "time", "kind", "state", "step", "total_steps", "summary", "message")
+    __slots__ = ("job_id", "seq", "time", "kind", "state", "step", "total_steps", "summary", "message", "eval")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -461,6 +569,7 @@ class ProgressEvent(_message.Message):
     TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EVAL_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     seq: int
     time: _timestamp_pb2.Timestamp
@@ -470,4 +579,5 @@ class ProgressEvent(_message.Message):
     total_steps: int
     summary: StepSummary
     message: str
-    def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[_Union[EventKind, str]] = ..., state: _Optional[_Union[JobState, str]] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., summary: _Optional[_Union[StepSummary, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
+    eval: EvalSummary
+    def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[_Union[EventKind, str]] = ..., state: _Optional[_Union[JobState, str]] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., summary: _Optional[_Union[StepSummary, _Mapping]] = ..., message: _Optional[str] = ..., eval: _Optional[_Union[EvalSummary, _Mapping]] = ...) -> None: ...

@@ -7,6 +7,86 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ModelCheckpoint(_message.Message):
+    __slots__ = ("step", "bytes", "best")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    BEST_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    bytes: int
+    best: bool
+    def __init__(self, step: _Optional[int] = ..., bytes: _Optional[int] = ..., best: _Optional[bool] = ...) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("name", "project", "job_id", "job_state", "experiment", "config_hash", "base_model", "checkpoints", "latest_step", "path")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_STATE_FIELD_NUMBER: _ClassVar[int]
+    EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_HASH_FIELD_NUMBER: _ClassVar[int]
+    BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    LATEST_STEP_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    project: str
+    job_id: str
+    job_state: _common_pb2.JobState
+    experiment: str
+    config_hash: str
+    base_model: str
+    checkpoints: _containers.RepeatedCompositeFieldContainer[ModelCheckpoint]
+    latest_step: int
+    path: str
+    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., job_id: _Optional[str] = ..., job_state: _Optional[_Union[_common_pb2.JobState, str]] = ..., experiment: _Optional[str] = ..., config_hash: _Optional[str] = ..., base_model: _Optional[str] = ..., checkpoints: _Optional[_Iterable[_Union[ModelCheckpoint, _Mapping]]] = ..., latest_step: _Optional[int] = ..., path: _Optional[str] = ...) -> None: ...
+
+class ModelsListRequest(_message.Message):
+    __slots__ = ("experiment",)
+    EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
+    experiment: str
+    def __init__(self, experiment: _Optional[str] = ...) -> None: ...
+
+class ModelsListResponse(_message.Message):
+    __slots__ = ("models",)
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class ModelsGetRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class ModelsDeleteRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class ModelsDeleteResponse(_message.Message):
+    __slots__ = ("deleted_steps",)
+    DELETED_STEPS_FIELD_NUMBER: _ClassVar[int]
+    deleted_steps: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, deleted_steps: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ModelsExportRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class ModelsExportChunk(_message.Message):
+    __slots__ = ("file", "data", "step")
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    data: bytes
+    step: int
+    def __init__(self, file: _Optional[str] = ..., data: _Optional[bytes] = ..., step: _Optional[int] = ...) -> None: ...
+
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec",)
     SPEC_FIELD_NUMBER: _ClassVar[int]
@@ -20,10 +100,12 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("limit",)
+    __slots__ = ("limit", "experiment")
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
     limit: int
-    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+    experiment: str
+    def __init__(self, limit: _Optional[int] = ..., experiment: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs",)

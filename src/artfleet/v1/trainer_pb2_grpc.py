@@ -61,6 +61,26 @@ class TrainerStub:
                 request_serializer=artfleet_dot_v1_dot_trainer__pb2.WatchJobRequest.SerializeToString,
                 response_deserializer=artfleet_dot_v1_dot_common__pb2.ProgressEvent.FromString,
                 _registered_method=True)
+        self.ModelsList = channel.unary_unary(
+                '/artfleet.v1.Trainer/ModelsList',
+                request_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsListRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelsListResponse.FromString,
+                _registered_method=True)
+        self.ModelsGet = channel.unary_unary(
+                '/artfleet.v1.Trainer/ModelsGet',
+                request_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsGetRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelInfo.FromString,
+                _registered_method=True)
+        self.ModelsDelete = channel.unary_unary(
+                '/artfleet.v1.Trainer/ModelsDelete',
+                request_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsDeleteRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelsDeleteResponse.FromString,
+                _registered_method=True)
+        self.ModelsExport = channel.unary_stream(
+                '/artfleet.v1.Trainer/ModelsExport',
+                request_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsExportRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelsExportChunk.FromString,
+                _registered_method=True)
 
 
 class TrainerServicer:
@@ -98,6 +118,33 @@ class TrainerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelsList(self, request, context):
+        """Models: each job's LoRA checkpoints under the trainer's ART path.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ModelsGet(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ModelsDelete(self, request, context):
+        """Refused (FAILED_PRECONDITION) while the model's job is queued or running.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ModelsExport(self, request, context):
+        """The checkpoint's adapter files (a peft LoRA adapter directory), in chunks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TrainerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -125,6 +172,26 @@ def add_TrainerServicer_to_server(servicer, server):
                     servicer.WatchJob,
                     request_deserializer=artfleet_dot_v1_dot_trainer__pb2.WatchJobRequest.FromString,
                     response_serializer=artfleet_dot_v1_dot_common__pb2.ProgressEvent.SerializeToString,
+            ),
+            'ModelsList': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelsList,
+                    request_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelsListRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsListResponse.SerializeToString,
+            ),
+            'ModelsGet': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelsGet,
+                    request_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelsGetRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelInfo.SerializeToString,
+            ),
+            'ModelsDelete': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelsDelete,
+                    request_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelsDeleteRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsDeleteResponse.SerializeToString,
+            ),
+            'ModelsExport': grpc.unary_stream_rpc_method_handler(
+                    servicer.ModelsExport,
+                    request_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelsExportRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsExportChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +330,114 @@ class Trainer:
             '/artfleet.v1.Trainer/WatchJob',
             artfleet_dot_v1_dot_trainer__pb2.WatchJobRequest.SerializeToString,
             artfleet_dot_v1_dot_common__pb2.ProgressEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelsList(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/artfleet.v1.Trainer/ModelsList',
+            artfleet_dot_v1_dot_trainer__pb2.ModelsListRequest.SerializeToString,
+            artfleet_dot_v1_dot_trainer__pb2.ModelsListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelsGet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/artfleet.v1.Trainer/ModelsGet',
+            artfleet_dot_v1_dot_trainer__pb2.ModelsGetRequest.SerializeToString,
+            artfleet_dot_v1_dot_trainer__pb2.ModelInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelsDelete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/artfleet.v1.Trainer/ModelsDelete',
+            artfleet_dot_v1_dot_trainer__pb2.ModelsDeleteRequest.SerializeToString,
+            artfleet_dot_v1_dot_trainer__pb2.ModelsDeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelsExport(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/artfleet.v1.Trainer/ModelsExport',
+            artfleet_dot_v1_dot_trainer__pb2.ModelsExportRequest.SerializeToString,
+            artfleet_dot_v1_dot_trainer__pb2.ModelsExportChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -229,8 +229,7 @@ def train_on_packed(
     """Optimizer steps over the packed rows, `grad_accumulation_sequences` rows per step."""
     stats = StepStats()
     params = [p for p in model.parameters() if p.requires_grad]
-    for group in optimizer.param_groups:
-        group["lr"] = config.learning_rate
+    power = float(dev_config.get("num_trajectories_learning_rate_multiplier_power", 0.0))
     model.train()
     try:
         for rows in _row_batches(packed, config.grad_accumulation_sequences or 1):
@@ -245,6 +244,7 @@ def train_on_packed(
                 loss = _row_loss(model, inputs, config, dev_config)
                 (loss.policy_loss / len(rows)).backward()
                 _record_loss(stats, loss)
+                _set_learning_rate(optimizer, config.learning_rate, inputs, power)
             norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
             stats.grad_norms.append(float(norm))
             optimizer.step()
@@ -252,6 +252,21 @@ def train_on_packed(
         optimizer.zero_grad(set_to_none=True)
         model.eval()
     return stats
+
+
+def _set_learning_rate(
+    optimizer: torch.optim.Optimizer, learning_rate: float, inputs: Any, power: float
+) -> None:
+    """ART's `num_trajectories_learning_rate_multiplier_power`: the rate times (the row's
+    trajectories) ** power, set per row as ART's Unsloth loss does (the step's last row wins)."""
+    multiplier = 1.0
+    if power:
+        trajectories = int(
+            torch.unique(inputs["group_ids"]).numel() - torch.unique(inputs["parent_ids"]).numel()
+        )
+        multiplier = float(max(trajectories, 1)) ** power
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate * multiplier
 
 
 def _to_device(inputs: Any, device: torch.device) -> Any:
@@ -302,6 +317,7 @@ _CONFIG_KWARGS = frozenset(
         "kl_penalty_coef",
         "logprob_calculation_chunk_size",
         "mask_prob_ratio",
+        "num_trajectories_learning_rate_multiplier_power",
         "max_negative_advantage_importance_sampling_weight",
         "packed_sequence_length",
         "scale_rewards",

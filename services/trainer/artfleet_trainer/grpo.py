@@ -1,0 +1,44 @@
+"""The job spec's GRPO knobs → `backend.train` keyword arguments, and which backend
+honours which (checked at submit, so a job never fails at step 1 for a knob).
+
+No torch here: the servicer imports this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from artfleet.errors import InvalidArgument
+from artfleet.jobspec import JobSpecModel
+
+# What the torch backend does not implement (torch_backend/training.py honours the rest):
+# a reference adapter other than the base model, ART's LR scalings, and recomputing the
+# sampling logprobs before the step.
+TORCH_UNSUPPORTED = {
+    "kl_penalty_reference_step": "the KL reference is always the base model (LoRA off)",
+    "scale_learning_rate_by_reward_std_dev": "not implemented (ART's LocalBackend ignores it too)",
+    "precalculate_logprobs": "the sampling logprobs are always the old policy's",
+}
+# LocalBackend.train takes no `grad_accumulation_sequences` (ART packs rows itself).
+ART_UNSUPPORTED = {
+    "grad_accumulation_sequences": "LocalBackend.train has no such argument",
+}
+
+
+def unsupported(backend: str) -> dict[str, str]:
+    return TORCH_UNSUPPORTED if backend == "torch" else ART_UNSUPPORTED
+
+
+def check_backend(spec: JobSpecModel) -> None:
+    """InvalidArgument naming the first `grpo.<knob>` the job's backend cannot honour."""
+    refused = unsupported(spec.backend)
+    for name in spec.grpo.set_fields():
+        if name in refused:
+            raise InvalidArgument(
+                f"not supported by the {spec.backend} backend: {refused[name]}", f"grpo.{name}"
+            )
+
+
+def train_kwargs(spec: JobSpecModel) -> dict[str, Any]:
+    """The knobs a person set, as `backend.train(..., **kwargs)` takes them."""
+    return spec.grpo.set_fields()

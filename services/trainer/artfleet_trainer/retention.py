@@ -1,0 +1,65 @@
+"""Checkpoint retention: after each step keep a job's last K checkpoints plus the best
+by an eval metric; delete the rest. Files only, in ART's layout
+(`{art_path}/{project}/models/{name}/checkpoints/{step:04d}/`), which both backends write,
+so no backend method is needed. The latest checkpoint (the one served) is always kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from artfleet.jobspec import JobSpecModel
+from artfleet.v1 import common_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+def model_dir(art_path: str, project: str, name: str) -> Path:
+    return Path(art_path) / project / "models" / name
+
+
+def checkpoint_steps(directory: Path) -> list[int]:
+    """Steps with a saved adapter, ascending (ART's and the torch backend's layout)."""
+    root = directory / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(
+        int(entry.name)
+        for entry in root.iterdir()
+        if entry.name.isdigit() and (entry / "adapter_config.json").is_file()
+    )
+
+
+def best_step(evals: Iterable[pb.EvalSummary], metric: str, steps: Iterable[int]) -> int | None:
+    """The evaluated step with the highest `metric` among `steps`; ties go to the later."""
+    present = set(steps)
+    scored = [(getattr(e, metric), e.step) for e in evals if e.step in present]
+    return max(scored)[1] if scored else None
+
+
+def steps_to_keep(steps: list[int], keep_last: int, best: int | None) -> set[int]:
+    keep = set(steps[-keep_last:]) if keep_last else set(steps)
+    if steps:
+        keep.add(steps[-1])
+    if best is not None:
+        keep.add(best)
+    return keep
+
+
+def apply(art_path: str, model_name: str, job: pb.Job, spec: JobSpecModel) -> list[int]:
+    """Delete what the job's retention does not keep; returns the deleted steps."""
+    if not spec.keep_last:
+        return []
+    directory = model_dir(art_path, spec.project, model_name)
+    steps = checkpoint_steps(directory)
+    best = best_step(job.evals, spec.keep_best_metric, steps) if spec.keep_best_metric else None
+    keep = steps_to_keep(steps, spec.keep_last, best)
+    deleted = [s for s in steps if s not in keep]
+    for step in deleted:
+        shutil.rmtree(directory / "checkpoints" / f"{step:04d}", ignore_errors=True)
+    if deleted:
+        log.info("job %s: deleted checkpoints %s, kept %s", job.id, deleted, sorted(keep))
+    return deleted

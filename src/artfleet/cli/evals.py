@@ -1,0 +1,181 @@
+"""`artfleet eval run` and `artfleet eval compare`: a policy × an environment split × k
+samples per task, through the rollout service (Rollout.RunGroup, scored by the reward
+service, no training); and two such evaluations side by side with a paired test.
+
+The policy is any OpenAI-compatible endpoint and model name: the trainer's inference
+endpoint serves the base model and a running job's policy (`name@step`); any other
+endpoint takes its key from a variable in the rollout service's environment
+(`--api-key-env`).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import typer
+from google.protobuf import json_format
+from rich.table import Table
+
+from artfleet import evaluation, trajlog
+from artfleet.cli import render
+from artfleet.cli.client import fail, service
+from artfleet.cli.rollout import build_task, job_defaults, parse_reward
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
+
+app = typer.Typer(help="Evaluate policies and compare evaluations.", no_args_is_help=True)
+SUMMARY_FILE = "summary.json"
+
+
+def eval_tasks(info: rollout_pb2.EnvironmentInfo, split: str, max_tasks: int) -> list[str]:
+    ids = [s.id for s in info.scenarios if s.split == split]
+    if not ids:
+        fail(f"environment {info.name!r} has no scenario in split {split!r}")
+    return ids[:max_tasks] if max_tasks else ids
+
+
+def write_outputs(
+    out: Path, summary: pb.EvalSummary, responses: dict[str, rollout_pb2.RunGroupResponse]
+) -> None:
+    """summary.json plus one readable JSON record per trajectory under trajectories/."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SUMMARY_FILE).write_text(
+        json_format.MessageToJson(summary, preserving_proto_field_name=True)
+    )
+    for scenario, response in responses.items():
+        episodes = list(response.episodes)
+        for i, trajectory in enumerate(response.group.trajectories):
+            meta = {"scenario_id": scenario, "step": summary.step, "policy": summary.policy}
+            episode = episodes[i] if i < len(episodes) else None
+            trajlog.write(
+                out / "trajectories", f"{scenario}-{i}", trajlog.record(trajectory, meta, episode)
+            )
+
+
+def load_summary(path: Path) -> pb.EvalSummary:
+    """An eval's summary.json, given as the file or its folder."""
+    file = path / SUMMARY_FILE if path.is_dir() else path
+    try:
+        return json_format.Parse(file.read_text(), pb.EvalSummary())
+    except (OSError, json_format.ParseError) as exc:
+        fail(f"cannot read an evaluation from {path}: {exc}")
+
+
+def summary_table(summary: pb.EvalSummary) -> Table:
+    table = Table("task", "samples", "successes", "pass@k", "reward mean")
+    for r in summary.results:
+        table.add_row(
+            r.scenario_id,
+            str(r.samples),
+            str(r.successes),
+            f"{evaluation.pass_at_k(r.samples, r.successes, summary.k):.3f}",
+            f"{sum(r.rewards) / r.samples:+.3f}" if r.samples else "-",
+        )
+    return table
+
+
+@app.command("run")
+def run(
+    base_url: str = typer.Option(..., help="OpenAI-compatible endpoint, e.g. http://host:8000/v1"),
+    model: str = typer.Option(..., help="model the endpoint serves (base model, name@step, ...)"),
+    env: str = typer.Option("shell-tasks", help="environment (task set)"),
+    split: str = typer.Option("test", help="the split whose tasks are evaluated"),
+    k: int = typer.Option(2, min=1, max=256, help="samples per task"),
+    max_tasks: int = typer.Option(0, min=0, help="first N tasks of the split; 0 = all"),
+    api_key_env: str = typer.Option(
+        "", help="variable in the rollout service's environment holding the endpoint's key"
+    ),
+    temperature: float | None = typer.Option(None, help="default: the job default"),
+    max_turns: int | None = typer.Option(None, help="default: the job default"),
+    max_tokens: int | None = typer.Option(None, help="per turn; default: the job default"),
+    reward: str | None = typer.Option(None, help="scorers: YAML/JSON list or a file"),
+    concurrency: int = typer.Option(4, min=1, max=256, help="tasks run at once"),
+    out: Path | None = typer.Option(None, help="folder for summary.json and trajectories/"),
+    timeout_s: float = typer.Option(1800.0, min=1, help="how long to wait for one task"),
+    target: str = typer.Option(
+        "127.0.0.1:50052", envvar="ARTFLEET_ROLLOUT_TARGET", help="rollout service gRPC address"
+    ),
+    token: str = typer.Option(
+        "", envvar="ARTFLEET_API_TOKEN", help="API token", show_default=False
+    ),
+) -> None:
+    """Evaluate a policy: mean reward, success rate, avg@k, pass@k and a per-task table.
+    Exits 1 when no task returned a sample."""
+    spec = job_defaults(
+        dict(
+            environment=env,
+            max_turns=max_turns,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            reward=parse_reward(reward) if reward is not None else None,
+        )
+    )
+    start = time.monotonic()
+    with service(target, token, "rollout service") as channel:
+        stub = rollout_pb2_grpc.RolloutStub(channel)
+        info = stub.DescribeEnvironment(
+            rollout_pb2.DescribeEnvironmentRequest(name=env), timeout=30
+        )
+        scenarios = eval_tasks(info, split, max_tasks)
+
+        def one(scenario: str) -> rollout_pb2.RunGroupResponse:
+            task = build_task(
+                spec,
+                scenario,
+                rollouts=k,
+                model_base_url=base_url,
+                policy=model,
+                model_api_key_env=api_key_env,
+            )
+            response: Any = stub.RunGroup(rollout_pb2.RunGroupRequest(task=task), timeout=timeout_s)
+            return response
+
+        with ThreadPoolExecutor(concurrency) as pool:
+            responses = dict(zip(scenarios, pool.map(one, scenarios), strict=True))
+    results = [evaluation.task_result(s, r.group) for s, r in responses.items()]
+    summary = evaluation.summarize(
+        results, k=k, split=split, policy=model, seconds=time.monotonic() - start
+    )
+    if out is not None:
+        write_outputs(out, summary, responses)
+    render.console.print(summary_table(summary))
+    render.console.print(render.eval_line(summary))
+    if not any(r.samples for r in results):
+        raise SystemExit(1)
+
+
+@app.command("compare")
+def compare(
+    a: Path = typer.Argument(..., help="evaluation A: its --out folder or summary.json"),
+    b: Path = typer.Argument(..., help="evaluation B"),
+    metric: str = typer.Option("success", help="per-task score: success | pass_at_k | reward"),
+    resamples: int = typer.Option(2000, min=100, max=1_000_000, help="bootstrap resamples"),
+) -> None:
+    """One table of per-task scores and deltas (B − A), the mean delta with a paired
+    bootstrap 95% interval, and a two-sided sign test."""
+    if metric not in ("success", "pass_at_k", "reward"):
+        fail(f"--metric must be success, pass_at_k or reward, not {metric!r}")
+    first, second = load_summary(a), load_summary(b)
+    result = evaluation.compare(first, second, metric=metric, resamples=resamples)
+    if not result.rows:
+        fail("the two evaluations share no task")
+    table = Table("task", f"A {metric}", f"B {metric}", "delta")
+    for row in result.rows:
+        table.add_row(row.scenario_id, f"{row.a:.3f}", f"{row.b:.3f}", f"{row.delta:+.3f}")
+    render.console.print(table)
+    low, high = result.ci95
+    lines = (
+        f"A: {first.policy or a} · B: {second.policy or b} · {len(result.rows)} shared tasks",
+        f"mean delta {result.mean_delta:+.3f} (95% CI {low:+.3f} .. {high:+.3f}, "
+        "paired bootstrap over tasks)",
+        f"wins {result.wins} / losses {result.losses} / ties {result.ties}",
+        f"sign test p = {result.sign_p:.4f}",
+    )
+    for line in lines:
+        render.console.print(line, markup=False, soft_wrap=True)
+    for side, missing in (("A", result.only_a), ("B", result.only_b)):
+        if missing:
+            render.console.print(f"only in {side}: {', '.join(missing)}", markup=False)

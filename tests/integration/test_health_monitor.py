@@ -1,0 +1,97 @@
+"""The health monitor (issue 12): its gauges and log warnings when a test fills a work
+directory past the threshold, child processes counted from /proc, stale directories."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from artfleet.health import DIR_BYTES, FINDINGS, STALE_DIRS, HealthLimits, HealthMonitor
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_work_dir_filled_past_the_threshold_raises_gauge_and_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    work = tmp_path / "sessions"
+    work.mkdir()
+    monitor = HealthMonitor("test-fill", [str(work)], HealthLimits(max_dir_bytes=1_000_000))
+    assert [f for f in monitor.check() if f.check == "dir_size"] == []
+    assert FINDINGS.labels("test-fill", "dir_size", "critical")._value.get() == 0
+    (work / "s1").mkdir()
+    (work / "s1" / "blob").write_bytes(b"x" * 850_000)  # past 80%: a warning
+    with caplog.at_level(logging.WARNING, logger="artfleet.health"):
+        findings = monitor.check()
+    assert [(f.check, f.severity) for f in findings] == [("dir_size", "warning")]
+    assert FINDINGS.labels("test-fill", "dir_size", "warning")._value.get() == 1
+    assert "near the limit" in caplog.text
+    (work / "s1" / "more").write_bytes(b"x" * 300_000)  # past the limit: critical
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="artfleet.health"):
+        findings = monitor.check()
+    assert [(f.check, f.severity) for f in findings] == [("dir_size", "critical")]
+    assert FINDINGS.labels("test-fill", "dir_size", "critical")._value.get() == 1
+    assert FINDINGS.labels("test-fill", "dir_size", "warning")._value.get() == 0
+    assert DIR_BYTES.labels("test-fill", str(work))._value.get() == 1_150_000
+    assert "over the limit" in caplog.text and caplog.records[0].levelno == logging.ERROR
+
+
+def test_stale_directories_and_child_processes(tmp_path: Path) -> None:
+    work = tmp_path / "rollouts"
+    (work / "old").mkdir(parents=True)
+    (work / "fresh").mkdir()
+    hour_ago = time.time() - 7200
+    os.utime(work / "old", (hour_ago, hour_ago))
+    monitor = HealthMonitor("test-stale", [str(work)], HealthLimits(max_child_processes=2))
+    children = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(3)
+    ]
+    try:
+        findings = {(f.check, f.severity) for f in monitor.check()}
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+    assert ("stale_dirs", "warning") in findings
+    assert ("child_processes", "critical") in findings  # 3 > 2
+    assert STALE_DIRS.labels("test-stale", str(work))._value.get() == 1
+
+
+async def test_the_monitor_runs_on_its_interval_and_stops(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "f").write_bytes(b"x" * 2000)
+    monitor = HealthMonitor("test-loop", [str(work)], HealthLimits(interval_s=0.05))
+    monitor.start()
+    try:
+        deadline = time.monotonic() + 30
+        while DIR_BYTES.labels("test-loop", str(work))._value.get() != 2000:
+            assert time.monotonic() < deadline, "the monitor never checked"
+            await asyncio.sleep(0.05)
+    finally:
+        await monitor.stop()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_alert_rules_are_shipped_with_the_stack() -> None:
+    import yaml
+
+    rules = yaml.safe_load((ROOT / "prometheus" / "rules" / "health.yml").read_text())
+    exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    assert any("artfleet_health_findings" in e for e in exprs)
+    config = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())
+    assert "/etc/prometheus/rules/*.yml" in config["rule_files"]
+    assert (
+        "COPY prometheus/rules/ /etc/prometheus/rules/"
+        in (ROOT / "prometheus" / "Dockerfile").read_text()
+    )

@@ -1,0 +1,138 @@
+"""`artfleet models ...` against the real trainer servicer (gRPC, Redis): a job's LoRA
+checkpoints written by the torch backend's checkpoint code on a tiny Llama; the export
+loads with peft and equals the saved weights; deleting the model of a running job is
+refused with a clear message (issue 12)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+import torch
+from peft import PeftModel, get_peft_model
+from pydantic import SecretStr
+from tiny_llama import tiny_llama
+from typer.testing import CliRunner, Result
+
+from artfleet.cli.main import app
+from artfleet.config import ServerSettings
+from artfleet.jobspec import config_hash, spec_to_proto, validate_spec
+from artfleet.rpc.server import GrpcServer
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import trainer_pb2_grpc
+from artfleet_trainer.reward_client import RewardClient
+from artfleet_trainer.rollouts import RolloutClient
+from artfleet_trainer.servicer import TrainerServicer
+from artfleet_trainer.store import JobStore
+from artfleet_trainer.torch_backend import checkpoints, training
+
+pytestmark = pytest.mark.integration
+TOKEN = "models-cli-token"
+
+
+async def cli(target: str, *args: str) -> Result:
+    env = {"ARTFLEET_API_TOKEN": TOKEN, "COLUMNS": "200"}  # rich: no truncated cells
+    runner = CliRunner()
+    return await asyncio.to_thread(
+        lambda: runner.invoke(app, ["models", *args, "--target", target], env=env)
+    )
+
+
+@pytest.fixture
+async def trainer(redis_url: str, tmp_path: Path) -> AsyncIterator[tuple[str, JobStore, Path]]:
+    client = aioredis.from_url(redis_url)
+    await client.flushdb()
+    store = JobStore(client)
+    art_path = tmp_path / "art"
+    servicer = TrainerServicer(
+        store,
+        RolloutClient("127.0.0.1:1", TOKEN),  # not used by the Models RPCs
+        RewardClient("127.0.0.1:1", TOKEN),
+        lambda backend: "",
+        art_path=str(art_path),
+    )
+    server = GrpcServer(
+        ServerSettings(api_token=SecretStr(TOKEN), port=0, metrics_port=0),
+        "trainer-models-test",
+        [lambda s: trainer_pb2_grpc.add_TrainerServicer_to_server(servicer, s)],
+        ["artfleet.v1.Trainer"],
+    )
+    await server.start()
+    yield f"127.0.0.1:{server.port}", store, art_path
+    await server.stop(1)
+    await client.aclose()
+
+
+def _base() -> torch.nn.Module:
+    return tiny_llama(64, max_position_embeddings=64)
+
+
+async def _job_with_checkpoints(store: JobStore, art_path: Path, state: int) -> pb.Job:
+    spec = validate_spec({"name": "agent", "experiment": "exp1"})
+    job = await store.create(spec_to_proto(spec), config_hash=config_hash(spec))
+    await store.set_state(job, state)
+    output = art_path / spec.project / "models" / f"agent-{job.id}"
+    peft_model = get_peft_model(_base(), training.lora_config(4))
+    for step in (1, 2):
+        with torch.no_grad():  # a distinct adapter per step
+            for name, param in peft_model.named_parameters():
+                if "lora_B" in name:
+                    param.fill_(0.01 * step)
+        checkpoints.save_checkpoint(peft_model, output, step, {"state": {}, "param_groups": []})
+    return job
+
+
+async def test_list_show_export_loads_with_peft_and_delete(
+    trainer: tuple[str, JobStore, Path], tmp_path: Path
+) -> None:
+    target, store, art_path = trainer
+    job = await _job_with_checkpoints(store, art_path, pb.JOB_STATE_SUCCEEDED)
+    name = f"agent-{job.id}"
+    listed = await cli(target, "list", "--experiment", "exp1")
+    assert listed.exit_code == 0, listed.output
+    assert name in listed.stdout and "1, 2" in listed.stdout
+    shown = await cli(target, "show", f"{name}@2")
+    assert shown.exit_code == 0 and job.config_hash in shown.stdout
+
+    out = tmp_path / "adapter"
+    exported = await cli(target, "export", f"{name}@1", "--out", str(out))
+    assert exported.exit_code == 0, exported.output
+    files = {p.name for p in out.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= files
+    assert "optimizer.pt" not in files  # training state is not exported
+    loaded = PeftModel.from_pretrained(_base(), str(out))
+    lora_b = [p for n, p in loaded.named_parameters() if "lora_B" in n]
+    assert lora_b and all(torch.allclose(p, torch.full_like(p, 0.01)) for p in lora_b)
+
+    again = await cli(target, "export", name, "--out", str(out))
+    assert again.exit_code == 2 and "not empty" in again.stderr
+    missing = await cli(target, "export", f"{name}@9", "--out", str(tmp_path / "x"))
+    assert missing.exit_code == 2 and "no checkpoint 9" in missing.stderr
+
+    one = await cli(target, "delete", f"{name}@1", "--yes")
+    assert one.exit_code == 0 and "[1]" in one.stdout
+    assert checkpoints.checkpoint_steps(art_path / "artfleet" / "models" / name) == [2]
+    whole = await cli(target, "delete", name, "--yes")
+    assert whole.exit_code == 0, whole.output
+    assert not (art_path / "artfleet" / "models" / name).exists()
+    gone = await cli(target, "show", name)
+    assert gone.exit_code == 2 and "no model named" in gone.stderr
+
+
+async def test_deleting_the_model_of_a_running_job_is_refused(
+    trainer: tuple[str, JobStore, Path],
+) -> None:
+    target, store, art_path = trainer
+    job = await _job_with_checkpoints(store, art_path, pb.JOB_STATE_RUNNING)
+    refused = await cli(target, "delete", f"agent-{job.id}", "--yes")
+    assert refused.exit_code == 2
+    assert f"is used by job {job.id}, which is running" in refused.stderr
+    assert checkpoints.checkpoint_steps(art_path / "artfleet" / "models" / f"agent-{job.id}") == [
+        1,
+        2,
+    ]
+    bad = await cli(target, "show", "agent@x")
+    assert bad.exit_code == 2 and "is not a number" in bad.stderr
