@@ -219,6 +219,7 @@ class JobRunner:
                 max_context_tokens=spec.max_context_tokens,
                 reward=reward,
                 seed=spec.seed,
+                task_prompt=spec.task_prompt,
             )
             for i, scenario in enumerate(picked)
         ]
