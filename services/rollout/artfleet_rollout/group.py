@@ -27,6 +27,7 @@ from artfleet_rollout.environments import (
     UnknownEnvironment,
     get_environment,
 )
+from artfleet_rollout.environments.loaders import LoaderError
 from artfleet_rollout.episode import EpisodeContext, run_episode
 from artfleet_rollout.ports import Connections, WorkspaceLost
 from artfleet_rollout.scoring import apply_scores, describe_outcome
@@ -52,7 +53,7 @@ def validate_task(task: rollout_pb2.GroupTask) -> None:
 def task_environment(task: rollout_pb2.GroupTask) -> Environment:
     try:
         return get_environment(task.environment)
-    except UnknownEnvironment as exc:
+    except (UnknownEnvironment, LoaderError) as exc:
         raise InvalidArgument(str(exc), "task.environment") from None
 
 
