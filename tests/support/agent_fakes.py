@@ -5,7 +5,7 @@ and single-turn episodes must not open one), and a reward service that answers 0
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +53,11 @@ class Script:
         self._prompt_len: int | None = None
 
     async def complete(
-        self, messages: Sequence[Any], *, tools: Sequence[Any] | None = None, tool_choice: Any = None
+        self,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = None,
     ) -> PolicyTurn:
         self.tools.append(tools)
         self.tool_choices.append(tool_choice)
@@ -87,7 +91,9 @@ class HalfReward:
         return response
 
 
-def connections(script: Script, workspaces: Any = None, reward: HalfReward | None = None):  # type: ignore[no-untyped-def]
+def connections(
+    script: Script, workspaces: Any = None, reward: HalfReward | None = None
+) -> Callable[[object], Awaitable[Connections]]:
     async def close() -> None:
         return None
 

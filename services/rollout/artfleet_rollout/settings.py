@@ -21,12 +21,15 @@ class RolloutSettings(ServerSettings):
     check_timeout_s: float = Field(default=30.0, gt=0, description="the scenario's check")
     observation_chars: int = Field(default=1200, ge=100, description="per observation")
     tool_result_chars: int = Field(
-        default=2000, ge=100, description="per tool result; longer ones are cut and count "
-        "as an invalid step"
+        default=2000,
+        ge=100,
+        description="per tool result; longer ones are cut and count as an invalid step",
     )
     mcp_timeout_s: float = Field(
-        default=30.0, gt=0, description="per MCP request (start, tool call, evaluate): a "
-        "hung or dead MCP server fails the episode after this"
+        default=30.0,
+        gt=0,
+        description="per MCP request (start, tool call, evaluate): a "
+        "hung or dead MCP server fails the episode after this",
     )
     model_retries: int = Field(default=10, ge=0, le=50, description="backoff up to ~1 min")
     model_timeout_s: float = Field(default=600.0, gt=0, description="per model call")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from artfleet.cli import demo, jobs, rollout
+from artfleet.cli import demo, envs, jobs, rollout
 
 app = typer.Typer(
     help="ArtFleet: train LLM agents with RL on a fleet.",
@@ -13,6 +13,7 @@ app = typer.Typer(
 )
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(rollout.app, name="rollout")
+app.add_typer(envs.app, name="envs")
 app.command("demo")(demo.demo)
 fleet = typer.Typer(help="Run the fleet on this machine.", no_args_is_help=True)
 fleet.command("up")(demo.fleet_up)

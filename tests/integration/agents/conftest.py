@@ -26,7 +26,7 @@ def mcp_2048_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
         str(ROOT / p) for p in ("src", "services/rollout", "services/reward", "tests/support")
     )
     script.write_text(
-        f"#!/bin/sh\nPYTHONPATH={paths} exec {sys.executable} -m artfleet_rollout.mcp_2048 \"$@\"\n"
+        f'#!/bin/sh\nPYTHONPATH={paths} exec {sys.executable} -m artfleet_rollout.mcp_2048 "$@"\n'
     )
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")

@@ -150,7 +150,9 @@ async def test_single_turn_math(policy_url: tuple[str, str], sandbox_target: str
     print(f"single: 4 episodes in {seconds:.1f}s")
 
 
-async def test_tool_agent_in_a_real_sandbox(policy_url: tuple[str, str], sandbox_target: str) -> None:
+async def test_tool_agent_in_a_real_sandbox(
+    policy_url: tuple[str, str], sandbox_target: str
+) -> None:
     response, seconds = await _run_group(
         policy_url, sandbox_target, "tool-shell", "create-hello-file", max_turns=3
     )

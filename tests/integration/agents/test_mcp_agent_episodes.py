@@ -13,16 +13,16 @@ import time
 from pathlib import Path
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
 from agent_fakes import HalfReward, Script, connections, task, tool_call_text
+from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout import metrics
 from artfleet_rollout.agents.mcp_env import McpEndpoint, McpFailure, open_environment
 from artfleet_rollout.environments import McpTask, ToolCallSpec, get_environment
-from artfleet_rollout.environments.registry import register_environment
 from artfleet_rollout.environments.loaders import load_hud
+from artfleet_rollout.environments.registry import register_environment
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.settings import RolloutSettings
 

@@ -241,7 +241,11 @@ SERVER = {"command": "python", "args": ["server.py"]}
     ("scorers", "field", "message"),
     [
         ([{"name": "process"}, {"name": "rulr"}], "reward[1].name", "unknown scorer 'rulr'"),
-        ([{"name": ""}], "reward[0].name", "known: answer_check, judge, mcp_evaluate, process, ruler"),
+        (
+            [{"name": ""}],
+            "reward[0].name",
+            "known: answer_check, judge, mcp_evaluate, process, ruler",
+        ),
         ([{"name": "process"}, {"name": "process"}], "reward[1].name", "listed twice"),
         ([{"name": "process", "weight": float("nan")}], "reward[0].weight", "finite"),
         ([{"name": "process", "params": {"bonus": 1}}], "reward[0].params.bonus", "unknown"),

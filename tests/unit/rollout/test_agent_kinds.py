@@ -10,6 +10,7 @@ import pytest
 from agent_fakes import HalfReward, Script, connections, sampled, task, tool_call_text
 from rollout_fakes import FakeWorkspaces
 
+from artfleet.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout.agents.sandbox_tools import (
     EditorError,
@@ -23,7 +24,6 @@ from artfleet_rollout.agents.toolcalls import requested_calls, text_calls
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.ports import ToolResult, WorkspaceSpec
 from artfleet_rollout.settings import RolloutSettings
-from artfleet.art_types import art
 
 
 def _settings() -> RolloutSettings:
@@ -72,7 +72,9 @@ async def test_sandbox_toolbox_edits_files_and_reports_mistakes() -> None:
     workspaces = FakeWorkspaces()
     workspace = await workspaces.open(WorkspaceSpec("job", {"a.txt": "one\ntwo\n"}))
     box = SandboxToolbox(workspace, exec_timeout_s=5)
-    created = await box.call("editor", json.dumps({"command": "create", "path": "n.txt", "file_text": "x\n"}))
+    created = await box.call(
+        "editor", json.dumps({"command": "create", "path": "n.txt", "file_text": "x\n"})
+    )
     assert created.ok and workspace.files["n.txt"] == b"x\n"
     edit = {"command": "str_replace", "path": "a.txt", "old_str": "two", "new_str": "2"}
     assert (await box.call("editor", json.dumps(edit))).ok
@@ -125,7 +127,9 @@ async def test_loop_turns_mistakes_into_results_and_invalid_steps() -> None:
     box = _Box()
     trajectory.tools = box.tools()  # type: ignore[assignment]
     episode = pb.Episode()
-    options = LoopOptions("tools", max_turns=8, max_tokens=16, max_context_tokens=4096, result_chars=100)
+    options = LoopOptions(
+        "tools", max_turns=8, max_tokens=16, max_context_tokens=4096, result_chars=100
+    )
     finish = await run_tool_loop(script, box, trajectory, episode, options)
     assert finish == "submit"
     assert [s.valid_format for s in episode.steps] == [False, False, False, True, True]
@@ -133,7 +137,7 @@ async def test_loop_turns_mistakes_into_results_and_invalid_steps() -> None:
     assert [n for n, _ in box.calls] == ["echo", "echo", "submit"]  # unknown never ran
     messages = trajectory.messages()
     tool_messages = [m for m in messages if m["role"] == "tool"]
-    assert tool_messages[0]["content"].startswith("Error: unknown tool 'nope'")
+    assert str(tool_messages[0]["content"]).startswith("Error: unknown tool 'nope'")
     assert "[output cut to 100 of 500 characters]" in tool_messages[1]["content"]
     assert tool_messages[0]["tool_call_id"] == "call_1_0"
     assert script.tools[0] == box.tools()  # the model was offered the tools every turn
@@ -154,7 +158,12 @@ async def test_mcp_style_loop_ends_on_a_text_answer() -> None:
 
 
 async def test_tool_shell_episode_runs_the_check_and_honours_task_prompt() -> None:
-    script = Script([tool_call_text("bash", {"command": "echo hello > hello.txt"}), tool_call_text("submit", {})])
+    script = Script(
+        [
+            tool_call_text("bash", {"command": "echo hello > hello.txt"}),
+            tool_call_text("submit", {}),
+        ]
+    )
     workspaces = FakeWorkspaces()
     runner = GroupRunner(_settings(), connect=connections(script, workspaces))
     await runner.start()
@@ -167,14 +176,16 @@ async def test_tool_shell_episode_runs_the_check_and_honours_task_prompt() -> No
     assert workspaces.opened[0].commands == ["echo hello > hello.txt"]
     assert all(w.closed for w in workspaces.opened)
     first = response.group.trajectories[0].messages_and_choices[0].message
-    assert first.content.startswith("You are careful.") and "bash(command)" in first.content
+    assert str(first.content).startswith("You are careful.") and "bash(command)" in first.content
     step = response.episodes[0].steps[0]
     assert step.executed and step.code_modified  # the terminal agent's process facts
 
 
 async def test_single_turn_episode_opens_no_sandbox_and_carries_the_answer() -> None:
     reward = HalfReward()
-    runner = GroupRunner(_settings(), connect=connections(Script(["The answer is 7."]), reward=reward))
+    runner = GroupRunner(
+        _settings(), connect=connections(Script(["The answer is 7."]), reward=reward)
+    )
     await runner.start()
     response = await runner.run(task("math-single", "d1-000", rollouts=3))
     await runner.stop()

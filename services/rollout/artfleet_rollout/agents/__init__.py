@@ -1,1 +1,2 @@
-"""Agent kinds beyond the terminal agent: OpenAI tool calling, MCP environments, single-turn prompts."""
+"""Agent kinds beyond the terminal agent: OpenAI tool calling, MCP environments,
+single-turn prompts."""

@@ -6,7 +6,7 @@ the environment's `agent`. The job's `task_prompt` replaces each kind's system p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from artfleet.art_types import art
 from artfleet.v1 import common_pb2 as pb
@@ -54,11 +54,15 @@ async def run_tools(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb
         tools = toolbox.tools()
         trajectory.tools = tools  # type: ignore[assignment]
         files = ", ".join(sorted(scenario.files)) or "(none)"
-        trajectory.messages_and_choices = [  # type: ignore[assignment]
-            {"role": "system", "content": prompts.system_text("tools", tools, ctx.task.task_prompt)},
+        messages: list[Any] = [
+            {
+                "role": "system",
+                "content": prompts.system_text("tools", tools, ctx.task.task_prompt),
+            },
             *prompts.shell_demonstration(),
             {"role": "user", "content": f"Task: {scenario.instruction}\nFiles: {files}"},
         ]
+        trajectory.messages_and_choices = messages
         episode.finish = await run_tool_loop(
             ctx.policy, toolbox, trajectory, episode, _options(ctx, "tools", text_ends=False)
         )
@@ -84,10 +88,11 @@ async def run_mcp(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.E
         trajectory.tools = tools  # type: ignore[assignment]
         user = ctx.scenario.instruction + (f"\n{setup_text}" if setup_text else "")
         system = prompts.system_text("mcp", tools, ctx.task.task_prompt or ctx.scenario.system)
-        trajectory.messages_and_choices = [  # type: ignore[assignment]
+        messages: list[Any] = [
             {"role": "system", "content": system},
             {"role": "user", "content": user},
         ]
+        trajectory.messages_and_choices = messages
         episode.finish = await run_tool_loop(
             ctx.policy, environment, trajectory, episode, _options(ctx, "mcp", text_ends=True)
         )
@@ -103,10 +108,11 @@ async def run_mcp(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.E
 async def run_single(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.Episode) -> None:
     """A system prompt and one user prompt, one answer; no sandbox session."""
     scenario = ctx.scenario
-    trajectory.messages_and_choices = [  # type: ignore[assignment]
+    messages: list[Any] = [
         *system_message(ctx.task.task_prompt, scenario.system or SINGLE_DEFAULT_PROMPT),
         {"role": "user", "content": scenario.instruction},
     ]
+    trajectory.messages_and_choices = messages
     budget = Budget(ctx.task.max_context_tokens, ctx.task.max_tokens)
     choice = await ask_policy(ctx.policy, trajectory, budget)
     trajectory.messages_and_choices.append(choice)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -30,6 +31,8 @@ from artfleet_rollout.ports import ToolResult
 
 from .toolcalls import parse_arguments
 
+log = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 Streams = tuple[Any, Any]
 # (sandbox target, fleet token, image, args) -> the container's stdio as MCP streams.
@@ -53,7 +56,7 @@ class McpEndpoint:
 
 def _default_docker(target: str, token: str, image: str, args: list[str]) -> Any:
     try:
-        from artfleet.mcp_stdio import sandbox_stdio_client  # type: ignore[import-not-found]
+        from artfleet.mcp_stdio import sandbox_stdio_client
     except ImportError:
         raise McpFailure(
             "container MCP servers need the sandbox's stdio streams (artfleet.mcp_stdio), "
@@ -90,7 +93,7 @@ def transport(config: Mapping[str, Any], endpoint: McpEndpoint) -> Any:
     """The streams context for a one-server `mcp_config`."""
     if len(config) != 1:
         raise McpFailure(f"mcp_config must hold exactly one server, not {len(config)}")
-    (name, server), = config.items()
+    ((name, server),) = config.items()
     if not isinstance(server, Mapping):
         raise McpFailure(f"mcp_config.{name} must be a mapping")
     if name == "docker" or "image" in server:
@@ -207,7 +210,9 @@ class McpEnvironment:
         if self._task.setup is None:
             return ""
         setup = self._task.setup
-        result = await self._request("setup", self._session.call_tool(setup.name, dict(setup.arguments)))
+        result = await self._request(
+            "setup", self._session.call_tool(setup.name, dict(setup.arguments))
+        )
         if result.is_error:
             raise McpFailure(f"setup tool {setup.name!r} failed: {_text(result)[:300]}")
         return _text(result)
@@ -268,5 +273,5 @@ async def _close(stack: AsyncExitStack) -> None:
     # A dead server's transport may fail while closing; the episode's error says enough.
     try:
         await stack.aclose()
-    except Exception:  # noqa: S110
-        pass
+    except Exception as exc:
+        log.debug("closing the MCP session: %s", _cause(exc))

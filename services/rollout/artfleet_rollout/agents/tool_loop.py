@@ -85,9 +85,7 @@ async def _run_call(
 ) -> ToolResult:
     if call.name not in known:
         what = f"unknown tool {call.name!r}" if call.name else f"not a tool call: {call.arguments}"
-        return ToolResult(
-            f"Error: {what[:300]}. Tools: {', '.join(sorted(known))}.", ok=False
-        )
+        return ToolResult(f"Error: {what[:300]}. Tools: {', '.join(sorted(known))}.", ok=False)
     result = await toolbox.call(call.name, call.arguments)
     if len(result.text) <= options.result_chars:
         return result

@@ -8,8 +8,9 @@
 
 Either reads a local file, or a `datasets` dataset saved on disk (`save_to_disk`: a
 directory), at load time only. A record without a split goes to `test` when its position
-is a multiple of 5, to `train` otherwise, so any file has both splits. Records that cannot
-become a task are counted in `Environment.skipped` by reason, never a crash.
+is 4 mod 5 (the fifth, tenth, ...), to `train` otherwise, so a file of five or more has
+both splits. Records that cannot become a task are counted in `Environment.skipped` by
+reason, never a crash.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def read_records(source: str) -> list[dict[str, Any]]:
 
 def _from_disk(path: Path) -> list[dict[str, Any]]:
     try:
-        import datasets  # type: ignore[import-not-found]  # optional: only for saved datasets
+        import datasets  # optional: only for saved datasets
     except ImportError:
         raise LoaderError(f"{path}: a dataset directory needs the `datasets` package") from None
     loaded = datasets.load_from_disk(str(path))
@@ -68,7 +69,7 @@ def _split(record: Mapping[str, Any], position: int) -> str:
     split = record.get("split")
     if isinstance(split, str) and split in SPLITS:
         return split
-    return "test" if position % 5 == 0 else "train"
+    return "test" if position % 5 == 4 else "train"
 
 
 def _tool_call(value: Any, default: str) -> ToolCallSpec | None:
