@@ -108,6 +108,38 @@ ROLLOUT = [
         [q(f"sum by (outcome) (increase(artfleet_rollout_groups_total{W}))", "{{outcome}}")],
     ),
     panel("Group time", quantiles("artfleet_rollout_group_seconds"), unit="s"),
+    # Agent kinds (issue 10): ids 100-119.
+    panel(
+        "Episodes/s by agent kind",
+        [q(f"sum by (agent) (rate(artfleet_rollout_agent_episodes_total{W}))", "{{agent}}")],
+        unit="ops",
+        id=100,
+    ),
+    panel(
+        "Tool calls by tool",
+        [
+            q(
+                f"sum by (agent, tool) (increase(artfleet_rollout_tool_calls_total{W}))",
+                "{{agent}} {{tool}}",
+            )
+        ],
+        id=101,
+        description="Calls the model made per tool; (unknown) = a name no tool has.",
+    ),
+    panel(
+        "Malformed tool calls (share)",
+        [
+            q(
+                f'sum by (agent) (increase(artfleet_rollout_tool_calls_total{{ok="false"}}{W})) '
+                f"/ sum by (agent) (increase(artfleet_rollout_tool_calls_total{W}))",
+                "{{agent}}",
+            )
+        ],
+        unit="percentunit",
+        id=102,
+        description="Unknown tools, bad arguments, over-long results: invalid steps.",
+    ),
+    panel("MCP request latency", quantiles("artfleet_rollout_mcp_call_seconds", "op"), "s", id=103),
 ]
 
 _HITS = f"sum(rate(artfleet_sandbox_pool_hits_total{W}))"
@@ -255,7 +287,7 @@ def render_panel(index: int, spec: dict) -> dict:
         for i, t in enumerate(spec["queries"])
     ]  # fmt: skip
     return {
-        "id": index + 1,
+        "id": spec.get("id", index + 1),  # explicit ids: ranges kept per feature
         "type": kind,
         "title": spec["title"],
         "description": spec.get("description", ""),

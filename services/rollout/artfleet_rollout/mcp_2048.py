@@ -7,7 +7,7 @@ relative to the target. One game per server process: each episode starts its own
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -36,10 +36,9 @@ def setup(seed: int = 0, target: int = 64) -> str:
 
 
 @server.tool()
-def move(direction: str) -> str:
+def move(direction: Literal["up", "down", "left", "right"]) -> str:
     """Slide the tiles: up, down, left or right. Returns the board."""
-    direction = direction.strip().lower()
-    if direction not in DIRECTIONS:
+    if direction not in DIRECTIONS:  # the schema says so; a client may not check it
         raise ToolError(f"direction must be one of: {', '.join(DIRECTIONS)}")
     game = _game()
     moved = game.move(direction)

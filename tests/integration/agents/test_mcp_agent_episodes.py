@@ -67,7 +67,9 @@ async def test_2048_episode_evaluates_in_its_own_session(mcp_2048_on_path: Path)
     # The model saw tools (setup and evaluate hidden from it), and the setup board.
     traj = response.group.trajectories[0]
     assert [t["function"]["name"] for t in json.loads(traj.tools_json)] == ["move"]
-    assert "target 32" in traj.messages_and_choices[1].message.content
+    first_turn = next(i for i, m in enumerate(traj.messages_and_choices) if m.HasField("choice"))
+    task_message = traj.messages_and_choices[first_turn - 1].message
+    assert task_message.role == "user" and "target 32" in task_message.content
 
 
 async def test_in_session_evaluate_equals_a_fresh_evaluate_call(mcp_2048_on_path: Path) -> None:

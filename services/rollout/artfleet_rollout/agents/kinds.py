@@ -86,10 +86,14 @@ async def run_mcp(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.E
         setup_text = await environment.start()
         tools = environment.tools()
         trajectory.tools = tools  # type: ignore[assignment]
-        user = ctx.scenario.instruction + (f"\n{setup_text}" if setup_text else "")
+        # The state first, the task last: right before its turn, a small model continues
+        # whatever text it just read (a board, measured), not the instruction above it.
+        state = f"{setup_text}\n" if setup_text else ""
+        user = f"{state}{ctx.scenario.instruction}\n{prompts.MCP_NUDGE}"
         system = prompts.system_text("mcp", tools, ctx.task.task_prompt or ctx.scenario.system)
         messages: list[Any] = [
             {"role": "system", "content": system},
+            *prompts.mcp_demonstration(tools),
             {"role": "user", "content": user},
         ]
         trajectory.messages_and_choices = messages

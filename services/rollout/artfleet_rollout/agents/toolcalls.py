@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from openai.types.chat.chat_completion import Choice
 
@@ -57,8 +56,10 @@ def text_calls(text: str, turn: int) -> list[RequestedCall]:
 
 
 def _split_call(body: str) -> tuple[str, str]:
+    # The first JSON value in the block; trailing text (a small model's extra `}`) is
+    # ignored, since the call it closes is already complete and unambiguous.
     try:
-        value: Any = json.loads(body)
+        value, _ = json.JSONDecoder().raw_decode(body)
     except json.JSONDecodeError:
         return "", body
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
