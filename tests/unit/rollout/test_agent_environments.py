@@ -128,3 +128,14 @@ def test_envs_cli_lists_and_shows(tmp_path: Path) -> None:
     assert unknown.exit_code == 2 and "unknown environment 'nope'" in unknown.output
     missing = runner.invoke(app, ["envs", "show", "math-single", "zz"])
     assert missing.exit_code == 2 and "no scenario 'zz'" in missing.output
+
+
+def test_an_unreadable_loader_source_is_an_invalid_task(tmp_path: Path) -> None:
+    from agent_fakes import task
+
+    from artfleet.errors import InvalidArgument
+    from artfleet_rollout.group import task_scenario
+
+    with pytest.raises(InvalidArgument) as info:
+        task_scenario(task(f"jsonl:{tmp_path / 'missing.jsonl'}", "x"))
+    assert info.value.field == "task.environment" and "no such file" in str(info.value)
