@@ -159,6 +159,38 @@ ROLLOUT = [
         description="How many versions behind the trained model the rollouts sampled.",
         id=211,
     ),
+    # Agent kinds (issue 10): ids 100-119.
+    panel(
+        "Episodes/s by agent kind",
+        [q(f"sum by (agent) (rate(artfleet_rollout_agent_episodes_total{W}))", "{{agent}}")],
+        unit="ops",
+        id=100,
+    ),
+    panel(
+        "Tool calls by tool",
+        [
+            q(
+                f"sum by (agent, tool) (increase(artfleet_rollout_tool_calls_total{W}))",
+                "{{agent}} {{tool}}",
+            )
+        ],
+        id=101,
+        description="Calls the model made per tool; (unknown) = a name no tool has.",
+    ),
+    panel(
+        "Malformed tool calls (share)",
+        [
+            q(
+                f'sum by (agent) (increase(artfleet_rollout_tool_calls_total{{ok="false"}}{W})) '
+                f"/ sum by (agent) (increase(artfleet_rollout_tool_calls_total{W}))",
+                "{{agent}}",
+            )
+        ],
+        unit="percentunit",
+        id=102,
+        description="Unknown tools, bad arguments, over-long results: invalid steps.",
+    ),
+    panel("MCP request latency", quantiles("artfleet_rollout_mcp_call_seconds", "op"), "s", id=103),
 ]
 
 _HITS = f"sum(rate(artfleet_sandbox_pool_hits_total{W}))"

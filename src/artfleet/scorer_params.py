@@ -164,6 +164,9 @@ class EvaluateCall(ToolCall):
 
 
 class McpEvaluateParams(Params):
+    """With neither `server` nor `mcp_config`, only episodes the MCP agent evaluated in
+    their own session can be scored (the others are scorer errors)."""
+
     server: Command | None = None
     mcp_config: McpConfig | None = None  # wins over `server`
     setup: SetupCall | None = None
@@ -172,18 +175,44 @@ class McpEvaluateParams(Params):
     replay: StrictBool = True
     timeout_s: Positive | None = None  # None: the reward service's mcp_timeout_s
 
-    @model_validator(mode="after")
-    def _has_server(self) -> McpEvaluateParams:
-        if self.server is None and self.mcp_config is None:
-            raise FieldError(("server",), "is required (or mcp_config)")
-        return self
+    @property
+    def has_server(self) -> bool:
+        return self.server is not None or self.mcp_config is not None
 
     @property
     def command(self) -> Command:
         if self.mcp_config is not None:
             return self.mcp_config.command
-        assert self.server is not None  # _has_server
+        if self.server is None:
+            raise ValueError("no MCP server configured (server or mcp_config)")
         return self.server
+
+
+class AnswerCheckParams(Params):
+    """The answer check of single-turn tasks: the episode's expected answer (or `answer`)
+    against the model's last reply. `exact`: equal after trimming, case and a final period;
+    `numeric`: a number in the reply (`pick`: the last, the first, or any) within
+    `tolerance` (absolute) or `relative_tolerance`; `regex`: `pattern` (default: the
+    expected answer, escaped) is found in the reply."""
+
+    mode: Literal["exact", "numeric", "regex"] = "numeric"
+    answer: StrictStr | None = None  # one answer for every scenario; None = the episode's
+    tolerance: Annotated[float, Field(ge=0)] = 1e-6
+    relative_tolerance: Annotated[float, Field(ge=0)] = 0.0
+    pick: Literal["last", "first", "any"] = "last"
+    pattern: NonEmpty | None = None
+    case_sensitive: StrictBool = False
+
+    @model_validator(mode="after")
+    def _pattern_compiles(self) -> AnswerCheckParams:
+        if self.pattern is not None:
+            import re
+
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise FieldError(("pattern",), f"is not a regular expression: {exc}") from None
+        return self
 
 
 BUILTIN_PARAMS: dict[str, type[Params]] = {
@@ -193,4 +222,5 @@ BUILTIN_PARAMS: dict[str, type[Params]] = {
     "ruler": RulerParams,
     "judge": JudgeParams,
     "mcp_evaluate": McpEvaluateParams,
+    "answer_check": AnswerCheckParams,
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from openai.types.chat.chat_completion import Choice
@@ -131,3 +131,44 @@ def test_without_tokens_leaves_out_logprobs_and_token_ids(make_choice: MakeChoic
     assert back.logprobs is None and not back.model_extra
     # The default keeps them.
     assert codec.trajectory_to_proto(original).messages_and_choices[2].choice.has_token_ids
+
+
+def test_tool_calls_and_tool_messages_round_trip_exactly(make_choice: MakeChoice) -> None:
+    """The tool agents' turns: a sampled Choice that only calls tools (content None), two
+    `tool` results with their ids, and a plain assistant message with a call (a demo)."""
+    sampled = make_choice("", [5, 6], [-0.1, -0.2])
+    calls = [
+        {
+            "id": "call_1_0",
+            "type": "function",
+            "function": {"name": "bash", "arguments": '{"command": "ls"}'},
+        },
+        {"id": "call_1_1", "type": "function", "function": {"name": "submit", "arguments": "{}"}},
+    ]
+    dumped = sampled.model_dump()
+    dumped["message"] = {"role": "assistant", "content": None, "tool_calls": calls}
+    dumped["finish_reason"] = "tool_calls"
+    choice = Choice.model_validate({**dumped, "prompt_token_ids": [1, 2], "token_ids": [5, 6]})
+    items: list[Any] = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [calls[1]]},
+        {"role": "tool", "tool_call_id": "call_1_1", "content": "Submitted."},
+        choice,
+        {"role": "tool", "tool_call_id": "call_1_0", "content": "exit_code: 0"},
+        {"role": "tool", "tool_call_id": "call_1_1", "content": "Submitted.", "name": "submit"},
+    ]
+    original = art.Trajectory(
+        messages_and_choices=items,
+        tools=[
+            {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+        ],
+        reward=1.0,
+    )
+    wire = codec.trajectory_to_proto(original).SerializeToString()
+    back = codec.trajectory_from_proto(common_pb2.Trajectory.FromString(wire))
+    assert back.model_dump() == original.model_dump()
+    assert back.messages() == original.messages()
+    got = back.messages_and_choices[3]
+    assert isinstance(got, Choice) and got.message.tool_calls is not None
+    assert [c.id for c in got.message.tool_calls] == ["call_1_0", "call_1_1"]
+    assert got.model_extra == choice.model_extra

@@ -58,9 +58,15 @@ class OpenAIPolicy:
         self._timeout_s = timeout_s
 
     async def complete(
-        self, messages: Sequence[Any], *, tools: Sequence[Any] | None = None
+        self,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = None,
     ) -> PolicyTurn:
         extra: dict[str, Any] = {"tools": list(tools)} if tools else {}
+        if tools and tool_choice is not None:
+            extra["tool_choice"] = tool_choice
         completion = await self._client.chat.completions.create(
             model=self._model,
             messages=list(messages),

@@ -1,11 +1,15 @@
-"""One episode: open a workspace, loop {policy → action → workspace → observation}, run the
-scenario's check, close the workspace. I/O goes only through the two ports given."""
+"""One episode of the environment's agent kind. The terminal agent (here): open a workspace,
+loop {policy → action → workspace → observation}, run the scenario's check, close the
+workspace. The other kinds (`tools`, `mcp`, `single`) live in `agents.kinds`. I/O goes
+only through the ports given (and, for MCP, the environment's server)."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from openai.types.chat.chat_completion import Choice
 
@@ -20,6 +24,8 @@ from artfleet_rollout.agent import (
     parse_action,
     step_event,
 )
+from artfleet_rollout.agents import kinds
+from artfleet_rollout.agents.turns import Budget, ask_policy
 from artfleet_rollout.environments import Scenario
 from artfleet_rollout.ports import Policy, Workspace, Workspaces, WorkspaceSpec
 from artfleet_rollout.settings import RolloutSettings
@@ -34,31 +40,42 @@ class EpisodeContext:
     policy: Policy
     workspaces: Workspaces
     settings: RolloutSettings
+    agent: str = "terminal"  # the environment's agent kind
+    token: str = ""  # the fleet token (container MCP servers start in the sandbox service)
+    tool_choice: Any = None  # OpenAI tool_choice for tool-calling kinds; None = not sent
 
 
-@dataclass
-class _Budget:
-    """Stops before a turn whose prompt plus answer would overflow the context budget."""
-
-    max_context_tokens: int
-    max_tokens: int
-    prompt_tokens: int = 0
-
-    def exhausted(self) -> bool:
-        return self.prompt_tokens + self.max_tokens > self.max_context_tokens
+AgentRun = Callable[[EpisodeContext, art.Trajectory, pb.Episode], Awaitable[None]]
 
 
 async def run_episode(ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, pb.Episode]:
     trajectory = art.Trajectory(
-        messages_and_choices=list(build_initial_messages(ctx.scenario)),  # type: ignore[arg-type]
+        messages_and_choices=[],
         metadata={
             "scenario_id": ctx.scenario.id,
             "rollout_index": index,
             "policy": ctx.task.policy,
             "step": ctx.task.step,
+            "agent": ctx.agent,
         },
     )
-    episode = pb.Episode()
+    episode = pb.Episode(agent=ctx.agent)
+    await AGENTS[ctx.agent](ctx, trajectory, episode)
+    episode.turns = sum(isinstance(item, Choice) for item in trajectory.messages_and_choices)
+    trajectory.metrics.update(turns=episode.turns, check_passed=episode.check_passed)
+    metrics.EPISODES.labels(episode.finish).inc()
+    metrics.AGENT_EPISODES.labels(ctx.agent, episode.finish).inc()
+    metrics.TURNS.observe(episode.turns)
+    return trajectory.finish(), episode
+
+
+async def run_terminal(
+    ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.Episode
+) -> None:
+    messages: list[Any] = list(build_initial_messages(ctx.scenario))
+    if ctx.task.task_prompt:
+        messages[0] = {"role": "system", "content": ctx.task.task_prompt}
+    trajectory.messages_and_choices = messages
     workspace = await ctx.workspaces.open(
         WorkspaceSpec(
             job_id=ctx.task.job_id,
@@ -75,21 +92,26 @@ async def run_episode(ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, 
         episode.check_ran = True
     finally:
         await workspace.close()
-    episode.turns = len(episode.steps)
-    trajectory.metrics.update(turns=episode.turns, check_passed=episode.check_passed)
-    metrics.EPISODES.labels(episode.finish).inc()
-    metrics.TURNS.observe(episode.turns)
-    return trajectory.finish(), episode
+
+
+AGENTS: dict[str, AgentRun] = {
+    "terminal": run_terminal,
+    "tools": kinds.run_tools,
+    "mcp": kinds.run_mcp,
+    "single": kinds.run_single,
+}
 
 
 async def _agent_loop(
     ctx: EpisodeContext, workspace: Workspace, trajectory: art.Trajectory, episode: pb.Episode
 ) -> str:
-    budget = _Budget(ctx.task.max_context_tokens, ctx.task.max_tokens)
+    budget = Budget(ctx.task.max_context_tokens, ctx.task.max_tokens)
     for turn in range(1, ctx.task.max_turns + 1):
         if budget.exhausted():
             return "context"
-        choice = await _ask_policy(ctx, trajectory, budget)
+        choice = await ask_policy(
+            ctx.policy, trajectory, budget, default_version=ctx.task.policy_version
+        )
         trajectory.messages_and_choices.append(choice)
         action = parse_action(choice.message.content or "")
         if action.kind == "submit":
@@ -110,22 +132,6 @@ async def _agent_loop(
         episode.steps.append(step_event(turn, action, outcome))
         trajectory.messages_and_choices.append({"role": "user", "content": observation})
     return "max_turns"
-
-
-async def _ask_policy(ctx: EpisodeContext, trajectory: art.Trajectory, budget: _Budget) -> Choice:
-    start = time.perf_counter()
-    turn = await ctx.policy.complete(trajectory.messages(), tools=trajectory.tools)
-    metrics.MODEL_SECONDS.observe(time.perf_counter() - start)
-    # The policy versions the trainer's staleness rule reads (artfleet_trainer.pipeline).
-    version = turn.policy_version
-    if version is None:
-        version = ctx.task.policy_version
-    if trajectory.initial_policy_version is None:
-        trajectory.initial_policy_version = version
-    trajectory.final_policy_version = version
-    if turn.usage is not None:
-        budget.prompt_tokens = turn.usage.context_tokens
-    return turn.choice
 
 
 async def _exec(ctx: EpisodeContext, workspace: Workspace, command: str) -> ExecResultLike:

@@ -21,7 +21,13 @@ from artfleet.sandbox_client import describe
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout import metrics
-from artfleet_rollout.environments import Scenario, UnknownEnvironment, get_environment
+from artfleet_rollout.environments import (
+    Environment,
+    Scenario,
+    UnknownEnvironment,
+    get_environment,
+)
+from artfleet_rollout.environments.loaders import LoaderError
 from artfleet_rollout.episode import EpisodeContext, run_episode
 from artfleet_rollout.ports import Connections, WorkspaceLost
 from artfleet_rollout.scoring import apply_scores, describe_outcome
@@ -44,11 +50,16 @@ def validate_task(task: rollout_pb2.GroupTask) -> None:
             raise InvalidArgument("must be > 0", f"task.{field}")
 
 
+def task_environment(task: rollout_pb2.GroupTask) -> Environment:
+    try:
+        return get_environment(task.environment)
+    except (UnknownEnvironment, LoaderError) as exc:
+        raise InvalidArgument(str(exc), "task.environment") from None
+
+
 def task_scenario(task: rollout_pb2.GroupTask) -> Scenario:
     try:
-        return get_environment(task.environment).get(task.scenario_id)
-    except UnknownEnvironment as exc:
-        raise InvalidArgument(str(exc), "task.environment") from None
+        return task_environment(task).get(task.scenario_id)
     except KeyError as exc:
         raise InvalidArgument(str(exc), "task.scenario_id") from None
 
@@ -114,9 +125,19 @@ class GroupRunner:
         connections = self._started()
         validate_task(task)
         scenario = task_scenario(task)
+        environment = task_environment(task)
         policy = connections.policies.policy(task, policy_api_key(task, self._token, self._environ))
         start = time.perf_counter()
-        ctx = EpisodeContext(task, scenario, policy, connections.workspaces, self._settings)
+        ctx = EpisodeContext(
+            task,
+            scenario,
+            policy,
+            connections.workspaces,
+            self._settings,
+            agent=environment.agent,
+            token=self._token,
+            tool_choice=environment.tool_choice,
+        )
         results = await asyncio.gather(
             *(self._episode(ctx, i) for i in range(task.rollouts)), return_exceptions=True
         )

@@ -33,3 +33,20 @@ GROUP_SECONDS = Histogram(
     "Wall time of one group (episodes + scoring)",
     buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1200),
 )
+AGENT_EPISODES = Counter(
+    "artfleet_rollout_agent_episodes_total",
+    "Episodes finished, by agent kind (terminal, tools, mcp, single) and how they ended",
+    ["agent", "finish"],
+)
+TOOL_CALLS = Counter(
+    "artfleet_rollout_tool_calls_total",
+    "Tool calls the model made, by agent kind, tool ((unknown) for names no tool has) and "
+    "whether the call was well-formed",
+    ["agent", "tool", "ok"],
+)
+MCP_SECONDS = Histogram(
+    "artfleet_rollout_mcp_call_seconds",
+    "Latency of one MCP request (start, list, call, evaluate) seen by the worker",
+    ["op"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)

@@ -43,10 +43,15 @@ class PolicyTurn:
 
 
 class Policy(Protocol):
-    """The model being trained, with the task's sampling settings bound."""
+    """The model being trained, with the task's sampling settings bound. `tool_choice` is
+    OpenAI's (`auto`, `none`, `required`, `{"type": "function", ...}`); None = not sent."""
 
     async def complete(
-        self, messages: Sequence[Any], *, tools: Sequence[Any] | None = None
+        self,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = None,
     ) -> PolicyTurn: ...
 
 
@@ -106,6 +111,39 @@ class Workspace(Protocol):
 
 class Workspaces(Protocol):
     async def open(self, spec: WorkspaceSpec) -> Workspace: ...
+
+
+# ---------------------------------------------------------------- tools
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What one tool call gave back to the model (always text: errors included).
+
+    `ok` False = the call was malformed (unknown tool, bad arguments): it counts as an
+    invalid format for process rewards. A tool that ran and failed (a command exiting 1)
+    is `ok`. `done` ends the episode (`submit`). `exec` is the command outcome of a tool
+    that ran a shell command (`command`), for the step's process facts.
+    """
+
+    text: str
+    ok: bool = True
+    done: bool = False
+    command: str = ""
+    exec: ExecResultLike | None = None
+
+
+class Toolbox(Protocol):
+    """The tools an episode offers the model, as OpenAI function schemas."""
+
+    def tools(self) -> list[dict[str, Any]]: ...
+
+    async def call(self, name: str, arguments: str) -> ToolResult:
+        """Runs one call; `arguments` is the JSON text the model wrote. Never raises for
+        the model's mistakes (they are results); raises when the toolbox itself is gone."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 # ---------------------------------------------------------------- reward

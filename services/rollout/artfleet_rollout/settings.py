@@ -20,6 +20,17 @@ class RolloutSettings(ServerSettings):
     exec_timeout_s: float = Field(default=20.0, gt=0, description="per agent command")
     check_timeout_s: float = Field(default=30.0, gt=0, description="the scenario's check")
     observation_chars: int = Field(default=1200, ge=100, description="per observation")
+    tool_result_chars: int = Field(
+        default=2000,
+        ge=100,
+        description="per tool result; longer ones are cut and count as an invalid step",
+    )
+    mcp_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="per MCP request (start, tool call, evaluate): a "
+        "hung or dead MCP server fails the episode after this",
+    )
     model_retries: int = Field(default=10, ge=0, le=50, description="backoff up to ~1 min")
     model_timeout_s: float = Field(default=600.0, gt=0, description="per model call")
     groups_concurrency: int = Field(default=4, ge=1, le=64, description="groups at once")

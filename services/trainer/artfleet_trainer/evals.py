@@ -160,6 +160,7 @@ class Evaluator:
                 max_context_tokens=spec.max_context_tokens,
                 reward=reward,
                 seed=spec.seed,
+                task_prompt=spec.task_prompt,
             )
             for i, scenario in enumerate(scenarios)
         ]

@@ -158,6 +158,7 @@ class StepPipeline:
                 max_context_tokens=spec.max_context_tokens,
                 reward=reward,
                 seed=spec.seed,
+                task_prompt=spec.task_prompt,
                 policy_version=version,
             )
             for i, scenario in enumerate(picked)

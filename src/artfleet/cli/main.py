@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from artfleet.cli import demo, evals, jobs, models, rollout
+from artfleet.cli import demo, envs, evals, jobs, models, rollout
 
 app = typer.Typer(
     help="ArtFleet: train LLM agents with RL on a fleet.",
@@ -15,6 +15,7 @@ app.add_typer(jobs.app, name="jobs")
 app.add_typer(rollout.app, name="rollout")
 app.add_typer(evals.app, name="eval")
 app.add_typer(models.app, name="models")
+app.add_typer(envs.app, name="envs")
 app.command("demo")(demo.demo)
 fleet = typer.Typer(help="Run the fleet on this machine.", no_args_is_help=True)
 fleet.command("up")(demo.fleet_up)

@@ -67,6 +67,7 @@ def build_task(spec: JobSpecModel, scenario_id: str, **fields: Any) -> rollout_p
         max_context_tokens=spec.max_context_tokens,
         reward=reward_spec_proto(spec),
         seed=spec.seed,
+        task_prompt=spec.task_prompt,
         **fields,
     )
 

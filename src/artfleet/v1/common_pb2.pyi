@@ -253,20 +253,41 @@ class TestSummary(_message.Message):
     def __init__(self, passed: _Optional[int] = ..., failed: _Optional[int] = ..., errored: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
 
 class Episode(_message.Message):
-    __slots__ = ("steps", "check_ran", "check_passed", "tests", "finish", "turns")
+    __slots__ = ("steps", "check_ran", "check_passed", "tests", "finish", "turns", "agent", "evaluated", "evaluate_reward", "evaluate_done", "evaluate_text", "expected_answer", "tool_calls")
+    class ToolCallsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     STEPS_FIELD_NUMBER: _ClassVar[int]
     CHECK_RAN_FIELD_NUMBER: _ClassVar[int]
     CHECK_PASSED_FIELD_NUMBER: _ClassVar[int]
     TESTS_FIELD_NUMBER: _ClassVar[int]
     FINISH_FIELD_NUMBER: _ClassVar[int]
     TURNS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    EVALUATED_FIELD_NUMBER: _ClassVar[int]
+    EVALUATE_REWARD_FIELD_NUMBER: _ClassVar[int]
+    EVALUATE_DONE_FIELD_NUMBER: _ClassVar[int]
+    EVALUATE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_ANSWER_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     steps: _containers.RepeatedCompositeFieldContainer[StepEvent]
     check_ran: bool
     check_passed: bool
     tests: TestSummary
     finish: str
     turns: int
-    def __init__(self, steps: _Optional[_Iterable[_Union[StepEvent, _Mapping]]] = ..., check_ran: _Optional[bool] = ..., check_passed: _Optional[bool] = ..., tests: _Optional[_Union[TestSummary, _Mapping]] = ..., finish: _Optional[str] = ..., turns: _Optional[int] = ...) -> None: ...
+    agent: str
+    evaluated: bool
+    evaluate_reward: float
+    evaluate_done: bool
+    evaluate_text: str
+    expected_answer: str
+    tool_calls: _containers.ScalarMap[str, int]
+    def __init__(self, steps: _Optional[_Iterable[_Union[StepEvent, _Mapping]]] = ..., check_ran: _Optional[bool] = ..., check_passed: _Optional[bool] = ..., tests: _Optional[_Union[TestSummary, _Mapping]] = ..., finish: _Optional[str] = ..., turns: _Optional[int] = ..., agent: _Optional[str] = ..., evaluated: _Optional[bool] = ..., evaluate_reward: _Optional[float] = ..., evaluate_done: _Optional[bool] = ..., evaluate_text: _Optional[str] = ..., expected_answer: _Optional[str] = ..., tool_calls: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class ScorerFailure(_message.Message):
     __slots__ = ("scorer", "type", "message", "trajectory", "action")

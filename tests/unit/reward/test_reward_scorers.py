@@ -241,7 +241,11 @@ SERVER = {"command": "python", "args": ["server.py"]}
     ("scorers", "field", "message"),
     [
         ([{"name": "process"}, {"name": "rulr"}], "reward[1].name", "unknown scorer 'rulr'"),
-        ([{"name": ""}], "reward[0].name", "known: judge, mcp_evaluate, process, ruler"),
+        (
+            [{"name": ""}],
+            "reward[0].name",
+            "known: answer_check, judge, mcp_evaluate, process, ruler",
+        ),
         ([{"name": "process"}, {"name": "process"}], "reward[1].name", "listed twice"),
         ([{"name": "process", "weight": float("nan")}], "reward[0].weight", "finite"),
         ([{"name": "process", "params": {"bonus": 1}}], "reward[0].params.bonus", "unknown"),
@@ -289,7 +293,16 @@ SERVER = {"command": "python", "args": ["server.py"]}
             "reward[0].params.max_tokens",
             "integer",
         ),
-        ([{"name": "mcp_evaluate"}], "reward[0].params.server", "is required"),
+        (
+            [{"name": "answer_check", "params": {"mode": "regex", "pattern": "("}}],
+            "reward[0].params.pattern",
+            "not a regular expression",
+        ),
+        (
+            [{"name": "answer_check", "params": {"tolerance": -1}}],
+            "reward[0].params.tolerance",
+            "0",
+        ),
         (
             [{"name": "mcp_evaluate", "params": {"server": {"args": []}}}],
             "reward[0].params.server.command",

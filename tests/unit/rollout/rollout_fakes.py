@@ -67,7 +67,11 @@ class ScriptedPolicy:
         self._prompt_len: int | None = None
 
     async def complete(
-        self, messages: Sequence[Any], *, tools: Sequence[Any] | None = None
+        self,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = None,
     ) -> PolicyTurn:
         self.calls.append(list(messages))
         self.tools.append(tools)

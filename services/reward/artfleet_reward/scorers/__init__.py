@@ -21,6 +21,7 @@ from dataclasses import replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from .answer import ANSWER_SCORERS
 from .base import EpisodeScorer, InvalidSpec, ScorerDef
 from .llm import LLM_SCORERS
 from .mcp import MCP_SCORERS
@@ -28,7 +29,9 @@ from .process import EPISODE_SCORERS
 
 log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "artfleet.scorers"
-BUILTIN: dict[str, ScorerDef] = {d.name: d for d in (*EPISODE_SCORERS, *LLM_SCORERS, *MCP_SCORERS)}
+BUILTIN: dict[str, ScorerDef] = {
+    d.name: d for d in (*EPISODE_SCORERS, *LLM_SCORERS, *MCP_SCORERS, *ANSWER_SCORERS)
+}
 
 
 def _function_scorer(name: str, fn: Callable[..., Any]) -> ScorerDef:

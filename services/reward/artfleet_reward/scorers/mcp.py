@@ -41,7 +41,7 @@ from .base import (
 
 @dataclass(frozen=True)
 class MCPOptions:
-    server: StdioServerParameters
+    server: StdioServerParameters | None  # None: in-session results only (no replay)
     setup: ToolCall | None
     evaluate: ToolCall
     answer_argument: str
@@ -50,10 +50,12 @@ class MCPOptions:
 
 
 def parse_options(params: McpEvaluateParams) -> MCPOptions:
-    command = params.command
-    server = StdioServerParameters(
-        command=command.command, args=command.args, env=command.env or None, cwd=command.cwd
-    )
+    server = None
+    if params.has_server:
+        command = params.command
+        server = StdioServerParameters(
+            command=command.command, args=command.args, env=command.env or None, cwd=command.cwd
+        )
     return MCPOptions(
         server=server,
         setup=params.setup,
@@ -131,6 +133,14 @@ class MCPEvaluateScorer(Scorer):
         timeout = self.options.timeout_s or ctx.runtime.settings.mcp_timeout_s
 
         async def one(i: int) -> Result:
+            episode = ctx.episodes[i] if i < len(ctx.episodes) else None
+            if episode is not None and episode.evaluated:
+                # The MCP agent called evaluate in its own session, where the state is.
+                return _in_session(episode)
+            if self.options.server is None:
+                return ScorerError(
+                    ERROR, "the episode carries no evaluate result and no server is configured"
+                )
             async with limit:
                 start = time.monotonic()
                 try:
@@ -151,6 +161,7 @@ class MCPEvaluateScorer(Scorer):
     async def _evaluate(self, ctx: GroupContext, i: int) -> Result:
         trajectory = codec.trajectory_from_proto(ctx.trajectories[i])
         opts = self.options
+        assert opts.server is not None  # score() checked
         async with AsyncExitStack() as stack:
             streams = await stack.enter_async_context(stdio_client(opts.server))
             session = await stack.enter_async_context(ClientSession(*streams))
@@ -192,6 +203,16 @@ class MCPEvaluateScorer(Scorer):
         if done is not None:
             metrics["mcp_done"] = float(done)
         return Scored(reward, (f"mcp_evaluate: reward {reward:g}, done {done}",), metrics)
+
+
+def _in_session(episode: Any) -> Result:
+    metrics = {"mcp_in_session": 1.0}
+    if episode.HasField("evaluate_done"):
+        metrics["mcp_done"] = float(episode.evaluate_done)
+    reward = episode.evaluate_reward
+    if not math.isfinite(reward):
+        return ScorerError(INVALID_OUTPUT, f"in-session evaluate reward is {reward!r}")
+    return Scored(reward, (f"mcp_evaluate: in-session reward {reward:g}",), metrics)
 
 
 def _cause(exc: BaseException) -> BaseException:

@@ -1,9 +1,12 @@
 """Environments (task sets) the agent is trained and evaluated on."""
 
 from .base import (
+    AGENTS,
     SPLITS,
     Environment,
+    McpTask,
     Scenario,
+    ToolCallSpec,
     UnknownEnvironment,
     UnknownScenario,
     UnknownSplit,
@@ -18,10 +21,13 @@ from .registry import (
 from .shell_tasks import ScenarioDataError, load_shell_tasks, parse_shell_tasks
 
 __all__ = [
+    "AGENTS",
     "SPLITS",
     "Environment",
+    "McpTask",
     "Scenario",
     "ScenarioDataError",
+    "ToolCallSpec",
     "UnknownEnvironment",
     "UnknownScenario",
     "UnknownSplit",

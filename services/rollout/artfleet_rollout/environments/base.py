@@ -3,12 +3,36 @@ starts with, and the check that says whether it succeeded."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from artfleet.v1 import rollout_pb2
 
 SPLITS = ("train", "test")
+AGENTS = ("terminal", "tools", "mcp", "single")
+
+
+@dataclass(frozen=True)
+class ToolCallSpec:
+    """A tool the environment calls itself (HUD's `setup_tool`, `evaluate_tool`)."""
+
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class McpTask:
+    """An MCP scenario: the server (seed 003's `mcp_config`), its setup and evaluate calls.
+
+    `config` holds one server: `{name: {command, args, env, cwd}}` (stdio; a `docker run`
+    command starts in the sandbox service), `{name: {url, headers}}` (streamable HTTP) or
+    `{docker: {image, args}}`.
+    """
+
+    config: Mapping[str, Any]
+    evaluate: ToolCallSpec
+    setup: ToolCallSpec | None = None
 
 
 class _KeyErrorWithMessage(KeyError):
@@ -49,6 +73,9 @@ class Scenario:
     image: str = ""  # container image for the Docker sandbox backend; "" = its default
     network: bool = False  # the task needs network access (the sandbox's policy decides)
     difficulty: str = ""
+    system: str = ""  # the scenario's own system prompt (single-turn tasks); "" = the agent's
+    answer: str = ""  # the expected answer (the answer_check scorer compares with it)
+    mcp: McpTask | None = None  # the MCP agent's server and calls
     # A known-good command, used only by tests to prove the check can pass; never shown
     # to the agent (and kept out of repr so it does not leak into logs).
     solution: str = field(default="", repr=False)
@@ -64,10 +91,16 @@ class Environment:
         scenarios: Iterable[Scenario],
         agent: str = "terminal",
         skipped: Mapping[str, int] | None = None,
+        tools: Sequence[str] = (),
+        tool_choice: Any = None,
     ) -> None:
+        if agent not in AGENTS:
+            raise ValueError(f"environment {name!r}: agent must be one of {', '.join(AGENTS)}")
         self.name = name
         self.description = description
         self.agent = agent
+        self.tools = tuple(tools)  # tool names offered, for listings (MCP: the server's)
+        self.tool_choice = tool_choice  # OpenAI tool_choice sent with every turn; None = unsent
         # Records a loader left out, by named reason ("no FAIL_TO_PASS": 3); never a crash.
         self.skipped: dict[str, int] = dict(skipped or {})
         self._scenarios = list(scenarios)

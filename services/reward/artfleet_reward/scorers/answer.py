@@ -1,0 +1,98 @@
+"""`answer_check`: a single-turn task's answer against the expected one (seed 002's math).
+
+The expected answer travels with the episode (`Episode.expected_answer`, set by the rollout
+from the scenario) unless the params fix one. Modes: `exact` (trimmed, case-folded, a final
+period dropped), `numeric` (a number in the reply within tolerance; commas in thousands
+allowed) and `regex` (a search). The reply is the last assistant message.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from artfleet import codec
+from artfleet.scorer_params import AnswerCheckParams
+
+from .base import ERROR, GroupContext, Result, Scored, Scorer, ScorerDef, ScorerError
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+
+
+def numbers(text: str) -> list[float]:
+    found = []
+    for match in _NUMBER.findall(text):
+        try:
+            found.append(float(match.replace(",", "")))
+        except ValueError:
+            continue
+    return found
+
+
+def _normal(text: str, case_sensitive: bool) -> str:
+    text = text.strip().rstrip(".").strip()
+    return text if case_sensitive else text.casefold()
+
+
+def check(reply: str, expected: str, params: AnswerCheckParams) -> bool:
+    if params.mode == "exact":
+        return _normal(reply, params.case_sensitive) == _normal(expected, params.case_sensitive)
+    if params.mode == "regex":
+        pattern = params.pattern or re.escape(expected.strip())
+        flags = 0 if params.case_sensitive else re.IGNORECASE
+        return re.search(pattern, reply, flags) is not None
+    target = numbers(expected)
+    if len(target) != 1:
+        raise ValueError(f"expected answer {expected[:80]!r} is not one number")
+    found = numbers(reply)
+    picked = found if params.pick == "any" else found[-1:] if params.pick == "last" else found[:1]
+    return any(
+        math.isclose(value, target[0], rel_tol=params.relative_tolerance, abs_tol=params.tolerance)
+        for value in picked
+    )
+
+
+class AnswerCheckScorer(Scorer):
+    name = "answer_check"
+
+    def __init__(self, params: AnswerCheckParams) -> None:
+        self.params = params
+
+    async def score(self, ctx: GroupContext, indices: Sequence[int]) -> list[Result]:
+        return [self._one(ctx, i) for i in indices]
+
+    def _one(self, ctx: GroupContext, i: int) -> Result:
+        expected = self.params.answer
+        if expected is None:
+            expected = ctx.episodes[i].expected_answer if i < len(ctx.episodes) else ""
+        if not expected:
+            return ScorerError(ERROR, "no expected answer: the scenario has none (set `answer`)")
+        reply = _last_reply(codec.trajectory_from_proto(ctx.trajectories[i]).messages())
+        try:
+            passed = check(reply, expected, self.params)
+        except ValueError as exc:
+            return ScorerError(ERROR, str(exc))
+        return Scored(float(passed), (f"answer_check: expected {expected[:80]!r}: {passed}",))
+
+
+def _last_reply(messages: Sequence[object]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            content = message.get("content")
+            return content if isinstance(content, str) else ""
+    return ""
+
+
+def _configure(params: AnswerCheckParams, field: str) -> Scorer:
+    return AnswerCheckScorer(params)
+
+
+ANSWER_SCORERS = (
+    ScorerDef(
+        "answer_check",
+        "single-turn answer check: exact, numeric with tolerance, or regex",
+        _configure,
+        AnswerCheckParams,
+    ),
+)

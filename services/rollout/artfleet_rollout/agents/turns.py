@@ -1,0 +1,58 @@
+"""What every agent kind shares: the context budget and one timed policy call."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from openai.types.chat.chat_completion import Choice
+
+from artfleet.art_types import art
+from artfleet_rollout import metrics
+from artfleet_rollout.ports import Policy
+
+
+@dataclass
+class Budget:
+    """Stops before a turn whose prompt plus answer would overflow the context budget."""
+
+    max_context_tokens: int
+    max_tokens: int
+    prompt_tokens: int = 0
+
+    def exhausted(self) -> bool:
+        return self.prompt_tokens + self.max_tokens > self.max_context_tokens
+
+
+async def ask_policy(
+    policy: Policy,
+    trajectory: art.Trajectory,
+    budget: Budget,
+    *,
+    tool_choice: Any = None,
+    default_version: int | None = None,
+) -> Choice:
+    start = time.perf_counter()
+    if tool_choice is None:
+        turn = await policy.complete(trajectory.messages(), tools=trajectory.tools)
+    else:
+        turn = await policy.complete(
+            trajectory.messages(), tools=trajectory.tools, tool_choice=tool_choice
+        )
+    metrics.MODEL_SECONDS.observe(time.perf_counter() - start)
+    # The policy versions the trainer's staleness rule reads (artfleet_trainer.pipeline):
+    # the version the answer names, else the one served when the task was dispatched.
+    version = turn.policy_version if turn.policy_version is not None else default_version
+    if trajectory.initial_policy_version is None:
+        trajectory.initial_policy_version = version
+    trajectory.final_policy_version = version
+    if turn.usage is not None:
+        budget.prompt_tokens = turn.usage.context_tokens
+    return turn.choice
+
+
+def system_message(task_prompt: str, default: str) -> list[dict[str, str]]:
+    """The job's task_prompt wins over the environment's prompt; none at all = no message."""
+    text = task_prompt or default
+    return [{"role": "system", "content": text}] if text else []

@@ -1,0 +1,144 @@
+"""MCP agent episodes against real MCP servers over stdio (official SDK).
+
+The policy here is scripted (these tests are about the MCP session: setup, tool calls,
+evaluate in the same session, failures); the real SmolLM2 plays in the slow test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from agent_fakes import HalfReward, Script, connections, task, tool_call_text
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import rollout_pb2
+from artfleet_rollout import metrics
+from artfleet_rollout.agents.mcp_env import McpEndpoint, McpFailure, open_environment
+from artfleet_rollout.environments import McpTask, ToolCallSpec, get_environment
+from artfleet_rollout.environments.loaders import load_hud
+from artfleet_rollout.environments.registry import register_environment
+from artfleet_rollout.group import GroupRunner
+from artfleet_rollout.settings import RolloutSettings
+
+pytestmark = pytest.mark.integration
+
+FAULTY = Path(__file__).resolve().parents[2] / "fixtures" / "mcp_faulty_server.py"
+
+
+_call = tool_call_text
+MOVES = [_call("move", {"direction": d}) for d in ("left", "up", "right", "down")]
+
+
+def _settings(timeout_s: float = 20.0) -> RolloutSettings:
+    return RolloutSettings(api_token="t", mcp_timeout_s=timeout_s)  # type: ignore[arg-type]
+
+
+async def _run(
+    environment: str, scenario: str, script: list[str], timeout_s: float = 20.0
+) -> tuple[rollout_pb2.RunGroupResponse, HalfReward]:
+    reward = HalfReward()
+    runner = GroupRunner(_settings(timeout_s), connect=connections(Script(script), reward=reward))
+    await runner.start()
+    try:
+        return await runner.run(task(environment, scenario)), reward
+    finally:
+        await runner.stop()
+
+
+async def test_2048_episode_evaluates_in_its_own_session(mcp_2048_on_path: Path) -> None:
+    response, reward = await _run("game-2048", "2048-00", [*MOVES, "I am done."])
+    assert len(response.episodes) == 2 and not response.group.exceptions
+    for episode in response.episodes:
+        assert episode.agent == "mcp" and episode.evaluated
+        assert 0.0 < episode.evaluate_reward <= 1.0
+        assert episode.finish == "max_turns"
+        assert episode.tool_calls["move"] == 4
+    # The rewards went to the reward service with the episodes that carry them.
+    sent = reward.requests[0]
+    assert [e.evaluate_reward for e in sent.episodes] == [
+        e.evaluate_reward for e in response.episodes
+    ]
+    # The model saw tools (setup and evaluate hidden from it), and the setup board.
+    traj = response.group.trajectories[0]
+    assert [t["function"]["name"] for t in json.loads(traj.tools_json)] == ["move"]
+    first_turn = next(i for i, m in enumerate(traj.messages_and_choices) if m.HasField("choice"))
+    task_message = traj.messages_and_choices[first_turn - 1].message
+    assert task_message.role == "user" and "target 32" in task_message.content
+
+
+async def test_in_session_evaluate_equals_a_fresh_evaluate_call(mcp_2048_on_path: Path) -> None:
+    scenario = get_environment("game-2048").get("2048-01")
+    assert scenario.mcp is not None
+    endpoint = McpEndpoint("", "", 20.0)
+    async with open_environment(scenario.mcp, endpoint) as environment:
+        await environment.start()
+        for direction in ("left", "up", "left", "down", "right"):
+            await environment.call("move", json.dumps({"direction": direction}))
+        first = await environment.evaluate()
+        again = await environment.evaluate()
+    assert first == again
+    # A fresh server with only setup would score the untouched board instead.
+    params = StdioServerParameters(command="artfleet-mcp-2048")
+    async with stdio_client(params) as streams, ClientSession(*streams) as session:
+        await session.initialize()
+        await session.call_tool("setup", dict(scenario.mcp.setup.arguments))  # type: ignore[union-attr]
+        untouched = await session.call_tool("evaluate", {})
+    assert untouched.structured_content is not None
+    assert first.text and json.loads(first.text)["moves"] == 5
+    assert untouched.structured_content["moves"] == 0
+
+
+def _faulty(mode: str, tmp_path: Path) -> str:
+    tasks = [
+        {
+            "id": "faulty",
+            "split": "train",
+            "prompt": "Move once.",
+            "mcp_config": {"local": {"command": sys.executable, "args": [str(FAULTY), mode]}},
+            "setup_tool": {"name": "setup"},
+        }
+    ]
+    path = tmp_path / f"{mode.strip('-')}.json"
+    path.write_text(json.dumps(tasks))
+    name = f"faulty{mode}"
+    register_environment(name, lambda: load_hud(str(path), name=name))
+    return name
+
+
+@pytest.mark.parametrize("mode", ["--crash", "--hang"])
+async def test_a_failing_server_fails_the_episode_within_its_timeout(
+    mode: str, tmp_path: Path
+) -> None:
+    name = _faulty(mode, tmp_path)
+    before = metrics.FAILURES.labels("episode")._value.get()
+    start = time.monotonic()
+    response, _ = await asyncio.wait_for(
+        _run(name, "faulty", [_call("move", {"direction": "up"})], timeout_s=3.0), 60
+    )
+    elapsed = time.monotonic() - start
+    assert not response.episodes and len(response.group.exceptions) == 2
+    for exception in response.group.exceptions:
+        assert exception.type.endswith("McpFailure'>")
+        assert "call_tool" in exception.message
+        if mode == "--hang":
+            assert "no answer" in exception.message
+    assert metrics.FAILURES.labels("episode")._value.get() == before + 2
+    assert elapsed < 30  # both episodes ran at once, each bounded by its 3 s request limit
+
+
+async def test_a_server_that_does_not_start_is_a_clear_failure() -> None:
+    task = McpTask({"local": {"command": "/nonexistent/mcp-server"}}, ToolCallSpec("evaluate"))
+    with pytest.raises(McpFailure, match="did not start"):
+        async with open_environment(task, McpEndpoint("", "", 5.0)) as environment:
+            await environment.start()
+
+
+def test_episode_record_fields_are_the_proto_s() -> None:
+    episode = pb.Episode(agent="mcp", evaluated=True, evaluate_reward=0.5)
+    assert pb.Episode.FromString(episode.SerializeToString()) == episode
