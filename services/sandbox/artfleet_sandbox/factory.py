@@ -35,6 +35,8 @@ def local_config(settings: SandboxSettings, replica_id: str = "") -> LocalConfig
             resource.RLIMIT_NOFILE: settings.rlimit_nofile,
         },
         stop_timeout_s=settings.shutdown_grace_s,
+        cache_dir=settings.cache_dir,
+        test_runtime=settings.test_runtime,
     )
 
 

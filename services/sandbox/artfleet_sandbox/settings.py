@@ -38,6 +38,9 @@ class SandboxSettings(ServerSettings):
     max_sessions: int = Field(default=256, gt=0, description="Per replica")
 
     workspace_root: str = Field(default="", description="Parent of workspaces; '' = temp dir")
+    # Seed 001's --cache-dir: the local test runtime and repos prepared once per replica.
+    cache_dir: str = Field(default="", description="Prepared once, reused; '' = temp dir")
+    test_runtime: bool = Field(default=True, description="local: a Python with pytest")
     use_bwrap: Literal["auto", "never", "require"] = "auto"
     bwrap_hide_paths: list[str] = Field(
         default_factory=lambda: list(DEFAULT_HIDE_PATHS),
