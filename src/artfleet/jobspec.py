@@ -74,6 +74,9 @@ class JobSpecModel(RewardSpecModel):
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1.0)
     # Replaces the environment's system prompt (seed 002's `task_prompt`); "" = its own.
     task_prompt: str = Field(default="", max_length=32_768)
+    # Seed 001's --dataset-size / --num-epochs; 0 = all scenarios / as many as steps need.
+    dataset_size: int = Field(default=0, ge=0, le=10_000_000)
+    num_epochs: int = Field(default=0, ge=0, le=100_000)
 
     @field_validator("name", "project")
     @classmethod

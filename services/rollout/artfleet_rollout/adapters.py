@@ -155,7 +155,10 @@ class GrpcWorkspace:
         )
         async with _lost_replica():
             r = await self._session.stub.RunTests(request, timeout=timeout_s + _RPC_SLACK_S)
-        return SuiteRun(r.passed, r.failed, r.errored, r.total, r.exit_code, r.timed_out, r.output)
+        cases = {case.name: case.outcome for case in r.tests}
+        return SuiteRun(
+            r.passed, r.failed, r.errored, r.total, r.exit_code, r.timed_out, r.output, cases
+        )
 
     async def check(self, command: str, *, timeout_s: float) -> bool:
         result = await self.exec(command, timeout_s=timeout_s)

@@ -7,7 +7,7 @@ in `adapters.py`, and tests drive the loop with in-process implementations.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from openai.types.chat.chat_completion import Choice
@@ -81,6 +81,7 @@ class SuiteRun:
     exit_code: int
     timed_out: bool
     output: str = ""
+    cases: Mapping[str, str] = field(default_factory=dict)  # test name -> outcome
 
 
 class Workspace(Protocol):

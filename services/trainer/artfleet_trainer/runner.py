@@ -198,7 +198,14 @@ class JobRunner:
     async def _rollouts(
         self, job: pb.Job, spec: JobSpecModel, model: Any, scenario_ids: list[str], step: int
     ) -> Gathered:
-        picked = scheduling.scenarios_for_step(scenario_ids, spec.seed, step, spec.groups_per_step)
+        picked = scheduling.scenarios_for_step(
+            scenario_ids,
+            spec.seed,
+            step,
+            spec.groups_per_step,
+            dataset_size=spec.dataset_size,
+            num_epochs=spec.num_epochs,
+        )
         reward = reward_spec_proto(spec)
         # A judge given as "policy" calls the policy being trained, at this step.
         reward.policy.model = model.get_inference_name()

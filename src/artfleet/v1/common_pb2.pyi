@@ -239,32 +239,46 @@ class StepEvent(_message.Message):
     def __init__(self, turn: _Optional[int] = ..., valid_format: _Optional[bool] = ..., is_submit: _Optional[bool] = ..., executed: _Optional[bool] = ..., exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., code_modified: _Optional[bool] = ..., tests_discovered: _Optional[bool] = ...) -> None: ...
 
 class TestSummary(_message.Message):
-    __slots__ = ("passed", "failed", "errored", "total")
+    __slots__ = ("passed", "failed", "errored", "total", "grouped", "f2p_passed", "f2p_failed", "p2p_passed", "p2p_failed", "resolved")
     PASSED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     ERRORED_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    GROUPED_FIELD_NUMBER: _ClassVar[int]
+    F2P_PASSED_FIELD_NUMBER: _ClassVar[int]
+    F2P_FAILED_FIELD_NUMBER: _ClassVar[int]
+    P2P_PASSED_FIELD_NUMBER: _ClassVar[int]
+    P2P_FAILED_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_FIELD_NUMBER: _ClassVar[int]
     passed: int
     failed: int
     errored: int
     total: int
-    def __init__(self, passed: _Optional[int] = ..., failed: _Optional[int] = ..., errored: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+    grouped: bool
+    f2p_passed: int
+    f2p_failed: int
+    p2p_passed: int
+    p2p_failed: int
+    resolved: bool
+    def __init__(self, passed: _Optional[int] = ..., failed: _Optional[int] = ..., errored: _Optional[int] = ..., total: _Optional[int] = ..., grouped: _Optional[bool] = ..., f2p_passed: _Optional[int] = ..., f2p_failed: _Optional[int] = ..., p2p_passed: _Optional[int] = ..., p2p_failed: _Optional[int] = ..., resolved: _Optional[bool] = ...) -> None: ...
 
 class Episode(_message.Message):
-    __slots__ = ("steps", "check_ran", "check_passed", "tests", "finish", "turns")
+    __slots__ = ("steps", "check_ran", "check_passed", "tests", "finish", "turns", "tests_seconds")
     STEPS_FIELD_NUMBER: _ClassVar[int]
     CHECK_RAN_FIELD_NUMBER: _ClassVar[int]
     CHECK_PASSED_FIELD_NUMBER: _ClassVar[int]
     TESTS_FIELD_NUMBER: _ClassVar[int]
     FINISH_FIELD_NUMBER: _ClassVar[int]
     TURNS_FIELD_NUMBER: _ClassVar[int]
+    TESTS_SECONDS_FIELD_NUMBER: _ClassVar[int]
     steps: _containers.RepeatedCompositeFieldContainer[StepEvent]
     check_ran: bool
     check_passed: bool
     tests: TestSummary
     finish: str
     turns: int
-    def __init__(self, steps: _Optional[_Iterable[_Union[StepEvent, _Mapping]]] = ..., check_ran: _Optional[bool] = ..., check_passed: _Optional[bool] = ..., tests: _Optional[_Union[TestSummary, _Mapping]] = ..., finish: _Optional[str] = ..., turns: _Optional[int] = ...) -> None: ...
+    tests_seconds: float
+    def __init__(self, steps: _Optional[_Iterable[_Union[StepEvent, _Mapping]]] = ..., check_ran: _Optional[bool] = ..., check_passed: _Optional[bool] = ..., tests: _Optional[_Union[TestSummary, _Mapping]] = ..., finish: _Optional[str] = ..., turns: _Optional[int] = ..., tests_seconds: _Optional[float] = ...) -> None: ...
 
 class ScorerFailure(_message.Message):
     __slots__ = ("scorer", "type", "message", "trajectory", "action")
@@ -343,7 +357,7 @@ class RewardSpec(_message.Message):
     def __init__(self, scorers: _Optional[_Iterable[_Union[ScorerSpec, _Mapping]]] = ..., clip: _Optional[_Union[Range, _Mapping]] = ..., policy: _Optional[_Union[PolicyEndpoint, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt")
+    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "dataset_size", "num_epochs")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -366,6 +380,8 @@ class JobSpec(_message.Message):
     MAX_SEQ_LENGTH_FIELD_NUMBER: _ClassVar[int]
     GPU_MEMORY_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
     TASK_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    DATASET_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_EPOCHS_FIELD_NUMBER: _ClassVar[int]
     name: str
     project: str
     base_model: str
@@ -388,7 +404,9 @@ class JobSpec(_message.Message):
     max_seq_length: int
     gpu_memory_utilization: float
     task_prompt: str
-    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ...) -> None: ...
+    dataset_size: int
+    num_epochs: int
+    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., dataset_size: _Optional[int] = ..., num_epochs: _Optional[int] = ...) -> None: ...
 
 class StepSummary(_message.Message):
     __slots__ = ("step", "reward_mean", "reward_std", "turns_mean", "step_seconds", "trajectories", "groups", "loss", "trained_sequences", "rollout_seconds", "train_seconds")

@@ -11,11 +11,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from . import shell_tasks
+from . import code_fix, shell_tasks
 from .base import Environment, UnknownEnvironment
 
 _FACTORIES: dict[str, Callable[[], Environment]] = {
     shell_tasks.NAME: shell_tasks.load_shell_tasks,
+    code_fix.NAME: code_fix.load_code_fix,
 }
 # loader name -> (source path or dataset name) -> Environment named "<loader>:<source>"
 _LOADERS: dict[str, Callable[[str], Environment]] = {}
