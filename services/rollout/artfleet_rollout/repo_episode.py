@@ -42,6 +42,16 @@ async def place_tests(workspace: Workspace, task: RepoTask, *, timeout_s: float)
         )
 
 
+def _lookup(outcomes: Mapping[str, str], test: str) -> str | None:
+    """The outcome of `test`; R2E-Gym names tests without their module (`Class.test`)."""
+    key = case_key(test)
+    found = outcomes.get(key)
+    if found is None:
+        suffix = "." + key
+        found = next((o for k, o in outcomes.items() if k.endswith(suffix)), None)
+    return found
+
+
 def grouped_summary(task: RepoTask, cases: Mapping[str, str]) -> pb.TestSummary:
     """F2P/P2P counts from per-test outcomes keyed by JUnit name."""
     outcomes = {case_key(name): outcome for name, outcome in cases.items()}
@@ -50,7 +60,7 @@ def grouped_summary(task: RepoTask, cases: Mapping[str, str]) -> pb.TestSummary:
     for group, ids in (("f2p", task.fail_to_pass), ("p2p", task.pass_to_pass)):
         ok = 0
         for test in ids:
-            outcome = outcomes.get(case_key(test))
+            outcome = _lookup(outcomes, test)
             ran += outcome is not None and outcome != "skipped"
             ok += outcome in _PASSED
         passed += ok
@@ -81,7 +91,13 @@ async def finish_repo_task(
     run: SuiteRun = await workspace.run_tests(
         task.test_command or task.default_test_command(), timeout_s=timeout_s
     )
-    summary = grouped_summary(task, run.cases)
+    if task.hidden_tests():
+        summary = grouped_summary(task, run.cases)
+    else:  # only a test command (SWE-SYNTH style): its own counts, resolved = all passed
+        summary = pb.TestSummary(
+            passed=run.passed, failed=run.failed, errored=run.errored, total=run.total
+        )
+        summary.resolved = run.total > 0 and run.passed == run.total and run.exit_code == 0
     episode.tests.CopyFrom(summary)
     episode.tests_seconds = time.perf_counter() - started
     episode.check_ran, episode.check_passed = True, summary.resolved

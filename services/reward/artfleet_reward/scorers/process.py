@@ -85,7 +85,7 @@ def pass_rate_score(tests: common_pb2.TestSummary, all_pass: float, partial: flo
     return partial * (min(tests.passed, total) / total)
 
 
-def tests_score(tests: common_pb2.TestSummary, all_pass: float, partial: float) -> Scored:
+def scored_tests(tests: common_pb2.TestSummary, all_pass: float, partial: float) -> Scored:
     """`pass_rate_score`, with a repo task's F2P/P2P counts as trajectory metrics."""
     value = pass_rate_score(tests, all_pass, partial)
     if not tests.grouped:
@@ -111,7 +111,7 @@ def _configure_process(table: ProcessParams, field: str) -> EpisodeScorer:
 
 def _configure_tests(params: TestsParams, field: str) -> EpisodeScorer:
     all_pass, partial = params.all_pass, params.partial
-    return EpisodeScorer(lambda episode: tests_score(episode.tests, all_pass, partial))
+    return EpisodeScorer(lambda episode: scored_tests(episode.tests, all_pass, partial))
 
 
 def _configure_task_check(params: TaskCheckParams, field: str) -> EpisodeScorer:

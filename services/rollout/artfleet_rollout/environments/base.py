@@ -106,4 +106,5 @@ class Environment:
                 for s in self._scenarios
             ],
             agent=self.agent,
+            skipped=self.skipped,
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from . import code_fix, shell_tasks
+from . import code_fix, loaders, shell_tasks
 from .base import Environment, UnknownEnvironment
 
 _FACTORIES: dict[str, Callable[[], Environment]] = {
@@ -19,7 +19,7 @@ _FACTORIES: dict[str, Callable[[], Environment]] = {
     code_fix.NAME: code_fix.load_code_fix,
 }
 # loader name -> (source path or dataset name) -> Environment named "<loader>:<source>"
-_LOADERS: dict[str, Callable[[str], Environment]] = {}
+_LOADERS: dict[str, Callable[[str], Environment]] = dict(loaders.LOADERS)
 _LOADED: dict[str, Environment] = {}
 _LOCK = threading.Lock()  # Celery may run threads; load each environment exactly once
 
