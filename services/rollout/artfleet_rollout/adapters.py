@@ -186,6 +186,8 @@ class GrpcWorkspaces:
         request = sandbox_pb2.CreateSessionRequest(
             image=spec.image, network=spec.network, job_id=spec.job_id, files=_files(spec.files)
         )
+        if spec.repo_path:
+            request.repo.path, request.repo.commit = spec.repo_path, spec.repo_commit
         async with _lost_replica():
             session = await self._router.create_session(request, deadline_s=_CREATE_DEADLINE_S)
         return GrpcWorkspace(session)

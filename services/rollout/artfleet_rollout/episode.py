@@ -22,7 +22,7 @@ from artfleet_rollout.agent import (
 )
 from artfleet_rollout.environments import Scenario
 from artfleet_rollout.ports import Policy, Workspace, Workspaces, WorkspaceSpec
-from artfleet_rollout.repo_episode import finish_repo_task
+from artfleet_rollout.repo_episode import finish_repo_task, repo_source
 from artfleet_rollout.settings import RolloutSettings
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,7 @@ async def run_episode(ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, 
             files=ctx.scenario.files,
             image=ctx.scenario.image,
             network=ctx.scenario.network,
+            **repo_source(ctx.scenario.repo, ctx.scenario.image),
         )
     )
     try:

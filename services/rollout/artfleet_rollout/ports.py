@@ -68,6 +68,9 @@ class WorkspaceSpec:
     files: Mapping[str, str]
     image: str = ""
     network: bool = False
+    # A repo in the sandbox's cache dir, unpacked into the workspace (repo tasks).
+    repo_path: str = ""
+    repo_commit: str = ""
 
 
 @dataclass(frozen=True)

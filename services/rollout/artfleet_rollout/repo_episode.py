@@ -72,6 +72,14 @@ def grouped_summary(task: RepoTask, cases: Mapping[str, str]) -> pb.TestSummary:
     return summary
 
 
+def repo_source(task: RepoTask | None, image: str) -> dict[str, str]:
+    """WorkspaceSpec fields for a repo the sandbox seeds from its cache dir: a task whose
+    image already holds the repo needs none."""
+    if task is None or image or not task.cached_repo:
+        return {}
+    return {"repo_path": task.cached_repo, "repo_commit": task.commit}
+
+
 def repo_metrics(summary: pb.TestSummary) -> dict[str, float]:
     return {
         "f2p_passed": summary.f2p_passed,

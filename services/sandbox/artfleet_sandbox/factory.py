@@ -64,6 +64,7 @@ def docker_config(settings: SandboxSettings, replica_id: str = "") -> DockerConf
         test_output_bytes=settings.test_output_bytes,
         drain_limit_bytes=settings.drain_limit_bytes,
         threads=settings.docker_threads,
+        cache_dir=settings.cache_dir,
         stop_timeout_s=settings.shutdown_grace_s,
     )
 

@@ -54,6 +54,7 @@ from artfleet_sandbox.pyruntime import PyRuntime, default_cache_dir, prepare_run
 from artfleet_sandbox.repl import shell_argv
 from artfleet_sandbox.replica import new_replica_id, new_session_id
 from artfleet_sandbox.replshell import ReplCall, ReplShell, ReplSink
+from artfleet_sandbox.repocache import RepoCache, extract
 from artfleet_sandbox.sessions import SessionTable
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ class LocalBackend:
         self._limits = rlimit_prefix(self.config.rlimits)
         self._runtime: PyRuntime | None = None
         self._runtime_error = ""
+        self.repos = RepoCache(self.config.cache_dir or default_cache_dir())
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -221,9 +223,10 @@ class LocalBackend:
         if spec.idle_ttl_s < 0:
             raise InvalidArgument("idle_ttl_s must not be negative")
         started = time.perf_counter()
+        tarball = await self.repos.tarball(spec.repo) if spec.repo else ""
         session = _Session(
             id=new_session_id(self.replica_id),
-            root=await asyncio.to_thread(self._make_session_dir, spec.files),
+            root=await asyncio.to_thread(self._make_session_dir, spec.files, tarball),
             tag=secrets.token_hex(8),
             env=dict(spec.env),
             network=spec.network,
@@ -264,12 +267,14 @@ class LocalBackend:
 
     # -- files -------------------------------------------------------------------------
 
-    def _make_session_dir(self, files: Sequence[FileSpec]) -> str:
+    def _make_session_dir(self, files: Sequence[FileSpec], tarball: str = "") -> str:
         # The dir name is random but is not the session id: commands can see their path.
         root = tempfile.mkdtemp(prefix="s-", dir=self._root)
         try:
             for sub in ("work", "home", "tmp", "reports"):
                 os.mkdir(os.path.join(root, sub), 0o700)
+            if tarball:
+                extract(tarball, os.path.join(root, "work"))
             for spec in files:
                 write_file(os.path.join(root, "work"), spec)
         except BaseException:

@@ -40,8 +40,10 @@ from artfleet_sandbox.docker_backend.spec import (
 )
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.paths import clean_relpath
+from artfleet_sandbox.pyruntime import default_cache_dir
 from artfleet_sandbox.replica import ReplicaIdentity, new_session_id
 from artfleet_sandbox.replshell import ReplCall, ReplShell, ReplSink
+from artfleet_sandbox.repocache import RepoCache
 from artfleet_sandbox.sessions import SessionTable
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,7 @@ class DockerBackend:
         self.identity = ReplicaIdentity.current(self.config.replica_id)
         self.engine = DockerEngine(self.config.docker_host, self.config.threads)
         self._uid = int(self.config.user.split(":")[0])
+        self.repos = RepoCache(self.config.cache_dir or default_cache_dir(), self._uid)
         self._sessions: SessionTable[_Session] = SessionTable(self.replica_id)
         self._creating: set[str] = set()  # session ids whose container is on its way
         self._pool = WarmPool(
@@ -218,6 +221,8 @@ class DockerBackend:
         )
         self._sessions.add(session_id, session)
         try:
+            if spec.repo is not None:
+                await self.engine.put_tarball(container_id, await self.repos.tarball(spec.repo))
             await self.engine.put_files(container_id, spec.files, self._uid)
         except BaseException:
             await self.close_session(session_id)
