@@ -56,6 +56,8 @@ def submit(
     max_turns: int | None = typer.Option(None),
     seed: int | None = typer.Option(None),
     backend: str | None = typer.Option(None, help="torch | art"),
+    dataset_size: int | None = typer.Option(None, help="seed-fixed subset of the split"),
+    num_epochs: int | None = typer.Option(None, help="passes over the scenarios"),
     watch: bool = typer.Option(False, "--watch", help="follow the job until it ends"),
     target: str = TargetOpt,
     token: str = TokenOpt,
@@ -74,6 +76,8 @@ def submit(
             max_turns=max_turns,
             seed=seed,
             backend=backend,
+            dataset_size=dataset_size,
+            num_epochs=num_epochs,
         ),
     )
     with trainer(target, token) as stub:
