@@ -142,6 +142,11 @@ class JobRunner:
         for step in range(done + 1, spec.steps + 1):
             if await self._store.cancel_requested(job.id):
                 raise JobCancelled()
+            n = len(scheduling.dataset(scenario_ids, spec.seed, spec.dataset_size))
+            if step > scheduling.steps_with_scenarios(
+                n, spec.groups_per_step, step, spec.num_epochs
+            ):
+                break  # seed 001's --num-epochs: the scenario stream has ended
             await self._run_step(job, spec, model, scenario_ids, step)
         if await self._store.cancel_requested(job.id) and job.completed_steps < spec.steps:
             raise JobCancelled()
