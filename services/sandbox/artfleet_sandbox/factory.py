@@ -60,6 +60,7 @@ def docker_config(settings: SandboxSettings, replica_id: str = "") -> DockerConf
         pool_size=settings.pool_size,
         pool_images=(settings.sandbox_image, *settings.pool_images),
         pool_max_age_s=settings.pool_max_age_s,
+        pool_max_images=settings.pool_max_images,
         pull=settings.pull_images,
         test_output_bytes=settings.test_output_bytes,
         drain_limit_bytes=settings.drain_limit_bytes,

@@ -90,6 +90,9 @@ class SandboxSettings(ServerSettings):
         default_factory=list, description="Warmed at start besides sandbox_image"
     )
     pool_max_age_s: float = Field(default=3600.0, gt=0)
+    pool_max_images: int = Field(
+        default=8, ge=0, le=1024, description="Task images that keep a warm pool (LRU)"
+    )
     drain_limit_bytes: int = Field(
         default=64 * MiB, gt=0, description="A command printing more than this is killed"
     )

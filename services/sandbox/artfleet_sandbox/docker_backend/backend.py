@@ -85,7 +85,12 @@ class DockerBackend:
         self._sessions: SessionTable[_Session] = SessionTable(self.replica_id)
         self._creating: set[str] = set()  # session ids whose container is on its way
         self._pool = WarmPool(
-            self.config.pool_size, self.config.pool_max_age_s, self._create_pooled, self._remove
+            self.config.pool_size,
+            self.config.pool_max_age_s,
+            self._create_pooled,
+            self._remove,
+            max_images=self.config.pool_max_images,
+            keep=(self.config.default_image, *self.config.pool_images),
         )
         self._reaper: asyncio.Task[None] | None = None
         self._renames: set[asyncio.Task[None]] = set()
