@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 
 from artfleet.v1 import common_pb2 as pb
+from artfleet_rollout import metrics
 from artfleet_rollout.environments.repo_task import RepoTask, case_key
 from artfleet_rollout.ports import SuiteRun, Workspace
 
@@ -72,6 +73,16 @@ def grouped_summary(task: RepoTask, cases: Mapping[str, str]) -> pb.TestSummary:
     return summary
 
 
+def _observe(summary: pb.TestSummary, seconds: float) -> None:
+    metrics.REPO_TASKS.labels(str(summary.resolved).lower()).inc()
+    metrics.REPO_TEST_SECONDS.observe(seconds)
+    for group in ("f2p", "p2p"):
+        for outcome in ("passed", "failed"):
+            count = getattr(summary, f"{group}_{outcome}")
+            if count:
+                metrics.REPO_TESTS.labels(group, outcome).inc(count)
+
+
 def repo_source(task: RepoTask | None, image: str) -> dict[str, str]:
     """WorkspaceSpec fields for a repo the sandbox seeds from its cache dir: a task whose
     image already holds the repo needs none."""
@@ -109,4 +120,5 @@ async def finish_repo_task(
     episode.tests.CopyFrom(summary)
     episode.tests_seconds = time.perf_counter() - started
     episode.check_ran, episode.check_passed = True, summary.resolved
+    _observe(summary, episode.tests_seconds)
     return {**repo_metrics(summary), "tests_seconds": episode.tests_seconds}
