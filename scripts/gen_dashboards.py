@@ -108,6 +108,37 @@ ROLLOUT = [
         [q(f"sum by (outcome) (increase(artfleet_rollout_groups_total{W}))", "{{outcome}}")],
     ),
     panel("Group time", quantiles("artfleet_rollout_group_seconds"), unit="s"),
+    # Repo tasks (ids 130-149).
+    panel(
+        "Repo tasks resolved",
+        [
+            q(
+                f'sum(rate(artfleet_rollout_repo_tasks_total{{resolved="true"}}{W})) / '
+                f"sum(rate(artfleet_rollout_repo_tasks_total{W}))",
+                "resolved",
+            )
+        ],
+        unit="percentunit",
+        id=130,
+        description="Repo-task episodes whose hidden F2P and P2P tests all passed",
+    ),
+    panel(
+        "Hidden tests by group",
+        [
+            q(
+                f"sum by (group, outcome) (rate(artfleet_rollout_repo_tests_total{W}))",
+                "{{group}} {{outcome}}",
+            )
+        ],
+        unit="ops",
+        id=131,
+    ),
+    panel(
+        "Hidden-test time per episode",
+        quantiles("artfleet_rollout_repo_test_seconds"),
+        unit="s",
+        id=132,
+    ),
 ]
 
 _HITS = f"sum(rate(artfleet_sandbox_pool_hits_total{W}))"
@@ -255,7 +286,7 @@ def render_panel(index: int, spec: dict) -> dict:
         for i, t in enumerate(spec["queries"])
     ]  # fmt: skip
     return {
-        "id": index + 1,
+        "id": spec.get("id", index + 1),  # panels added by a feature carry their own range
         "type": kind,
         "title": spec["title"],
         "description": spec.get("description", ""),
