@@ -150,3 +150,11 @@ def _task(job_id: str, step: int, index: int) -> rollout_pb2.GroupTask:
     return rollout_pb2.GroupTask(
         job_id=job_id, step=step, group_id=f"{job_id}:{step}:{index}", rollouts=2
     )
+
+
+async def test_num_epochs_and_dataset_size_end_the_job_early(fleet: Fleet) -> None:
+    # 2 of the 3 scenarios, 2 epochs, 1 group per step: 4 steps although 10 were asked.
+    job = await fleet.store.create(_spec(steps=10, groups_per_step=1, dataset_size=2, num_epochs=2))
+    job = await asyncio.wait_for(fleet.run(job), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert job.completed_steps == 4 and fleet.backend.trained == [1, 1, 1, 1]
