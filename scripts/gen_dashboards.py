@@ -191,6 +191,37 @@ ROLLOUT = [
         description="Unknown tools, bad arguments, over-long results: invalid steps.",
     ),
     panel("MCP request latency", quantiles("artfleet_rollout_mcp_call_seconds", "op"), "s", id=103),
+    # Repo tasks (ids 130-149).
+    panel(
+        "Repo tasks resolved",
+        [
+            q(
+                f'sum(rate(artfleet_rollout_repo_tasks_total{{resolved="true"}}{W})) / '
+                f"sum(rate(artfleet_rollout_repo_tasks_total{W}))",
+                "resolved",
+            )
+        ],
+        unit="percentunit",
+        id=130,
+        description="Repo-task episodes whose hidden F2P and P2P tests all passed",
+    ),
+    panel(
+        "Hidden tests by group",
+        [
+            q(
+                f"sum by (group, outcome) (rate(artfleet_rollout_repo_tests_total{W}))",
+                "{{group}} {{outcome}}",
+            )
+        ],
+        unit="ops",
+        id=131,
+    ),
+    panel(
+        "Hidden-test time per episode",
+        quantiles("artfleet_rollout_repo_test_seconds"),
+        unit="s",
+        id=132,
+    ),
 ]
 
 _HITS = f"sum(rate(artfleet_sandbox_pool_hits_total{W}))"

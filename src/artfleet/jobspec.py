@@ -96,6 +96,9 @@ class JobSpecModel(RewardSpecModel):
     keep_best_metric: Literal["", "pass_at_k", "success_rate", "avg_at_k", "reward_mean"] = ""
     # Seed 001's --log-sample-rate: this fraction of rollouts as readable JSON on disk.
     log_sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    # Seed 001's --dataset-size / --num-epochs; 0 = all scenarios / as many as steps need.
+    dataset_size: int = Field(default=0, ge=0, le=10_000_000)
+    num_epochs: int = Field(default=0, ge=0, le=100_000)
 
     @field_validator("name", "project", "experiment")
     @classmethod

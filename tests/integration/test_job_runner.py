@@ -200,3 +200,11 @@ async def test_the_train_ledger_records_each_step_once_with_its_groups(fleet: Fl
     assert metrics.STEPS_TRAINED._value.get() == trained + 2
     again = await fleet.store.record_trained(job.id, ledger[0])
     assert again == 2  # a second training of step 1 would be counted
+
+
+async def test_num_epochs_and_dataset_size_end_the_job_early(fleet: Fleet) -> None:
+    # 2 of the 3 scenarios, 2 epochs, 1 group per step: 4 steps although 10 were asked.
+    job = await fleet.store.create(_spec(steps=10, groups_per_step=1, dataset_size=2, num_epochs=2))
+    job = await asyncio.wait_for(fleet.run(job), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert job.completed_steps == 4 and fleet.backend.trained == [1, 1, 1, 1]

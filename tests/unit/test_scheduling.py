@@ -36,3 +36,24 @@ def test_quorum(groups: int, fraction: float, expected: int) -> None:
 def test_mean_std() -> None:
     assert scheduling.mean_std([]) == (0.0, 0.0)
     assert scheduling.mean_std([1.0, 3.0]) == (2.0, 1.0)
+
+
+def test_dataset_size_fixes_a_subset_by_seed() -> None:
+    subset = scheduling.dataset(IDS, 3, 4)
+    assert len(subset) == 4 and set(subset) <= set(IDS)
+    assert scheduling.dataset(IDS, 3, 4) == subset and scheduling.dataset(IDS, 0, 0) == IDS
+    picked = {
+        s
+        for step in range(1, 20)
+        for s in scheduling.scenarios_for_step(IDS, 3, step, 3, dataset_size=4)
+    }
+    assert picked == set(subset)
+
+
+def test_num_epochs_ends_the_stream() -> None:
+    n = len(IDS)
+    steps = [scheduling.scenarios_for_step(IDS, 1, s, 3, num_epochs=2) for s in range(1, 20)]
+    flat = [x for step in steps for x in step]
+    assert len(flat) == 2 * n and all(flat.count(i) == 2 for i in IDS)
+    assert scheduling.steps_with_scenarios(n, 3, 100, 2) == -(-2 * n // 3)
+    assert scheduling.steps_with_scenarios(n, 3, 100, 0) == 100

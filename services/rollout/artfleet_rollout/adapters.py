@@ -176,7 +176,10 @@ class GrpcWorkspace:
         )
         async with _lost_replica():
             r = await self._session.stub.RunTests(request, timeout=timeout_s + _RPC_SLACK_S)
-        return SuiteRun(r.passed, r.failed, r.errored, r.total, r.exit_code, r.timed_out, r.output)
+        cases = {case.name: case.outcome for case in r.tests}
+        return SuiteRun(
+            r.passed, r.failed, r.errored, r.total, r.exit_code, r.timed_out, r.output, cases
+        )
 
     async def check(self, command: str, *, timeout_s: float) -> bool:
         result = await self.exec(command, timeout_s=timeout_s)
@@ -204,6 +207,8 @@ class GrpcWorkspaces:
         request = sandbox_pb2.CreateSessionRequest(
             image=spec.image, network=spec.network, job_id=spec.job_id, files=_files(spec.files)
         )
+        if spec.repo_path:
+            request.repo.path, request.repo.commit = spec.repo_path, spec.repo_commit
         async with _lost_replica():
             session = await self._router.create_session(request, deadline_s=_CREATE_DEADLINE_S)
         return GrpcWorkspace(session)

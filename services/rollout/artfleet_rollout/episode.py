@@ -28,6 +28,7 @@ from artfleet_rollout.agents import kinds
 from artfleet_rollout.agents.turns import Budget, ask_policy
 from artfleet_rollout.environments import Scenario
 from artfleet_rollout.ports import Policy, Workspace, Workspaces, WorkspaceSpec
+from artfleet_rollout.repo_episode import finish_repo_task, repo_source
 from artfleet_rollout.settings import RolloutSettings
 
 log = logging.getLogger(__name__)
@@ -82,14 +83,22 @@ async def run_terminal(
             files=ctx.scenario.files,
             image=ctx.scenario.image,
             network=ctx.scenario.network,
+            **repo_source(ctx.scenario.repo, ctx.scenario.image),
         )
     )
     try:
         episode.finish = await _agent_loop(ctx, workspace, trajectory, episode)
-        episode.check_passed = await workspace.check(
-            ctx.scenario.check, timeout_s=ctx.settings.check_timeout_s
-        )
-        episode.check_ran = True
+        if ctx.scenario.repo is not None:  # hidden F2P/P2P tests, after the agent is done
+            trajectory.metrics.update(
+                await finish_repo_task(
+                    workspace, ctx.scenario.repo, episode, timeout_s=ctx.settings.tests_timeout_s
+                )
+            )
+        if ctx.scenario.check:
+            episode.check_passed = await workspace.check(
+                ctx.scenario.check, timeout_s=ctx.settings.check_timeout_s
+            )
+            episode.check_ran = True
     finally:
         await workspace.close()
 

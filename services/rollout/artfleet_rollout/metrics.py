@@ -50,3 +50,18 @@ MCP_SECONDS = Histogram(
     ["op"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+REPO_TASKS = Counter(
+    "artfleet_rollout_repo_tasks_total",
+    "Repo-task episodes judged by their hidden tests, by whether every F2P/P2P test passed",
+    ["resolved"],
+)
+REPO_TESTS = Counter(
+    "artfleet_rollout_repo_tests_total",
+    "Hidden tests of repo tasks, by group (f2p, p2p) and outcome (passed, failed)",
+    ["group", "outcome"],
+)
+REPO_TEST_SECONDS = Histogram(
+    "artfleet_rollout_repo_test_seconds",
+    "Placing and running a repo task's hidden tests, per episode",
+    buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+)

@@ -7,7 +7,7 @@ in `adapters.py`, and tests drive the loop with in-process implementations.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from openai.types.chat.chat_completion import Choice
@@ -76,6 +76,9 @@ class WorkspaceSpec:
     files: Mapping[str, str]
     image: str = ""
     network: bool = False
+    # A repo in the sandbox's cache dir, unpacked into the workspace (repo tasks).
+    repo_path: str = ""
+    repo_commit: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class SuiteRun:
     exit_code: int
     timed_out: bool
     output: str = ""
+    cases: Mapping[str, str] = field(default_factory=dict)  # test name -> outcome
 
 
 class Workspace(Protocol):

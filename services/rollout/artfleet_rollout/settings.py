@@ -19,6 +19,7 @@ class RolloutSettings(ServerSettings):
     reward_target: str = Field(default="127.0.0.1:50054", description="Reward gRPC address")
     exec_timeout_s: float = Field(default=20.0, gt=0, description="per agent command")
     check_timeout_s: float = Field(default=30.0, gt=0, description="the scenario's check")
+    tests_timeout_s: float = Field(default=300.0, gt=0, description="a repo task's hidden tests")
     observation_chars: int = Field(default=1200, ge=100, description="per observation")
     tool_result_chars: int = Field(
         default=2000,

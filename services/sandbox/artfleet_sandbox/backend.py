@@ -80,6 +80,15 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class RepoSpec:
+    """A repository under the replica's cache dir, seeded into the workspace (repocache)."""
+
+    path: str  # relative to the cache dir, e.g. "astropy/astropy"
+    commit: str = ""  # "" = the directory as it is
+    dest: str = ""  # where in the workspace; "" = its root
+
+
+@dataclass(frozen=True)
 class SessionSpec:
     files: Sequence[FileSpec] = ()
     env: Mapping[str, str] = field(default_factory=dict)
@@ -89,6 +98,7 @@ class SessionSpec:
     idle_ttl_s: float = 0.0  # 0 = the backend's default
     resources: Resources = Resources()
     repl: bool = True  # Exec's default mode: the session's REPL, or stateless
+    repo: RepoSpec | None = None  # seeded before `files` are written
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ def local_config(settings: SandboxSettings, replica_id: str = "") -> LocalConfig
             resource.RLIMIT_NOFILE: settings.rlimit_nofile,
         },
         stop_timeout_s=settings.shutdown_grace_s,
+        cache_dir=settings.cache_dir,
+        test_runtime=settings.test_runtime,
     )
 
 
@@ -58,10 +60,12 @@ def docker_config(settings: SandboxSettings, replica_id: str = "") -> DockerConf
         pool_size=settings.pool_size,
         pool_images=(settings.sandbox_image, *settings.pool_images),
         pool_max_age_s=settings.pool_max_age_s,
+        pool_max_images=settings.pool_max_images,
         pull=settings.pull_images,
         test_output_bytes=settings.test_output_bytes,
         drain_limit_bytes=settings.drain_limit_bytes,
         threads=settings.docker_threads,
+        cache_dir=settings.cache_dir,
         stop_timeout_s=settings.shutdown_grace_s,
     )
 

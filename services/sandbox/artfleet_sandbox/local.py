@@ -7,6 +7,9 @@ session says so in its `isolation` field.
 
 A session dir holds `work/` (the workspace clients see), `home/` and `tmp/` (HOME and
 TMPDIR of its commands) and `reports/` (JUnit files of RunTests).
+
+Sessions get a Python with pytest that does not depend on the host's (`pyruntime`): its
+`bin/` leads their PATH, and `isolation` names it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import resource
 import secrets
 import shlex
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -46,9 +50,11 @@ from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.localrepl import LocalChannel
 from artfleet_sandbox.paths import read_file, remove_tree, resolve_dir, write_file
 from artfleet_sandbox.procs import TAG_VAR, kill_group, kill_tagged, rlimit_prefix, run_process
+from artfleet_sandbox.pyruntime import PyRuntime, default_cache_dir, prepare_runtime
 from artfleet_sandbox.repl import shell_argv
 from artfleet_sandbox.replica import new_replica_id, new_session_id
 from artfleet_sandbox.replshell import ReplCall, ReplShell, ReplSink
+from artfleet_sandbox.repocache import RepoCache, extract
 from artfleet_sandbox.sessions import SessionTable
 
 log = logging.getLogger(__name__)
@@ -87,6 +93,8 @@ class LocalConfig:
         }
     )
     stop_timeout_s: float = 10.0
+    cache_dir: str = ""  # the test runtime and cached repos; "" = default_cache_dir()
+    test_runtime: bool = True  # prepare the Python + pytest runtime for sessions
 
 
 @dataclass
@@ -134,6 +142,9 @@ class LocalBackend:
         self._reaper: asyncio.Task[None] | None = None
         self._shell = shutil.which("bash", path=self.config.path) or "/bin/sh"
         self._limits = rlimit_prefix(self.config.rlimits)
+        self._runtime: PyRuntime | None = None
+        self._runtime_error = ""
+        self.repos = RepoCache(self.config.cache_dir or default_cache_dir())
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -141,9 +152,12 @@ class LocalBackend:
         if self._root:
             return
         cfg = self.config
-        self._bwrap = await find_bubblewrap(
-            cfg.use_bwrap, cfg.path, cfg.bwrap_hide_paths, cfg.bwrap_expose_paths
-        )
+        expose = list(cfg.bwrap_expose_paths)
+        if cfg.test_runtime:
+            await self._prepare_runtime()
+        if self._runtime is not None:  # its interpreter may live under a hidden dir
+            expose += [self._runtime.root, self._runtime.base_prefix]
+        self._bwrap = await find_bubblewrap(cfg.use_bwrap, cfg.path, cfg.bwrap_hide_paths, expose)
         self._root = await asyncio.to_thread(self._make_root)
         self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
         log.info("local sandbox backend at %s, isolation: %s", self._root, self.isolation())
@@ -177,10 +191,26 @@ class LocalBackend:
         # Our own dir: stop() removes it, and other replicas' sessions are never touched.
         return os.path.realpath(tempfile.mkdtemp(prefix="artfleet-sandbox-", dir=parent))
 
+    async def _prepare_runtime(self) -> None:
+        cache_dir = self.config.cache_dir or default_cache_dir()
+        try:
+            self._runtime = await asyncio.to_thread(prepare_runtime, cache_dir)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            # Sessions still work; RunTests then depends on the host, and isolation says so.
+            self._runtime_error = str(exc)
+            log.error("no test runtime for sessions: %s", exc)
+
     def isolation(self, network: bool = False) -> str:
         if self._bwrap is None:
             return ISOLATION_NONE
         return f"{ISOLATION_BWRAP} (host network)" if network else ISOLATION_BWRAP
+
+    def session_isolation(self, network: bool = False) -> str:
+        """`isolation` and the Python that runs the session's tests."""
+        if self._runtime is not None:
+            return f"{self.isolation(network)}; tests: {self._runtime.describe()}"
+        why = self._runtime_error or "runtime off"
+        return f"{self.isolation(network)}; tests: the host's python only ({why})"
 
     # -- sessions ----------------------------------------------------------------------
 
@@ -193,9 +223,10 @@ class LocalBackend:
         if spec.idle_ttl_s < 0:
             raise InvalidArgument("idle_ttl_s must not be negative")
         started = time.perf_counter()
+        tarball = await self.repos.tarball(spec.repo) if spec.repo else ""
         session = _Session(
             id=new_session_id(self.replica_id),
-            root=await asyncio.to_thread(self._make_session_dir, spec.files),
+            root=await asyncio.to_thread(self._make_session_dir, spec.files, tarball),
             tag=secrets.token_hex(8),
             env=dict(spec.env),
             network=spec.network,
@@ -207,7 +238,11 @@ class LocalBackend:
         metrics.CREATE_SECONDS.labels("process").observe(time.perf_counter() - started)
         metrics.SESSIONS_CREATED.inc()
         return SessionInfo(
-            session.id, session.workdir, self.name, self.isolation(spec.network), self.replica_id
+            session.id,
+            session.workdir,
+            self.name,
+            self.session_isolation(spec.network),
+            self.replica_id,
         )
 
     async def close_session(self, session_id: str) -> bool:
@@ -232,12 +267,14 @@ class LocalBackend:
 
     # -- files -------------------------------------------------------------------------
 
-    def _make_session_dir(self, files: Sequence[FileSpec]) -> str:
+    def _make_session_dir(self, files: Sequence[FileSpec], tarball: str = "") -> str:
         # The dir name is random but is not the session id: commands can see their path.
         root = tempfile.mkdtemp(prefix="s-", dir=self._root)
         try:
             for sub in ("work", "home", "tmp", "reports"):
                 os.mkdir(os.path.join(root, sub), 0o700)
+            if tarball:
+                extract(tarball, os.path.join(root, "work"))
             for spec in files:
                 write_file(os.path.join(root, "work"), spec)
         except BaseException:
@@ -268,8 +305,11 @@ class LocalBackend:
     def _env(self, session: _Session, extra: Mapping[str, str]) -> dict[str, str]:
         # Built from scratch: the server's own environment (API token, cloud keys) must
         # never reach a sandboxed command.
+        path = self.config.path
+        if self._runtime is not None:
+            path = f"{self._runtime.bin_dir}:{path}"
         env = {
-            "PATH": self.config.path,
+            "PATH": path,
             "HOME": os.path.join(session.root, "home"),
             "TMPDIR": os.path.join(session.root, "tmp"),
             "LANG": "C.UTF-8",

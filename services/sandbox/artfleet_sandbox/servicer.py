@@ -26,6 +26,7 @@ from artfleet_sandbox.backend import (
     Forbidden,
     InvalidArgument,
     NotFound,
+    RepoSpec,
     Resources,
     SandboxBackend,
     SandboxError,
@@ -164,6 +165,9 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
             ),
             resources=_resources(request.resources),
             repl=_mode(request.exec_mode) != "stateless",
+            repo=RepoSpec(request.repo.path, request.repo.commit, request.repo.dest)
+            if request.HasField("repo")
+            else None,
         )
         info = await self.backend.create_session(spec)
         log.info("session %s created (job %r, %s)", info.session_id, spec.job_id, info.isolation)

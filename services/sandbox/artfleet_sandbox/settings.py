@@ -38,6 +38,9 @@ class SandboxSettings(ServerSettings):
     max_sessions: int = Field(default=256, gt=0, description="Per replica")
 
     workspace_root: str = Field(default="", description="Parent of workspaces; '' = temp dir")
+    # Seed 001's --cache-dir: the local test runtime and repos prepared once per replica.
+    cache_dir: str = Field(default="", description="Prepared once, reused; '' = temp dir")
+    test_runtime: bool = Field(default=True, description="local: a Python with pytest")
     use_bwrap: Literal["auto", "never", "require"] = "auto"
     bwrap_hide_paths: list[str] = Field(
         default_factory=lambda: list(DEFAULT_HIDE_PATHS),
@@ -87,6 +90,9 @@ class SandboxSettings(ServerSettings):
         default_factory=list, description="Warmed at start besides sandbox_image"
     )
     pool_max_age_s: float = Field(default=3600.0, gt=0)
+    pool_max_images: int = Field(
+        default=8, ge=0, le=1024, description="Task images that keep a warm pool (LRU)"
+    )
     drain_limit_bytes: int = Field(
         default=64 * MiB, gt=0, description="A command printing more than this is killed"
     )

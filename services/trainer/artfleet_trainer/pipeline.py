@@ -135,7 +135,12 @@ class StepPipeline:
     def _tasks(self, step: int, version: int) -> list[rollout_pb2.GroupTask]:
         spec = self._spec
         picked = scheduling.scenarios_for_step(
-            self._scenario_ids, spec.seed, step, spec.groups_per_step
+            self._scenario_ids,
+            spec.seed,
+            step,
+            spec.groups_per_step,
+            dataset_size=spec.dataset_size,
+            num_epochs=spec.num_epochs,
         )
         policy = self.policy_name()
         reward = reward_spec_proto(spec)

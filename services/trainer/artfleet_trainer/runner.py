@@ -17,7 +17,7 @@ from artfleet.errors import Unavailable
 from artfleet.jobspec import JobSpecModel, spec_from_proto
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer import experiment, grpo, metrics, pipeline, retention, samples
+from artfleet_trainer import experiment, grpo, metrics, pipeline, retention, samples, scheduling
 from artfleet_trainer.backends import TrainerBackend
 from artfleet_trainer.evals import Evaluator
 from artfleet_trainer.rollouts import Dispatcher, ScenarioSource
@@ -187,6 +187,11 @@ class JobRunner:
         for step in range(done + 1, spec.steps + 1):
             if await self._store.cancel_requested(job.id):
                 raise JobCancelled()
+            n = len(scheduling.dataset(scenario_ids, spec.seed, spec.dataset_size))
+            if step > scheduling.steps_with_scenarios(
+                n, spec.groups_per_step, step, spec.num_epochs
+            ):
+                break  # seed 001's --num-epochs: the scenario stream has ended
             await self._run_step(job, spec, model, steps, step)
             await self._evaluator.maybe_run(job, spec, model, step, self._inference_url(model))
             retention.apply(self._settings.art_path, model.name, job, spec)

@@ -14,22 +14,48 @@ def epoch_order(scenario_ids: Sequence[str], seed: int, epoch: int) -> list[str]
     return order
 
 
+def dataset(scenario_ids: Sequence[str], seed: int, dataset_size: int = 0) -> list[str]:
+    """Seed 001's --dataset-size: a subset fixed by the seed (0 = every scenario)."""
+    if dataset_size <= 0 or dataset_size >= len(scenario_ids):
+        return list(scenario_ids)
+    return sorted(epoch_order(scenario_ids, seed, -1)[:dataset_size])
+
+
 def scenarios_for_step(
-    scenario_ids: Sequence[str], seed: int, step: int, groups_per_step: int
+    scenario_ids: Sequence[str],
+    seed: int,
+    step: int,
+    groups_per_step: int,
+    *,
+    dataset_size: int = 0,
+    num_epochs: int = 0,
 ) -> list[str]:
     """Step s (1-based) takes the next `groups_per_step` scenarios of a stream of epochs.
 
     Each epoch is a fresh permutation of all scenarios, so every scenario is seen once per
     epoch and a resumed job picks exactly the scenarios it would have picked before.
+    `dataset_size` first narrows the scenarios; with `num_epochs` the stream ends after
+    that many epochs, so the steps past its end get fewer scenarios or none.
     """
     if not scenario_ids:
         raise ValueError("the environment split has no scenarios")
+    scenario_ids = dataset(scenario_ids, seed, dataset_size)
     n = len(scenario_ids)
+    end = num_epochs * n if num_epochs > 0 else None
     picked = []
     for index in range((step - 1) * groups_per_step, step * groups_per_step):
+        if end is not None and index >= end:
+            break
         epoch, offset = divmod(index, n)
         picked.append(epoch_order(scenario_ids, seed, epoch)[offset])
     return picked
+
+
+def steps_with_scenarios(n: int, groups_per_step: int, steps: int, num_epochs: int) -> int:
+    """How many of `steps` get scenarios when the stream ends after `num_epochs`."""
+    if num_epochs <= 0:
+        return steps
+    return min(steps, math.ceil(num_epochs * n / groups_per_step))
 
 
 def group_id(job_id: str, step: int, index: int) -> str:

@@ -67,6 +67,8 @@ def submit(
     log_sample_rate: float | None = typer.Option(
         None, help="fraction of rollouts written as JSON under logs/<experiment>/step_<n>/"
     ),
+    dataset_size: int | None = typer.Option(None, help="seed-fixed subset of the split"),
+    num_epochs: int | None = typer.Option(None, help="passes over the scenarios"),
     watch: bool = typer.Option(False, "--watch", help="follow the job until it ends"),
     target: str = TargetOpt,
     token: str = TokenOpt,
@@ -90,6 +92,8 @@ def submit(
             eval_every_steps=eval_every_steps,
             keep_last=keep_last,
             log_sample_rate=log_sample_rate,
+            dataset_size=dataset_size,
+            num_epochs=num_epochs,
         ),
     )
     with trainer(target, token) as stub:

@@ -241,19 +241,31 @@ class StepEvent(_message.Message):
     def __init__(self, turn: _Optional[int] = ..., valid_format: _Optional[bool] = ..., is_submit: _Optional[bool] = ..., executed: _Optional[bool] = ..., exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., code_modified: _Optional[bool] = ..., tests_discovered: _Optional[bool] = ...) -> None: ...
 
 class TestSummary(_message.Message):
-    __slots__ = ("passed", "failed", "errored", "total")
+    __slots__ = ("passed", "failed", "errored", "total", "grouped", "f2p_passed", "f2p_failed", "p2p_passed", "p2p_failed", "resolved")
     PASSED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     ERRORED_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    GROUPED_FIELD_NUMBER: _ClassVar[int]
+    F2P_PASSED_FIELD_NUMBER: _ClassVar[int]
+    F2P_FAILED_FIELD_NUMBER: _ClassVar[int]
+    P2P_PASSED_FIELD_NUMBER: _ClassVar[int]
+    P2P_FAILED_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_FIELD_NUMBER: _ClassVar[int]
     passed: int
     failed: int
     errored: int
     total: int
-    def __init__(self, passed: _Optional[int] = ..., failed: _Optional[int] = ..., errored: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+    grouped: bool
+    f2p_passed: int
+    f2p_failed: int
+    p2p_passed: int
+    p2p_failed: int
+    resolved: bool
+    def __init__(self, passed: _Optional[int] = ..., failed: _Optional[int] = ..., errored: _Optional[int] = ..., total: _Optional[int] = ..., grouped: _Optional[bool] = ..., f2p_passed: _Optional[int] = ..., f2p_failed: _Optional[int] = ..., p2p_passed: _Optional[int] = ..., p2p_failed: _Optional[int] = ..., resolved: _Optional[bool] = ...) -> None: ...
 
 class Episode(_message.Message):
-    __slots__ = ("steps", "check_ran", "check_passed", "tests", "finish", "turns", "agent", "evaluated", "evaluate_reward", "evaluate_done", "evaluate_text", "expected_answer", "tool_calls")
+    __slots__ = ("steps", "check_ran", "check_passed", "tests", "finish", "turns", "agent", "evaluated", "evaluate_reward", "evaluate_done", "evaluate_text", "expected_answer", "tool_calls", "tests_seconds")
     class ToolCallsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -274,6 +286,7 @@ class Episode(_message.Message):
     EVALUATE_TEXT_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_ANSWER_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TESTS_SECONDS_FIELD_NUMBER: _ClassVar[int]
     steps: _containers.RepeatedCompositeFieldContainer[StepEvent]
     check_ran: bool
     check_passed: bool
@@ -287,7 +300,8 @@ class Episode(_message.Message):
     evaluate_text: str
     expected_answer: str
     tool_calls: _containers.ScalarMap[str, int]
-    def __init__(self, steps: _Optional[_Iterable[_Union[StepEvent, _Mapping]]] = ..., check_ran: _Optional[bool] = ..., check_passed: _Optional[bool] = ..., tests: _Optional[_Union[TestSummary, _Mapping]] = ..., finish: _Optional[str] = ..., turns: _Optional[int] = ..., agent: _Optional[str] = ..., evaluated: _Optional[bool] = ..., evaluate_reward: _Optional[float] = ..., evaluate_done: _Optional[bool] = ..., evaluate_text: _Optional[str] = ..., expected_answer: _Optional[str] = ..., tool_calls: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    tests_seconds: float
+    def __init__(self, steps: _Optional[_Iterable[_Union[StepEvent, _Mapping]]] = ..., check_ran: _Optional[bool] = ..., check_passed: _Optional[bool] = ..., tests: _Optional[_Union[TestSummary, _Mapping]] = ..., finish: _Optional[str] = ..., turns: _Optional[int] = ..., agent: _Optional[str] = ..., evaluated: _Optional[bool] = ..., evaluate_reward: _Optional[float] = ..., evaluate_done: _Optional[bool] = ..., evaluate_text: _Optional[str] = ..., expected_answer: _Optional[str] = ..., tool_calls: _Optional[_Mapping[str, int]] = ..., tests_seconds: _Optional[float] = ...) -> None: ...
 
 class ScorerFailure(_message.Message):
     __slots__ = ("scorer", "type", "message", "trajectory", "action")
@@ -366,7 +380,7 @@ class RewardSpec(_message.Message):
     def __init__(self, scorers: _Optional[_Iterable[_Union[ScorerSpec, _Mapping]]] = ..., clip: _Optional[_Union[Range, _Mapping]] = ..., policy: _Optional[_Union[PolicyEndpoint, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "max_steps_off_policy", "experiment", "grpo", "eval_every_steps", "eval_split", "eval_k", "eval_max_tasks", "keep_last", "keep_best_metric", "log_sample_rate")
+    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "max_steps_off_policy", "experiment", "grpo", "eval_every_steps", "eval_split", "eval_k", "eval_max_tasks", "keep_last", "keep_best_metric", "log_sample_rate", "dataset_size", "num_epochs")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -399,6 +413,8 @@ class JobSpec(_message.Message):
     KEEP_LAST_FIELD_NUMBER: _ClassVar[int]
     KEEP_BEST_METRIC_FIELD_NUMBER: _ClassVar[int]
     LOG_SAMPLE_RATE_FIELD_NUMBER: _ClassVar[int]
+    DATASET_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_EPOCHS_FIELD_NUMBER: _ClassVar[int]
     name: str
     project: str
     base_model: str
@@ -431,7 +447,9 @@ class JobSpec(_message.Message):
     keep_last: int
     keep_best_metric: str
     log_sample_rate: float
-    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., max_steps_off_policy: _Optional[int] = ..., experiment: _Optional[str] = ..., grpo: _Optional[_Union[GrpoSpec, _Mapping]] = ..., eval_every_steps: _Optional[int] = ..., eval_split: _Optional[str] = ..., eval_k: _Optional[int] = ..., eval_max_tasks: _Optional[int] = ..., keep_last: _Optional[int] = ..., keep_best_metric: _Optional[str] = ..., log_sample_rate: _Optional[float] = ...) -> None: ...
+    dataset_size: int
+    num_epochs: int
+    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., max_steps_off_policy: _Optional[int] = ..., experiment: _Optional[str] = ..., grpo: _Optional[_Union[GrpoSpec, _Mapping]] = ..., eval_every_steps: _Optional[int] = ..., eval_split: _Optional[str] = ..., eval_k: _Optional[int] = ..., eval_max_tasks: _Optional[int] = ..., keep_last: _Optional[int] = ..., keep_best_metric: _Optional[str] = ..., log_sample_rate: _Optional[float] = ..., dataset_size: _Optional[int] = ..., num_epochs: _Optional[int] = ...) -> None: ...
 
 class GrpoSpec(_message.Message):
     __slots__ = ("loss_fn", "normalize_advantages", "scale_rewards", "advantage_balance", "epsilon", "epsilon_high", "kl_penalty_coef", "kl_penalty_reference_step", "importance_sampling_level", "max_negative_advantage_importance_sampling_weight", "mask_prob_ratio", "kimi_k2_tau", "truncated_importance_sampling", "scale_learning_rate_by_reward_std_dev", "num_trajectories_learning_rate_multiplier_power", "packed_sequence_length", "logprob_calculation_chunk_size", "allow_training_without_logprobs", "precalculate_logprobs", "grad_accumulation_sequences")

@@ -24,8 +24,15 @@ class ScenarioInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., split: _Optional[str] = ..., title: _Optional[str] = ...) -> None: ...
 
 class EnvironmentInfo(_message.Message):
-    __slots__ = ("name", "description", "split_sizes", "scenarios", "agent")
+    __slots__ = ("name", "description", "split_sizes", "scenarios", "agent", "skipped")
     class SplitSizesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class SkippedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -37,12 +44,14 @@ class EnvironmentInfo(_message.Message):
     SPLIT_SIZES_FIELD_NUMBER: _ClassVar[int]
     SCENARIOS_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     split_sizes: _containers.ScalarMap[str, int]
     scenarios: _containers.RepeatedCompositeFieldContainer[ScenarioInfo]
     agent: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., split_sizes: _Optional[_Mapping[str, int]] = ..., scenarios: _Optional[_Iterable[_Union[ScenarioInfo, _Mapping]]] = ..., agent: _Optional[str] = ...) -> None: ...
+    skipped: _containers.ScalarMap[str, int]
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., split_sizes: _Optional[_Mapping[str, int]] = ..., scenarios: _Optional[_Iterable[_Union[ScenarioInfo, _Mapping]]] = ..., agent: _Optional[str] = ..., skipped: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class GroupTask(_message.Message):
     __slots__ = ("job_id", "step", "group_id", "environment", "scenario_id", "rollouts", "max_turns", "model_base_url", "policy", "temperature", "max_tokens", "max_context_tokens", "reward", "seed", "model_api_key_env", "policy_version", "task_prompt")

@@ -27,7 +27,7 @@ class File(_message.Message):
     def __init__(self, path: _Optional[str] = ..., content: _Optional[bytes] = ..., mode: _Optional[int] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("image", "files", "env", "network", "job_id", "idle_ttl_s", "resources", "exec_mode")
+    __slots__ = ("image", "files", "env", "network", "job_id", "idle_ttl_s", "resources", "exec_mode", "repo")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class CreateSessionRequest(_message.Message):
     IDLE_TTL_S_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     EXEC_MODE_FIELD_NUMBER: _ClassVar[int]
+    REPO_FIELD_NUMBER: _ClassVar[int]
     image: str
     files: _containers.RepeatedCompositeFieldContainer[File]
     env: _containers.ScalarMap[str, str]
@@ -51,7 +52,18 @@ class CreateSessionRequest(_message.Message):
     idle_ttl_s: float
     resources: Resources
     exec_mode: ExecMode
-    def __init__(self, image: _Optional[str] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: _Optional[bool] = ..., job_id: _Optional[str] = ..., idle_ttl_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., exec_mode: _Optional[_Union[ExecMode, str]] = ...) -> None: ...
+    repo: RepoSource
+    def __init__(self, image: _Optional[str] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: _Optional[bool] = ..., job_id: _Optional[str] = ..., idle_ttl_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., exec_mode: _Optional[_Union[ExecMode, str]] = ..., repo: _Optional[_Union[RepoSource, _Mapping]] = ...) -> None: ...
+
+class RepoSource(_message.Message):
+    __slots__ = ("path", "commit", "dest")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    DEST_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    commit: str
+    dest: str
+    def __init__(self, path: _Optional[str] = ..., commit: _Optional[str] = ..., dest: _Optional[str] = ...) -> None: ...
 
 class Resources(_message.Message):
     __slots__ = ("memory_bytes", "cpus", "pids", "tmp_bytes")

@@ -80,14 +80,15 @@ class Scorer(abc.ABC):
 class EpisodeScorer(Scorer):
     """A pure function of one episode (process rewards, test results, task checks)."""
 
-    def __init__(self, fn: Callable[[pb.Episode], float]) -> None:
+    def __init__(self, fn: Callable[[pb.Episode], float | Scored]) -> None:
         self.fn = fn
 
     async def score(self, ctx: GroupContext, indices: Sequence[int]) -> list[Result]:
         results: list[Result] = []
         for i in indices:
             try:
-                results.append(float(self.fn(ctx.episodes[i])))
+                value = self.fn(ctx.episodes[i])
+                results.append(value if isinstance(value, Scored) else float(value))
             except Exception as exc:
                 results.append(ScorerError(ERROR, f"{type(exc).__name__}: {exc}"))
         return results

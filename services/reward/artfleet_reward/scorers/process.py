@@ -16,6 +16,10 @@ Decisions the table leaves open, made here:
 - An invalid-format step earns only its penalty: nothing ran, so no other row applies.
 - The test rows apply once per episode and only when tests ran (`total > 0`). All pass
   gives +1.0 (not 1.0 + 0.5); otherwise +0.5 x passed / total.
+- Repo tasks (`TestSummary.grouped`): "all tests pass" means resolved, every hidden
+  fail-to-pass and pass-to-pass test passed; otherwise the pass rate over the hidden tests
+  that ran (a missing F2P test keeps a run from counting as all-pass). The `tests` scorer
+  adds the per-group counts to the trajectory's metrics.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 from artfleet.scorer_params import ProcessParams, TaskCheckParams, TestsParams
 from artfleet.v1 import common_pb2
 
-from .base import EpisodeScorer, ScorerDef
+from .base import EpisodeScorer, Scored, ScorerDef
 
 Episode = common_pb2.Episode
 
@@ -55,13 +59,7 @@ def step_reward(
 def tests_reward(
     tests: common_pb2.TestSummary, table: ProcessRewardTable = DEFAULT_PROCESS_TABLE
 ) -> float:
-    # `total` should be set; if a producer only filled the counts, they still say enough.
-    total = max(tests.total, tests.passed + tests.failed + tests.errored)
-    if total <= 0:
-        return 0.0
-    if tests.passed >= total:
-        return table.all_tests_pass
-    return table.partial_pass * (tests.passed / total)
+    return pass_rate_score(tests, table.all_tests_pass, table.partial_pass)
 
 
 def process_reward(episode: Episode, table: ProcessRewardTable = DEFAULT_PROCESS_TABLE) -> float:
@@ -76,10 +74,32 @@ def task_check_reward(episode: Episode) -> float:
 
 def pass_rate_score(tests: common_pb2.TestSummary, all_pass: float, partial: float) -> float:
     """The `tests` scorer: `all_pass` when every test passed, else `partial` x pass rate."""
+    # `total` should be set; if a producer only filled the counts, they still say enough.
     total = max(tests.total, tests.passed + tests.failed + tests.errored)
+    if tests.grouped and tests.resolved:
+        return all_pass
     if total <= 0:
         return 0.0
-    return all_pass if tests.passed >= total else partial * (tests.passed / total)
+    if tests.passed >= total and not tests.grouped:
+        return all_pass
+    return partial * (min(tests.passed, total) / total)
+
+
+def scored_tests(tests: common_pb2.TestSummary, all_pass: float, partial: float) -> Scored:
+    """`pass_rate_score`, with a repo task's F2P/P2P counts as trajectory metrics."""
+    value = pass_rate_score(tests, all_pass, partial)
+    if not tests.grouped:
+        return Scored(value)
+    return Scored(
+        value,
+        metrics={
+            "f2p_passed": tests.f2p_passed,
+            "f2p_failed": tests.f2p_failed,
+            "p2p_passed": tests.p2p_passed,
+            "p2p_failed": tests.p2p_failed,
+            "resolved": float(tests.resolved),
+        },
+    )
 
 
 # ---------------------------------------------------------------- configuration
@@ -91,7 +111,7 @@ def _configure_process(table: ProcessParams, field: str) -> EpisodeScorer:
 
 def _configure_tests(params: TestsParams, field: str) -> EpisodeScorer:
     all_pass, partial = params.all_pass, params.partial
-    return EpisodeScorer(lambda episode: pass_rate_score(episode.tests, all_pass, partial))
+    return EpisodeScorer(lambda episode: scored_tests(episode.tests, all_pass, partial))
 
 
 def _configure_task_check(params: TaskCheckParams, field: str) -> EpisodeScorer:
@@ -106,7 +126,10 @@ EPISODE_SCORERS = (
         ProcessParams,
     ),
     ScorerDef(
-        "tests", "1.0 when all tests pass, else 0.5 x pass rate", _configure_tests, TestsParams
+        "tests",
+        "1.0 when all tests pass (repo tasks: resolved), else 0.5 x pass rate",
+        _configure_tests,
+        TestsParams,
     ),
     ScorerDef(
         "task_check",

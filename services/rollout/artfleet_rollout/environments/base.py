@@ -9,6 +9,8 @@ from typing import Any
 
 from artfleet.v1 import rollout_pb2
 
+from .repo_task import RepoTask
+
 SPLITS = ("train", "test")
 AGENTS = ("terminal", "tools", "mcp", "single")
 
@@ -79,6 +81,7 @@ class Scenario:
     # A known-good command, used only by tests to prove the check can pass; never shown
     # to the agent (and kept out of repr so it does not leak into logs).
     solution: str = field(default="", repr=False)
+    repo: RepoTask | None = None  # a repo task: hidden F2P/P2P tests run after the episode
 
 
 class Environment:
@@ -136,4 +139,5 @@ class Environment:
                 for s in self._scenarios
             ],
             agent=self.agent,
+            skipped=self.skipped,
         )

@@ -40,8 +40,10 @@ from artfleet_sandbox.docker_backend.spec import (
 )
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.paths import clean_relpath
+from artfleet_sandbox.pyruntime import default_cache_dir
 from artfleet_sandbox.replica import ReplicaIdentity, new_session_id
 from artfleet_sandbox.replshell import ReplCall, ReplShell, ReplSink
+from artfleet_sandbox.repocache import RepoCache
 from artfleet_sandbox.sessions import SessionTable
 
 log = logging.getLogger(__name__)
@@ -79,10 +81,16 @@ class DockerBackend:
         self.identity = ReplicaIdentity.current(self.config.replica_id)
         self.engine = DockerEngine(self.config.docker_host, self.config.threads)
         self._uid = int(self.config.user.split(":")[0])
+        self.repos = RepoCache(self.config.cache_dir or default_cache_dir(), self._uid)
         self._sessions: SessionTable[_Session] = SessionTable(self.replica_id)
         self._creating: set[str] = set()  # session ids whose container is on its way
         self._pool = WarmPool(
-            self.config.pool_size, self.config.pool_max_age_s, self._create_pooled, self._remove
+            self.config.pool_size,
+            self.config.pool_max_age_s,
+            self._create_pooled,
+            self._remove,
+            max_images=self.config.pool_max_images,
+            keep=(self.config.default_image, *self.config.pool_images),
         )
         self._reaper: asyncio.Task[None] | None = None
         self._renames: set[asyncio.Task[None]] = set()
@@ -218,6 +226,8 @@ class DockerBackend:
         )
         self._sessions.add(session_id, session)
         try:
+            if spec.repo is not None:
+                await self.engine.put_tarball(container_id, await self.repos.tarball(spec.repo))
             await self.engine.put_files(container_id, spec.files, self._uid)
         except BaseException:
             await self.close_session(session_id)

@@ -55,8 +55,10 @@ class DockerConfig:
     pool_size: int = 2  # warm containers kept per image
     pool_images: Sequence[str] = ()  # pools filled at start; others get one at first use
     pool_max_age_s: float = 3600.0  # a pooled container older than this is replaced
+    pool_max_images: int = 8  # task images (beyond pool_images) that keep a warm pool
     pull: bool = False  # pull a missing image (False: it must exist on the engine)
     test_command: str = "python3 -m pytest -q --junitxml={junitxml}"
+    cache_dir: str = ""  # repos prepared once per replica (repocache); "" = the default
     test_output_bytes: int = 64 * 1024
     # Past this many bytes of output (kept + dropped) a command is killed: draining
     # gigabytes costs the engine and this process real CPU for nothing.

@@ -285,6 +285,17 @@ class DockerEngine:
 
     # -- files ---------------------------------------------------------------------------
 
+    async def put_tarball(self, container_id: str, path: str) -> None:
+        """Unpacks a prepared tar (repocache) into the workspace in one engine call."""
+
+        def put() -> None:
+            with open(path, "rb") as data:
+                if not self.client.api.put_archive(container_id, c.WORKSPACE, data):
+                    raise SandboxError("the engine refused the repository")
+
+        with engine_errors("seed the repository"):
+            await self.call(put)
+
     async def put_files(self, container_id: str, files: Sequence[FileSpec], uid: int) -> None:
         if not files:
             return

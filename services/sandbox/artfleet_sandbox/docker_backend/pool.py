@@ -3,6 +3,10 @@
 A pooled container is an ordinary session container (same limits, no network, empty
 workspace) with its session id chosen in advance. Taking one is a dict pop; refilling
 happens in the background, one task per image.
+
+Per-task images (SWE-bench, R2E-Gym: one image per task) get a pool at first use too, but
+only the `max_images` most recently used ones keep theirs (`keep` images never lose
+theirs): a job over thousands of task images cannot hold thousands of idle containers.
 """
 
 from __future__ import annotations
@@ -11,8 +15,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +39,19 @@ Remove = Callable[[str], Coroutine[Any, Any, object]]
 
 
 class WarmPool:
-    def __init__(self, size: int, max_age_s: float, create: Create, remove: Remove) -> None:
+    def __init__(
+        self,
+        size: int,
+        max_age_s: float,
+        create: Create,
+        remove: Remove,
+        max_images: int = 8,
+        keep: Sequence[str] = (),
+    ) -> None:
         self.size = size
+        self.max_images = max_images
+        self.keep = frozenset(keep)
+        self._recent: OrderedDict[str, None] = OrderedDict()  # task images, oldest first
         self.max_age_s = max_age_s
         self._create = create
         self._remove = remove
@@ -60,8 +75,31 @@ class WarmPool:
                 taken = candidate
         metrics.POOL_SIZE.labels(image).set(len(queue))
         (metrics.POOL_HITS if taken else metrics.POOL_MISSES).labels(image).inc()
+        self._touch(image)
         self.refill(image)
         return taken
+
+    def _touch(self, image: str) -> None:
+        if image in self.keep:
+            return
+        self._recent[image] = None
+        self._recent.move_to_end(image)
+        while len(self._recent) > self.max_images:
+            self._evict(self._recent.popitem(last=False)[0])
+
+    def _evict(self, image: str) -> None:
+        """The least recently used task image loses its pool (containers removed)."""
+        task = self._refills.pop(image, None)
+        if task is not None:
+            task.cancel()
+        for pooled in self._ready.pop(image, deque()):
+            self._discard(pooled)
+        metrics.POOL_SIZE.labels(image).set(0)
+        log.info("warm pool: %s evicted (more than %d task images)", image, self.max_images)
+
+    def images(self) -> list[str]:
+        """Images with a pool now (kept ones and the recent task images)."""
+        return sorted(self._ready)
 
     def refill(self, image: str) -> None:
         if self._stopped or self.size <= 0:
