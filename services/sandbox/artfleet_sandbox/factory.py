@@ -35,6 +35,7 @@ def local_config(settings: SandboxSettings, replica_id: str = "") -> LocalConfig
             resource.RLIMIT_NOFILE: settings.rlimit_nofile,
         },
         stop_timeout_s=settings.shutdown_grace_s,
+        allow_stdio=settings.allow_local_stdio,
     )
 
 

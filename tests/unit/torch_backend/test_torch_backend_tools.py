@@ -125,7 +125,6 @@ async def test_required_yields_schema_valid_calls_with_the_raw_tokens(
         seed=7,
         logprobs=True,
         return_token_ids=True,
-        parallel_tool_calls=False,
     )
     assert status == 200, body
     for choice in body["choices"]:
@@ -144,7 +143,9 @@ async def test_required_yields_schema_valid_calls_with_the_raw_tokens(
 
 
 async def test_parallel_required_calls_are_each_valid(url: str) -> None:
-    status, body = await _post(url, tool_choice="required", n=4, seed=3, max_tokens=1200)
+    status, body = await _post(
+        url, tool_choice="required", n=4, seed=3, max_tokens=1200, parallel_tool_calls=True
+    )
     assert status == 200, body
     for choice in body["choices"]:
         _valid_calls(choice, {"weather", "add"})
@@ -285,7 +286,9 @@ def test_the_tool_template_renders_tools_calls_and_results_in_hermes_format(
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": call["id"], "content": "1"},
     ]
-    text = str(tokenizer.apply_chat_template(cast(Any, chat), tools=TOOLS, tokenize=False))
+    text = str(
+        tokenizer.apply_chat_template(cast(Any, chat), tools=cast(Any, TOOLS), tokenize=False)
+    )
     assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
     assert "<tools>\n" + json.dumps(TOOLS[0]) + "\n" + json.dumps(TOOLS[1]) + "\n</tools>" in text
     # The assistant's call renders as the model writes it: what it is trained on.

@@ -60,11 +60,12 @@ class ToolSpec:
 @dataclass(frozen=True)
 class ToolChoice:
     """`mode` is "none", "auto", "required" or "named" (then `name` is the function).
-    `parallel` is OpenAI's `parallel_tool_calls`: several calls per turn, or one."""
+    `parallel` is OpenAI's `parallel_tool_calls` (only an explicit true counts here):
+    several constrained calls per turn, or one. Parsing always takes every call."""
 
     mode: str
     name: str | None = None
-    parallel: bool = True
+    parallel: bool = False
 
     @property
     def constrained(self) -> bool:
@@ -118,7 +119,10 @@ def parse_tool_choice(body: dict[str, Any], specs: list[ToolSpec]) -> ToolChoice
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
         raise bad_request("'parallel_tool_calls' must be a boolean", "parallel_tool_calls")
-    parallel = True if parallel is None else parallel
+    # Constrained turns make one call unless several are asked for explicitly: OpenAI's
+    # default is true, but a small model offered "another call?" after each one keeps
+    # calling until max_tokens (measured with SmolLM2-135M: 0.45 valid turns instead of 1).
+    parallel = parallel is True
     value = body.get("tool_choice")
     if value is None:
         return ToolChoice("auto" if specs else "none", parallel=parallel)
