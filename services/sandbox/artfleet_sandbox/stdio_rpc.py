@@ -59,7 +59,9 @@ def stdio_spec(start: pb.StdioStart) -> tuple[StdioSpec, float, float]:
         resources=Resources(res.memory_bytes, res.cpus, res.pids, res.tmp_bytes),
         network=start.network,
     )
-    startup = _timeout(start.startup_timeout_s, DEFAULT_STARTUP_S, MAX_STARTUP_S, "startup")
+    startup = _timeout(
+        start.startup_timeout_s, DEFAULT_STARTUP_S, MAX_STARTUP_S, "startup_timeout_s"
+    )
     idle = _timeout(start.idle_timeout_s, DEFAULT_IDLE_S, MAX_IDLE_S, "idle_timeout_s")
     return spec, startup, idle
 
