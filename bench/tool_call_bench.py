@@ -9,8 +9,9 @@ scenario; each scenario is sampled `n` times, all requests at once (the server b
 them). A turn is valid when its finish_reason is "tool_calls" and every call names an
 offered tool with arguments that are JSON matching that tool's schema (jsonschema).
 
-The same turns are sampled with `tool_choice: "auto"` first: the baseline, the model
-left to the format on its own (its template shows it the Hermes format).
+The same tasks are sampled with `tool_choice: "auto"` first (30 turns by default: free
+text runs to max_tokens, the slow part): the baseline, the model left to the format on
+its own (its template shows it the Hermes format).
 
 Last lines: `auto_tool_call_valid_frac=` (baseline), `tool_call_valid_frac=` (required;
 target >= 0.95), `required_over_auto_valid_ratio=`, and `required_turn_seconds=`.
@@ -93,7 +94,8 @@ def valid(choice: Any) -> bool:
 async def sample(
     client: AsyncOpenAI, model: str, args: argparse.Namespace, choice: str
 ) -> list[bool]:
-    per_task = -(-args.turns // len(TASKS))
+    turns = args.turns if choice == "required" else args.auto_turns
+    per_task = -(-turns // len(TASKS))
 
     async def one(i: int, task: str) -> list[bool]:
         request: dict[str, Any] = {
@@ -113,7 +115,7 @@ async def sample(
         return [valid(c) for c in response.choices]
 
     results = await asyncio.gather(*(one(i, t) for i, t in enumerate(TASKS)))
-    return [ok for batch in results for ok in batch][: args.turns]
+    return [ok for batch in results for ok in batch][:turns]
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -124,7 +126,10 @@ async def main(args: argparse.Namespace) -> None:
         )
         await model.register(backend)
         assert model.inference_base_url is not None
-        client = AsyncOpenAI(base_url=model.inference_base_url, api_key=KEY, max_retries=0)
+        # A 2-core machine shared with others can take many minutes for a batch.
+        client = AsyncOpenAI(
+            base_url=model.inference_base_url, api_key=KEY, max_retries=0, timeout=3600
+        )
         try:
             name = model.get_inference_name()
             auto = await sample(client, name, args, "auto")
@@ -137,6 +142,7 @@ async def main(args: argparse.Namespace) -> None:
     auto_frac = sum(auto) / len(auto)
     required_frac = sum(required) / len(required)
     print(f"turns={len(required)}")
+    print(f"auto_turns={len(auto)}")
     print(f"auto_tool_call_valid_frac={auto_frac:.3f}")
     print(f"tool_call_valid_frac={required_frac:.3f}")
     ratio = required_frac / auto_frac if auto_frac else float("inf")
@@ -146,7 +152,8 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--turns", type=int, default=100, help="required turns sampled")
+    parser.add_argument("--auto-turns", type=int, default=30, help="auto (baseline) turns")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--show-invalid", action="store_true", help="print invalid turns")
