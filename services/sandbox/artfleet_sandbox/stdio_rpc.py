@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 
 from artfleet.v1 import sandbox_pb2 as pb
+from artfleet_sandbox import metrics
 from artfleet_sandbox.backend import ImageMissing, InvalidArgument, Resources, SandboxError
 from artfleet_sandbox.stdio import FailedPrecondition, StdioBackend, StdioProcess, StdioSpec
 
@@ -97,18 +98,22 @@ async def serve(backend: Any, requests: Any, context: Any) -> AsyncIterator[pb.S
         log.info("McpStdio: %s %s (job %r, env %s)", spec.image, spec.args, spec.job_id, names)
         process = await asyncio.wait_for(backend.open_stdio(spec), startup)
     except TimeoutError:
+        metrics.MCP_STDIO_STREAMS.labels("startup_timeout").inc()
         await context.abort(
             grpc.StatusCode.DEADLINE_EXCEEDED,
             f"the MCP server {spec.image or spec.args!r} did not start within {startup:.0f} s",
         )
         return
     except SandboxError as exc:
+        metrics.MCP_STDIO_STREAMS.labels("refused").inc()
         await context.abort(_code(exc), str(exc))
         return
+    outcome = ["client_gone"]  # unless the pump says otherwise
     try:
-        async for chunk in _pump(process, it, idle, context):
+        async for chunk in _pump(process, it, idle, context, outcome):
             yield chunk
     finally:
+        metrics.MCP_STDIO_STREAMS.labels(outcome[0]).inc()
         await asyncio.shield(process.close())
 
 
@@ -139,7 +144,11 @@ async def _feed(process: StdioProcess, it: AsyncIterator[pb.StdioChunk], traffic
 
 
 async def _pump(
-    process: StdioProcess, it: AsyncIterator[pb.StdioChunk], idle: float, context: Any
+    process: StdioProcess,
+    it: AsyncIterator[pb.StdioChunk],
+    idle: float,
+    context: Any,
+    outcome: list[str],
 ) -> AsyncIterator[pb.StdioChunk]:
     traffic = _Traffic()
     feeder = asyncio.create_task(_feed(process, it, traffic), name="stdio-feed")
@@ -148,6 +157,7 @@ async def _pump(
         while True:
             wait = traffic.last + idle - time.monotonic()
             if wait <= 0:
+                outcome[0] = "idle_timeout"
                 await context.abort(
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"no traffic with the MCP server for {idle:.0f} s (it hangs, or the "
@@ -168,9 +178,11 @@ async def _pump(
                 yield pb.StdioChunk(data=data)
         code = await process.exit_code()
         if traffic.client_done:
+            outcome[0] = "exited"
             yield pb.StdioChunk(exit=pb.StdioExit(exit_code=-1 if code is None else code))
             return
         tail = stderr_tail.decode(errors="replace").strip()
+        outcome[0] = "crashed"
         await context.abort(
             grpc.StatusCode.ABORTED,
             f"the MCP server exited with code {code} while the client was talking to it"

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from mcp import ClientSession
+from prometheus_client import REGISTRY
 from sandbox_docker_kit import TOKEN, AppFactory, our_containers
 
 from artfleet.mcp_stdio import McpStdioError, StdioLimits, sandbox_stdio_client
@@ -63,6 +64,11 @@ async def app(sandbox_app: AppFactory, mcp_image: str) -> AsyncIterator[SandboxA
         yield running
 
 
+def _streams(outcome: str) -> float:
+    labels = {"outcome": outcome}
+    return REGISTRY.get_sample_value("artfleet_sandbox_mcp_stdio_streams_total", labels) or 0.0
+
+
 def _target(app: SandboxApp) -> str:
     return f"127.0.0.1:{app.server.port}"
 
@@ -103,6 +109,7 @@ async def test_a_crashing_server_ends_with_its_exit_code_and_stderr(
     app: SandboxApp, docker_client: Any, deployment: str, mcp_image: str
 ) -> None:
     crash = ["sh", "-c", "head -n 1 >/dev/null; echo 'boom: bad config' >&2; exit 5"]
+    crashed = _streams("crashed")
     started = time.monotonic()
     with pytest.raises(McpStdioError) as info:
         async with (
@@ -111,6 +118,7 @@ async def test_a_crashing_server_ends_with_its_exit_code_and_stderr(
         ):
             await session.initialize()
     assert info.value.code.name == "ABORTED"
+    assert _streams("crashed") == crashed + 1
     assert "code 5" in info.value.details and "boom: bad config" in info.value.details
     assert time.monotonic() - started < 60
     await _until_gone(docker_client, deployment)
@@ -120,6 +128,7 @@ async def test_a_hanging_server_ends_at_the_idle_timeout(
     app: SandboxApp, docker_client: Any, deployment: str, mcp_image: str
 ) -> None:
     limits = StdioLimits(idle_timeout_s=3)
+    hung = _streams("idle_timeout")
     started = time.monotonic()
     with pytest.raises(McpStdioError) as info:
         async with (
@@ -131,6 +140,7 @@ async def test_a_hanging_server_ends_at_the_idle_timeout(
             await session.initialize()
     assert info.value.code.name == "DEADLINE_EXCEEDED"
     assert "3 s" in info.value.details
+    assert _streams("idle_timeout") == hung + 1
     assert time.monotonic() - started < 60
     await _until_gone(docker_client, deployment)
 
