@@ -16,10 +16,12 @@ import aiohttp
 import jsonschema
 import pytest
 import pytest_asyncio
+from openai.types.chat.chat_completion import Choice
 from tiny_llama import tiny_llama
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
+from artfleet_trainer.art_compat import art
 from artfleet_trainer.torch_backend.chat_template import TOOLS_CHATML_TEMPLATE
 from artfleet_trainer.torch_backend.generation import BatchEngine
 from artfleet_trainer.torch_backend.model_loader import CHATML_TEMPLATE
@@ -27,6 +29,7 @@ from artfleet_trainer.torch_backend.protocol import RequestError, parse_chat_req
 from artfleet_trainer.torch_backend.scheduler import GenerationScheduler
 from artfleet_trainer.torch_backend.server import InferenceServer, ServedPolicy
 from artfleet_trainer.torch_backend.tool_calls import parse_tool_calls
+from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
 from artfleet_trainer.torch_backend.worker import TorchWorker
 
 KEY = "tools-test-key"
@@ -294,3 +297,49 @@ def test_the_tool_template_renders_tools_calls_and_results_in_hermes_format(
     # The assistant's call renders as the model writes it: what it is trained on.
     assert "<|im_start|>assistant\n" + call_text + "<|im_end|>\n" in text
     assert "<|im_start|>user\n<tool_response>\n1\n</tool_response><|im_end|>\n" in text
+
+
+def _sampled_choice(tokenizer: PreTrainedTokenizerFast, text: str) -> Choice:
+    ids = [*tokenizer.encode(text), EOS]
+    content, calls = parse_tool_calls(text)
+    entries = [
+        {"token": f"token_id:{i}", "logprob": -0.5, "bytes": [], "top_logprobs": []} for i in ids
+    ]
+    return Choice.model_validate(
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": content, "tool_calls": calls},
+            "logprobs": {"content": entries},
+        }
+    )
+
+
+def test_art_trains_each_sampled_call_once_in_a_multi_turn_episode(
+    tokenizer: PreTrainedTokenizerFast,
+) -> None:
+    # ART 0.5.18 alone renders a non-final turn's calls again after its sampled tokens.
+    first = '<tool_call>\n{"name": "add", "arguments": {"a": 11}}\n</tool_call>'
+    second = '<tool_call>\n{"name": "add", "arguments": {"a": 22}}\n</tool_call>'
+    trajectories = []
+    for reward in (0.0, 1.0):
+        one, two = _sampled_choice(tokenizer, first), _sampled_choice(tokenizer, second)
+        tool_call_id = (one.message.tool_calls or [])[0].id
+        messages: list[Any] = [
+            {"role": "user", "content": "add twice"},
+            one,
+            {"role": "tool", "tool_call_id": tool_call_id, "content": "11"},
+            two,
+        ]
+        trajectories.append(
+            art.Trajectory(messages_and_choices=messages, tools=cast(Any, TOOLS), reward=reward)
+        )
+    groups = without_rendered_tool_calls([art.TrajectoryGroup(trajectories)])
+    tokenize = art.preprocessing.tokenize.tokenize_trajectory_groups
+    results = list(tokenize(tokenizer, groups, False, True))
+    assert len(results) == 2
+    for result in results:
+        text = str(tokenizer.decode(result.token_ids))
+        assert text.count('"a": 11') == 1 and text.count('"a": 22') == 1
+        sampled = len(tokenizer.encode(first)) + len(tokenizer.encode(second)) + 2
+        assert sum(result.assistant_mask) == sampled
