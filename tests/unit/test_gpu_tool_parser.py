@@ -3,7 +3,11 @@ the torch server speaks too (docs/architecture.md, "Tool calling on the policy s
 
 from __future__ import annotations
 
-from art.dev.openai_server import get_openai_server_config
+# Through art_compat: importing ART alone patches transformers' masking for the whole
+# test process (see art_compat).
+from artfleet_trainer.art_compat import art
+
+get_openai_server_config = art.dev.get_openai_server_config
 
 
 def test_art_starts_vllm_with_auto_tool_choice_and_the_hermes_parser() -> None:
