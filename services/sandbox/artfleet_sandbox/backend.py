@@ -41,6 +41,10 @@ class InvalidArgument(SandboxError):
     """The request itself is wrong and retrying it unchanged cannot help (INVALID_ARGUMENT)."""
 
 
+class ImageMissing(InvalidArgument):
+    """The image a request names is not on the sandbox's engine (and it may not pull)."""
+
+
 class InvalidPath(InvalidArgument):
     """A client path is absolute, climbs out with `..`, or escapes through a symlink."""
 

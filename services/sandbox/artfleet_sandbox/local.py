@@ -48,6 +48,7 @@ from artfleet_sandbox.backend import (
 from artfleet_sandbox.bwrap import DEFAULT_HIDE_PATHS, Bubblewrap, find_bubblewrap
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.localrepl import LocalChannel
+from artfleet_sandbox.localstdio import LocalStdio
 from artfleet_sandbox.paths import read_file, remove_tree, resolve_dir, write_file
 from artfleet_sandbox.procs import TAG_VAR, kill_group, kill_tagged, rlimit_prefix, run_process
 from artfleet_sandbox.pyruntime import PyRuntime, default_cache_dir, prepare_runtime
@@ -56,6 +57,7 @@ from artfleet_sandbox.replica import new_replica_id, new_session_id
 from artfleet_sandbox.replshell import ReplCall, ReplShell, ReplSink
 from artfleet_sandbox.repocache import RepoCache, extract
 from artfleet_sandbox.sessions import SessionTable
+from artfleet_sandbox.stdio import StdioProcess, StdioSpec
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,8 @@ class LocalConfig:
     stop_timeout_s: float = 10.0
     cache_dir: str = ""  # the test runtime and cached repos; "" = default_cache_dir()
     test_runtime: bool = True  # prepare the Python + pytest runtime for sessions
+    # McpStdio: run the request's args as a local command (no container: dev and tests).
+    allow_stdio: bool = False
 
 
 @dataclass
@@ -260,6 +264,9 @@ class LocalBackend:
             await session.repl.stop()
         await asyncio.to_thread(remove_tree, session.root)
         return True
+
+    async def open_stdio(self, spec: StdioSpec) -> StdioProcess:
+        return await LocalStdio.start(spec, self.config.allow_stdio, self.config.path)
 
     async def close_all(self) -> int:
         results = await asyncio.gather(*(self.close_session(sid) for sid in self._sessions.ids()))

@@ -50,3 +50,10 @@ OOM_KILLS = Counter(
 RUN_TESTS_SECONDS = Histogram(
     "artfleet_sandbox_run_tests_seconds", "Wall time of RunTests calls", buckets=_COMMAND_BUCKETS
 )
+
+MCP_STDIO_STREAMS = Counter(
+    "artfleet_sandbox_mcp_stdio_streams",
+    "McpStdio streams by how they ended "
+    "(exited, crashed, idle_timeout, startup_timeout, refused, client_gone)",
+    ["outcome"],
+)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,6 +34,7 @@ from artfleet_sandbox.backend import (
     Unavailable,
 )
 from artfleet_sandbox.settings import SandboxSettings
+from artfleet_sandbox.stdio_rpc import serve as serve_stdio
 
 log = logging.getLogger(__name__)
 
@@ -272,3 +273,8 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
         # workers can close in a `finally` without special cases.
         closed = await self.backend.close_session(_require_session(request.session_id))
         return pb.CloseSessionResponse(closed=closed)
+
+    async def McpStdio(self, request_iterator: Any, context: Any) -> AsyncIterator[pb.StdioChunk]:
+        # Statuses are set by serve_stdio itself (a stream has no single reply to wrap).
+        async for chunk in serve_stdio(self.backend, request_iterator, context):
+            yield chunk

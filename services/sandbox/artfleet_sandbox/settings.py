@@ -64,6 +64,11 @@ class SandboxSettings(ServerSettings):
     rlimit_cpu_s: int = Field(default=1800, ge=0)
     rlimit_nofile: int = Field(default=4096, ge=0)
 
+    allow_local_stdio: bool = Field(
+        default=False,
+        description="Local backend: McpStdio may run its args as a local command (no container)",
+    )
+
     # -- docker backend ------------------------------------------------------------------
     deployment: str = Field(
         default="artfleet",

@@ -16,6 +16,53 @@ EXEC_MODE_UNSPECIFIED: ExecMode
 EXEC_MODE_REPL: ExecMode
 EXEC_MODE_STATELESS: ExecMode
 
+class StdioStart(_message.Message):
+    __slots__ = ("image", "args", "env", "job_id", "resources", "network", "startup_timeout_s", "idle_timeout_s")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    STARTUP_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    image: str
+    args: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    job_id: str
+    resources: Resources
+    network: bool
+    startup_timeout_s: float
+    idle_timeout_s: float
+    def __init__(self, image: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., job_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., network: _Optional[bool] = ..., startup_timeout_s: _Optional[float] = ..., idle_timeout_s: _Optional[float] = ...) -> None: ...
+
+class StdioExit(_message.Message):
+    __slots__ = ("exit_code",)
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    exit_code: int
+    def __init__(self, exit_code: _Optional[int] = ...) -> None: ...
+
+class StdioChunk(_message.Message):
+    __slots__ = ("start", "data", "close_stdin", "stderr", "exit")
+    START_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_STDIN_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    EXIT_FIELD_NUMBER: _ClassVar[int]
+    start: StdioStart
+    data: bytes
+    close_stdin: bool
+    stderr: bytes
+    exit: StdioExit
+    def __init__(self, start: _Optional[_Union[StdioStart, _Mapping]] = ..., data: _Optional[bytes] = ..., close_stdin: _Optional[bool] = ..., stderr: _Optional[bytes] = ..., exit: _Optional[_Union[StdioExit, _Mapping]] = ...) -> None: ...
+
 class File(_message.Message):
     __slots__ = ("path", "content", "mode")
     PATH_FIELD_NUMBER: _ClassVar[int]

@@ -64,6 +64,11 @@ class SandboxStub:
                 request_serializer=artfleet_dot_v1_dot_sandbox__pb2.CloseSessionRequest.SerializeToString,
                 response_deserializer=artfleet_dot_v1_dot_sandbox__pb2.CloseSessionResponse.FromString,
                 _registered_method=True)
+        self.McpStdio = channel.stream_stream(
+                '/artfleet.v1.Sandbox/McpStdio',
+                request_serializer=artfleet_dot_v1_dot_sandbox__pb2.StdioChunk.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_sandbox__pb2.StdioChunk.FromString,
+                _registered_method=True)
 
 
 class SandboxServicer:
@@ -105,6 +110,18 @@ class SandboxServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def McpStdio(self, request_iterator, context):
+        """An MCP server over stdio, run as `docker run -i IMAGE ARGS` would (local backend: a
+        local command, only where the deployment allows it). The client's first message is
+        `start`; then `data` is the server's stdin (client -> sandbox) and stdout (sandbox ->
+        client). The process ends when the stream ends, the client goes away, or a timeout
+        fires; a process that exits while the client still talks ends the RPC with ABORTED
+        (its exit code and the tail of its stderr in the message).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +154,11 @@ def add_SandboxServicer_to_server(servicer, server):
                     servicer.CloseSession,
                     request_deserializer=artfleet_dot_v1_dot_sandbox__pb2.CloseSessionRequest.FromString,
                     response_serializer=artfleet_dot_v1_dot_sandbox__pb2.CloseSessionResponse.SerializeToString,
+            ),
+            'McpStdio': grpc.stream_stream_rpc_method_handler(
+                    servicer.McpStdio,
+                    request_deserializer=artfleet_dot_v1_dot_sandbox__pb2.StdioChunk.FromString,
+                    response_serializer=artfleet_dot_v1_dot_sandbox__pb2.StdioChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -301,6 +323,33 @@ class Sandbox:
             '/artfleet.v1.Sandbox/CloseSession',
             artfleet_dot_v1_dot_sandbox__pb2.CloseSessionRequest.SerializeToString,
             artfleet_dot_v1_dot_sandbox__pb2.CloseSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def McpStdio(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/artfleet.v1.Sandbox/McpStdio',
+            artfleet_dot_v1_dot_sandbox__pb2.StdioChunk.SerializeToString,
+            artfleet_dot_v1_dot_sandbox__pb2.StdioChunk.FromString,
             options,
             channel_credentials,
             insecure,

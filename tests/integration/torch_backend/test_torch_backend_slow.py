@@ -27,6 +27,7 @@ from prometheus_client import REGISTRY
 from artfleet_trainer.art_compat import art
 from artfleet_trainer.torch_backend import model_loader, training
 from artfleet_trainer.torch_backend.backend import TorchBackend
+from artfleet_trainer.torch_backend.chat_template import TOOLS_CHATML_TEMPLATE
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -290,7 +291,7 @@ async def test_a_local_hf_folder_is_a_base_model(fleet: Fleet) -> None:
     folder = str(model_loader.DEFAULT_CACHE_DIR.expanduser())  # written by the fixture
     loaded = await fleet.backend.run_on_torch_thread(model_loader.load_base_model, folder)
     assert loaded.source == folder
-    assert loaded.tokenizer.chat_template == model_loader.CHATML_TEMPLATE
+    assert loaded.tokenizer.chat_template == TOOLS_CHATML_TEMPLATE
 
 
 def _staging_leftovers(folder: Path) -> list[str]:
@@ -305,7 +306,7 @@ async def test_first_load_converts_the_gguf_into_a_cache(fleet: Fleet, tmp_path:
     assert loaded.source == str(cache)
     assert (cache / "model.safetensors").is_file() and (cache / ".artfleet-complete").is_file()
     assert not _staging_leftovers(tmp_path)
-    assert loaded.tokenizer.chat_template == model_loader.CHATML_TEMPLATE
+    assert loaded.tokenizer.chat_template == TOOLS_CHATML_TEMPLATE
     assert loaded.tokenizer.pad_token_id == loaded.tokenizer.eos_token_id == 2
     config = json.loads((cache / "config.json").read_text())
     assert "quantization_config" not in config  # plain fp32 weights, no GGUF left

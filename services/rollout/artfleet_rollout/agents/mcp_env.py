@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from artfleet.mcp_stdio import sandbox_stdio_client
 from artfleet_rollout import metrics
 from artfleet_rollout.environments import McpTask
 from artfleet_rollout.ports import ToolResult
@@ -55,13 +56,6 @@ class McpEndpoint:
 
 
 def _default_docker(target: str, token: str, image: str, args: list[str]) -> Any:
-    try:
-        from artfleet.mcp_stdio import sandbox_stdio_client
-    except ImportError:
-        raise McpFailure(
-            "container MCP servers need the sandbox's stdio streams (artfleet.mcp_stdio), "
-            "which this build lacks"
-        ) from None
     return sandbox_stdio_client(target, token, image, args)
 
 

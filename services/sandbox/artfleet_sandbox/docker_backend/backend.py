@@ -38,6 +38,7 @@ from artfleet_sandbox.docker_backend.spec import (
     container_options,
     effective_resources,
 )
+from artfleet_sandbox.docker_backend.stdio import DockerStdio, image_argv
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.paths import clean_relpath
 from artfleet_sandbox.pyruntime import default_cache_dir
@@ -45,6 +46,7 @@ from artfleet_sandbox.replica import ReplicaIdentity, new_session_id
 from artfleet_sandbox.replshell import ReplCall, ReplShell, ReplSink
 from artfleet_sandbox.repocache import RepoCache
 from artfleet_sandbox.sessions import SessionTable
+from artfleet_sandbox.stdio import StdioProcess, StdioSpec
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,7 @@ class DockerBackend:
         self.repos = RepoCache(self.config.cache_dir or default_cache_dir(), self._uid)
         self._sessions: SessionTable[_Session] = SessionTable(self.replica_id)
         self._creating: set[str] = set()  # session ids whose container is on its way
+        self._stdio: set[str] = set()  # ids of containers running an McpStdio process
         self._pool = WarmPool(
             self.config.pool_size,
             self.config.pool_max_age_s,
@@ -385,6 +388,43 @@ class DockerBackend:
             tests=tests,
         )
 
+    # -- stdio processes (McpStdio) ----------------------------------------------------
+
+    async def open_stdio(self, spec: StdioSpec) -> StdioProcess:
+        """`docker run -i IMAGE ARGS` in a session-like container (same limits and
+        labels); closing the process removes the container."""
+        if not self._started:
+            raise SandboxError("backend not started")
+        if len(self._sessions) + len(self._creating) + len(self._stdio) >= self.config.max_sessions:
+            raise CapacityExceeded(f"this replica holds {self.config.max_sessions} sessions")
+        check_env(spec.env)
+        check_network(spec.network, self.config)
+        resources = effective_resources(spec.resources, self.config.defaults, self.config.caps)
+        image = spec.image or self.config.default_image
+        await self.engine.ensure_image(image, self.config.pull)
+        argv, workdir = await image_argv(self.engine, image, spec.args)
+        if not argv:
+            raise InvalidArgument(f"image {image!r} has no ENTRYPOINT or CMD: give args")
+        stdio_id = new_session_id(self.replica_id)
+        self._stdio.add(stdio_id)
+        container_id = ""
+
+        async def remove() -> None:
+            if container_id:
+                await self._remove(container_id)
+            self._stdio.discard(stdio_id)
+
+        try:
+            req = ContainerRequest(stdio_id, image, resources, spec.network, spec.job_id)
+            container_id = await self._start(req)
+            env = {"HOME": c.WORKSPACE, **spec.env}
+            return await DockerStdio.start(
+                self.engine, container_id, argv, self.config.user, env, workdir, remove
+            )
+        except BaseException:
+            await asyncio.shield(remove())
+            raise
+
     # -- reaper ------------------------------------------------------------------------
 
     async def reap(self) -> int:
@@ -420,7 +460,8 @@ class DockerBackend:
         return removed
 
     def _tracked(self) -> set[str]:
-        return set(self._sessions.ids()) | self._creating | self._pool.session_ids()
+        ids = set(self._sessions.ids()) | self._creating | self._pool.session_ids()
+        return ids | self._stdio
 
     async def _reap_forever(self) -> None:
         while True:

@@ -23,6 +23,7 @@ import requests
 from artfleet_sandbox.backend import (
     ExecOutcome,
     FileSpec,
+    ImageMissing,
     InvalidArgument,
     PathNotFound,
     SandboxError,
@@ -140,7 +141,7 @@ class DockerEngine:
                 self.client.images.get(image)
             except docker.errors.ImageNotFound:
                 if not pull:
-                    raise InvalidArgument(
+                    raise ImageMissing(
                         f"image {image!r} is not on the sandbox's Docker engine "
                         "(build or load it there; this deployment does not pull)"
                     ) from None

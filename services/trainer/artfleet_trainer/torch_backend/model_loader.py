@@ -21,6 +21,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from .chat_template import TOOLS_CHATML_TEMPLATE
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
@@ -148,9 +150,13 @@ def _publish(staging: Path, target: Path) -> None:
 def ensure_chat_template_and_pad(
     tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel | None = None
 ) -> None:
-    """ART tokenizes with the chat template and packs with a real pad id: make sure of both."""
-    if not getattr(tokenizer, "chat_template", None):
-        tokenizer.chat_template = CHATML_TEMPLATE
+    """ART tokenizes with the chat template and packs with a real pad id: make sure of both.
+
+    SmolLM2's plain ChatML (or no template) becomes the same ChatML that also renders
+    OpenAI tools and tool calls (chat_template.py); without tools it renders the same."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not template or template == CHATML_TEMPLATE:
+        tokenizer.chat_template = TOOLS_CHATML_TEMPLATE
     if tokenizer.pad_token_id is None:
         # End-of-turn doubles as pad (SmolLM2's own choice): pads are masked everywhere.
         tokenizer.pad_token = tokenizer.eos_token

@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .generation import SamplingParams, SequenceOutput
+from .tool_calls import ToolChoice, ToolsError, ToolSpec, parse_tool_calls, parse_tool_choice
+from .tool_calls import parse_tools as _parse_tools
 
+NO_TOOLS = ToolChoice("none")
 MAX_N = 64
 MAX_TOP_LOGPROBS = 20
 MAX_STOP_STRINGS = 16
@@ -89,6 +92,8 @@ class ChatRequest:
     logprobs: bool
     response_format: ResponseFormat | None = None  # None = free text
     return_token_ids: bool = False  # vLLM's: prompt_token_ids and per-choice token_ids
+    tool_specs: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoice = NO_TOOLS
 
 
 def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
@@ -104,9 +109,11 @@ def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
     top_logprobs = _int(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
     if top_logprobs and not logprobs:
         raise bad_request("'top_logprobs' requires 'logprobs': true", "top_logprobs")
-    tools = body.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise bad_request("'tools' must be a list", "tools")
+    try:
+        tools, specs = _parse_tools(body.get("tools"))
+        tool_choice = parse_tool_choice(body, specs)
+    except ToolsError as exc:
+        raise bad_request(str(exc), exc.param) from exc
     params = SamplingParams(
         n=_int(body, "n", 1, 1, MAX_N),
         temperature=_float(body, "temperature", 1.0, 0.0, 2.0),
@@ -116,14 +123,22 @@ def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
         seed=_optional(body, "seed", int, None),
         top_logprobs=top_logprobs,
     )
+    response_format = _structured_output(body)
+    if response_format is not None and tool_choice.constrained:
+        raise bad_request(
+            "a structured output cannot be combined with a 'required' or named 'tool_choice'",
+            "tool_choice",
+        )
     return ChatRequest(
         model,
         _messages(body.get("messages")),
         tools,
         params,
         logprobs,
-        _structured_output(body),
+        response_format,
         _optional(body, "return_token_ids", bool, False),
+        tuple(specs),
+        tool_choice,
     )
 
 
@@ -308,19 +323,25 @@ def chat_completion(
     token_text: TokenText,
     created: int | None = None,
     prompt_token_ids: Sequence[int] | None = None,
+    parse_tools: bool = False,
 ) -> dict[str, Any]:
     """The response body of a chat completion, in OpenAI's schema.
 
     `prompt_token_ids` (the request asked `return_token_ids`): the prompt's ids go in the
-    body and each choice gets its sampled `token_ids`, as vLLM returns them."""
+    body and each choice gets its sampled `token_ids`, as vLLM returns them.
+    `parse_tools` (tool_choice other than none): tool calls in the text become the
+    message's `tool_calls` and finish_reason "tool_calls"; tokens and logprobs stay the
+    raw ones, the calls are read from the same text."""
     choices: list[dict[str, Any]] = []
     for i, out in enumerate(outputs):
         choice: dict[str, Any] = {
             "index": i,
-            "message": {"role": "assistant", "content": out.text, "refusal": None},
+            "message": _message_of(out.text, parse_tools),
             "finish_reason": out.finish_reason or "length",
             "logprobs": choice_logprobs(out, token_text) if logprobs else None,
         }
+        if choice["message"].get("tool_calls") and out.finish_reason == "stop":
+            choice["finish_reason"] = "tool_calls"
         if prompt_token_ids is not None:
             choice["token_ids"] = [int(t) for t in out.token_ids]
         choices.append(choice)
@@ -340,6 +361,16 @@ def chat_completion(
     if prompt_token_ids is not None:
         body["prompt_token_ids"] = [int(t) for t in prompt_token_ids]
     return body
+
+
+def _message_of(text: str, parse_tools: bool) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    if parse_tools:
+        content, calls = parse_tool_calls(text)
+        if calls:
+            message["content"] = content
+            message["tool_calls"] = calls
+    return message
 
 
 def model_list(names: Sequence[str], created: int) -> dict[str, Any]:

@@ -10,6 +10,10 @@ Structured output (`response_format` json_schema/json_object, or vLLM's
 `structured_outputs`) is constrained decoding with xgrammar (grammar.py), so a judge
 such as ART's RULER can run on the policy itself.
 
+Tools (`tools`, `tool_choice`, `parallel_tool_calls`) are rendered by the model's chat
+template and the output is parsed into OpenAI `tool_calls` as vLLM's `hermes` parser does
+(tool_calls.py); `required` and a named function are constrained to valid calls.
+
 `return_token_ids: true` (vLLM's extension) adds the exact ids: the prompt the model saw
 (`prompt_token_ids`) and each choice's sampled ids (`token_ids`).
 """
@@ -186,12 +190,7 @@ class InferenceServer:
         policy = self._resolve(chat.model)
         served_name = policy.served_name
         prompt = _prompt_ids(policy, chat)
-        grammar = None
-        if chat.response_format is not None:
-            try:  # compiling a new schema can take a while: off the event loop
-                grammar = await asyncio.to_thread(policy.grammars.compile, chat.response_format)
-            except GrammarError as exc:
-                raise bad_request(str(exc), "response_format") from exc
+        grammar = await _grammar(policy, chat)
         generation = GenerationRequest(prompt, chat.params, grammar=grammar)
         outputs = await policy.scheduler.generate(generation)
         if generation.served_step is not None:  # the step that answered (asynchronous jobs)
@@ -204,6 +203,7 @@ class InferenceServer:
             logprobs=chat.logprobs,
             token_text=policy.token_text,
             prompt_token_ids=prompt if chat.return_token_ids else None,
+            parse_tools=chat.tool_choice.mode != "none",
         )
 
     def _resolve(self, requested: str) -> ServedPolicy:
@@ -219,6 +219,21 @@ async def _read_json(request: web.Request) -> Any:
         return await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise bad_request(f"request body is not valid JSON: {exc}") from exc
+
+
+async def _grammar(policy: ServedPolicy, chat: ChatRequest) -> Any:
+    """The request's decoding constraint: its structured output, or for `tool_choice`
+    required/named the tool-call format with the tools' argument schemas; else None."""
+    try:  # compiling a new schema can take a while: off the event loop
+        if chat.response_format is not None:
+            return await asyncio.to_thread(policy.grammars.compile, chat.response_format)
+        if chat.tool_choice.constrained:
+            return await asyncio.to_thread(
+                policy.grammars.compile_tool_calls, chat.tool_specs, chat.tool_choice
+            )
+    except GrammarError as exc:
+        raise bad_request(str(exc), exc.param) from exc
+    return None
 
 
 def _prompt_ids(policy: ServedPolicy, chat: ChatRequest) -> list[int]:

@@ -25,6 +25,7 @@ from peft import LoraConfig
 from torch.utils.checkpoint import checkpoint
 
 from artfleet_trainer.art_compat import art
+from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def pack_trajectory_groups(
     results = list(
         art.preprocessing.tokenize.tokenize_trajectory_groups(
             tokenizer,
-            groups,
+            without_rendered_tool_calls(groups),
             allow_training_without_logprobs=dev_config.get(
                 "allow_training_without_logprobs", False
             ),

@@ -1,0 +1,130 @@
+"""`docker run -i IMAGE ARGS` the sandbox's way: the process an MCP server runs as.
+
+The container is a session container like any other (`container_options`: the same
+limits, read-only root, no capabilities, non-root user, labels), so the reaper and
+cleanup-by-label treat it the same. Its idle main process waits; the server itself is
+one `docker exec -i` of what `docker run` would have run: the image's ENTRYPOINT, then
+ARGS or else its CMD, in its WORKDIR. No TTY, so stdout and stderr stay apart in the
+multiplexed stream, which is read and written on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from artfleet_sandbox.docker_backend import config as c
+from artfleet_sandbox.docker_backend.engine import DockerEngine, engine_errors
+from artfleet_sandbox.docker_backend.execio import FrameDemux
+from artfleet_sandbox.stdio import Output, StreamName
+
+log = logging.getLogger(__name__)
+
+_READ_CHUNK = 64 * 1024
+_STREAMS: dict[int, StreamName] = {1: "stdout", 2: "stderr"}
+
+
+async def image_argv(
+    engine: DockerEngine, image: str, args: Sequence[str]
+) -> tuple[list[str], str]:
+    """What `docker run IMAGE ARGS` runs, and where: (argv, workdir)."""
+
+    def inspect() -> dict[str, Any]:
+        return dict(engine.client.api.inspect_image(image).get("Config") or {})
+
+    with engine_errors(f"inspect image {image}"):
+        config = await engine.call(inspect)
+    argv = [*(config.get("Entrypoint") or []), *(args or config.get("Cmd") or [])]
+    return [str(a) for a in argv], str(config.get("WorkingDir") or c.WORKSPACE)
+
+
+class DockerStdio:
+    """One `docker exec -i` whose stdio is piped; `close` also removes its container."""
+
+    def __init__(
+        self, engine: DockerEngine, exec_id: str, sock: Any, remove: Callable[[], Awaitable[None]]
+    ) -> None:
+        self.output: asyncio.Queue[Output] = asyncio.Queue(maxsize=64)
+        self._engine = engine
+        self._exec_id = exec_id
+        self._wrapper = sock  # keeps the SDK's wrapper, and so the connection, alive
+        self._raw: socket.socket = getattr(sock, "_sock", sock)
+        self._raw.setblocking(False)
+        self._remove = remove
+        self._closed = False
+        self._reader = asyncio.get_running_loop().create_task(self._read(), name="stdio-read")
+
+    @classmethod
+    async def start(
+        cls,
+        engine: DockerEngine,
+        container_id: str,
+        argv: list[str],
+        user: str,
+        env: dict[str, str],
+        workdir: str,
+        remove: Callable[[], Awaitable[None]],
+    ) -> DockerStdio:
+        def create() -> tuple[str, Any]:
+            api = engine.client.api
+            exec_id = api.exec_create(
+                container_id, argv, stdin=True, environment=env, workdir=workdir, user=user
+            )["Id"]
+            return exec_id, api.exec_start(exec_id, socket=True)
+
+        with engine_errors("start the MCP server process"):
+            exec_id, sock = await engine.call(create)
+        return cls(engine, exec_id, sock, remove)
+
+    async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
+        demux = FrameDemux()
+        try:
+            while True:
+                data = await loop.sock_recv(self._raw, _READ_CHUNK)
+                if not data:
+                    break
+                for stream, payload in demux.feed(data):
+                    # A full queue blocks this read: the process waits on its pipe, as
+                    # with `docker run -i` and a slow reader.
+                    await self.output.put((_STREAMS.get(stream, "stdout"), payload))
+        except OSError as exc:
+            log.debug("stdio stream ended: %s", exc)
+        finally:
+            if not self._closed:  # close() cancels the read: nobody listens any more
+                await self.output.put(None)
+
+    async def send(self, data: bytes) -> None:
+        await asyncio.get_running_loop().sock_sendall(self._raw, data)
+
+    async def close_stdin(self) -> None:
+        with contextlib.suppress(OSError):
+            self._raw.shutdown(socket.SHUT_WR)
+
+    async def exit_code(self) -> int | None:
+        def inspect() -> int | None:
+            info = self._engine.client.api.exec_inspect(self._exec_id)
+            return None if info.get("Running") else info.get("ExitCode")
+
+        for _ in range(50):  # the engine notes the exit a moment after the stream ends
+            with contextlib.suppress(Exception):
+                code = await self._engine.call(inspect)
+                if code is not None:
+                    return int(code)
+            await asyncio.sleep(0.1)
+        return None
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        with contextlib.suppress(OSError):
+            self._raw.close()
+        await self._remove()
