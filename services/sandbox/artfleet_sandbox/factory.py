@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def local_config(settings: SandboxSettings, replica_id: str = "") -> LocalConfig:
+    uid, gid = settings.sandbox_run_as.split(":")
     return LocalConfig(
         replica_id=replica_id,
         workspace_root=settings.workspace_root,
@@ -35,6 +36,8 @@ def local_config(settings: SandboxSettings, replica_id: str = "") -> LocalConfig
             resource.RLIMIT_NOFILE: settings.rlimit_nofile,
         },
         stop_timeout_s=settings.shutdown_grace_s,
+        allow_unisolated=settings.sandbox_allow_unisolated,
+        run_as=(int(uid), int(gid)),
     )
 
 

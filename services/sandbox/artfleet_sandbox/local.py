@@ -2,8 +2,10 @@
 
 For machines without Docker. With bubblewrap on PATH each command runs in fresh
 namespaces (read-only root, private /tmp, no network unless asked, other sessions
-hidden); without it commands are plain processes of the server's user, and every
-session says so in its `isolation` field.
+hidden) and, when the server runs as root, as an unprivileged host user (`run_as`).
+Without it commands would be plain processes of the server's user: the backend refuses
+to start unless `allow_unisolated` says that is wanted, and every session says so in its
+`isolation` field.
 
 A session dir holds `work/` (the workspace clients see), `home/` and `tmp/` (HOME and
 TMPDIR of its commands) and `reports/` (JUnit files of RunTests).
@@ -58,6 +60,13 @@ DEFAULT_TEST_COMMAND = "python -m pytest -q --junitxml={junitxml}"
 ISOLATION_BWRAP = "bubblewrap"
 ISOLATION_NONE = "process (no isolation: commands run as the server's user)"
 
+UNPRIVILEGED = (65534, 65534)  # nobody:nogroup
+UNISOLATED_NOTICE = (
+    "ARTFLEET_SANDBOX_ALLOW_UNISOLATED=1 and no bubblewrap: the model's commands run "
+    "unconfined as this service's user on this host; for isolation install bubblewrap "
+    "(apt-get install bubblewrap) or use Docker (ARTFLEET_SANDBOX_BACKEND=docker)"
+)
+
 _MAX_JUNIT_BYTES = 32 * 1024 * 1024
 _CLOSE_WAIT_S = 3.0
 
@@ -87,6 +96,25 @@ class LocalConfig:
         }
     )
     stop_timeout_s: float = 10.0
+    # Without bubblewrap, run commands as the server's user on the host? An explicit choice.
+    allow_unisolated: bool = False
+    # (uid, gid) of commands under bubblewrap when the server is root; None keeps root.
+    run_as: tuple[int, int] | None = UNPRIVILEGED
+
+
+def unisolated_refusal(mode: str) -> str:
+    if mode == "never":
+        why = "turned off (use_bwrap=never)"
+    elif shutil.which("bwrap") is None:
+        why = "not installed"
+    else:
+        why = "installed but cannot run here (are user namespaces disabled?)"
+    return (
+        f"the local sandbox backend has no isolation: bubblewrap is {why}. Install it "
+        "(apt-get install bubblewrap) and allow user namespaces, or use Docker "
+        "(ARTFLEET_SANDBOX_BACKEND=docker), or accept that the model's commands run as this "
+        "service's user on this host with ARTFLEET_SANDBOX_ALLOW_UNISOLATED=1"
+    )
 
 
 @dataclass
@@ -131,6 +159,7 @@ class LocalBackend:
         self._sessions: SessionTable[_Session] = SessionTable(self.replica_id)
         self._root = ""
         self._bwrap: Bubblewrap | None = None
+        self._owner: tuple[int, int] | None = None  # of session files, when not ours
         self._reaper: asyncio.Task[None] | None = None
         self._shell = shutil.which("bash", path=self.config.path) or "/bin/sh"
         self._limits = rlimit_prefix(self.config.rlimits)
@@ -142,8 +171,14 @@ class LocalBackend:
             return
         cfg = self.config
         self._bwrap = await find_bubblewrap(
-            cfg.use_bwrap, cfg.path, cfg.bwrap_hide_paths, cfg.bwrap_expose_paths
+            cfg.use_bwrap, cfg.path, cfg.bwrap_hide_paths, cfg.bwrap_expose_paths, cfg.run_as
         )
+        if self._bwrap is None:
+            if not cfg.allow_unisolated:
+                raise SandboxError(unisolated_refusal(cfg.use_bwrap))
+            log.warning(UNISOLATED_NOTICE)
+        elif self._bwrap.drop:
+            self._owner = cfg.run_as
         self._root = await asyncio.to_thread(self._make_root)
         self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
         log.info("local sandbox backend at %s, isolation: %s", self._root, self.isolation())
@@ -175,7 +210,10 @@ class LocalBackend:
         if parent:
             os.makedirs(parent, exist_ok=True)
         # Our own dir: stop() removes it, and other replicas' sessions are never touched.
-        return os.path.realpath(tempfile.mkdtemp(prefix="artfleet-sandbox-", dir=parent))
+        root = os.path.realpath(tempfile.mkdtemp(prefix="artfleet-sandbox-", dir=parent))
+        if self._owner:
+            os.chmod(root, 0o711)  # the sandbox user may reach its own session dir, not list
+        return root
 
     def isolation(self, network: bool = False) -> str:
         if self._bwrap is None:
@@ -236,19 +274,21 @@ class LocalBackend:
         # The dir name is random but is not the session id: commands can see their path.
         root = tempfile.mkdtemp(prefix="s-", dir=self._root)
         try:
-            for sub in ("work", "home", "tmp", "reports"):
-                os.mkdir(os.path.join(root, sub), 0o700)
+            subdirs = [os.path.join(root, sub) for sub in ("work", "home", "tmp", "reports")]
+            for path in subdirs:
+                os.mkdir(path, 0o700)
+            for path in [root, *subdirs] if self._owner else ():
+                os.chown(path, *self._owner, follow_symlinks=False)
             for spec in files:
-                write_file(os.path.join(root, "work"), spec)
+                write_file(os.path.join(root, "work"), spec, self._owner)
         except BaseException:
             remove_tree(root)
             raise
         return root
 
-    @staticmethod
-    def _write_all(session: _Session, files: Sequence[FileSpec]) -> None:
+    def _write_all(self, session: _Session, files: Sequence[FileSpec]) -> None:
         for spec in files:
-            write_file(session.workdir, spec)
+            write_file(session.workdir, spec, self._owner)
 
     async def write_files(self, session_id: str, files: Sequence[FileSpec]) -> int:
         session = self._sessions.get(session_id)
