@@ -25,10 +25,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration" / "fuzz"))
+sys.path[:0] = [str(ROOT / "tests" / "integration" / "fuzz"), str(ROOT / "tests" / "support")]
 
-from fuzz_fleet import SERVICES, FuzzFleet, live_ids, running_fleet  # noqa: E402
 from fuzz_kit import SPECIAL_STRINGS, Verdict, fuzz_service, serving  # noqa: E402
+from service_fleet import SERVICES, FuzzFleet, live_ids, running_fleet  # noqa: E402
 
 from artfleet.cli.fleet import free_port, redis_server_binary  # noqa: E402
 

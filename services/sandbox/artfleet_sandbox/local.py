@@ -277,8 +277,9 @@ class LocalBackend:
             subdirs = [os.path.join(root, sub) for sub in ("work", "home", "tmp", "reports")]
             for path in subdirs:
                 os.mkdir(path, 0o700)
-            for path in [root, *subdirs] if self._owner else ():
-                os.chown(path, *self._owner, follow_symlinks=False)
+            if self._owner is not None:
+                for path in [root, *subdirs]:
+                    os.chown(path, *self._owner, follow_symlinks=False)
             for spec in files:
                 write_file(os.path.join(root, "work"), spec, self._owner)
         except BaseException:

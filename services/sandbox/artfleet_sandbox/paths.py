@@ -88,8 +88,9 @@ def write_file(root: str, spec: FileSpec, owner: tuple[int, int] | None = None) 
         os.makedirs(os.path.dirname(real), exist_ok=True)
         # Re-check: the directories just created must still resolve inside the workspace.
         resolve_inside(root, spec.path)
-        for directory in created if owner else ():
-            os.chown(directory, *owner, follow_symlinks=False)
+        if owner is not None:
+            for directory in created:
+                os.chown(directory, *owner, follow_symlinks=False)
         fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _OPEN_FLAGS, 0o600)
     except OSError as exc:
         raise _os_error(exc, spec.path) from exc

@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 from google.protobuf import descriptor_pool
@@ -96,7 +96,7 @@ def _scalar(field: FieldDescriptor, strings: Sequence[str], depth: int) -> st.Se
     if kind in _INT_RANGES:
         return _ints(kind)
     if kind in (_TYPES.TYPE_DOUBLE, _TYPES.TYPE_FLOAT):
-        width = 32 if kind == _TYPES.TYPE_FLOAT else 64
+        width: Literal[32, 64] = 32 if kind == _TYPES.TYPE_FLOAT else 64
         edges = [
             float("nan"),
             float("inf"),
@@ -109,6 +109,7 @@ def _scalar(field: FieldDescriptor, strings: Sequence[str], depth: int) -> st.Se
     if kind == _TYPES.TYPE_BOOL:
         return st.booleans()
     if kind == _TYPES.TYPE_ENUM:
+        assert field.enum_type is not None
         known = [v.number for v in field.enum_type.values]
         return st.one_of(st.sampled_from(known), st.integers(-(2**31), 2**31 - 1))
     if kind == _TYPES.TYPE_STRING:
@@ -123,7 +124,9 @@ def _scalar(field: FieldDescriptor, strings: Sequence[str], depth: int) -> st.Se
 def _is_repeated(field: FieldDescriptor) -> bool:
     # protobuf 6 replaced `label` by `is_repeated`.
     flag = getattr(field, "is_repeated", None)
-    return bool(flag) if flag is not None else field.label == _TYPES.LABEL_REPEATED
+    if flag is None:  # protobuf < 6
+        return bool(getattr(field, "label", 0) == _TYPES.LABEL_REPEATED)
+    return bool(flag)
 
 
 def _repeated(elements: st.SearchStrategy[Any]) -> st.SearchStrategy[list[Any]]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from fuzz_fleet import SERVICES, FuzzFleet, live_ids, running_fleet
 from fuzz_kit import SPECIAL_STRINGS, Verdict, fuzz_service, methods, serving
+from service_fleet import SERVICES, FuzzFleet, live_ids, running_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

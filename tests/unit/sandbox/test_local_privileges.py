@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from artfleet_sandbox.backend import ExecSpec, FileSpec, SandboxError, SessionSpec
+from artfleet_sandbox.backend import ExecMode, ExecSpec, FileSpec, SandboxError, SessionSpec
 from artfleet_sandbox.local import ISOLATION_NONE, UNISOLATED_NOTICE, LocalBackend, LocalConfig
 
 pytestmark = pytest.mark.timeout(120)
@@ -21,7 +21,7 @@ SECRET = b"root-only-secret-7f3a"
 
 
 def spec(command: str, *, repl: bool = False) -> ExecSpec:
-    mode = "repl" if repl else "stateless"
+    mode: ExecMode = "repl" if repl else "stateless"
     return ExecSpec(command=command, timeout_s=20, max_output_bytes=4096, mode=mode)
 
 

@@ -1,4 +1,5 @@
-"""The four gRPC services, real and in one process, for hostile-input tests and the bench.
+"""The four gRPC services, real and in one process, for hostile-input and auth tests and
+bench/fuzz_bench.py.
 
 Each runs as its entrypoint builds it (`TrainerApp`, `RolloutRuntime`, `RewardApp`,
 `SandboxApp`: auth, error mapping, health) on port 0 against a real Redis, on an event loop
