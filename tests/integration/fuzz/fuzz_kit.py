@@ -189,12 +189,36 @@ def message_strategy(
     return build()
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def wire_strategy(descriptor: Descriptor) -> st.SearchStrategy[bytes]:
+    """Requests no client library would send: corrupt wire format, and invalid UTF-8 in a
+    string field (protobuf refuses to put it there, the wire carries it anyway)."""
+    options = [st.binary(min_size=1, max_size=48), st.just(b"\xff\xff\xff\xff")]
+    for field in descriptor.fields:
+        if field.type == _TYPES.TYPE_STRING:
+            bad = b"\xff\xfe\xc3\x28"
+            key = _varint(field.number << 3 | 2)
+            options.append(st.just(key + _varint(len(bad)) + bad))
+    return st.one_of(options)
+
+
 def call_strategy(
     service: str, strings: Sequence[str]
-) -> st.SearchStrategy[tuple[MethodDescriptor, Message]]:
+) -> st.SearchStrategy[tuple[MethodDescriptor, Message | bytes]]:
     options = methods(service)
     return st.sampled_from(options).flatmap(
-        lambda m: st.tuples(st.just(m), message_strategy(m.input_type, strings))
+        lambda m: st.tuples(
+            st.just(m),
+            st.one_of(message_strategy(m.input_type, strings), wire_strategy(m.input_type)),
+        )
     )
 
 
@@ -205,6 +229,10 @@ class Verdict:
     failure: str  # "" when the outcome is acceptable
 
 
+def _serialize(request: Message | bytes) -> bytes:
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
 def _path(method: MethodDescriptor) -> str:
     return f"/{method.containing_service.full_name}/{method.name}"
 
@@ -212,7 +240,7 @@ def _path(method: MethodDescriptor) -> str:
 async def invoke(
     channel: grpc.aio.Channel,
     method: MethodDescriptor,
-    request: Message,
+    request: Message | bytes,
     metadata: Sequence[tuple[str, str]],
 ) -> Verdict:
     """One call with a deadline; the verdict says whether its outcome is acceptable."""
@@ -222,7 +250,7 @@ async def invoke(
         if method.server_streaming:
             stream = channel.unary_stream(
                 path,
-                request_serializer=lambda m: m.SerializeToString(),
+                request_serializer=_serialize,
                 response_deserializer=reply.FromString,
             )
             call = stream(request, metadata=metadata, timeout=UNARY_DEADLINE_S)
@@ -235,7 +263,7 @@ async def invoke(
             return Verdict(path, "OK", "")
         unary = channel.unary_unary(
             path,
-            request_serializer=lambda m: m.SerializeToString(),
+            request_serializer=_serialize,
             response_deserializer=reply.FromString,
         )
         await unary(request, metadata=metadata, timeout=UNARY_DEADLINE_S)
@@ -288,7 +316,7 @@ def fuzz_service(
         print_blob=True,
     )
     @given(call_strategy(service, strings))
-    def one(case: tuple[MethodDescriptor, Message]) -> None:
+    def one(case: tuple[MethodDescriptor, Message | bytes]) -> None:
         method, request = case
         try:
             verdict = fleet.call(invoke(channel, method, request, metadata), UNARY_DEADLINE_S + 10)
