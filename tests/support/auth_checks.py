@@ -66,7 +66,7 @@ def _code(
     try:
         call(b"", metadata=metadata, timeout=10)
     except grpc.RpcError as exc:
-        code: grpc.StatusCode = exc.code()  # type: ignore[attr-defined]
+        code: grpc.StatusCode = exc.code()
         return code
     return grpc.StatusCode.OK
 
