@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -102,3 +104,20 @@ async def test_files_written_later_belong_to_the_sandbox_user(confined: LocalBac
     assert owner.stdout.decode().split() == [expected] * 3
     chmod = await confined.exec(info.session_id, spec("chmod u+w deep/er/file.txt && echo ok"))
     assert chmod.stdout == b"ok\n"
+
+
+def test_the_service_refuses_to_start_unisolated_with_a_message(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ARTFLEET_")}
+    env.update(
+        ARTFLEET_API_TOKEN="privileges-test-token",
+        ARTFLEET_SANDBOX_BACKEND="local",
+        ARTFLEET_USE_BWRAP="never",
+        ARTFLEET_WORKSPACE_ROOT=str(tmp_path),
+        PYTHONPATH=os.pathsep.join(sys.path),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "artfleet_sandbox"], env=env, capture_output=True, timeout=60
+    )
+    stderr = done.stderr.decode()
+    assert done.returncode == 2, stderr
+    assert "apt-get install bubblewrap" in stderr and "Traceback" not in stderr
