@@ -61,8 +61,9 @@ def redis_server() -> Iterator[str]:
 
 def fuzz_one(fleet: FuzzFleet, service: str, cases: int) -> list[Verdict]:
     verdicts: list[Verdict] = []
-    strings = [*SPECIAL_STRINGS, *live_ids(fleet)]
-    fuzz_service(fleet, service, cases, strings, verdicts.append)
+    ids = live_ids(fleet)
+    strings = [*SPECIAL_STRINGS, *ids]
+    fuzz_service(fleet, service, cases, strings, verdicts.append, ids)
     if not fleet.call(serving(fleet.target(service)), timeout=30):
         verdicts.append(Verdict(service, "NOT_SERVING", f"{service}: not SERVING afterwards"))
     return verdicts

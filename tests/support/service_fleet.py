@@ -149,6 +149,8 @@ async def _live_ids(fleet: FuzzFleet) -> list[str]:
     async with aio_channel(fleet.target("artfleet.v1.Sandbox"), fleet.token) as channel:
         stub = sandbox_pb2_grpc.SandboxStub(channel)
         live = await stub.CreateSession(sandbox_pb2.CreateSessionRequest(), timeout=30)
+        # More live ones: a fuzzed CloseSession may end any of them.
+        spares = [await stub.CreateSession(sandbox_pb2.CreateSessionRequest()) for _ in range(3)]
         closed = await stub.CreateSession(sandbox_pb2.CreateSessionRequest(), timeout=30)
         await stub.CloseSession(
             sandbox_pb2.CloseSessionRequest(session_id=closed.session_id), timeout=30
@@ -157,6 +159,7 @@ async def _live_ids(fleet: FuzzFleet) -> list[str]:
     other = "f" * len(replica) if replica != "f" * len(replica) else "e" * len(replica)
     return [
         live.session_id,  # a live session of this replica
+        *(spare.session_id for spare in spares),
         closed.session_id,  # a closed one
         f"{other}.{rest}",  # the same id on another replica
         f"{replica}.{'0' * len(rest)}",  # well formed, never issued

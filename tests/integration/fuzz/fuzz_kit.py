@@ -210,16 +210,46 @@ def wire_strategy(descriptor: Descriptor) -> st.SearchStrategy[bytes]:
     return st.one_of(options)
 
 
+def focused_strategy(
+    descriptor: Descriptor, strings: Sequence[str], ids: Sequence[str]
+) -> st.SearchStrategy[Message]:
+    """One hostile field in an otherwise default message whose `*session_id` fields name
+    live, closed or other replicas' sessions: reaches the code behind the id checks."""
+    cls = GetMessageClass(descriptor)
+    fields = list(descriptor.fields)
+    ids_of = [
+        f
+        for f in fields
+        if f.name.endswith("session_id") and f.type == _TYPES.TYPE_STRING and not _is_repeated(f)
+    ]
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Message:
+        message = cls()
+        for field in ids_of if ids else ():
+            setattr(message, field.name, draw(st.sampled_from(list(ids))))
+        if fields:
+            field = draw(st.sampled_from(fields))
+            _assign(message, field, draw(_field_strategy(field, strings, 0)))
+        return message
+
+    return build()
+
+
 def call_strategy(
-    service: str, strings: Sequence[str]
+    service: str, strings: Sequence[str], ids: Sequence[str] = ()
 ) -> st.SearchStrategy[tuple[MethodDescriptor, Message | bytes]]:
     options = methods(service)
-    return st.sampled_from(options).flatmap(
-        lambda m: st.tuples(
-            st.just(m),
-            st.one_of(message_strategy(m.input_type, strings), wire_strategy(m.input_type)),
+
+    def requests(method: MethodDescriptor) -> st.SearchStrategy[Message | bytes]:
+        kind = method.input_type
+        return st.one_of(
+            message_strategy(kind, strings),
+            focused_strategy(kind, strings, ids),
+            wire_strategy(kind),
         )
-    )
+
+    return st.sampled_from(options).flatmap(lambda m: st.tuples(st.just(m), requests(m)))
 
 
 @dataclass(frozen=True)
@@ -300,6 +330,7 @@ def fuzz_service(
     examples: int,
     strings: Sequence[str],
     on_verdict: Callable[[Verdict], None],
+    ids: Sequence[str] = (),
 ) -> None:
     """`examples` hostile calls to `service` (hypothesis drives; `on_verdict` judges each).
 
@@ -315,7 +346,7 @@ def fuzz_service(
         suppress_health_check=list(HealthCheck),
         print_blob=True,
     )
-    @given(call_strategy(service, strings))
+    @given(call_strategy(service, strings, ids))
     def one(case: tuple[MethodDescriptor, Message | bytes]) -> None:
         method, request = case
         try:

@@ -27,14 +27,15 @@ def fleet(redis_url: str) -> Iterator[FuzzFleet]:
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_every_rpc_answers_hostile_input_clearly(fleet: FuzzFleet, service: str) -> None:
-    strings = [*SPECIAL_STRINGS, *live_ids(fleet)]
+    ids = live_ids(fleet)
+    strings = [*SPECIAL_STRINGS, *ids]
     verdicts: list[Verdict] = []
 
     def judge(verdict: Verdict) -> None:
         verdicts.append(verdict)
         assert not verdict.failure, verdict.failure  # hypothesis shrinks it and prints it
 
-    fuzz_service(fleet, service, EXAMPLES, strings, judge)
+    fuzz_service(fleet, service, EXAMPLES, strings, judge, ids)
     assert len(verdicts) >= EXAMPLES // 2
     called = {v.method.rsplit("/", 1)[-1] for v in verdicts}
     assert called == {m.name for m in methods(service)}, "every method is fuzzed"
