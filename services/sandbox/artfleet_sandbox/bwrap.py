@@ -27,6 +27,26 @@ from artfleet_sandbox.procs import TAG_VAR, run_process
 log = logging.getLogger(__name__)
 
 DEFAULT_HIDE_PATHS = ("/root", "/home", "/run/secrets", "/var/run/secrets")
+UNISOLATED_NOTICE = (
+    "ARTFLEET_SANDBOX_ALLOW_UNISOLATED=1 and no bubblewrap: the model's commands run "
+    "unconfined as this service's user on this host; for isolation install bubblewrap "
+    "(apt-get install bubblewrap) or use Docker (ARTFLEET_SANDBOX_BACKEND=docker)"
+)
+
+
+def unisolated_refusal(mode: str) -> str:
+    if mode == "never":
+        why = "turned off (use_bwrap=never)"
+    elif shutil.which("bwrap") is None:
+        why = "not installed"
+    else:
+        why = "installed but cannot run here (are user namespaces disabled?)"
+    return (
+        f"the local sandbox backend has no isolation: bubblewrap is {why}. Install it "
+        "(apt-get install bubblewrap) and allow user namespaces, or use Docker "
+        "(ARTFLEET_SANDBOX_BACKEND=docker), or accept that the model's commands run as this "
+        "service's user on this host with ARTFLEET_SANDBOX_ALLOW_UNISOLATED=1"
+    )
 
 
 def _under(path: str, parents: Sequence[str]) -> bool:

@@ -43,7 +43,13 @@ from artfleet_sandbox.backend import (
     check_command,
     check_env,
 )
-from artfleet_sandbox.bwrap import DEFAULT_HIDE_PATHS, Bubblewrap, find_bubblewrap
+from artfleet_sandbox.bwrap import (
+    DEFAULT_HIDE_PATHS,
+    UNISOLATED_NOTICE,
+    Bubblewrap,
+    find_bubblewrap,
+    unisolated_refusal,
+)
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.localrepl import LocalChannel
 from artfleet_sandbox.paths import read_file, remove_tree, resolve_dir, write_file
@@ -61,11 +67,6 @@ ISOLATION_BWRAP = "bubblewrap"
 ISOLATION_NONE = "process (no isolation: commands run as the server's user)"
 
 UNPRIVILEGED = (65534, 65534)  # nobody:nogroup
-UNISOLATED_NOTICE = (
-    "ARTFLEET_SANDBOX_ALLOW_UNISOLATED=1 and no bubblewrap: the model's commands run "
-    "unconfined as this service's user on this host; for isolation install bubblewrap "
-    "(apt-get install bubblewrap) or use Docker (ARTFLEET_SANDBOX_BACKEND=docker)"
-)
 
 _MAX_JUNIT_BYTES = 32 * 1024 * 1024
 _CLOSE_WAIT_S = 3.0
@@ -100,21 +101,6 @@ class LocalConfig:
     allow_unisolated: bool = False
     # (uid, gid) of commands under bubblewrap when the server is root; None keeps root.
     run_as: tuple[int, int] | None = UNPRIVILEGED
-
-
-def unisolated_refusal(mode: str) -> str:
-    if mode == "never":
-        why = "turned off (use_bwrap=never)"
-    elif shutil.which("bwrap") is None:
-        why = "not installed"
-    else:
-        why = "installed but cannot run here (are user namespaces disabled?)"
-    return (
-        f"the local sandbox backend has no isolation: bubblewrap is {why}. Install it "
-        "(apt-get install bubblewrap) and allow user namespaces, or use Docker "
-        "(ARTFLEET_SANDBOX_BACKEND=docker), or accept that the model's commands run as this "
-        "service's user on this host with ARTFLEET_SANDBOX_ALLOW_UNISOLATED=1"
-    )
 
 
 @dataclass

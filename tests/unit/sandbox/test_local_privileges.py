@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from artfleet_sandbox.backend import ExecMode, ExecSpec, FileSpec, SandboxError, SessionSpec
-from artfleet_sandbox.local import ISOLATION_NONE, UNISOLATED_NOTICE, LocalBackend, LocalConfig
+from artfleet_sandbox.bwrap import UNISOLATED_NOTICE
+from artfleet_sandbox.local import ISOLATION_NONE, LocalBackend, LocalConfig
 
 pytestmark = pytest.mark.timeout(120)
 
