@@ -47,7 +47,10 @@ class _Undecodable:
         self.reason = reason
 
 
-def _lenient(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+def _lenient(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserialize is None:  # raw bytes handlers (the auth refusal) parse nothing
+        return None
+
     def parse(data: bytes) -> Any:
         try:
             return deserialize(data)
@@ -105,15 +108,17 @@ class ObservabilityInterceptor(ServerInterceptor):
             return handler
         method = details.method.rsplit("/", 1)[-1]
         rid = _metadata(details).get("x-request-id") or uuid.uuid4().hex[:12]
-        if handler.request_deserializer is not None:
-            handler = handler._replace(request_deserializer=_lenient(handler.request_deserializer))
         if handler.unary_unary is not None:
-            return handler._replace(unary_unary=self._wrap_unary(handler.unary_unary, method, rid))
+            return handler._replace(
+                unary_unary=self._wrap_unary(handler.unary_unary, method, rid),
+                request_deserializer=_lenient(handler.request_deserializer),
+            )
         if handler.unary_stream is not None:
             return handler._replace(
-                unary_stream=self._wrap_stream(handler.unary_stream, method, rid)
+                unary_stream=self._wrap_stream(handler.unary_stream, method, rid),
+                request_deserializer=_lenient(handler.request_deserializer),
             )
-        return handler
+        return handler  # client streaming (reflection): grpc's own parsing
 
     def _wrap_unary(self, fn: Any, method: str, rid: str) -> Any:
         async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
