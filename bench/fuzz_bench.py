@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "integration" / "fuzz"), str(ROOT / "tests" / "support")]
 
 from fuzz_kit import SPECIAL_STRINGS, Verdict, fuzz_service, serving  # noqa: E402
-from service_fleet import SERVICES, FuzzFleet, live_ids, running_fleet  # noqa: E402
+from service_fleet import SERVICES, FuzzFleet, live_ids, running_fleet, seeds  # noqa: E402
 
 from artfleet.cli.fleet import free_port, redis_server_binary  # noqa: E402
 
@@ -63,7 +63,7 @@ def fuzz_one(fleet: FuzzFleet, service: str, cases: int) -> list[Verdict]:
     verdicts: list[Verdict] = []
     ids = live_ids(fleet)
     strings = [*SPECIAL_STRINGS, *ids]
-    fuzz_service(fleet, service, cases, strings, verdicts.append, ids)
+    fuzz_service(fleet, service, cases, strings, verdicts.append, ids, seeds())
     if not fleet.call(serving(fleet.target(service)), timeout=30):
         verdicts.append(Verdict(service, "NOT_SERVING", f"{service}: not SERVING afterwards"))
     return verdicts

@@ -171,3 +171,17 @@ async def _live_ids(fleet: FuzzFleet) -> list[str]:
 def live_ids(fleet: FuzzFleet) -> list[str]:
     """Ids worth sending: sessions live, closed and of other replicas (sandbox)."""
     return fleet.call(_live_ids(fleet), timeout=60)
+
+
+def seeds() -> dict[str, Any]:
+    """A valid request per method whose session id the fuzzer fills in: focused cases change
+    one field of these, so they get past the first check to the work behind it."""
+    from artfleet.v1 import sandbox_pb2 as sb
+
+    prefix = "/artfleet.v1.Sandbox/"
+    return {
+        prefix + "Exec": sb.ExecRequest(command="echo fuzz; ls", timeout_s=2),
+        prefix + "WriteFiles": sb.WriteFilesRequest(files=[sb.File(path="a.txt", content=b"x")]),
+        prefix + "ReadFile": sb.ReadFileRequest(path="a.txt"),
+        prefix + "RunTests": sb.RunTestsRequest(command="true", timeout_s=2),
+    }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -211,10 +211,11 @@ def wire_strategy(descriptor: Descriptor) -> st.SearchStrategy[bytes]:
 
 
 def focused_strategy(
-    descriptor: Descriptor, strings: Sequence[str], ids: Sequence[str]
+    descriptor: Descriptor, strings: Sequence[str], ids: Sequence[str], seed: Message | None
 ) -> st.SearchStrategy[Message]:
-    """One hostile field in an otherwise default message whose `*session_id` fields name
-    live, closed or other replicas' sessions: reaches the code behind the id checks."""
+    """One hostile field in an otherwise valid (`seed`) or default message whose
+    `*session_id` fields name live, closed or other replicas' sessions: reaches the code
+    behind the first checks."""
     cls = GetMessageClass(descriptor)
     fields = list(descriptor.fields)
     ids_of = [
@@ -226,6 +227,8 @@ def focused_strategy(
     @st.composite
     def build(draw: st.DrawFn) -> Message:
         message = cls()
+        if seed is not None:
+            message.CopyFrom(seed)
         for field in ids_of if ids else ():
             setattr(message, field.name, draw(st.sampled_from(list(ids))))
         if fields:
@@ -237,7 +240,10 @@ def focused_strategy(
 
 
 def call_strategy(
-    service: str, strings: Sequence[str], ids: Sequence[str] = ()
+    service: str,
+    strings: Sequence[str],
+    ids: Sequence[str] = (),
+    seeds: Mapping[str, Message] | None = None,
 ) -> st.SearchStrategy[tuple[MethodDescriptor, Message | bytes]]:
     options = methods(service)
 
@@ -245,7 +251,7 @@ def call_strategy(
         kind = method.input_type
         return st.one_of(
             message_strategy(kind, strings),
-            focused_strategy(kind, strings, ids),
+            focused_strategy(kind, strings, ids, (seeds or {}).get(_path(method))),
             wire_strategy(kind),
         )
 
@@ -331,6 +337,7 @@ def fuzz_service(
     strings: Sequence[str],
     on_verdict: Callable[[Verdict], None],
     ids: Sequence[str] = (),
+    seeds: Mapping[str, Message] | None = None,
 ) -> None:
     """`examples` hostile calls to `service` (hypothesis drives; `on_verdict` judges each).
 
@@ -346,7 +353,7 @@ def fuzz_service(
         suppress_health_check=list(HealthCheck),
         print_blob=True,
     )
-    @given(call_strategy(service, strings, ids))
+    @given(call_strategy(service, strings, ids, seeds))
     def one(case: tuple[MethodDescriptor, Message | bytes]) -> None:
         method, request = case
         try:

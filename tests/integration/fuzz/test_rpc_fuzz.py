@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from fuzz_kit import SPECIAL_STRINGS, Verdict, fuzz_service, methods, serving
-from service_fleet import SERVICES, FuzzFleet, live_ids, running_fleet
+from service_fleet import SERVICES, FuzzFleet, live_ids, running_fleet, seeds
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -35,7 +35,7 @@ def test_every_rpc_answers_hostile_input_clearly(fleet: FuzzFleet, service: str)
         verdicts.append(verdict)
         assert not verdict.failure, verdict.failure  # hypothesis shrinks it and prints it
 
-    fuzz_service(fleet, service, EXAMPLES, strings, judge, ids)
+    fuzz_service(fleet, service, EXAMPLES, strings, judge, ids, seeds())
     assert len(verdicts) >= EXAMPLES // 2
     called = {v.method.rsplit("/", 1)[-1] for v in verdicts}
     assert called == {m.name for m in methods(service)}, "every method is fuzzed"
