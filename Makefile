@@ -63,6 +63,7 @@ bench:
 	$(BIN)/python bench/sandbox_bench.py
 	$(BIN)/python bench/exchange_bench.py
 	$(BIN)/python bench/generation_bench.py
+	$(BIN)/python bench/fuzz_bench.py
 
 # The test command README.md gives: contracts, lint, types, every test, then the e2e run.
 check: proto-check lint typecheck test e2e
