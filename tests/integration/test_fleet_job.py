@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 import redis
+from log_scan import leaked_secrets, log_files
 from safetensors.torch import load_file
 
 from artfleet.batches import StepKeys
@@ -25,6 +27,8 @@ from artfleet.v1 import reward_pb2, rollout_pb2, sandbox_pb2, trainer_pb2, train
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+JUDGE_KEY_VAR = "ARTFLEET_TEST_JUDGE_API_KEY"
+
 SMALL = dict(
     groups_per_step=2, rollouts_per_group=2, max_turns=2, max_tokens=40, learning_rate=1e-3
 )
@@ -34,9 +38,9 @@ SMALL = dict(
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
     # Its own deployment label: the sandbox's containers (docker backend) are checked below.
     deployment = f"artfleet-fleet-test-{os.getpid()}"
-    fleet = LocalFleet(
-        tmp_path_factory.mktemp("fleet"), extra_env={"ARTFLEET_DEPLOYMENT": deployment}
-    )
+    # A judge key in every service's environment, as a deployment with a judge has one.
+    env = {"ARTFLEET_DEPLOYMENT": deployment, JUDGE_KEY_VAR: secrets.token_urlsafe(24)}
+    fleet = LocalFleet(tmp_path_factory.mktemp("fleet"), extra_env=env)
     fleet.start()
     try:
         yield fleet
@@ -45,6 +49,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
         # Every service shut down on SIGTERM by itself (a kill would show as -9).
         assert all(code is not None and code >= 0 for code in codes.values()), codes
         assert _sandbox_containers(deployment) == [], "the sandbox left containers behind"
+        # Nothing the fleet logged may carry the API token or the judge key.
+        wanted = {"API token": fleet.token, "judge key": env[JUDGE_KEY_VAR]}
+        assert log_files(fleet.workdir), "the fleet wrote logs"
+        assert leaked_secrets(fleet.workdir, wanted) == []
 
 
 def _sandbox_containers(deployment: str) -> list[str]:

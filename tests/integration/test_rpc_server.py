@@ -112,3 +112,25 @@ async def test_stop_is_bounded_by_the_grace(server: GrpcServer) -> None:
         assert loop.time() - start < 5
         with pytest.raises(grpc.aio.AioRpcError):
             await call
+
+
+@pytest.mark.parametrize(
+    "raw", [b"\x0a\x02\xff\xfe", b"\xff\xff\xff"], ids=["bad-utf8-string", "corrupt-wire"]
+)
+async def test_undecodable_requests_are_invalid_argument(server: GrpcServer, raw: bytes) -> None:
+    # No client library sends these; grpc alone would answer UNKNOWN with a parser message.
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        metadata = (("authorization", f"Bearer {TOKEN}"),)
+        for call in (
+            channel.unary_unary("/artfleet.v1.Trainer/GetJob")(raw, metadata=metadata),
+            _drain(channel.unary_stream("/artfleet.v1.Trainer/WatchJob")(raw, metadata=metadata)),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await call
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert (info.value.details() or "").startswith("request is not a valid message: ")
+
+
+async def _drain(stream: AsyncIterator[object]) -> None:
+    async for _ in stream:
+        pass

@@ -40,6 +40,7 @@ def _env(port: int, redis_url: str, tmp_path: Path) -> dict[str, str]:
         ARTFLEET_PORT=str(port),
         ARTFLEET_REDIS_URL=redis_url,
         ARTFLEET_REPLICA_ID="slim-test",
+        ARTFLEET_SANDBOX_ALLOW_UNISOLATED="1",  # local backend without bubblewrap in CI
         ARTFLEET_SANDBOX_TARGET="127.0.0.1:1",
         ARTFLEET_REWARD_TARGET="127.0.0.1:1",
         ARTFLEET_ART_PATH=str(tmp_path / "art"),

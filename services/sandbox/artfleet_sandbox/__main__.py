@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 from artfleet.logs import setup_logging
 from artfleet.rpc.server import GrpcServer
 from artfleet.service import load_settings, run
 from artfleet.v1 import sandbox_pb2_grpc
+from artfleet_sandbox.backend import SandboxError
 from artfleet_sandbox.settings import SandboxSettings
 
 
@@ -35,7 +38,11 @@ class SandboxApp:
 def main() -> None:
     settings = load_settings(SandboxSettings)
     setup_logging(settings.log_level, "sandbox")
-    run(SandboxApp(settings))
+    try:
+        run(SandboxApp(settings))
+    except SandboxError as exc:  # a refused start (no isolation, ...): the reason, no traceback
+        print(f"sandbox: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

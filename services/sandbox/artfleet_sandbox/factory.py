@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def local_config(settings: SandboxSettings, replica_id: str = "") -> LocalConfig:
+    uid, gid = settings.sandbox_run_as.split(":")
     return LocalConfig(
         replica_id=replica_id,
         workspace_root=settings.workspace_root,
@@ -38,6 +39,8 @@ def local_config(settings: SandboxSettings, replica_id: str = "") -> LocalConfig
         cache_dir=settings.cache_dir,
         test_runtime=settings.test_runtime,
         allow_stdio=settings.allow_local_stdio,
+        allow_unisolated=settings.sandbox_allow_unisolated,
+        run_as=(int(uid), int(gid)),
     )
 
 

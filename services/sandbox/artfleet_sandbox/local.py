@@ -2,8 +2,10 @@
 
 For machines without Docker. With bubblewrap on PATH each command runs in fresh
 namespaces (read-only root, private /tmp, no network unless asked, other sessions
-hidden); without it commands are plain processes of the server's user, and every
-session says so in its `isolation` field.
+hidden) and, when the server runs as root, as an unprivileged host user (`run_as`).
+Without it commands would be plain processes of the server's user: the backend refuses
+to start unless `allow_unisolated` says that is wanted, and every session says so in its
+`isolation` field.
 
 A session dir holds `work/` (the workspace clients see), `home/` and `tmp/` (HOME and
 TMPDIR of its commands) and `reports/` (JUnit files of RunTests).
@@ -45,11 +47,17 @@ from artfleet_sandbox.backend import (
     check_command,
     check_env,
 )
-from artfleet_sandbox.bwrap import DEFAULT_HIDE_PATHS, Bubblewrap, find_bubblewrap
+from artfleet_sandbox.bwrap import (
+    DEFAULT_HIDE_PATHS,
+    UNISOLATED_NOTICE,
+    Bubblewrap,
+    find_bubblewrap,
+    unisolated_refusal,
+)
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.localrepl import LocalChannel
 from artfleet_sandbox.localstdio import LocalStdio
-from artfleet_sandbox.paths import read_file, remove_tree, resolve_dir, write_file
+from artfleet_sandbox.paths import chown_tree, read_file, remove_tree, resolve_dir, write_file
 from artfleet_sandbox.procs import TAG_VAR, kill_group, kill_tagged, rlimit_prefix, run_process
 from artfleet_sandbox.pyruntime import PyRuntime, default_cache_dir, prepare_runtime
 from artfleet_sandbox.repl import shell_argv
@@ -65,6 +73,8 @@ DEFAULT_SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:
 DEFAULT_TEST_COMMAND = "python -m pytest -q --junitxml={junitxml}"
 ISOLATION_BWRAP = "bubblewrap"
 ISOLATION_NONE = "process (no isolation: commands run as the server's user)"
+
+UNPRIVILEGED = (65534, 65534)  # nobody:nogroup
 
 _MAX_JUNIT_BYTES = 32 * 1024 * 1024
 _CLOSE_WAIT_S = 3.0
@@ -99,6 +109,10 @@ class LocalConfig:
     test_runtime: bool = True  # prepare the Python + pytest runtime for sessions
     # McpStdio: run the request's args as a local command (no container: dev and tests).
     allow_stdio: bool = False
+    # Without bubblewrap, run commands as the server's user on the host? An explicit choice.
+    allow_unisolated: bool = False
+    # (uid, gid) of commands under bubblewrap when the server is root; None keeps root.
+    run_as: tuple[int, int] | None = UNPRIVILEGED
 
 
 @dataclass
@@ -143,6 +157,7 @@ class LocalBackend:
         self._sessions: SessionTable[_Session] = SessionTable(self.replica_id)
         self._root = ""
         self._bwrap: Bubblewrap | None = None
+        self._owner: tuple[int, int] | None = None  # of session files, when not ours
         self._reaper: asyncio.Task[None] | None = None
         self._shell = shutil.which("bash", path=self.config.path) or "/bin/sh"
         self._limits = rlimit_prefix(self.config.rlimits)
@@ -161,7 +176,15 @@ class LocalBackend:
             await self._prepare_runtime()
         if self._runtime is not None:  # its interpreter may live under a hidden dir
             expose += [self._runtime.root, self._runtime.base_prefix]
-        self._bwrap = await find_bubblewrap(cfg.use_bwrap, cfg.path, cfg.bwrap_hide_paths, expose)
+        self._bwrap = await find_bubblewrap(
+            cfg.use_bwrap, cfg.path, cfg.bwrap_hide_paths, expose, cfg.run_as
+        )
+        if self._bwrap is None:
+            if not cfg.allow_unisolated:
+                raise SandboxError(unisolated_refusal(cfg.use_bwrap))
+            log.warning(UNISOLATED_NOTICE)
+        elif self._bwrap.drop:
+            self._owner = cfg.run_as
         self._root = await asyncio.to_thread(self._make_root)
         self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
         log.info("local sandbox backend at %s, isolation: %s", self._root, self.isolation())
@@ -193,7 +216,10 @@ class LocalBackend:
         if parent:
             os.makedirs(parent, exist_ok=True)
         # Our own dir: stop() removes it, and other replicas' sessions are never touched.
-        return os.path.realpath(tempfile.mkdtemp(prefix="artfleet-sandbox-", dir=parent))
+        root = os.path.realpath(tempfile.mkdtemp(prefix="artfleet-sandbox-", dir=parent))
+        if self._owner:
+            os.chmod(root, 0o711)  # the sandbox user may reach its own session dir, not list
+        return root
 
     async def _prepare_runtime(self) -> None:
         cache_dir = self.config.cache_dir or default_cache_dir()
@@ -278,21 +304,26 @@ class LocalBackend:
         # The dir name is random but is not the session id: commands can see their path.
         root = tempfile.mkdtemp(prefix="s-", dir=self._root)
         try:
-            for sub in ("work", "home", "tmp", "reports"):
-                os.mkdir(os.path.join(root, sub), 0o700)
+            subdirs = [os.path.join(root, sub) for sub in ("work", "home", "tmp", "reports")]
+            for path in subdirs:
+                os.mkdir(path, 0o700)
             if tarball:
                 extract(tarball, os.path.join(root, "work"))
+            if self._owner is not None:
+                for path in [root, *subdirs]:
+                    os.chown(path, *self._owner, follow_symlinks=False)
+                if tarball:  # the cached repo is the session user's to edit
+                    chown_tree(os.path.join(root, "work"), self._owner)
             for spec in files:
-                write_file(os.path.join(root, "work"), spec)
+                write_file(os.path.join(root, "work"), spec, self._owner)
         except BaseException:
             remove_tree(root)
             raise
         return root
 
-    @staticmethod
-    def _write_all(session: _Session, files: Sequence[FileSpec]) -> None:
+    def _write_all(self, session: _Session, files: Sequence[FileSpec]) -> None:
         for spec in files:
-            write_file(session.workdir, spec)
+            write_file(session.workdir, spec, self._owner)
 
     async def write_files(self, session_id: str, files: Sequence[FileSpec]) -> int:
         session = self._sessions.get(session_id)

@@ -69,18 +69,35 @@ def _os_error(exc: OSError, path: str) -> Exception:
     return exc  # ENOSPC, EIO, ...: the server's problem, reported as INTERNAL
 
 
-def write_file(root: str, spec: FileSpec) -> None:
+def _missing_dirs(root: str, directory: str) -> list[str]:
+    """The directories between `root` and `directory` (inclusive) that do not exist yet."""
+    missing = []
+    while directory != root and not os.path.lexists(directory):
+        missing.append(directory)
+        directory = os.path.dirname(directory)
+    return missing[::-1]
+
+
+def write_file(root: str, spec: FileSpec, owner: tuple[int, int] | None = None) -> None:
+    """Write one client file; `owner` (uid, gid) is given what this creates (the sandbox
+    user, when commands run as another user than the server)."""
     real = resolve_inside(root, spec.path)
     mode = (spec.mode & 0o777) or 0o644  # no setuid/setgid/sticky from clients
     try:
+        created = _missing_dirs(root, os.path.dirname(real))
         os.makedirs(os.path.dirname(real), exist_ok=True)
         # Re-check: the directories just created must still resolve inside the workspace.
         resolve_inside(root, spec.path)
+        if owner is not None:
+            for directory in created:
+                os.chown(directory, *owner, follow_symlinks=False)
         fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _OPEN_FLAGS, 0o600)
     except OSError as exc:
         raise _os_error(exc, spec.path) from exc
     with os.fdopen(fd, "wb") as fh:
         fh.write(spec.content)
+        if owner:
+            os.fchown(fh.fileno(), *owner)  # on the open file: no path to swap meanwhile
         os.fchmod(fh.fileno(), mode)  # after writing, so a 0o444 file can still be filled
 
 
@@ -110,3 +127,11 @@ def remove_tree(path: str) -> None:
             func(failed)
 
     shutil.rmtree(path, onerror=_retry)
+
+
+def chown_tree(root: str, owner: tuple[int, int]) -> None:
+    """Gives everything under `root` (links themselves, never their targets) to `owner`."""
+    for directory, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            os.chown(os.path.join(directory, name), *owner, follow_symlinks=False)
+    os.chown(root, *owner, follow_symlinks=False)

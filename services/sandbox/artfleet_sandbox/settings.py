@@ -42,6 +42,16 @@ class SandboxSettings(ServerSettings):
     cache_dir: str = Field(default="", description="Prepared once, reused; '' = temp dir")
     test_runtime: bool = Field(default=True, description="local: a Python with pytest")
     use_bwrap: Literal["auto", "never", "require"] = "auto"
+    # Without bubblewrap the local backend would run the model's commands unconfined as
+    # this service's user: it refuses to start unless this says that is wanted.
+    sandbox_allow_unisolated: bool = Field(
+        default=False, description="Local backend without bubblewrap: run commands unconfined"
+    )
+    sandbox_run_as: str = Field(
+        default="65534:65534",
+        pattern=r"^[1-9][0-9]*:[1-9][0-9]*$",
+        description="uid:gid of bubblewrapped commands when the service runs as root",
+    )
     bwrap_hide_paths: list[str] = Field(
         default_factory=lambda: list(DEFAULT_HIDE_PATHS),
         # An interpreter on sandbox_path that lives under one of these needs its

@@ -9,6 +9,7 @@ has started vLLM there is no upstream and calls get 503.
 
 from __future__ import annotations
 
+import hmac
 import logging
 from typing import Any
 
@@ -96,7 +97,8 @@ class InferenceProxy:
         return response
 
     async def _respond(self, request: web.Request) -> web.StreamResponse:
-        if request.headers.get("Authorization", "") != f"Bearer {self._token}":
+        given = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(given, f"Bearer {self._token}".encode()):  # constant time
             return web.json_response({"error": {"message": "bad or missing token"}}, status=401)
         if not self._upstream or self._session is None:
             return web.json_response(

@@ -11,7 +11,7 @@ import typer
 
 from artfleet.cli import render
 from artfleet.cli.client import trainer
-from artfleet.cli.fleet import LocalFleet
+from artfleet.cli.fleet import LocalFleet, isolation_notice
 from artfleet.jobspec import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
@@ -40,6 +40,8 @@ def demo(
     fleet = LocalFleet(workdir.resolve())
     start = time.monotonic()
     render.console.print(f"starting the fleet in {fleet.workdir} (logs in logs/) ...")
+    if notice := isolation_notice():
+        render.console.print(notice, markup=False)
     try:
         fleet.start()
         render.console.print(
@@ -74,6 +76,8 @@ def _run_job(fleet: LocalFleet, spec: JobSpecModel) -> pb.Job:
 def fleet_up(workdir: Path = WorkdirOpt) -> None:
     """Start a local fleet and keep it up until Ctrl-C."""
     fleet = LocalFleet(workdir.resolve())
+    if notice := isolation_notice():
+        render.console.print(notice, markup=False)
     fleet.start()
     token_file = fleet.workdir / "token"
     token_file.touch(mode=0o600)

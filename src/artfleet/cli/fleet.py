@@ -44,6 +44,18 @@ def redis_server_binary() -> str:
     return found
 
 
+UNISOLATED_NOTICE = (
+    "note: no bubblewrap here, and this local fleet sets ARTFLEET_SANDBOX_ALLOW_UNISOLATED=1: "
+    "unless Docker serves the sandbox, the model's commands run unconfined as your user on "
+    "this machine (apt-get install bubblewrap, or Docker, isolates them)"
+)
+
+
+def isolation_notice() -> str:
+    """The one-line notice for a local fleet's sandbox, "" when bubblewrap confines it."""
+    return "" if shutil.which("bwrap") else UNISOLATED_NOTICE
+
+
 @dataclass
 class FleetProcess:
     name: str
@@ -132,6 +144,10 @@ class LocalFleet:
             ARTFLEET_ART_PATH=str(self.workdir / "art"),
             PYTHONUNBUFFERED="1",
         )
+        if name == "sandbox":
+            # A local fleet is a demo on the user's machine: without bubblewrap (and Docker)
+            # commands run unconfined rather than not at all; UNISOLATED_NOTICE says so.
+            env["ARTFLEET_SANDBOX_ALLOW_UNISOLATED"] = "1"
         env.update(self.extra_env)
         return env
 

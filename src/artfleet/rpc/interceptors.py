@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc.aio import ServerInterceptor
 
 from artfleet.errors import ArtfleetError
@@ -35,6 +36,35 @@ def _abort_handler(code: grpc.StatusCode, message: str) -> Handler:
         await context.abort(code, message)
 
     return grpc.unary_unary_rpc_method_handler(abort)
+
+
+class _Undecodable:
+    """What a request that is not a valid message (corrupt wire format, bad UTF-8 in a
+    string field) becomes, so the handler can refuse it as INVALID_ARGUMENT: grpc would
+    otherwise answer UNKNOWN with an internal-looking message."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _lenient(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserialize is None:  # raw bytes handlers (the auth refusal) parse nothing
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError as exc:
+            return _Undecodable(str(exc))
+
+    return parse
+
+
+async def _refuse_undecodable(request: Any, context: grpc.aio.ServicerContext) -> None:
+    if isinstance(request, _Undecodable):
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT, f"request is not a valid message: {request.reason}"
+        )
 
 
 class AuthInterceptor(ServerInterceptor):
@@ -79,12 +109,16 @@ class ObservabilityInterceptor(ServerInterceptor):
         method = details.method.rsplit("/", 1)[-1]
         rid = _metadata(details).get("x-request-id") or uuid.uuid4().hex[:12]
         if handler.unary_unary is not None:
-            return handler._replace(unary_unary=self._wrap_unary(handler.unary_unary, method, rid))
+            return handler._replace(
+                unary_unary=self._wrap_unary(handler.unary_unary, method, rid),
+                request_deserializer=_lenient(handler.request_deserializer),
+            )
         if handler.unary_stream is not None:
             return handler._replace(
-                unary_stream=self._wrap_stream(handler.unary_stream, method, rid)
+                unary_stream=self._wrap_stream(handler.unary_stream, method, rid),
+                request_deserializer=_lenient(handler.request_deserializer),
             )
-        return handler
+        return handler  # client streaming (reflection): grpc's own parsing
 
     def _wrap_unary(self, fn: Any, method: str, rid: str) -> Any:
         async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -92,6 +126,7 @@ class ObservabilityInterceptor(ServerInterceptor):
             start = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
+                await _refuse_undecodable(request, context)
                 return await fn(request, context)
             except BaseException as exc:
                 code = await _map_error(exc, context, rid)
@@ -107,6 +142,7 @@ class ObservabilityInterceptor(ServerInterceptor):
             start = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
+                await _refuse_undecodable(request, context)
                 async for item in fn(request, context):
                     yield item
             except BaseException as exc:
