@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -87,3 +90,13 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield url
     proc.terminate()
     proc.wait(10)
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory the sandbox's unprivileged session user can reach (a root server drops
+    sessions to nobody; pytest's tmp_path sits under a 0700 directory)."""
+    directory = Path(tempfile.mkdtemp(prefix="artfleet-test-", dir="/var/tmp"))
+    directory.chmod(0o755)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)

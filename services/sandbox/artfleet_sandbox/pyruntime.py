@@ -148,4 +148,7 @@ def prepare_runtime(cache_dir: str, packages: tuple[str, ...] = RUNTIME_PACKAGES
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         log.info("prepared the sandbox test runtime at %s", target)
+    # Sessions may run as an unprivileged user (a root server drops them): they read and
+    # execute the runtime, never write it. mkdtemp made it 0700.
+    os.chmod(target, 0o755)
     return PyRuntime(str(target), python_version, versions)

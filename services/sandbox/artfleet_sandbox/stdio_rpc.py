@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 
+from artfleet.errors import ArtfleetError
 from artfleet.v1 import sandbox_pb2 as pb
 from artfleet_sandbox import metrics
 from artfleet_sandbox.backend import ImageMissing, InvalidArgument, Resources, SandboxError
@@ -138,6 +139,8 @@ async def _feed(process: StdioProcess, it: AsyncIterator[pb.StdioChunk], traffic
                 break
     except (OSError, ConnectionError):
         pass  # the process is gone: its exit is reported from the output side
+    except ArtfleetError as exc:  # a corrupt client message: stop feeding, the server sees EOF
+        log.warning("stdio stream: %s", exc)
     finally:
         traffic.client_done = True
         await process.close_stdin()

@@ -13,7 +13,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc.aio import ServerInterceptor
 
-from artfleet.errors import ArtfleetError
+from artfleet.errors import ArtfleetError, InvalidArgument
 from artfleet.logs import request_id
 from artfleet.metrics import RPC_REQUESTS, RPC_SECONDS
 
@@ -118,7 +118,12 @@ class ObservabilityInterceptor(ServerInterceptor):
                 unary_stream=self._wrap_stream(handler.unary_stream, method, rid),
                 request_deserializer=_lenient(handler.request_deserializer),
             )
-        return handler  # client streaming (reflection): grpc's own parsing
+        if handler.stream_stream is not None and not method.startswith("ServerReflection"):
+            return handler._replace(
+                stream_stream=self._wrap_bidi(handler.stream_stream, method, rid),
+                request_deserializer=_lenient(handler.request_deserializer),
+            )
+        return handler  # reflection: grpc's own parsing
 
     def _wrap_unary(self, fn: Any, method: str, rid: str) -> Any:
         async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -144,6 +149,30 @@ class ObservabilityInterceptor(ServerInterceptor):
             try:
                 await _refuse_undecodable(request, context)
                 async for item in fn(request, context):
+                    yield item
+            except BaseException as exc:
+                code = await _map_error(exc, context, rid)
+                raise
+            finally:
+                self._observe(method, context, code, start)
+
+        return wrapped
+
+    def _wrap_bidi(self, fn: Any, method: str, rid: str) -> Any:
+        async def checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+            # An undecodable message mid-stream ends the call as INVALID_ARGUMENT (raised
+            # where the handler reads it; _map_error turns it into the status).
+            async for request in requests:
+                if isinstance(request, _Undecodable):
+                    raise InvalidArgument(f"request is not a valid message: {request.reason}")
+                yield request
+
+        async def wrapped(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            request_id.set(rid)
+            start = time.perf_counter()
+            code = grpc.StatusCode.OK
+            try:
+                async for item in fn(checked(requests), context):
                     yield item
             except BaseException as exc:
                 code = await _map_error(exc, context, rid)

@@ -244,8 +244,9 @@ def call_strategy(
     strings: Sequence[str],
     ids: Sequence[str] = (),
     seeds: Mapping[str, Message] | None = None,
+    only: Sequence[str] = (),
 ) -> st.SearchStrategy[tuple[MethodDescriptor, Message | bytes]]:
-    options = methods(service)
+    options = [m for m in methods(service) if not only or m.name in only]
 
     def requests(method: MethodDescriptor) -> st.SearchStrategy[Message | bytes]:
         kind = method.input_type
@@ -338,8 +339,10 @@ def fuzz_service(
     on_verdict: Callable[[Verdict], None],
     ids: Sequence[str] = (),
     seeds: Mapping[str, Message] | None = None,
+    only: Sequence[str] = (),
 ) -> None:
-    """`examples` hostile calls to `service` (hypothesis drives; `on_verdict` judges each).
+    """`examples` hostile calls to `service` (hypothesis drives; `on_verdict` judges each);
+    `only` limits them to those method names.
 
     `fleet` is a `fuzz_fleet.FuzzFleet`: calls run on its loop, this thread waits.
     """
@@ -353,7 +356,7 @@ def fuzz_service(
         suppress_health_check=list(HealthCheck),
         print_blob=True,
     )
-    @given(call_strategy(service, strings, ids, seeds))
+    @given(call_strategy(service, strings, ids, seeds, only))
     def one(case: tuple[MethodDescriptor, Message | bytes]) -> None:
         method, request = case
         try:

@@ -107,8 +107,8 @@ def _report(backend: str, seconds: Sequence[float], wall: float) -> None:
     print(f"code_fix_{backend}_tasks={len(seconds)} test_run_s={per_run:.2f} wall_s={wall:.1f}")
 
 
-async def test_every_code_fix_task_on_the_local_backend(tmp_path: Path) -> None:
-    config = LocalConfig(path=BARE_PATH, cache_dir=str(tmp_path), reap_interval_s=3600)
+async def test_every_code_fix_task_on_the_local_backend(shared_dir: Path) -> None:
+    config = LocalConfig(path=BARE_PATH, cache_dir=str(shared_dir), reap_interval_s=3600)
     started = time.monotonic()
     async with LocalBackend(config) as backend:
         seconds = await _prove_all(backend, concurrency=2)

@@ -4,6 +4,8 @@ pytest on the sandbox PATH (stock Debian after the README install)."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,7 +39,20 @@ async def test_run_tests_without_a_host_python(
     tmp_path: Path,
     command: str,
 ) -> None:
+    # A root server drops sessions to an unprivileged user, which must reach the cache dir
+    # (pytest's tmp_path sits under a 0700 directory).
+    tmp_path = Path(tempfile.mkdtemp(prefix="artfleet-runtime-", dir="/var/tmp"))
+    tmp_path.chmod(0o755)
     config = config_factory(use_bwrap=isolation_mode, path=BARE_PATH, cache_dir=str(tmp_path))
+    try:
+        await _run_tests_without_a_host_python(config, command, tmp_path)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+async def _run_tests_without_a_host_python(
+    config: LocalConfig, command: str, tmp_path: Path
+) -> None:
     async with LocalBackend(config) as backend:
         info = await backend.create_session(SessionSpec(files=[TESTS]))
         assert "tests: python" in info.isolation and "pytest" in info.isolation
