@@ -77,6 +77,25 @@ OVERVIEW = [
         [q(f"sum(rate(artfleet_trainer_trajectories_total{W}))", "trajectories/s")],
         unit="ops",
     ),
+    # The HTTP API (services/api): ids 180-199.
+    panel(
+        "API requests/s by route and status",
+        [
+            q(
+                f"sum by (route, status) (rate(artfleet_api_requests_total{W}))",
+                "{{route}} {{status}}",
+            )
+        ],
+        unit="reqps",
+        id=180,
+    ),
+    panel(
+        "API latency",
+        quantiles("artfleet_api_request_seconds"),
+        unit="s",
+        id=181,
+        description="Streams (/stream) count until they end: their time is the job's.",
+    ),
 ]
 
 ROLLOUT = [
@@ -255,7 +274,7 @@ def render_panel(index: int, spec: dict) -> dict:
         for i, t in enumerate(spec["queries"])
     ]  # fmt: skip
     return {
-        "id": index + 1,
+        "id": spec.get("id", index + 1),
         "type": kind,
         "title": spec["title"],
         "description": spec.get("description", ""),
