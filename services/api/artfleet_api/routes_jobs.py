@@ -40,7 +40,6 @@ TrainBody = Annotated[
     Annotated[TrainRequest, Tag("seed")] | Annotated[JobSubmit, Tag("spec")],
     Discriminator(_form),
 ]
-Slug = Annotated[str, Query(pattern=SLUG)]
 
 
 def backends(request: Request) -> Backends:
@@ -69,7 +68,8 @@ async def _submit(request: Request, spec: JobSpecModel) -> pb.Job:
 async def train(request: Request, body: Annotated[TrainBody, Body()]) -> TrainResponse:
     """Start training: seed 002's fields, or `{"spec": {...}}` with the full job spec."""
     if isinstance(body, JobSubmit):
-        spec = body.spec
+        mapped = request.app.state.settings.base_model_map.get(body.spec.base_model)
+        spec = body.spec if mapped is None else body.spec.model_copy(update={"base_model": mapped})
     else:
         try:
             spec = train_spec(body, request.app.state.settings)
@@ -137,9 +137,6 @@ async def list_jobs(
         trainer_pb2.ListJobsRequest(limit=limit), timeout=request.app.state.settings.rpc_timeout_s
     )
     return JobList(jobs=[job_out(j) for j in reply.jobs])
-
-
-JobId = Annotated[str, Query(min_length=1, max_length=128)]
 
 
 async def _get(request: Request, job_id: str) -> pb.Job:
