@@ -6,6 +6,7 @@ Shared by tests/integration/api/test_api_fuzz.py (CI-sized) and bench/api_fuzz_b
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from artfleet_api.models import EventOut
+
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -28,6 +31,20 @@ CHECKS = [
 # Runs episodes against whatever endpoint a generated body names (`base_url`): a fuzzer
 # would wait on made-up hosts. The fleet tests drive it; everything else is fuzzed.
 SKIP = {("POST", "/rollout")}
+
+
+def _check_stream(response: Any) -> None:
+    """A live job's stream does not end while the job runs (a fuzzed job may have 10^5
+    steps): its first event is read and checked, then the connection is closed."""
+    assert response.headers["content-type"].startswith("text/event-stream"), response.headers
+    fields: dict[str, str] = {}
+    for line in response.iter_lines(decode_unicode=True):
+        if line == "" and "data" in fields:
+            break
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    EventOut.model_validate_json(fields["data"])
+    assert fields["id"] == str(json.loads(fields["data"])["seq"])
 
 
 @dataclass
@@ -76,14 +93,20 @@ def _fuzz_operation(
     )
     @given(case=operation.as_strategy(generation_mode=mode))
     def run(case: Any) -> None:
-        response = case.call(base_url=base_url, headers=headers, timeout=120)
+        streaming = operation.path.endswith("/stream")
+        response = case.call(base_url=base_url, headers=headers, timeout=120, stream=streaming)
         report.cases[label] = report.cases.get(label, 0) + 1
         report.statuses[response.status_code] = report.statuses.get(response.status_code, 0) + 1
         try:
-            case.validate_response(response, checks=CHECKS, headers=headers)
+            if streaming and response.status_code == 200:
+                _check_stream(response)
+            else:
+                case.validate_response(response, checks=CHECKS, headers=headers)
         except Exception as exc:  # a check's failure group: recorded with the case
             report.failures.append(f"{label}: {case.as_curl_command()}\n{exc}")
             raise
+        finally:
+            response.close()
 
     try:
         run()

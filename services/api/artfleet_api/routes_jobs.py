@@ -16,7 +16,6 @@ from artfleet_api.backends import Backends
 from artfleet_api.errors import ApiError
 from artfleet_api.mapping import job_out, seed_field, train_spec
 from artfleet_api.models import (
-    SLUG,
     ErrorOut,
     JobList,
     JobOut,
@@ -97,7 +96,19 @@ async def train_status(request: Request, project: str, model_name: str) -> JobOu
 SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "Server-Sent Events: `id` = event seq, `data` = an EventOut",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {
+            "text/event-stream": {
+                "schema": {
+                    "type": "object",
+                    "description": "one event; `data` is an EventOut as JSON",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "event": {"type": "string"},
+                        "data": {"type": "string", "contentMediaType": "application/json"},
+                    },
+                }
+            }
+        },
     }
 }
 
