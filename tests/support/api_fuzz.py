@@ -38,7 +38,8 @@ def _check_stream(response: Any) -> None:
     steps): its first event is read and checked, then the connection is closed."""
     assert response.headers["content-type"].startswith("text/event-stream"), response.headers
     fields: dict[str, str] = {}
-    for line in response.iter_lines(decode_unicode=True):
+    # chunk_size=1: a bigger chunk waits for bytes a quiet stream has not sent yet.
+    for line in response.iter_lines(chunk_size=1, decode_unicode=True):
         if line == "" and "data" in fields:
             break
         key, _, value = line.partition(":")
@@ -100,6 +101,9 @@ def _fuzz_operation(
         try:
             if streaming and response.status_code == 200:
                 _check_stream(response)
+            elif (operation.method.upper(), response.status_code) == ("DELETE", 501):
+                # The documented "not yet" of model deletion (the trainer has no RPC for it).
+                case.validate_response(response, checks=CHECKS[1:], headers=headers)
             else:
                 case.validate_response(response, checks=CHECKS, headers=headers)
         except Exception as exc:  # a check's failure group: recorded with the case

@@ -19,6 +19,7 @@ from artfleet_api.convert import trajectory_out, trajectory_to_proto
 from artfleet_api.errors import ApiError
 from artfleet_api.mapping import judge_param, outcome_out
 from artfleet_api.models import (
+    ErrorOut,
     DependencyOut,
     EvaluateRequest,
     EvaluateResponse,
@@ -205,7 +206,12 @@ async def list_models(request: Request) -> ModelList:
     return ModelList(models=await _models(request))
 
 
-@router.delete("/models/{project}/{model_name}", status_code=204, tags=["models"])
+@router.delete(
+    "/models/{project}/{model_name}",
+    status_code=204,
+    responses={501: {"model": ErrorOut, "description": "the trainer cannot delete models yet"}},
+    tags=["models"],
+)
 async def delete_model(request: Request, project: str, model_name: str) -> None:
     """Not yet possible: the trainer has no model deletion RPC. 404 for an unknown model,
     409 while one of its jobs runs, else 501."""

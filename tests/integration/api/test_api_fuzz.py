@@ -45,4 +45,5 @@ def test_whole_schema_fuzz(api_fleet: LocalFleet, api: httpx.Client) -> None:
     print(f"  statuses: {dict(sorted(report.statuses.items()))}")
     assert not report.failures, "\n\n".join(report.failures[:5])
     assert len(report.cases) >= 20 and report.total >= 60
-    assert not any(code >= 500 for code in report.statuses)
+    # 501 only as DELETE /models' documented "not yet" (checked per case in api_fuzz).
+    assert {code for code in report.statuses if code >= 500} <= {501}

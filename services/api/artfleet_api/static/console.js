@@ -140,7 +140,7 @@ function renderJob(job, steps) {
       chart("chart-reward", "Reward (mean)", series("reward_mean")),
       chart("chart-loss", "Loss", series("loss")),
       chart("chart-step-time", "Step time (s)", series("step_seconds")),
-      chart("chart-turns", "Turns (mean, eval of the episodes)", series("turns_mean"))),
+      chart("chart-turns", "Turns per episode (mean)", series("turns_mean"))),
     h("h2", {}, "Checkpoints"),
     h("table", { id: "checkpoints" },
       h("thead", {}, h("tr", {}, ["Step", "Policy", "Reward", "Loss", "Step time"].map((t) => h("th", {}, t)))),
