@@ -14,6 +14,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
+from schemathesis.core.result import Err
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
@@ -64,6 +65,9 @@ def fuzz(base_url: str, token: str, max_examples: int, seed: int = 0) -> FuzzRep
     schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json", headers=headers)
     report = FuzzReport()
     for result in schema.get_all_operations():
+        if isinstance(result, Err):  # a schema error is a finding too
+            report.failures.append(f"invalid schema: {result.err()}")
+            continue
         operation = result.ok()
         method, path = operation.method.upper(), operation.path
         if (method, path) in SKIP:

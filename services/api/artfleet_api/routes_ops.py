@@ -19,8 +19,8 @@ from artfleet_api.convert import trajectory_out, trajectory_to_proto
 from artfleet_api.errors import ApiError
 from artfleet_api.mapping import judge_param, outcome_out
 from artfleet_api.models import (
-    ErrorOut,
     DependencyOut,
+    ErrorOut,
     EvaluateRequest,
     EvaluateResponse,
     HealthOut,

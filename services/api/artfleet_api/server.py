@@ -27,7 +27,7 @@ class ApiServer:
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level.lower(),
-            timeout_graceful_shutdown=grace_s,  # SSE streams close when it runs out
+            timeout_graceful_shutdown=int(grace_s),  # SSE streams close when it runs out
         )
         self._server = _Server(config)
         self._task: asyncio.Task[None] | None = None
