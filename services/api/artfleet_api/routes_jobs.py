@@ -113,8 +113,7 @@ SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _stream(request: Request, job_id: str, last_event_id: str | None) -> StreamingResponse:
-    from_seq = resume_from(last_event_id)
+def _stream(request: Request, job_id: str, from_seq: int) -> StreamingResponse:
     return StreamingResponse(
         job_events(backends(request).trainer, job_id, from_seq),
         media_type="text/event-stream",
@@ -135,8 +134,9 @@ async def train_stream(
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> StreamingResponse:
     """Progress of the model's latest job as SSE; reconnect with `Last-Event-ID`."""
+    from_seq = resume_from(last_event_id)  # a bad header is a 422 before any lookup
     job = await latest_job(request, project, model_name)
-    return _stream(request, job.id, last_event_id)
+    return _stream(request, job.id, from_seq)
 
 
 @router.get("/jobs", response_model=JobList, tags=["jobs"])
@@ -183,5 +183,6 @@ async def job_stream(
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> StreamingResponse:
     """The job's progress as SSE; reconnect with `Last-Event-ID`."""
+    from_seq = resume_from(last_event_id)
     await _get(request, job_id)  # an unknown id is a 404 before the stream starts
-    return _stream(request, job_id, last_event_id)
+    return _stream(request, job_id, from_seq)

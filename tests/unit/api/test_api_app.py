@@ -133,9 +133,10 @@ def test_bad_bodies_get_422_naming_the_field(
 
 
 def test_bad_last_event_id_is_422(client: TestClient) -> None:
-    response = client.get("/jobs/x/stream", headers={**AUTH, "Last-Event-ID": "nope"})
-    # The job lookup comes first only when the id parses: a bad header is the client's error.
-    assert response.status_code in (422, 503)
+    for path in ("/jobs/x/stream", "/train/p/m/stream"):
+        response = client.get(path, headers={**AUTH, "Last-Event-ID": "nope"})
+        assert response.status_code == 422
+        assert response.json()["field"] == "Last-Event-ID"
 
 
 def test_seed_002_body_becomes_a_job_spec_with_ruler(tmp_path: Path) -> None:
