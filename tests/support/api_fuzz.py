@@ -13,6 +13,7 @@ from typing import Any
 import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Err
@@ -125,10 +126,16 @@ def _fuzz_operation(
             report.failures.append(f"{label}: {case.as_curl_command()}\n{exc}")
             raise
         finally:
-            response.close()
+            if streaming:
+                response.close()
 
     try:
         run()
+    except Unsatisfiable:
+        # Negative mode of an operation whose every input is a string path parameter: no
+        # request that violates the schema exists there (any string is a valid segment).
+        if mode == GenerationMode.POSITIVE:
+            report.failures.append(f"{label}: no case could be generated")
     except Exception as exc:
         if not report.failures or label not in report.failures[-1]:
             report.failures.append(f"{label}: {type(exc).__name__}: {exc}")

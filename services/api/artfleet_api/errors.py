@@ -85,8 +85,9 @@ async def _rpc(request: Request, exc: Exception) -> JSONResponse:
 
 async def _http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    field = "body" if exc.status_code == 400 else None  # FastAPI: the body is not JSON
     return JSONResponse(
-        error_body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+        error_body(str(exc.detail), field), status_code=exc.status_code, headers=exc.headers
     )
 
 

@@ -26,7 +26,7 @@ from artfleet_api.models import (
 from artfleet_api.sse import job_events, resume_from
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (401, 404, 409, 422, 502, 503, 504)
+    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 422, 502, 503, 504)
 }
 router = APIRouter(responses=ERRORS)
 

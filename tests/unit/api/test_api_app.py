@@ -132,6 +132,14 @@ def test_bad_bodies_get_422_naming_the_field(
     assert named.endswith(field) or named.startswith(field), (named, field)
 
 
+def test_a_body_that_is_not_json_is_400_naming_the_body(client: TestClient) -> None:
+    response = client.post(
+        "/train", content=b"D[\xff", headers={**AUTH, "content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json()["field"] == "body"
+
+
 def test_bad_last_event_id_is_422(client: TestClient) -> None:
     for path in ("/jobs/x/stream", "/train/p/m/stream"):
         response = client.get(path, headers={**AUTH, "Last-Event-ID": "nope"})
