@@ -195,8 +195,13 @@ async function jobPage(jobId) {
   if (TERMINAL.has(job.state)) return;
   const controller = new AbortController();
   activeStream = controller;
-  follow(jobId, (event) => {
-    if (event.kind === "step_done" && event.summary) steps.set(event.summary.step, event.summary);
+  follow(jobId, async (event) => {
+    if (event.kind === "step_done" && event.summary) {
+      steps.set(event.summary.step, event.summary);
+      // The new checkpoint is served now: take the policy name from the job.
+      const fresh = await json(`/jobs/${encodeURIComponent(jobId)}`).catch(() => null);
+      if (fresh) job.policy = fresh.policy;
+    }
     if (event.kind === "state") job.state = event.state;
     if (activeStream === controller) renderJob(job, steps);
   }, controller).then(async () => {
