@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import grpc
 from fastapi import APIRouter, Body, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import Discriminator, Tag
@@ -74,7 +75,14 @@ async def train(request: Request, body: Annotated[TrainBody, Body()]) -> TrainRe
             spec = train_spec(body, request.app.state.settings)
         except InvalidSpec as exc:
             raise ApiError(422, exc.message, seed_field(exc.field)) from None
-    job = await _submit(request, spec)
+    try:
+        job = await _submit(request, spec)
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.INVALID_ARGUMENT or isinstance(body, JobSubmit):
+            raise
+        # The trainer names job-spec fields; a seed body's sender knows seed 002's names.
+        field, _, message = (exc.details() or "").partition(": ")
+        raise ApiError(422, f"{field}: {message}", seed_field(field)) from None
     base = f"/train/{job.spec.project}/{job.spec.name}"
     return TrainResponse(
         job_id=job.id,
