@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Infrastructure the tests need on a fresh Debian machine (CI and developers alike):
-# bubblewrap (local sandbox), Docker engine (docker sandbox), debootstrap (base image).
+# bubblewrap (local sandbox), Docker engine (docker sandbox), debootstrap (base image),
+# chromium (the console tests drive Debian's browser with Playwright; no `playwright install`).
 # Idempotent: what is there already is left alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,7 @@ missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if ((${#missing[@]})); then
   echo "installing ${missing[*]}"
   apt-get update -qq >/dev/null

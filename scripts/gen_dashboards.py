@@ -103,6 +103,25 @@ OVERVIEW = [
         id=152,
         description="artfleet.health: child processes, free space, work dir size, stale dirs.",
     ),
+    # The HTTP API (services/api): ids 180-199.
+    panel(
+        "API requests/s by route and status",
+        [
+            q(
+                f"sum by (route, status) (rate(artfleet_api_requests_total{W}))",
+                "{{route}} {{status}}",
+            )
+        ],
+        unit="reqps",
+        id=180,
+    ),
+    panel(
+        "API latency",
+        quantiles("artfleet_api_request_seconds"),
+        unit="s",
+        id=181,
+        description="Streams (/stream) count until they end: their time is the job's.",
+    ),
 ]  # fmt: skip
 
 ROLLOUT = [

@@ -77,6 +77,7 @@ free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("
 secret() { "$VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(32))'; }
 TRAINER_PORT=$(free_port)
 PROM_PORT=$(free_port)
+API_PORT=$(free_port)
 cat >"$WORK/.env" <<EOF
 ARTFLEET_API_TOKEN=$(secret)
 REDIS_PASSWORD=$(secret)
@@ -86,6 +87,7 @@ BASE_IMAGE=artfleet/pybase:bookworm
 DEBIAN_BASE_IMAGE=artfleet/pybase:bookworm
 TRAINER_API_PORT=$TRAINER_PORT
 PROMETHEUS_PORT=$PROM_PORT
+API_PORT=$API_PORT
 ARTFLEET_TAG=e2e
 EOF
 chmod 600 "$WORK/.env"
@@ -101,7 +103,7 @@ NO_CACHE=()
 phase "image builds"
 
 # Every image's size; the slim services have limits (MB = 10^6 bytes, as docker prints).
-declare -A SIZE_LIMIT_MB=([sandbox]=400 [rollout]=1000 [reward]=1000)
+declare -A SIZE_LIMIT_MB=([sandbox]=400 [rollout]=1000 [reward]=1000 [api]=400)
 too_big=0
 echo "== image sizes"
 for image in $("${COMPOSE[@]}" config --images | sort -u); do
@@ -150,6 +152,18 @@ JOB_ID=$(sed -n 's/^submitted job \([^ ]*\).*/\1/p' <<<"$job_out")
 timeout "${E2E_JOB_TIMEOUT_S:-1200}" "$VENV/bin/artfleet" jobs watch "$JOB_ID"
 "$VENV/bin/artfleet" jobs status "$JOB_ID"
 phase "job (2 steps, SUCCEEDED)"
+
+# The HTTP API and console on their published port: health, the console page, the job.
+API_URL="http://127.0.0.1:$API_PORT" JOB_ID=$JOB_ID "$VENV/bin/python" - <<'PY'
+import os, httpx
+url, token = os.environ["API_URL"], os.environ["ARTFLEET_API_TOKEN"]
+assert httpx.get(f"{url}/health").status_code == 200, httpx.get(f"{url}/health").text
+assert "ArtFleet console" in httpx.get(f"{url}/").text
+job = httpx.get(f"{url}/jobs/{os.environ['JOB_ID']}", headers={"Authorization": f"Bearer {token}"})
+assert job.json()["state"] == "succeeded", job.text
+print(f"api: {url} serves the console; job {job.json()['id']} {job.json()['state']}")
+PY
+phase "api and console"
 
 # -- 5. checks ---------------------------------------------------------------------------
 "$VENV/bin/python" tests/e2e/check_stack.py all \

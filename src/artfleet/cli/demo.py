@@ -85,7 +85,8 @@ def fleet_up(workdir: Path = WorkdirOpt) -> None:
     # The token goes to a private file, not to the terminal or its scrollback.
     render.console.print(
         f"fleet up. export ARTFLEET_TRAINER_TARGET={fleet.trainer_target} "
-        f"ARTFLEET_API_TOKEN=$(cat {token_file})"
+        f"ARTFLEET_API_TOKEN=$(cat {token_file})\n"
+        f"console and HTTP API: {fleet.api_url} (log in with the token)"
     )
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -21,6 +21,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 SERVICES = ("sandbox", "reward", "rollout", "trainer")
+API = "api"  # the HTTP API and console (not gRPC): started once the gRPC services serve
 
 
 def free_port() -> int:
@@ -72,23 +73,31 @@ class LocalFleet:
     processes: list[FleetProcess] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
     redis_url: str = ""
+    api: bool = True
 
     @property
     def trainer_target(self) -> str:
         return f"127.0.0.1:{self.ports['trainer']}"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports[API]}"
 
     def start(self, timeout_s: float = 180.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
         try:
             self._start_redis()
-            for name in SERVICES:
+            for name in (*SERVICES, API, "inference"):
                 self.ports[name] = free_port()
             for name in SERVICES:
                 self._start_service(name)
             deadline = time.monotonic() + timeout_s
             for process in self.processes[1:]:
                 self._wait_serving(process, deadline)
+            if self.api:
+                self._start_service(API)
+                self._wait_http(self.processes[-1], deadline)
         except BaseException:
             self.stop()
             raise
@@ -148,6 +157,16 @@ class LocalFleet:
             # A local fleet is a demo on the user's machine: without bubblewrap (and Docker)
             # commands run unconfined rather than not at all; UNISOLATED_NOTICE says so.
             env["ARTFLEET_SANDBOX_ALLOW_UNISOLATED"] = "1"
+        if name == "trainer":
+            env["ARTFLEET_INFERENCE_PORT"] = str(self.ports["inference"])
+            # Sampled trajectories (log_sample_rate) where the API's browser reads them.
+            env["ARTFLEET_TRAJECTORY_LOG_DIR"] = str(self.workdir / "logs")
+        if name == API:
+            env.update(
+                ARTFLEET_TRAINER_TARGET=self.trainer_target,
+                ARTFLEET_POLICY_BASE_URL=f"http://127.0.0.1:{self.ports['inference']}/v1",
+                ARTFLEET_TRAJECTORIES_DIR=str(self.workdir / "logs"),
+            )
         env.update(self.extra_env)
         return env
 
@@ -188,6 +207,24 @@ class LocalFleet:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{process.name} did not become healthy")
                 time.sleep(0.2)
+
+    def _wait_http(self, process: FleetProcess, deadline: float) -> None:
+        """Until /health answers at all (503 while a dependency is down is an answer)."""
+        import urllib.error
+        import urllib.request
+
+        while True:
+            self._check_alive(process)
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/health", timeout=5):
+                    return
+            except urllib.error.HTTPError:
+                return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{process.name} did not answer on {self.api_url}")
+            time.sleep(0.2)
 
     def restart(self, name: str, grace_s: float = 30.0, timeout_s: float = 180.0) -> None:
         """Stops one service (SIGTERM) and starts it again on the same port."""

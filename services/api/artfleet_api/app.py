@@ -1,0 +1,71 @@
+"""The FastAPI app: routers, auth and metrics middleware, error handlers, the console."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, Response
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from artfleet.metrics import MetricsEndpoint
+from artfleet_api import __version__, errors, routes_jobs, routes_ops, trajectories
+from artfleet_api.backends import Backends
+from artfleet_api.middleware import AuthMiddleware, MetricsMiddleware
+from artfleet_api.settings import ApiSettings
+
+STATIC = Path(__file__).parent / "static"
+DESCRIPTION = (
+    "Training jobs, rollouts and evaluation on an ArtFleet fleet (seed 002's endpoints), "
+    "and the web console at `/`. Every route but `/health` and the console's static files "
+    "needs `Authorization: Bearer <ARTFLEET_API_TOKEN>`."
+)
+
+
+def create_app(settings: ApiSettings, metrics_port: int | None = None) -> FastAPI:
+    """`metrics_port`: also serve /metrics there without a token (Prometheus; None: off)."""
+    backends = Backends(settings)
+    endpoint = None if metrics_port is None else MetricsEndpoint(settings.host, metrics_port)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await backends.start()  # lazy channels: starts even with the trainer down
+        if endpoint is not None:
+            endpoint.start()
+        try:
+            yield
+        finally:
+            if endpoint is not None:
+                endpoint.stop()
+            await backends.stop()
+
+    app = FastAPI(
+        title="ArtFleet API", version=__version__, description=DESCRIPTION, lifespan=lifespan
+    )
+    app.state.settings = settings
+    app.state.backends = backends
+    errors.install(app)
+    app.include_router(routes_jobs.router)
+    app.include_router(routes_ops.router)
+    app.include_router(trajectories.router)
+    _console(app)
+    # Added last = outermost: metrics count the 401s too.
+    app.add_middleware(AuthMiddleware, token=settings.api_token.get_secret_value())
+    app.add_middleware(MetricsMiddleware)
+    return app
+
+
+def _console(app: FastAPI) -> None:
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def console() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics of this process (API request counts and latencies)."""
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

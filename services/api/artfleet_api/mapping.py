@@ -1,0 +1,155 @@
+"""Seed 002's fields onto our job spec, and the trainer's messages onto HTTP bodies."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from google.protobuf import json_format
+
+from artfleet.jobspec import JobSpecModel, default_scorers, validate_spec
+from artfleet.rewardspec import ScorerModel
+from artfleet.scorer_params import POLICY_JUDGE
+from artfleet.v1 import common_pb2 as pb
+from artfleet_api.models import (
+    EventOut,
+    JobOut,
+    OutcomeOut,
+    ScorerFailureOut,
+    StepOut,
+    TrainRequest,
+)
+from artfleet_api.settings import ApiSettings
+
+DEFAULT_ROLLOUTS = 4
+# Job spec fields as seed 002 names them, for error messages about a seed body.
+SEED_FIELDS = {
+    "name": "model_name",
+    "steps": "num_steps",
+    "groups_per_step": "batch_size",
+    "rollouts_per_group": "rollouts_per_group",
+    "reward": "judge_model",
+}
+
+
+def judge_param(settings: ApiSettings, judge_model: str) -> str | dict[str, str]:
+    """A judge model name as a scorer's `judge`: "policy", or an endpoint of the API's."""
+    served = settings.judge_model_map.get(judge_model, judge_model)
+    if served == POLICY_JUDGE:
+        return POLICY_JUDGE
+    return {
+        "base_url": settings.judge_base_url,
+        "model": served,
+        "api_key_env": settings.judge_api_key_env,
+    }
+
+
+def batch_shape(batch_size: int, rollouts: int | None) -> tuple[int, int]:
+    """(groups_per_step, rollouts_per_group): whole groups, rounded up."""
+    per_group = rollouts or min(DEFAULT_ROLLOUTS, batch_size)
+    return math.ceil(batch_size / per_group), per_group
+
+
+def train_spec(request: TrainRequest, settings: ApiSettings) -> JobSpecModel:
+    """Seed 002's body as a job spec; raises InvalidSpec with the job spec's field name."""
+    groups, rollouts = batch_shape(request.batch_size, request.rollouts_per_group)
+    scorers = [s.model_dump() for s in default_scorers()]
+    if request.use_ruler:
+        ruler = ScorerModel(
+            name="ruler",
+            params={"judge": judge_param(settings, request.judge_model)},
+            # A judge that fails scores 0 instead of dropping the group: seed 002's jobs
+            # keep training on the other scorers (its `independent_reward`).
+            on_error="zero",
+        )
+        scorers.append(ruler.model_dump())
+    data: dict[str, Any] = {
+        "name": request.model_name,
+        "project": request.project,
+        "base_model": settings.base_model_map.get(request.base_model, request.base_model),
+        "environment": request.environment or settings.environment,
+        "steps": request.num_steps,
+        "groups_per_step": groups,
+        "rollouts_per_group": rollouts,
+        "learning_rate": request.learning_rate,
+        "task_prompt": request.task_prompt,
+        "reward": scorers,
+    }
+    for key in ("max_turns", "max_tokens"):
+        if getattr(request, key) is not None:
+            data[key] = getattr(request, key)
+    return validate_spec(data)
+
+
+def seed_field(field: str) -> str:
+    """A job spec field path (from the trainer or validate_spec) in seed 002's words."""
+    head = field.split(".")[0].split("[")[0]
+    return SEED_FIELDS.get(head, field)
+
+
+def _state(value: int) -> str:
+    return pb.JobState.Name(value).removeprefix("JOB_STATE_").lower()
+
+
+def step_out(summary: pb.StepSummary) -> StepOut:
+    return StepOut(
+        **json_format.MessageToDict(
+            summary, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
+        )
+    )
+
+
+def _time(message: Any, field: str) -> str | None:
+    return getattr(message, field).ToJsonString() if message.HasField(field) else None
+
+
+def job_out(job: pb.Job) -> JobOut:
+    steps = [step_out(s) for s in job.steps]
+    return JobOut(
+        id=job.id,
+        state=_state(job.state),  # type: ignore[arg-type]
+        project=job.spec.project,
+        model_name=job.spec.name,
+        experiment=f"{job.spec.project}/{job.spec.name}",
+        completed_steps=job.completed_steps,
+        total_steps=job.spec.steps,
+        latest_reward=steps[-1].reward_mean if steps else None,
+        error=job.error,
+        policy=job.policy,
+        created_at=_time(job, "created_at"),
+        updated_at=_time(job, "updated_at"),
+        steps=steps,
+        spec=json_format.MessageToDict(job.spec, preserving_proto_field_name=True),
+    )
+
+
+def event_out(event: pb.ProgressEvent) -> EventOut:
+    kind = pb.EventKind.Name(event.kind).removeprefix("EVENT_KIND_").lower()
+    return EventOut(
+        seq=event.seq,
+        kind=kind,  # type: ignore[arg-type]
+        state=_state(event.state),  # type: ignore[arg-type]
+        step=event.step,
+        total_steps=event.total_steps,
+        time=_time(event, "time"),
+        message=event.message,
+        summary=step_out(event.summary) if event.HasField("summary") else None,
+    )
+
+
+def outcome_out(outcome: pb.RewardOutcome) -> OutcomeOut:
+    return OutcomeOut(
+        dropped=list(outcome.dropped),
+        group_dropped=outcome.group_dropped,
+        fail_job=outcome.fail_job,
+        failures=[
+            ScorerFailureOut(
+                scorer=f.scorer,
+                type=f.type,
+                message=f.message,
+                trajectory=f.trajectory,
+                action=f.action,
+            )
+            for f in outcome.failures
+        ],
+    )

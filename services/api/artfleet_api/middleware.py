@@ -1,0 +1,97 @@
+"""Bearer-token auth and request metrics, as ASGI middleware (every route, SSE included,
+without per-handler code). Open without a token: /health and the console's static files."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+OPEN_PATHS = frozenset({"/health", "/", "/favicon.ico"})
+OPEN_PREFIXES = ("/static/",)
+
+HTTP_REQUESTS = Counter(
+    "artfleet_api_requests_total",
+    "HTTP requests handled, by method, route template and status code",
+    ["method", "route", "status"],
+)
+HTTP_SECONDS = Histogram(
+    "artfleet_api_request_seconds",
+    "HTTP handling time (streams: until the stream ends)",
+    ["method", "route"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+HTTP_IN_FLIGHT = Gauge("artfleet_api_requests_in_flight", "HTTP requests being handled")
+
+
+def is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+
+
+class AuthMiddleware:
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or is_open(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(b"authorization", b"")
+        if hmac.compare_digest(given, self._expected):
+            await self.app(scope, receive, send)
+            return
+        why = "missing bearer token" if not given else "wrong bearer token"
+        body = json.dumps({"error": why, "field": "Authorization", "detail": []}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b"Bearer"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class MetricsMiddleware:
+    """Labels by route template (`/jobs/{job_id}`), never the raw path: bounded series."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = {"code": 500}
+
+        async def record(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        started = time.monotonic()
+        HTTP_IN_FLIGHT.inc()
+        try:
+            await self.app(scope, receive, record)
+        finally:
+            HTTP_IN_FLIGHT.dec()
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            method = scope["method"]
+            HTTP_REQUESTS.labels(method, template, str(status["code"])).inc()
+            HTTP_SECONDS.labels(method, template).observe(time.monotonic() - started)

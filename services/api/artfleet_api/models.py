@@ -1,0 +1,258 @@
+"""The HTTP bodies: seed 002's request fields as it spells them, and our responses. Every
+model and field is documented here (it is what /openapi.json shows)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from artfleet.jobspec import DEFAULT_BASE_MODEL, JobSpecModel
+
+SLUG = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+Scalar = float | int | str | bool | None
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TrainRequest(Body):
+    """Seed 002's `POST /train` body. `batch_size` trajectories per step become
+    `ceil(batch_size / rollouts_per_group)` groups of `rollouts_per_group` rollouts
+    (default `min(4, batch_size)`); `use_ruler` + `judge_model` add a RULER scorer."""
+
+    model_name: str = Field(pattern=SLUG, description="the model's name (job spec `name`)")
+    project: str = Field(pattern=SLUG, description="the project the model belongs to")
+    base_model: str = Field(default=DEFAULT_BASE_MODEL, min_length=1, max_length=512)
+    num_steps: int = Field(default=10, ge=1, le=100_000, description="training steps")
+    batch_size: int = Field(default=8, ge=2, le=65_536, description="trajectories per step")
+    learning_rate: float = Field(default=1e-5, gt=0, le=1.0)
+    use_ruler: bool = Field(default=True, description="score groups with RULER")
+    judge_model: str = Field(default="gpt-4o", min_length=1, max_length=256)
+    task_prompt: str = Field(default="", max_length=32_768, description="the system prompt")
+    environment: str | None = Field(default=None, description="default: the API's")
+    rollouts_per_group: int | None = Field(default=None, ge=2, le=256)
+    max_turns: int | None = Field(default=None, ge=1, le=200)
+    max_tokens: int | None = Field(default=None, ge=1, le=32_768)
+
+
+class JobSubmit(Body):
+    """The full job spec (as `artfleet jobs submit` takes it), instead of seed 002's fields."""
+
+    spec: JobSpecModel
+
+
+class StepOut(BaseModel):
+    """One finished training step."""
+
+    step: int
+    reward_mean: float
+    reward_std: float
+    turns_mean: float
+    step_seconds: float
+    trajectories: int
+    groups: int
+    loss: float
+    trained_sequences: int
+    rollout_seconds: float
+    train_seconds: float
+
+
+JobState = Literal[
+    "unspecified", "queued", "running", "succeeded", "failed", "cancelling", "cancelled"
+]
+
+
+class JobOut(BaseModel):
+    """A training job as the trainer reports it."""
+
+    id: str
+    state: JobState
+    project: str
+    model_name: str
+    experiment: str = Field(description="project/model_name")
+    completed_steps: int
+    total_steps: int
+    latest_reward: float | None = Field(description="reward_mean of the last step")
+    error: str
+    policy: str = Field(description="name@step the trainer serves now ('' before step 1)")
+    created_at: str | None
+    updated_at: str | None
+    steps: list[StepOut]
+    spec: dict[str, Any] = Field(description="the job spec the trainer runs")
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+
+
+class TrainResponse(BaseModel):
+    """What `POST /train` started."""
+
+    job_id: str
+    state: JobState
+    project: str
+    model_name: str
+    status_url: str
+    stream_url: str
+    job: JobOut
+
+
+class EventOut(BaseModel):
+    """One progress event (the SSE `data:` of `/stream`; `id:` is `seq`)."""
+
+    seq: int
+    kind: Literal["unspecified", "state", "step_started", "step_done", "log"]
+    state: JobState
+    step: int
+    total_steps: int
+    time: str | None
+    message: str
+    summary: StepOut | None
+
+
+class RolloutRequest(Body):
+    """Seed 002's `POST /rollout`: one group of `num_rollouts` episodes, no training. The
+    policy is the model's current checkpoint on the fleet, or `model` at `base_url`."""
+
+    model_name: str = Field(pattern=SLUG)
+    project: str = Field(pattern=SLUG)
+    num_rollouts: int = Field(default=4, ge=1, le=64)
+    task_prompt: str = Field(default="", max_length=32_768)
+    temperature: float = Field(default=0.7, ge=0, le=2.0)
+    environment: str | None = Field(default=None, description="default: the API's")
+    scenario_id: str | None = Field(default=None, description="default: the first of `train`")
+    max_turns: int = Field(default=2, ge=1, le=50)
+    max_tokens: int = Field(default=96, ge=1, le=8192)
+    base_url: str | None = Field(
+        default=None, pattern=r"^https?://", description="any OpenAI-compatible endpoint"
+    )
+    model: str | None = Field(default=None, min_length=1, description="model at base_url")
+    api_key_env: str | None = Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="key variable (rollout)"
+    )
+    seed: int = Field(default=0, ge=0, le=2**62)
+
+
+class TrajectoryOut(BaseModel):
+    """A trajectory, in the shape the console reads (and trajectory files use)."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    reward: float = 0.0
+    metrics: dict[str, Scalar] = Field(default_factory=dict)
+    metadata: dict[str, Scalar] = Field(default_factory=dict)
+
+
+class ScorerFailureOut(BaseModel):
+    scorer: str
+    type: str
+    message: str
+    trajectory: int
+    action: str
+
+
+class OutcomeOut(BaseModel):
+    """What the reward service's failure policies decided for the group."""
+
+    dropped: list[int]
+    group_dropped: bool
+    fail_job: str
+    failures: list[ScorerFailureOut]
+
+
+class RolloutResponse(BaseModel):
+    model: str = Field(description="the model the episodes were sampled from")
+    base_url: str
+    environment: str
+    scenario_id: str
+    trajectories: list[TrajectoryOut]
+    errors: list[str] = Field(description="episodes that failed")
+    outcome: OutcomeOut
+    notes: list[str] = Field(description="what of the request could not be applied")
+
+
+class EvalTrajectory(Body):
+    messages: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
+    tools: list[dict[str, Any]] | None = None
+    reward: float = 0.0
+
+
+class EvaluateRequest(Body):
+    """Seed 002's `POST /evaluate`: the judge scores each trajectory on its own; with
+    `use_ruler`, RULER ranks them as one group."""
+
+    trajectories: list[EvalTrajectory] = Field(min_length=1, max_length=64)
+    judge_model: str = Field(default="gpt-4o", min_length=1, max_length=256)
+    evaluation_prompt: str | None = Field(default=None, min_length=1, max_length=32_768)
+    use_ruler: bool = False
+    project: str | None = Field(default=None, pattern=SLUG, description="policy judge's model")
+    model_name: str | None = Field(default=None, pattern=SLUG)
+
+
+class ScoreOut(BaseModel):
+    reward: float
+    components: dict[str, float]
+    dropped: bool
+    metrics: dict[str, float]
+    independent_reward: float | None
+    logs: list[str]
+
+
+class EvaluateResponse(BaseModel):
+    judge: str = Field(description="the judge the reward service called")
+    scores: list[ScoreOut]
+    outcome: OutcomeOut
+
+
+class ModelOut(BaseModel):
+    """A trained model, derived from its jobs (the trainer has no model registry RPC)."""
+
+    project: str
+    model_name: str
+    base_model: str
+    jobs: int
+    latest_job_id: str
+    state: JobState
+    completed_steps: int
+    policy: str
+
+
+class ModelList(BaseModel):
+    models: list[ModelOut]
+
+
+class DependencyOut(BaseModel):
+    ok: bool
+    detail: str
+
+
+class HealthOut(BaseModel):
+    status: Literal["healthy", "unhealthy"]
+    version: str
+    dependencies: dict[str, DependencyOut]
+
+
+class TrajectoryEntry(BaseModel):
+    """One sampled trajectory file, listed."""
+
+    path: str = Field(description="<experiment>/step_<n>/<file>.json under the directory")
+    experiment: str
+    step: int
+    reward: float
+    scenario_id: str
+    policy_version: int | None
+
+
+class TrajectoryList(BaseModel):
+    trajectories: list[TrajectoryEntry]
+    experiments: list[str]
+
+
+class ErrorOut(BaseModel):
+    """Every 4xx/5xx body."""
+
+    error: str = Field(description="what went wrong")
+    field: str | None = Field(default=None, description="the request field it is about")
+    detail: list[dict[str, Any]] = Field(default_factory=list)

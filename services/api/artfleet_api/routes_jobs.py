@@ -1,0 +1,196 @@
+"""Training: seed 002's /train endpoints and the /jobs endpoints by id."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import grpc
+from fastapi import APIRouter, Body, Header, Query, Request
+from fastapi.responses import StreamingResponse
+from pydantic import Discriminator, Tag
+
+from artfleet.jobspec import JobSpecModel, spec_to_proto
+from artfleet.spec_base import InvalidSpec
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import trainer_pb2
+from artfleet_api.backends import Backends
+from artfleet_api.errors import ApiError
+from artfleet_api.mapping import job_out, seed_field, train_spec
+from artfleet_api.models import (
+    ErrorOut,
+    JobList,
+    JobOut,
+    JobSubmit,
+    TrainRequest,
+    TrainResponse,
+)
+from artfleet_api.sse import job_events, resume_from
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 422, 502, 503, 504)
+}
+router = APIRouter(responses=ERRORS)
+
+
+def _form(value: Any) -> str:
+    return "spec" if isinstance(value, dict) and "spec" in value else "seed"
+
+
+TrainBody = Annotated[
+    Annotated[TrainRequest, Tag("seed")] | Annotated[JobSubmit, Tag("spec")],
+    Discriminator(_form),
+]
+
+
+def backends(request: Request) -> Backends:
+    result: Backends = request.app.state.backends
+    return result
+
+
+async def latest_job(request: Request, project: str, model_name: str) -> pb.Job:
+    reply = await backends(request).trainer.ListJobs(
+        trainer_pb2.ListJobsRequest(limit=0), timeout=request.app.state.settings.rpc_timeout_s
+    )
+    for job in reply.jobs:  # newest first
+        if job.spec.project == project and job.spec.name == model_name:
+            return job
+    raise ApiError(404, f"no job trains {project}/{model_name}", "model_name")
+
+
+async def _submit(request: Request, spec: JobSpecModel) -> pb.Job:
+    return await backends(request).trainer.SubmitJob(
+        trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)),
+        timeout=request.app.state.settings.rpc_timeout_s,
+    )
+
+
+@router.post("/train", status_code=202, response_model=TrainResponse, tags=["training"])
+async def train(request: Request, body: Annotated[TrainBody, Body()]) -> TrainResponse:
+    """Start training: seed 002's fields, or `{"spec": {...}}` with the full job spec."""
+    if isinstance(body, JobSubmit):
+        mapped = request.app.state.settings.base_model_map.get(body.spec.base_model)
+        spec = body.spec if mapped is None else body.spec.model_copy(update={"base_model": mapped})
+    else:
+        try:
+            spec = train_spec(body, request.app.state.settings)
+        except InvalidSpec as exc:
+            raise ApiError(422, exc.message, seed_field(exc.field)) from None
+    try:
+        job = await _submit(request, spec)
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.INVALID_ARGUMENT or isinstance(body, JobSubmit):
+            raise
+        # The trainer names job-spec fields; a seed body's sender knows seed 002's names.
+        field, _, message = (exc.details() or "").partition(": ")
+        raise ApiError(422, f"{field}: {message}", seed_field(field)) from None
+    base = f"/train/{job.spec.project}/{job.spec.name}"
+    return TrainResponse(
+        job_id=job.id,
+        state=job_out(job).state,
+        project=job.spec.project,
+        model_name=job.spec.name,
+        status_url=f"{base}/status",
+        stream_url=f"{base}/stream",
+        job=job_out(job),
+    )
+
+
+@router.get("/train/{project}/{model_name}/status", response_model=JobOut, tags=["training"])
+async def train_status(request: Request, project: str, model_name: str) -> JobOut:
+    """The model's latest job."""
+    return job_out(await latest_job(request, project, model_name))
+
+
+SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-Sent Events: `id` = event seq, `data` = an EventOut",
+        "content": {
+            "text/event-stream": {
+                "schema": {
+                    "type": "object",
+                    "description": "one event; `data` is an EventOut as JSON",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "event": {"type": "string"},
+                        "data": {"type": "string", "contentMediaType": "application/json"},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+def _stream(request: Request, job_id: str, from_seq: int) -> StreamingResponse:
+    return StreamingResponse(
+        job_events(backends(request).trainer, job_id, from_seq),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get(
+    "/train/{project}/{model_name}/stream",
+    response_class=StreamingResponse,
+    responses=SSE_RESPONSE,
+    tags=["training"],
+)
+async def train_stream(
+    request: Request,
+    project: str,
+    model_name: str,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> StreamingResponse:
+    """Progress of the model's latest job as SSE; reconnect with `Last-Event-ID`."""
+    from_seq = resume_from(last_event_id)  # a bad header is a 422 before any lookup
+    job = await latest_job(request, project, model_name)
+    return _stream(request, job.id, from_seq)
+
+
+@router.get("/jobs", response_model=JobList, tags=["jobs"])
+async def list_jobs(
+    request: Request, limit: Annotated[int, Query(ge=0, le=10_000)] = 100
+) -> JobList:
+    """Jobs, newest first (`limit=0`: all)."""
+    reply = await backends(request).trainer.ListJobs(
+        trainer_pb2.ListJobsRequest(limit=limit), timeout=request.app.state.settings.rpc_timeout_s
+    )
+    return JobList(jobs=[job_out(j) for j in reply.jobs])
+
+
+async def _get(request: Request, job_id: str) -> pb.Job:
+    return await backends(request).trainer.GetJob(
+        trainer_pb2.GetJobRequest(job_id=job_id), timeout=request.app.state.settings.rpc_timeout_s
+    )
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, tags=["jobs"])
+async def get_job(request: Request, job_id: str) -> JobOut:
+    return job_out(await _get(request, job_id))
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut, tags=["jobs"])
+async def cancel_job(request: Request, job_id: str) -> JobOut:
+    """Asks the job to stop after its running step (state `cancelling`, then `cancelled`)."""
+    job = await backends(request).trainer.CancelJob(
+        trainer_pb2.CancelJobRequest(job_id=job_id),
+        timeout=request.app.state.settings.rpc_timeout_s,
+    )
+    return job_out(job)
+
+
+@router.get(
+    "/jobs/{job_id}/stream",
+    response_class=StreamingResponse,
+    responses=SSE_RESPONSE,
+    tags=["jobs"],
+)
+async def job_stream(
+    request: Request,
+    job_id: str,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> StreamingResponse:
+    """The job's progress as SSE; reconnect with `Last-Event-ID`."""
+    from_seq = resume_from(last_event_id)
+    await _get(request, job_id)  # an unknown id is a 404 before the stream starts
+    return _stream(request, job_id, from_seq)

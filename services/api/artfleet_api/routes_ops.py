@@ -1,0 +1,246 @@
+"""Rollouts without training, evaluation, models and health."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import grpc
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from artfleet.rewardspec import RewardSpecModel, ScorerModel, reward_to_proto
+from artfleet.scorer_params import POLICY_JUDGE
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import reward_pb2, rollout_pb2, trainer_pb2
+from artfleet_api import __version__
+from artfleet_api.convert import trajectory_out, trajectory_to_proto
+from artfleet_api.errors import ApiError
+from artfleet_api.mapping import judge_param, outcome_out
+from artfleet_api.models import (
+    DependencyOut,
+    ErrorOut,
+    EvaluateRequest,
+    EvaluateResponse,
+    HealthOut,
+    ModelList,
+    ModelOut,
+    RolloutRequest,
+    RolloutResponse,
+    ScoreOut,
+)
+from artfleet_api.routes_jobs import ERRORS, backends, latest_job
+
+router = APIRouter(responses=ERRORS)
+# RunGroup's field names in seed 002's words.
+TASK_FIELDS = {
+    "task.rollouts": "num_rollouts",
+    "task.policy": "model",
+    "task.model_base_url": "base_url",
+}
+
+
+async def _first_scenario(request: Request, environment: str) -> str:
+    info = await backends(request).rollout.DescribeEnvironment(
+        rollout_pb2.DescribeEnvironmentRequest(name=environment),
+        timeout=request.app.state.settings.rpc_timeout_s,
+    )
+    for split in ("train", *sorted(info.split_sizes)):
+        for scenario in info.scenarios:
+            if scenario.split == split:
+                return scenario.id
+    raise ApiError(422, f"environment {environment!r} has no scenarios", "environment")
+
+
+async def _policy(request: Request, body: RolloutRequest) -> tuple[str, str]:
+    """(model, base_url): an endpoint the request names, else the model's checkpoint."""
+    if body.base_url is not None:
+        return body.model or body.model_name, body.base_url
+    job = await latest_job(request, body.project, body.model_name)
+    if not job.policy:
+        raise ApiError(409, f"{body.project}/{body.model_name} has no checkpoint yet", "model_name")
+    return job.policy, request.app.state.settings.policy_base_url
+
+
+@router.post("/rollout", response_model=RolloutResponse, tags=["rollouts"])
+async def rollout(request: Request, body: RolloutRequest) -> RolloutResponse:
+    """Runs one group of episodes (Rollout.RunGroup), scored by the default reward spec."""
+    settings = request.app.state.settings
+    environment = body.environment or settings.environment
+    model, base_url = await _policy(request, body)
+    scenario = body.scenario_id or await _first_scenario(request, environment)
+    task = rollout_pb2.GroupTask(
+        job_id=f"api-{uuid.uuid4().hex[:12]}",
+        step=0,
+        group_id=uuid.uuid4().hex,
+        environment=environment,
+        scenario_id=scenario,
+        rollouts=body.num_rollouts,
+        max_turns=body.max_turns,
+        model_base_url=base_url,
+        policy=model,
+        temperature=body.temperature,
+        max_tokens=body.max_tokens,
+        max_context_tokens=4096,
+        reward=reward_to_proto(RewardSpecModel()),
+        seed=body.seed,
+        model_api_key_env=body.api_key_env or "",
+    )
+    try:
+        reply = await backends(request).rollout.RunGroup(
+            rollout_pb2.RunGroupRequest(task=task), timeout=settings.rollout_timeout_s
+        )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+            raise
+        field, _, message = (exc.details() or "").partition(": ")
+        raise ApiError(422, message, TASK_FIELDS.get(field, field.removeprefix("task."))) from None
+    notes = []
+    if body.task_prompt:
+        notes.append("task_prompt not applied: Rollout.RunGroup's GroupTask has no system prompt")
+    return RolloutResponse(
+        model=model,
+        base_url=base_url,
+        environment=environment,
+        scenario_id=scenario,
+        trajectories=[trajectory_out(t) for t in reply.group.trajectories],
+        errors=[f"{e.type}: {e.message}" for e in reply.group.exceptions],
+        outcome=outcome_out(reply.reward),
+        notes=notes,
+    )
+
+
+def _scorer(body: EvaluateRequest, judge: Any) -> ScorerModel:
+    params: dict[str, Any] = {"judge": judge}
+    if body.evaluation_prompt is not None:
+        params["rubric"] = body.evaluation_prompt
+    try:
+        # zero: a judge that fails shows in outcome.failures instead of failing the call.
+        return ScorerModel(
+            name="ruler" if body.use_ruler else "judge", params=params, on_error="zero"
+        )
+    except ValidationError as exc:
+        raise ApiError(422, str(exc.errors()[0]["msg"]), "judge_model") from None
+
+
+async def _judge_policy(request: Request, body: EvaluateRequest) -> pb.PolicyEndpoint:
+    """The policy judge: the named model's checkpoint, else the newest served one."""
+    base_url = request.app.state.settings.policy_base_url
+    if body.project and body.model_name:
+        job = await latest_job(request, body.project, body.model_name)
+        if job.policy:
+            return pb.PolicyEndpoint(model=job.policy, base_url=base_url)
+    else:
+        reply = await backends(request).trainer.ListJobs(
+            trainer_pb2.ListJobsRequest(limit=0), timeout=request.app.state.settings.rpc_timeout_s
+        )
+        for job in reply.jobs:
+            if job.policy:
+                return pb.PolicyEndpoint(model=job.policy, base_url=base_url)
+    raise ApiError(
+        409, "the policy judge needs a trained model: none has a checkpoint", "judge_model"
+    )
+
+
+@router.post("/evaluate", response_model=EvaluateResponse, tags=["evaluation"])
+async def evaluate(request: Request, body: EvaluateRequest) -> EvaluateResponse:
+    """Scores the trajectories with the judge (or RULER) through Reward.ScoreGroup."""
+    judge = judge_param(request.app.state.settings, body.judge_model)
+    scorer = _scorer(body, judge)
+    spec = reward_to_proto(RewardSpecModel(reward=[scorer]))
+    described = judge if isinstance(judge, str) else judge["model"]
+    if judge == POLICY_JUDGE:
+        spec.policy.CopyFrom(await _judge_policy(request, body))
+        described = f"policy ({spec.policy.model})"
+    group = pb.TrajectoryGroup(
+        trajectories=[trajectory_to_proto(t.messages, t.tools, t.reward) for t in body.trajectories]
+    )
+    reply = await backends(request).reward.ScoreGroup(
+        reward_pb2.ScoreGroupRequest(
+            group=group, episodes=[pb.Episode() for _ in body.trajectories], spec=spec
+        ),
+        timeout=request.app.state.settings.rollout_timeout_s,
+    )
+    scores = [
+        ScoreOut(
+            reward=s.reward,
+            components=dict(s.components),
+            dropped=s.dropped,
+            metrics=dict(s.metrics),
+            independent_reward=s.independent_reward if s.HasField("independent_reward") else None,
+            logs=list(s.logs),
+        )
+        for s in reply.scores
+    ]
+    return EvaluateResponse(judge=described, scores=scores, outcome=outcome_out(reply.outcome))
+
+
+async def _models(request: Request) -> list[ModelOut]:
+    reply = await backends(request).trainer.ListJobs(
+        trainer_pb2.ListJobsRequest(limit=0), timeout=request.app.state.settings.rpc_timeout_s
+    )
+    models: dict[tuple[str, str], ModelOut] = {}
+    for job in reply.jobs:  # newest first: the first job seen of a model is its latest
+        key = (job.spec.project, job.spec.name)
+        if key in models:
+            models[key].jobs += 1
+            continue
+        state = pb.JobState.Name(job.state).removeprefix("JOB_STATE_").lower()
+        models[key] = ModelOut(
+            project=key[0],
+            model_name=key[1],
+            base_model=job.spec.base_model,
+            jobs=1,
+            latest_job_id=job.id,
+            state=state,  # type: ignore[arg-type]
+            completed_steps=job.completed_steps,
+            policy=job.policy,
+        )
+    return list(models.values())
+
+
+@router.get("/models", response_model=ModelList, tags=["models"])
+async def list_models(request: Request) -> ModelList:
+    """Models, derived from the trainer's jobs (one entry per project/model_name)."""
+    return ModelList(models=await _models(request))
+
+
+@router.delete(
+    "/models/{project}/{model_name}",
+    status_code=204,
+    responses={501: {"model": ErrorOut, "description": "the trainer cannot delete models yet"}},
+    tags=["models"],
+)
+async def delete_model(request: Request, project: str, model_name: str) -> None:
+    """Not yet possible: the trainer has no model deletion RPC. 404 for an unknown model,
+    409 while one of its jobs runs, else 501."""
+    models = {(m.project, m.model_name): m for m in await _models(request)}
+    model = models.get((project, model_name))
+    if model is None:
+        raise ApiError(404, f"no model {project}/{model_name}", "model_name")
+    if model.state in ("queued", "running", "cancelling"):
+        raise ApiError(
+            409,
+            f"job {model.latest_job_id} of this model is {model.state}: cancel it first",
+            "model_name",
+        )
+    raise ApiError(501, "the trainer has no model deletion RPC yet: checkpoints stay", "model_name")
+
+
+@router.get(
+    "/health",
+    response_model=HealthOut,
+    responses={503: {"model": HealthOut, "description": "a dependency is down"}},
+    tags=["ops"],
+)
+async def health(request: Request) -> JSONResponse:
+    """Each dependency's state; 503 when one is down. No token needed."""
+    states = await backends(request).health()
+    ok = all(s.ok for s in states.values())
+    body = HealthOut(
+        status="healthy" if ok else "unhealthy",
+        version=__version__,
+        dependencies={n: DependencyOut(ok=s.ok, detail=s.detail) for n, s in states.items()},
+    )
+    return JSONResponse(body.model_dump(), status_code=200 if ok else 503)

@@ -1,0 +1,43 @@
+"""API settings (`ARTFLEET_*`), parsed before FastAPI or gRPC stubs are imported."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from artfleet.config import CommonSettings
+
+
+class ApiSettings(CommonSettings):
+    host: str = Field(default="127.0.0.1")
+    port: int = Field(default=8000, ge=0, le=65535, description="HTTP port (API and console)")
+    metrics_port: int = Field(
+        default=0, ge=0, le=65535, description="/metrics without a token (Prometheus); 0: free"
+    )
+    trainer_target: str = Field(default="127.0.0.1:50051", description="Trainer gRPC address")
+    rollout_target: str = Field(default="127.0.0.1:50052", description="Rollout gRPC address")
+    reward_target: str = Field(default="127.0.0.1:50054", description="Reward gRPC address")
+    sandbox_target: str = Field(default="127.0.0.1:50053", description="Sandbox gRPC address")
+    rpc_timeout_s: float = Field(default=30.0, gt=0, description="deadline of unary RPCs")
+    rollout_timeout_s: float = Field(default=900.0, gt=0, description="deadline of /rollout")
+    health_timeout_s: float = Field(default=2.0, gt=0)
+    trajectories_dir: str = Field(
+        default="logs", description="sampled trajectories: <dir>/<experiment>/step_<n>/*.json"
+    )
+    policy_base_url: str = Field(
+        default="http://127.0.0.1:8000/v1",
+        description="the trainer's OpenAI-compatible endpoint (the fleet's policy)",
+    )
+    judge_base_url: str = Field(
+        default="https://api.openai.com/v1", description="where named judge models are served"
+    )
+    judge_api_key_env: str = Field(
+        default="OPENAI_API_KEY", description="variable, in the reward service, with its key"
+    )
+    # Seed 002 names hosted models (gpt-4o, Qwen/...); a fleet maps them onto what it has.
+    judge_model_map: dict[str, str] = Field(
+        default_factory=dict, description='judge names -> served names; "policy" = own policy'
+    )
+    base_model_map: dict[str, str] = Field(
+        default_factory=dict, description="base_model names -> names/paths the trainer loads"
+    )
+    environment: str = Field(default="shell-tasks", description="environment of seed bodies")

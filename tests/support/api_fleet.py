@@ -1,0 +1,50 @@
+"""A local fleet for the API tests and bench/api_fuzz_bench.py: torch backend with a tiny
+random Llama wearing SmolLM2's tokenizer (a step takes seconds on two cores), the local
+(bubblewrap) sandbox, and the API mapping seed 002's hosted model names onto this fleet
+(`ARTFLEET_BASE_MODEL_MAP`, `ARTFLEET_JUDGE_MODEL_MAP`: `gpt-4o` = the job's own policy)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from artfleet.cli.fleet import LocalFleet
+from artfleet.jobspec import DEFAULT_BASE_MODEL
+
+SEED_BASE_MODEL = "Qwen/Qwen2.5-7B-Instruct"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "trajectories"
+
+
+def tiny_model(folder: Path) -> Path:
+    from tiny_llama import tiny_llama
+    from transformers import AutoTokenizer
+
+    from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
+
+    tokenizer = AutoTokenizer.from_pretrained(ensure_embedded_cache())
+    model = tiny_llama(
+        len(tokenizer), eos_token_id=tokenizer.eos_token_id, max_position_embeddings=8192
+    )
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def api_fleet(work: Path) -> LocalFleet:
+    """Not started yet; sampled-trajectory fixtures copied to its trajectories directory."""
+    model = tiny_model(work / "tiny-model")
+    trajectories = work / "trajectories"
+    shutil.copytree(FIXTURES, trajectories)
+    return LocalFleet(
+        work / "fleet",
+        extra_env={
+            "ARTFLEET_SANDBOX_BACKEND": "local",
+            # The default too: a fuzzed job spec never loads the real model.
+            "ARTFLEET_BASE_MODEL_MAP": json.dumps(
+                {SEED_BASE_MODEL: str(model), DEFAULT_BASE_MODEL: str(model)}
+            ),
+            "ARTFLEET_JUDGE_MODEL_MAP": json.dumps({"gpt-4o": "policy"}),
+            "ARTFLEET_TRAJECTORIES_DIR": str(trajectories),
+        },
+    )
