@@ -3,16 +3,17 @@
 #
 #   scripts/build_game2048_image.sh [--tag TAG] [--server FILE.py] [--module MODULE] [--force]
 #
-# --server: the server module's file (default: the environment's module in this repo,
-#   services/rollout/artfleet_rollout/environments/game2048.py; the console script
-#   `artfleet-mcp-2048` runs the same module's main). It must import only the stdlib
-#   and `mcp`, and run stdio when executed as a script; with --module the image runs
-#   `python3 -m MODULE` instead (the file copied as MODULE's last part).
+# --server: the server module's file (default: this repo's 2048 server,
+#   services/rollout/artfleet_rollout/mcp_2048.py, with its game module game2048.py
+#   beside it; the console script `artfleet-mcp-2048` runs the same main). It must import
+#   only the stdlib, `mcp` and its neighbours, and run stdio when executed as a script;
+#   with --module the image runs `python3 -m MODULE` instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TAG="artfleet/mcp-2048:latest"
-SERVER="services/rollout/artfleet_rollout/environments/game2048.py"
+SERVER="services/rollout/artfleet_rollout/mcp_2048.py"
+GAME="services/rollout/artfleet_rollout/game2048.py"
 MODULE=""
 EXTRA=()
 while (($#)); do
@@ -25,7 +26,7 @@ while (($#)); do
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
-ARGS=(--tag "$TAG" --server "$SERVER")
+ARGS=(--tag "$TAG" --server "$SERVER" --file "$GAME")
 if [[ -n $MODULE ]]; then
   ARGS+=(--cmd "python3 -m ${MODULE##*.}")
 fi

@@ -12,7 +12,10 @@ from typing import Any, Literal
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from artfleet_rollout.game2048 import DIRECTIONS, Game
+try:
+    from artfleet_rollout.game2048 import DIRECTIONS, Game
+except ImportError:  # in the sandbox image (scripts/build_game2048_image.sh): a plain module
+    from game2048 import DIRECTIONS, Game  # type: ignore[no-redef]
 
 server = MCPServer("artfleet-2048")
 _state: dict[str, Game] = {}
