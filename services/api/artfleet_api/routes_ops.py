@@ -86,6 +86,7 @@ async def rollout(request: Request, body: RolloutRequest) -> RolloutResponse:
         reward=reward_to_proto(RewardSpecModel()),
         seed=body.seed,
         model_api_key_env=body.api_key_env or "",
+        task_prompt=body.task_prompt,
     )
     try:
         reply = await backends(request).rollout.RunGroup(
@@ -96,9 +97,7 @@ async def rollout(request: Request, body: RolloutRequest) -> RolloutResponse:
             raise
         field, _, message = (exc.details() or "").partition(": ")
         raise ApiError(422, message, TASK_FIELDS.get(field, field.removeprefix("task."))) from None
-    notes = []
-    if body.task_prompt:
-        notes.append("task_prompt not applied: Rollout.RunGroup's GroupTask has no system prompt")
+    notes: list[str] = []
     return RolloutResponse(
         model=model,
         base_url=base_url,
