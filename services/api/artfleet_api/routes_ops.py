@@ -208,12 +208,12 @@ async def list_models(request: Request) -> ModelList:
 @router.delete(
     "/models/{project}/{model_name}",
     status_code=204,
-    responses={501: {"model": ErrorOut, "description": "the trainer cannot delete models yet"}},
+    responses={409: {"model": ErrorOut, "description": "a job of this model is active"}},
     tags=["models"],
 )
 async def delete_model(request: Request, project: str, model_name: str) -> None:
-    """Not yet possible: the trainer has no model deletion RPC. 404 for an unknown model,
-    409 while one of its jobs runs, else 501."""
+    """Deletes every checkpoint of the model (each of its jobs' ART model, through
+    Trainer.ModelsDelete). 404 for an unknown model, 409 while one of its jobs is active."""
     models = {(m.project, m.model_name): m for m in await _models(request)}
     model = models.get((project, model_name))
     if model is None:
@@ -224,7 +224,23 @@ async def delete_model(request: Request, project: str, model_name: str) -> None:
             f"job {model.latest_job_id} of this model is {model.state}: cancel it first",
             "model_name",
         )
-    raise ApiError(501, "the trainer has no model deletion RPC yet: checkpoints stay", "model_name")
+    timeout = request.app.state.settings.rpc_timeout_s
+    trainer = backends(request).trainer
+    jobs = await trainer.ListJobs(trainer_pb2.ListJobsRequest(limit=0), timeout=timeout)
+    for job in jobs.jobs:
+        art_name = job.policy.partition("@")[0]
+        if (job.spec.project, job.spec.name) != (project, model_name) or not art_name:
+            continue
+        try:
+            await trainer.ModelsDelete(
+                trainer_pb2.ModelsDeleteRequest(model=art_name), timeout=timeout
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:  # that job left no checkpoint
+                continue
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise ApiError(409, exc.details() or "model in use", "model_name") from None
+            raise
 
 
 @router.get(

@@ -99,7 +99,11 @@ def test_console_follows_a_running_job_and_shows_tool_calls(
     page.click("nav a[href='#/models']")
     page.wait_for_selector("#models tbody tr")
     page.on("dialog", lambda dialog: dialog.accept())
-    page.locator("#models tr:has-text('console-demo') button").click()
-    page.wait_for_selector("#models-status:has-text('Not deleted')")
+    with page.expect_response(
+        lambda r: r.request.method == "DELETE" and "/models/" in r.url
+    ) as deleted:
+        page.locator("#models tr:has-text('console-demo') button").click()
+    assert deleted.value.status == 204  # its job has ended: the checkpoints go
+    page.wait_for_selector("#models tbody tr")  # the page is drawn again
     # The token never travels in a URL (it is a header, from sessionStorage).
     assert not any(api_fleet.token in url for url in page.requested_urls)
