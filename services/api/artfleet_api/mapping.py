@@ -12,6 +12,7 @@ from artfleet.rewardspec import ScorerModel
 from artfleet.scorer_params import POLICY_JUDGE
 from artfleet.v1 import common_pb2 as pb
 from artfleet_api.models import (
+    EvalOut,
     EventOut,
     JobOut,
     OutcomeOut,
@@ -119,6 +120,7 @@ def job_out(job: pb.Job) -> JobOut:
         created_at=_time(job, "created_at"),
         updated_at=_time(job, "updated_at"),
         steps=steps,
+        evals=[eval_out(e) for e in job.evals],
         spec=json_format.MessageToDict(job.spec, preserving_proto_field_name=True),
     )
 
@@ -134,6 +136,20 @@ def event_out(event: pb.ProgressEvent) -> EventOut:
         time=_time(event, "time"),
         message=event.message,
         summary=step_out(event.summary) if event.HasField("summary") else None,
+        eval=eval_out(event.eval) if event.HasField("eval") else None,
+    )
+
+
+def eval_out(summary: pb.EvalSummary) -> EvalOut:
+    return EvalOut(
+        step=summary.step,
+        split=summary.split,
+        k=summary.k,
+        tasks=summary.tasks,
+        reward_mean=summary.reward_mean,
+        success_rate=summary.success_rate,
+        avg_at_k=summary.avg_at_k,
+        pass_at_k=summary.pass_at_k,
     )
 
 

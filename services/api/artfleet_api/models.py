@@ -59,6 +59,19 @@ class StepOut(BaseModel):
     train_seconds: float
 
 
+class EvalOut(BaseModel):
+    """One evaluation inside a job (eval_every_steps): the policy of `step` on `split`."""
+
+    step: int = Field(description="the evaluated policy's step (0 = before training)")
+    split: str
+    k: int = Field(description="samples per task")
+    tasks: int
+    reward_mean: float
+    success_rate: float
+    avg_at_k: float
+    pass_at_k: float = Field(description="mean over tasks of the unbiased pass@k estimator")
+
+
 JobState = Literal[
     "unspecified", "queued", "running", "succeeded", "failed", "cancelling", "cancelled"
 ]
@@ -80,6 +93,7 @@ class JobOut(BaseModel):
     created_at: str | None
     updated_at: str | None
     steps: list[StepOut]
+    evals: list[EvalOut] = Field(default_factory=list, description="in-training evals")
     spec: dict[str, Any] = Field(description="the job spec the trainer runs")
 
 
@@ -103,13 +117,14 @@ class EventOut(BaseModel):
     """One progress event (the SSE `data:` of `/stream`; `id:` is `seq`)."""
 
     seq: int
-    kind: Literal["unspecified", "state", "step_started", "step_done", "log"]
+    kind: Literal["unspecified", "state", "step_started", "step_done", "log", "eval"]
     state: JobState
     step: int
     total_steps: int
     time: str | None
     message: str
     summary: StepOut | None
+    eval: EvalOut | None = None
 
 
 class RolloutRequest(Body):

@@ -140,7 +140,8 @@ function renderJob(job, steps) {
       chart("chart-reward", "Reward (mean)", series("reward_mean")),
       chart("chart-loss", "Loss", series("loss")),
       chart("chart-step-time", "Step time (s)", series("step_seconds")),
-      chart("chart-turns", "Turns per episode (mean)", series("turns_mean"))),
+      chart("chart-turns", "Turns per episode (mean)", series("turns_mean")),
+      chart("chart-eval", "Held-out eval: pass@k", (job.evals || []).map((e) => [e.step, e.pass_at_k]))),
     h("h2", {}, "Checkpoints"),
     h("table", { id: "checkpoints" },
       h("thead", {}, h("tr", {}, ["Step", "Policy", "Reward", "Loss", "Step time"].map((t) => h("th", {}, t)))),
@@ -202,6 +203,7 @@ async function jobPage(jobId) {
       const fresh = await json(`/jobs/${encodeURIComponent(jobId)}`).catch(() => null);
       if (fresh) job.policy = fresh.policy;
     }
+    if (event.kind === "eval" && event.eval) job.evals = [...(job.evals || []), event.eval];
     if (event.kind === "state") job.state = event.state;
     if (activeStream === controller) renderJob(job, steps);
   }, controller).then(async () => {
