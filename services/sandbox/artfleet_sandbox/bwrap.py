@@ -96,10 +96,11 @@ class Bubblewrap:
     def _expose(self) -> list[str]:
         argv: list[str] = []
         made: set[str] = set()
+        emptied = ["/tmp", *self.hidden]  # fresh tmpfs inside: an exposed path's parents are gone
         for path in self.exposed:
             # bubblewrap makes missing parents 0700 (root's): the sandbox user needs 0755.
             parent, parents = os.path.dirname(path), []
-            while _under(parent, self.hidden) and parent not in self.hidden:
+            while _under(parent, emptied) and parent not in emptied:
                 parents.append(parent)
                 parent = os.path.dirname(parent)
             for directory in reversed(parents):
