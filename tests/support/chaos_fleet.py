@@ -87,7 +87,7 @@ class ChaosFleet(LocalFleet):
                 reward=self.ports["reward"],
                 rollout=self.ports[ROLLOUTS[0]],
             )
-            self.inference_port = free_port()
+            self.inference_port = self.ports["inference"] = free_port()
             for name in NAMES:
                 self._start_service(name)
             deadline = time.monotonic() + timeout_s
