@@ -33,7 +33,11 @@ from artfleet_sandbox.factory import build_servicer
 from artfleet_sandbox.settings import DEFAULT_SANDBOX_PATH, SandboxSettings
 from artfleet_trainer.art_compat import art
 from artfleet_trainer.torch_backend.backend import TorchBackend
-from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
+from artfleet_trainer.torch_backend.model_loader import (
+    ensure_chat_template_and_pad,
+    ensure_embedded_cache,
+)
+from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -121,9 +125,13 @@ def _assert_trainable(response: rollout_pb2.RunGroupResponse) -> None:
     for i, trajectory in enumerate(group.trajectories):
         trajectory.reward = float(i)  # distinct rewards: ART drops zero-advantage groups
     tokenizer = AutoTokenizer.from_pretrained(ensure_embedded_cache())
+    ensure_chat_template_and_pad(tokenizer)  # the template the server and training render
     results = list(
         art.preprocessing.tokenize.tokenize_trajectory_groups(
-            tokenizer, [group], allow_training_without_logprobs=False, scale_rewards=True
+            tokenizer,
+            without_rendered_tool_calls([group]),  # as the torch backend's training does
+            allow_training_without_logprobs=False,
+            scale_rewards=True,
         )
     )
     assert len(results) == len(group.trajectories)

@@ -15,7 +15,7 @@ from . import prompts
 from .mcp_env import McpEndpoint, McpFailure, open_environment
 from .sandbox_tools import SandboxToolbox
 from .tool_loop import LoopOptions, run_tool_loop
-from .turns import Budget, ask_policy, system_message
+from .turns import Budget, ask_policy, canonical_tools, system_message
 
 if TYPE_CHECKING:
     from artfleet_rollout.episode import EpisodeContext
@@ -52,7 +52,7 @@ async def run_tools(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb
     )
     try:
         toolbox = SandboxToolbox(workspace, exec_timeout_s=ctx.settings.exec_timeout_s)
-        tools = toolbox.tools()
+        tools = canonical_tools(toolbox.tools())
         trajectory.tools = tools  # type: ignore[assignment]
         files = ", ".join(sorted(scenario.files)) or "(none)"
         messages: list[Any] = [
@@ -85,7 +85,7 @@ async def run_mcp(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.E
     endpoint = McpEndpoint(ctx.settings.sandbox_target, ctx.token, ctx.settings.mcp_timeout_s)
     async with open_environment(task, endpoint) as environment:
         setup_text = await environment.start()
-        tools = environment.tools()
+        tools = canonical_tools(environment.tools())
         trajectory.tools = tools  # type: ignore[assignment]
         # The state first, the task last: right before its turn, a small model continues
         # whatever text it just read (a board, measured), not the instruction above it.

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from openai.types.chat.chat_completion import Choice
 
@@ -56,3 +57,13 @@ def system_message(task_prompt: str, default: str) -> list[dict[str, str]]:
     """The job's task_prompt wins over the environment's prompt; none at all = no message."""
     text = task_prompt or default
     return [{"role": "system", "content": text}] if text else []
+
+
+def canonical_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tools as training will render them. The chat template writes the JSON in key
+    order; the trajectory's tools come back through the codec (protobuf Structs: keys
+    sorted) and ART's validation (its tool types' field order), so sampling must see that
+    same order, or the policy trains on a prompt it never saw."""
+    ordered = json.loads(json.dumps(tools, sort_keys=True))
+    validated = art.Trajectory(messages_and_choices=[], tools=ordered).tools or []
+    return cast(list[dict[str, Any]], json.loads(json.dumps(validated)))
