@@ -473,7 +473,11 @@ def metric_checks(
     return {
         "succeeded": job.state == pb.JOB_STATE_SUCCEEDED,
         "summaries": [s.step for s in job.steps] == list(range(1, driver.plan.steps + 1)),
-        "requeued": held - across <= counters["requeued"] <= held + driver.spurious_requeues,
+        # A trainer restart or an interrupted run (a Redis restart) resumes through
+        # StepBatches.restart, which dispatches a dead worker's group itself: no requeue.
+        "requeued": held - across - counters["interruptions"]
+        <= counters["requeued"]
+        <= held + driver.spurious_requeues,
         "resumes": counters["resumes"] == trainer_kills + counters["interruptions"],
         "steps_trained": counters["steps_trained"] == driver.plan.steps,
         "sandbox_lost": counters["sandbox_lost"] >= (1 if driver.sandbox_sessions_killed else 0),
