@@ -43,15 +43,9 @@ class DockerChannel:
         env: dict[str, str],
         workdir: str,
     ) -> DockerChannel:
-        def create() -> tuple[str, Any]:
-            api = engine.client.api
-            exec_id = api.exec_create(
-                container_id, docker_argv(), stdin=True, environment=env, workdir=workdir, user=user
-            )["Id"]
-            return exec_id, api.exec_start(exec_id, socket=True)
-
-        with engine_errors("start the session's shell"):
-            exec_id, sock = await engine.call(create)
+        exec_id, sock = await start_exec_socket(
+            engine, container_id, docker_argv(), user, env, workdir, "start the session's shell"
+        )
         return cls(engine, exec_id, sock, sink)
 
     async def _read(self) -> None:
@@ -91,3 +85,25 @@ class DockerChannel:
                     return int(code)
             await asyncio.sleep(0.1)
         return None
+
+
+async def start_exec_socket(
+    engine: DockerEngine,
+    container_id: str,
+    argv: list[str],
+    user: str,
+    env: dict[str, str],
+    workdir: str,
+    what: str,
+) -> tuple[str, Any]:
+    """A `docker exec -i` of `argv` with its attached socket (exec id, SDK socket)."""
+
+    def create() -> tuple[str, Any]:
+        api = engine.client.api
+        exec_id = api.exec_create(
+            container_id, argv, stdin=True, environment=env, workdir=workdir, user=user
+        )["Id"]
+        return exec_id, api.exec_start(exec_id, socket=True)
+
+    with engine_errors(what):
+        return await engine.call(create)

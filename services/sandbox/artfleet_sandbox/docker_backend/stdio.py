@@ -20,6 +20,7 @@ from typing import Any
 from artfleet_sandbox.docker_backend import config as c
 from artfleet_sandbox.docker_backend.engine import DockerEngine, engine_errors
 from artfleet_sandbox.docker_backend.execio import FrameDemux
+from artfleet_sandbox.docker_backend.replio import start_exec_socket
 from artfleet_sandbox.stdio import Output, StreamName
 
 log = logging.getLogger(__name__)
@@ -69,15 +70,9 @@ class DockerStdio:
         workdir: str,
         remove: Callable[[], Awaitable[None]],
     ) -> DockerStdio:
-        def create() -> tuple[str, Any]:
-            api = engine.client.api
-            exec_id = api.exec_create(
-                container_id, argv, stdin=True, environment=env, workdir=workdir, user=user
-            )["Id"]
-            return exec_id, api.exec_start(exec_id, socket=True)
-
-        with engine_errors("start the MCP server process"):
-            exec_id, sock = await engine.call(create)
+        exec_id, sock = await start_exec_socket(
+            engine, container_id, argv, user, env, workdir, "start the MCP server process"
+        )
         return cls(engine, exec_id, sock, remove)
 
     async def _read(self) -> None:
