@@ -17,7 +17,7 @@ from typing import Any
 from artfleet import evaluation
 from artfleet.batches import StepBatches
 from artfleet.errors import InvalidArgument
-from artfleet.jobspec import JobSpecModel, reward_spec_proto
+from artfleet.jobspec import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_trainer import metrics, scheduling
@@ -140,30 +140,15 @@ class Evaluator:
         scenarios: list[str],
         inference_url: str,
     ) -> list[rollout_pb2.GroupTask]:
-        owner = eval_job_id(job.id)
-        reward = reward_spec_proto(spec)
-        reward.policy.model = model.get_inference_name()
-        reward.policy.base_url = inference_url
-        return [
-            rollout_pb2.GroupTask(
-                job_id=owner,
-                step=step,
-                group_id=scheduling.group_id(owner, step, i),
-                environment=spec.environment,
-                scenario_id=scenario,
-                rollouts=spec.eval_k,
-                max_turns=spec.max_turns,
-                model_base_url=inference_url,
-                policy=model.get_inference_name(),
-                temperature=spec.temperature,
-                max_tokens=spec.max_tokens,
-                max_context_tokens=spec.max_context_tokens,
-                reward=reward,
-                seed=spec.seed,
-                task_prompt=spec.task_prompt,
-            )
-            for i, scenario in enumerate(scenarios)
-        ]
+        return scheduling.group_tasks(
+            spec,
+            owner=eval_job_id(job.id),
+            step=step,
+            scenarios=scenarios,
+            rollouts=spec.eval_k,
+            policy=model.get_inference_name(),
+            base_url=inference_url,
+        )
 
 
 def val_metrics(summary: pb.EvalSummary) -> dict[str, float]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from artfleet.batches import Gathered, QuorumNotReached, StepBatches
-from artfleet.jobspec import JobSpecModel, reward_spec_proto
+from artfleet.jobspec import JobSpecModel
 from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer import metrics, scheduling
@@ -142,32 +142,16 @@ class StepPipeline:
             dataset_size=spec.dataset_size,
             num_epochs=spec.num_epochs,
         )
-        policy = self.policy_name()
-        reward = reward_spec_proto(spec)
-        # A judge given as "policy" calls the policy being trained.
-        reward.policy.model = policy
-        reward.policy.base_url = self._url
-        return [
-            rollout_pb2.GroupTask(
-                job_id=self._job.id,
-                step=step,
-                group_id=scheduling.group_id(self._job.id, step, i),
-                environment=spec.environment,
-                scenario_id=scenario,
-                rollouts=spec.rollouts_per_group,
-                max_turns=spec.max_turns,
-                model_base_url=self._url,
-                policy=policy,
-                temperature=spec.temperature,
-                max_tokens=spec.max_tokens,
-                max_context_tokens=spec.max_context_tokens,
-                reward=reward,
-                seed=spec.seed,
-                task_prompt=spec.task_prompt,
-                policy_version=version,
-            )
-            for i, scenario in enumerate(picked)
-        ]
+        return scheduling.group_tasks(
+            spec,
+            owner=self._job.id,
+            step=step,
+            scenarios=picked,
+            rollouts=spec.rollouts_per_group,
+            policy=self.policy_name(),
+            base_url=self._url,
+            policy_version=version,
+        )
 
     async def dispatch_through(self, step: int, version: int) -> None:
         """Dispatch steps `step` .. `step + k` (each once), sampled from `version`."""

@@ -7,6 +7,9 @@ import random
 import statistics
 from collections.abc import Sequence
 
+from artfleet.jobspec import JobSpecModel, reward_spec_proto
+from artfleet.v1 import rollout_pb2
+
 
 def epoch_order(scenario_ids: Sequence[str], seed: int, epoch: int) -> list[str]:
     order = sorted(scenario_ids)
@@ -71,3 +74,42 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     if not values:
         return 0.0, 0.0
     return statistics.fmean(values), statistics.pstdev(values) if len(values) > 1 else 0.0
+
+
+def group_tasks(
+    spec: JobSpecModel,
+    *,
+    owner: str,
+    step: int,
+    scenarios: list[str],
+    rollouts: int,
+    policy: str,
+    base_url: str,
+    policy_version: int = 0,
+) -> list[rollout_pb2.GroupTask]:
+    """One task per scenario, the job's sampling settings bound; a judge given as "policy"
+    in the reward spec calls `policy` at `base_url`."""
+    reward = reward_spec_proto(spec)
+    reward.policy.model = policy
+    reward.policy.base_url = base_url
+    return [
+        rollout_pb2.GroupTask(
+            job_id=owner,
+            step=step,
+            group_id=group_id(owner, step, i),
+            environment=spec.environment,
+            scenario_id=scenario,
+            rollouts=rollouts,
+            max_turns=spec.max_turns,
+            model_base_url=base_url,
+            policy=policy,
+            temperature=spec.temperature,
+            max_tokens=spec.max_tokens,
+            max_context_tokens=spec.max_context_tokens,
+            reward=reward,
+            seed=spec.seed,
+            task_prompt=spec.task_prompt,
+            policy_version=policy_version,
+        )
+        for i, scenario in enumerate(scenarios)
+    ]
