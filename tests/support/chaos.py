@@ -170,6 +170,7 @@ class ChaosReport:
             f"orphan_containers={len(self.orphans)}",
             f"recovery_s_max={self.recovery_s_max:.1f}",
             f"step_time_ratio={'n/a' if ratio is None else f'{ratio:.2f}'}",
+            *(f"orphan: {name}" for name in self.orphans),
         ]
 
 

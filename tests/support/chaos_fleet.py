@@ -72,8 +72,12 @@ class ChaosFleet(LocalFleet):
     inference_port: int = 0
     # The latest counters of each live process: what is banked when one dies by itself.
     last_seen: dict[str, Metrics] = field(default_factory=dict)
+    # Our children from before the fleet (a test session's own servers, e.g. a
+    # session-scoped redis-server): not the fleet's, so never leftovers nor reaped.
+    children_before: frozenset[int] = frozenset()
 
     def start(self, timeout_s: float = 600.0) -> None:
+        self.children_before = frozenset(pid for pid, _ in _children(reap=False))
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
         self.deployment = self.deployment or f"artfleet-chaos-{os.getpid()}"
@@ -231,13 +235,15 @@ class ChaosFleet(LocalFleet):
         stopped, waiting up to `timeout_s` for them to end; zombies are reaped."""
         deadline = time.monotonic() + timeout_s
         while True:
-            left = _adopted_children()
+            left = _children(exclude=self.children_before)
             if not left or time.monotonic() > deadline:
                 return [f"{pid} {cmd}" for pid, cmd in left]
             time.sleep(0.5)
 
 
-def _adopted_children() -> list[tuple[int, str]]:
+def _children(exclude: frozenset[int] = frozenset(), reap: bool = True) -> list[tuple[int, str]]:
+    """Our live children (our own and those re-parented to us) but `exclude`; zombies
+    among them are reaped when `reap`."""
     me = os.getpid()
     found = []
     for entry in Path("/proc").iterdir():
@@ -252,8 +258,11 @@ def _adopted_children() -> list[tuple[int, str]]:
         if int(fields.get("PPid", "0")) != me:
             continue
         pid = int(entry.name)
+        if pid in exclude:
+            continue
         if fields.get("State", "").startswith("Z"):
-            _reap(pid)
+            if reap:
+                _reap(pid)
             continue
         found.append((pid, cmdline.strip()))
     return found
