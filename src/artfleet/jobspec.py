@@ -27,6 +27,7 @@ from artfleet.rewardspec import (
     reward_data_from_proto,
     reward_to_proto,
 )
+from artfleet.sftspec import SftModel, sft_data_from_proto, sft_to_proto
 from artfleet.spec_base import spec_error
 from artfleet.v1 import common_pb2 as pb
 
@@ -38,6 +39,7 @@ __all__ = [
     "JobSpecModel",
     "RangeModel",
     "ScorerModel",
+    "SftModel",
     "config_hash",
     "default_scorers",
     "reward_spec_proto",
@@ -99,6 +101,8 @@ class JobSpecModel(RewardSpecModel):
     # Seed 001's --dataset-size / --num-epochs; 0 = all scenarios / as many as steps need.
     dataset_size: int = Field(default=0, ge=0, le=10_000_000)
     num_epochs: int = Field(default=0, ge=0, le=100_000)
+    # Seed 004's offline warm-start: SFT on samples before GRPO step 1; None = no SFT phase.
+    sft: SftModel | None = None
 
     @field_validator("name", "project", "experiment")
     @classmethod
@@ -138,15 +142,20 @@ def config_hash(spec: JobSpecModel) -> str:
     """A stable id of what the job trains: sha256 of the validated spec's canonical JSON
     (defaults filled in, keys sorted) without NOT_TRAINING_FIELDS; 12 hex digits."""
     data = spec.model_dump(mode="json", exclude=set(NOT_TRAINING_FIELDS))
+    if data.get("sft") is None:  # specs without an SFT phase keep the hash they had
+        data.pop("sft", None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
 def spec_to_proto(spec: JobSpecModel) -> pb.JobSpec:
-    data = spec.model_dump(exclude={SPEC_FIELD, CLIP_FIELD, "grpo"})
-    return pb.JobSpec(
+    data = spec.model_dump(exclude={SPEC_FIELD, CLIP_FIELD, "grpo", "sft"})
+    message = pb.JobSpec(
         **data, reward=reward_to_proto(spec), grpo=pb.GrpoSpec(**spec.grpo.set_fields())
     )
+    if spec.sft is not None:
+        message.sft.CopyFrom(sft_to_proto(spec.sft))
+    return message
 
 
 def spec_from_proto(message: pb.JobSpec) -> JobSpecModel:
@@ -158,6 +167,9 @@ def spec_from_proto(message: pb.JobSpec) -> JobSpecModel:
             continue
         if field.name == "grpo":
             data["grpo"] = grpo_data_from_proto(value)
+            continue
+        if field.name == "sft":
+            data["sft"] = sft_data_from_proto(value)
             continue
         data[field.name] = value
     data.update(reward_data_from_proto(message.reward))

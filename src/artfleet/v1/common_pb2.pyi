@@ -28,6 +28,7 @@ class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_KIND_STEP_DONE: _ClassVar[EventKind]
     EVENT_KIND_LOG: _ClassVar[EventKind]
     EVENT_KIND_EVAL: _ClassVar[EventKind]
+    EVENT_KIND_SFT: _ClassVar[EventKind]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_QUEUED: JobState
 JOB_STATE_RUNNING: JobState
@@ -41,6 +42,7 @@ EVENT_KIND_STEP_STARTED: EventKind
 EVENT_KIND_STEP_DONE: EventKind
 EVENT_KIND_LOG: EventKind
 EVENT_KIND_EVAL: EventKind
+EVENT_KIND_SFT: EventKind
 
 class TopLogprob(_message.Message):
     __slots__ = ("token", "logprob", "bytes")
@@ -380,7 +382,7 @@ class RewardSpec(_message.Message):
     def __init__(self, scorers: _Optional[_Iterable[_Union[ScorerSpec, _Mapping]]] = ..., clip: _Optional[_Union[Range, _Mapping]] = ..., policy: _Optional[_Union[PolicyEndpoint, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "max_steps_off_policy", "experiment", "grpo", "eval_every_steps", "eval_split", "eval_k", "eval_max_tasks", "keep_last", "keep_best_metric", "log_sample_rate", "dataset_size", "num_epochs")
+    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "max_steps_off_policy", "experiment", "grpo", "eval_every_steps", "eval_split", "eval_k", "eval_max_tasks", "keep_last", "keep_best_metric", "log_sample_rate", "dataset_size", "num_epochs", "sft")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -415,6 +417,7 @@ class JobSpec(_message.Message):
     LOG_SAMPLE_RATE_FIELD_NUMBER: _ClassVar[int]
     DATASET_SIZE_FIELD_NUMBER: _ClassVar[int]
     NUM_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    SFT_FIELD_NUMBER: _ClassVar[int]
     name: str
     project: str
     base_model: str
@@ -449,7 +452,83 @@ class JobSpec(_message.Message):
     log_sample_rate: float
     dataset_size: int
     num_epochs: int
-    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., max_steps_off_policy: _Optional[int] = ..., experiment: _Optional[str] = ..., grpo: _Optional[_Union[GrpoSpec, _Mapping]] = ..., eval_every_steps: _Optional[int] = ..., eval_split: _Optional[str] = ..., eval_k: _Optional[int] = ..., eval_max_tasks: _Optional[int] = ..., keep_last: _Optional[int] = ..., keep_best_metric: _Optional[str] = ..., log_sample_rate: _Optional[float] = ..., dataset_size: _Optional[int] = ..., num_epochs: _Optional[int] = ...) -> None: ...
+    sft: SftSpec
+    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., max_steps_off_policy: _Optional[int] = ..., experiment: _Optional[str] = ..., grpo: _Optional[_Union[GrpoSpec, _Mapping]] = ..., eval_every_steps: _Optional[int] = ..., eval_split: _Optional[str] = ..., eval_k: _Optional[int] = ..., eval_max_tasks: _Optional[int] = ..., keep_last: _Optional[int] = ..., keep_best_metric: _Optional[str] = ..., log_sample_rate: _Optional[float] = ..., dataset_size: _Optional[int] = ..., num_epochs: _Optional[int] = ..., sft: _Optional[_Union[SftSpec, _Mapping]] = ...) -> None: ...
+
+class SftSpec(_message.Message):
+    __slots__ = ("data_path", "format", "min_score", "epochs", "learning_rate", "batch_size", "max_samples", "max_length", "shuffle")
+    DATA_PATH_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    MIN_SCORE_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    MAX_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    SHUFFLE_FIELD_NUMBER: _ClassVar[int]
+    data_path: str
+    format: str
+    min_score: float
+    epochs: int
+    learning_rate: float
+    batch_size: int
+    max_samples: int
+    max_length: int
+    shuffle: bool
+    def __init__(self, data_path: _Optional[str] = ..., format: _Optional[str] = ..., min_score: _Optional[float] = ..., epochs: _Optional[int] = ..., learning_rate: _Optional[float] = ..., batch_size: _Optional[int] = ..., max_samples: _Optional[int] = ..., max_length: _Optional[int] = ..., shuffle: _Optional[bool] = ...) -> None: ...
+
+class SftProgress(_message.Message):
+    __slots__ = ("epoch", "epochs", "batch", "batches", "loss", "learning_rate", "grad_norm", "done", "checkpoint_step", "epoch_losses")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    GRAD_NORM_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STEP_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_LOSSES_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    epochs: int
+    batch: int
+    batches: int
+    loss: float
+    learning_rate: float
+    grad_norm: float
+    done: bool
+    checkpoint_step: int
+    epoch_losses: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, epoch: _Optional[int] = ..., epochs: _Optional[int] = ..., batch: _Optional[int] = ..., batches: _Optional[int] = ..., loss: _Optional[float] = ..., learning_rate: _Optional[float] = ..., grad_norm: _Optional[float] = ..., done: _Optional[bool] = ..., checkpoint_step: _Optional[int] = ..., epoch_losses: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class SftStatus(_message.Message):
+    __slots__ = ("started", "done", "base_step", "checkpoint_step", "samples", "skipped", "batches", "epoch_losses", "seconds")
+    class SkippedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    BASE_STEP_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STEP_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_LOSSES_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    started: bool
+    done: bool
+    base_step: int
+    checkpoint_step: int
+    samples: int
+    skipped: _containers.ScalarMap[str, int]
+    batches: int
+    epoch_losses: _containers.RepeatedScalarFieldContainer[float]
+    seconds: float
+    def __init__(self, started: _Optional[bool] = ..., done: _Optional[bool] = ..., base_step: _Optional[int] = ..., checkpoint_step: _Optional[int] = ..., samples: _Optional[int] = ..., skipped: _Optional[_Mapping[str, int]] = ..., batches: _Optional[int] = ..., epoch_losses: _Optional[_Iterable[float]] = ..., seconds: _Optional[float] = ...) -> None: ...
 
 class GrpoSpec(_message.Message):
     __slots__ = ("loss_fn", "normalize_advantages", "scale_rewards", "advantage_balance", "epsilon", "epsilon_high", "kl_penalty_coef", "kl_penalty_reference_step", "importance_sampling_level", "max_negative_advantage_importance_sampling_weight", "mask_prob_ratio", "kimi_k2_tau", "truncated_importance_sampling", "scale_learning_rate_by_reward_std_dev", "num_trajectories_learning_rate_multiplier_power", "packed_sequence_length", "logprob_calculation_chunk_size", "allow_training_without_logprobs", "precalculate_logprobs", "grad_accumulation_sequences")
@@ -570,7 +649,7 @@ class StepSummary(_message.Message):
     def __init__(self, step: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., turns_mean: _Optional[float] = ..., step_seconds: _Optional[float] = ..., trajectories: _Optional[int] = ..., groups: _Optional[int] = ..., loss: _Optional[float] = ..., trained_sequences: _Optional[int] = ..., rollout_seconds: _Optional[float] = ..., train_seconds: _Optional[float] = ..., staleness_mean: _Optional[float] = ..., staleness_max: _Optional[int] = ..., stale_groups_rerun: _Optional[int] = ..., trainer_idle_seconds: _Optional[float] = ..., rollout_idle_seconds: _Optional[float] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "completed_steps", "error", "created_at", "updated_at", "steps", "policy", "config_hash", "queue_position", "evals")
+    __slots__ = ("id", "spec", "state", "completed_steps", "error", "created_at", "updated_at", "steps", "policy", "config_hash", "queue_position", "evals", "sft")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -583,6 +662,7 @@ class Job(_message.Message):
     CONFIG_HASH_FIELD_NUMBER: _ClassVar[int]
     QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
     EVALS_FIELD_NUMBER: _ClassVar[int]
+    SFT_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: JobState
@@ -595,10 +675,11 @@ class Job(_message.Message):
     config_hash: str
     queue_position: int
     evals: _containers.RepeatedCompositeFieldContainer[EvalSummary]
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., completed_steps: _Optional[int] = ..., error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepSummary, _Mapping]]] = ..., policy: _Optional[str] = ..., config_hash: _Optional[str] = ..., queue_position: _Optional[int] = ..., evals: _Optional[_Iterable[_Union[EvalSummary, _Mapping]]] = ...) -> None: ...
+    sft: SftStatus
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., completed_steps: _Optional[int] = ..., error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepSummary, _Mapping]]] = ..., policy: _Optional[str] = ..., config_hash: _Optional[str] = ..., queue_position: _Optional[int] = ..., evals: _Optional[_Iterable[_Union[EvalSummary, _Mapping]]] = ..., sft: _Optional[_Union[SftStatus, _Mapping]] = ...) -> None: ...
 
 class ProgressEvent(_message.Message):
-    __slots__ = ("job_id", "seq", "time", "kind", "state", "step", "total_steps", "summary", "message", "eval")
+    __slots__ = ("job_id", "seq", "time", "kind", "state", "step", "total_steps", "summary", "message", "eval", "sft")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -609,6 +690,7 @@ class ProgressEvent(_message.Message):
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     EVAL_FIELD_NUMBER: _ClassVar[int]
+    SFT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     seq: int
     time: _timestamp_pb2.Timestamp
@@ -619,4 +701,5 @@ class ProgressEvent(_message.Message):
     summary: StepSummary
     message: str
     eval: EvalSummary
-    def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[_Union[EventKind, str]] = ..., state: _Optional[_Union[JobState, str]] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., summary: _Optional[_Union[StepSummary, _Mapping]] = ..., message: _Optional[str] = ..., eval: _Optional[_Union[EvalSummary, _Mapping]] = ...) -> None: ...
+    sft: SftProgress
+    def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[_Union[EventKind, str]] = ..., state: _Optional[_Union[JobState, str]] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., summary: _Optional[_Union[StepSummary, _Mapping]] = ..., message: _Optional[str] = ..., eval: _Optional[_Union[EvalSummary, _Mapping]] = ..., sft: _Optional[_Union[SftProgress, _Mapping]] = ...) -> None: ...

@@ -31,7 +31,7 @@ from peft import PeftModel, get_peft_model
 
 from artfleet_trainer.art_compat import art
 
-from . import checkpoints, training
+from . import checkpoints, sft, training
 from .adapter_versions import AdapterSnapshot
 from .generation import BatchEngine, stop_token_ids_of
 from .model_loader import load_base_model
@@ -331,12 +331,83 @@ class TorchBackend:
         config: art.types.TrainSFTConfig,
         dev_config: art.dev.TrainSFTConfig,
         verbose: bool = False,
+        *,
+        max_length: int = 0,
     ) -> AsyncIterator[dict[str, float]]:
-        raise NotImplementedError(
-            "TorchBackend trains with RL (backend.train with trajectory groups) only; "
-            "supervised fine-tuning (train_sft) is not implemented"
+        """ART's SFT protocol (what `model.train_sft` drives): masked cross-entropy on the
+        assistant tokens, `config.batch_size` trajectories per optimizer step at
+        `config.learning_rate` (one rate, or one per batch as ART takes it), yielding each
+        batch's metrics; then saves checkpoint step+1 and serves it, as `train` does.
+        Trajectories longer than `max_length` (0 = the context) or without a trainable
+        token are dropped and counted (`data/step_num_dropped_trajectories`)."""
+        state = self._state_of(model)
+        limit = min(max_length or state.policy.max_context, state.policy.max_context)
+        rows, dropped = await self._worker.run(_tokenize_all, state.tokenizer, trajectories, limit)
+        if not rows:
+            raise ValueError(f"no trainable SFT trajectory ({dropped} dropped)")
+        size = config.batch_size if isinstance(config.batch_size, int) else 2
+        batches = [rows[i : i + size] for i in range(0, len(rows), size)]
+        rates = config.learning_rate
+        if isinstance(rates, list) and len(rates) < len(batches):
+            raise ValueError(f"{len(rates)} learning rates for {len(batches)} batches")
+        async with self._gate:
+            engine = state.policy.scheduler.engine
+            old = await self._worker.run(self._before_weights_change, state)
+            for i, batch in enumerate(batches):
+                rate = rates[i] if isinstance(rates, list) else rates
+                metrics = await self._worker.run(
+                    self._sft_batch, state, batch, float(rate)
+                )
+                yield {**metrics, "data/step_num_dropped_trajectories": float(dropped)}
+            step = await self._worker.run(self._save_after_sft, state, engine, old)
+            state.policy.step = step
+        if verbose:
+            log.info("SFT on %s: %d batches, checkpoint %d", model.name, len(batches), step)
+
+    def _before_weights_change(self, state: _ModelState) -> AdapterSnapshot | None:
+        engine = state.policy.scheduler.engine
+        engine.end_drain()
+        return AdapterSnapshot.take(state.peft_model) if engine.num_rows else None
+
+    def _sft_batch(
+        self, state: _ModelState, batch: list[sft.SftRow], rate: float
+    ) -> dict[str, float]:
+        with torch_threads(training_threads(self.train_num_threads)):
+            return sft.train_batch(state.peft_model, state.optimizer, batch, rate)
+
+    def _save_after_sft(self, state: _ModelState, engine: Any, old: AdapterSnapshot | None) -> int:
+        new_step = max(state.policy.step, checkpoints.latest_step(state.output_dir)) + 1
+        checkpoints.save_checkpoint(
+            state.peft_model, state.output_dir, new_step, state.optimizer.state_dict()
         )
-        yield {}  # unreachable; makes this an async generator, as the protocol expects
+        engine.weights_changed(new_step, old)
+        return new_step
+
+    async def train_sft(
+        self,
+        model: art.TrainableModel,
+        trajectories: list[art.Trajectory],
+        *,
+        learning_rate: float,
+        batch_size: int,
+        max_length: int = 0,
+    ) -> AsyncIterator[dict[str, float]]:
+        """The job runner's SFT call (artfleet_trainer.backends.TrainerBackend)."""
+        config = art.types.TrainSFTConfig(learning_rate=learning_rate, batch_size=batch_size)
+        async for metrics in self._train_sft(
+            model, trajectories, config, art.dev.TrainSFTConfig(), max_length=max_length
+        ):
+            yield metrics
+
+    async def sft_loss(self, model: art.TrainableModel, trajectories: list[art.Trajectory]) -> float:
+        """Mean cross-entropy per assistant token of `trajectories` under the current
+        weights (no update; tests and reports)."""
+        state = self._state_of(model)
+        rows, _ = await self._worker.run(
+            _tokenize_all, state.tokenizer, trajectories, state.policy.max_context
+        )
+        async with self._gate:
+            return await self._worker.run(sft.mean_loss, state.peft_model, rows)
 
     # --- for tests and the job runner ------------------------------------------------------
 
@@ -346,3 +417,16 @@ class TorchBackend:
 
     def served_step(self, model: art.Model) -> int:
         return self._state_of(model).policy.step
+
+
+def _tokenize_all(
+    tokenizer: Any, trajectories: Iterable[art.Trajectory], max_length: int
+) -> tuple[list[sft.SftRow], int]:
+    rows, dropped = [], 0
+    for trajectory in trajectories:
+        try:
+            rows.append(sft.tokenize_sft(tokenizer, trajectory, max_length))
+        except sft.NotTrainable as exc:
+            log.debug("SFT trajectory dropped: %s", exc)
+            dropped += 1
+    return rows, dropped

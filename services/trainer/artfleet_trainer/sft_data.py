@@ -1,0 +1,171 @@
+"""SFT samples from disk: seed 004's offline format or OpenAI-messages JSONL.
+
+Seed 004 (`data/convert_samples.py` there): one record per episode,
+`{"task_id", "score", "extra": {"conversation": [{"role", "content"}, ...], ...}}`, in a
+JSON array or one per line; samples above a score are kept and the assistant turns of
+`extra.conversation` are trained on. OpenAI messages: `{"messages": [...], "tools"?: [...]}`
+per line (ART's own SFT files). `auto` reads each record by its keys.
+
+Records that cannot be used are counted by named reason (like the environments' loaders),
+never fatal one by one; a file with no usable sample is an error at submit. Pure Python:
+the servicer validates with it before the job is queued.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from artfleet.errors import InvalidArgument
+from artfleet.sftspec import SftModel
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+MAX_FILE_BYTES = 2 << 30  # refuse to read more than 2 GiB into memory
+
+
+@dataclass(frozen=True)
+class SftSample:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class SftData:
+    samples: list[SftSample] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    records: int = 0
+
+
+class Skip(ValueError):
+    """A record left out; the message is the reason it is counted under."""
+
+
+def load_samples(spec: SftModel, *, field_name: str = "sft.data_path") -> SftData:
+    """Every usable sample of `spec.data_path` (filtered by `min_score`, at most
+    `max_samples`); InvalidArgument naming `field_name` when the file cannot be read or
+    holds no usable sample."""
+    path = Path(spec.data_path)
+    if not path.is_file():
+        raise InvalidArgument(f"no such file on the trainer: {spec.data_path}", field_name)
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise InvalidArgument(f"file is larger than {MAX_FILE_BYTES} bytes", field_name)
+    skipped: Counter[str] = Counter()
+    samples: list[SftSample] = []
+    records = 0
+    for record in _records(path, skipped):
+        records += 1
+        try:
+            samples.append(_sample(record, spec))
+        except Skip as exc:
+            skipped[str(exc)] += 1
+    if spec.max_samples and len(samples) > spec.max_samples:
+        skipped["over max_samples"] += len(samples) - spec.max_samples
+        samples = samples[: spec.max_samples]
+    data = SftData(samples, dict(sorted(skipped.items())), records)
+    if not samples:
+        raise InvalidArgument(f"no usable SFT sample in {spec.data_path}: {describe(data)}", field_name)
+    return data
+
+
+def describe(data: SftData) -> str:
+    reasons = ", ".join(f"{n} {reason}" for reason, n in data.skipped.items()) or "none skipped"
+    return f"{len(data.samples)} of {data.records} records kept ({reasons})"
+
+
+def _records(path: Path, skipped: Counter[str]) -> Iterator[Any]:
+    """A JSON array (or one object) when the file parses whole; otherwise JSON lines."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"cannot read {path}: {exc}", "sft.data_path") from None
+    if text.lstrip().startswith("["):
+        try:
+            whole = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidArgument(f"not valid JSON: {exc}", "sft.data_path") from None
+        yield from whole
+        return
+    try:  # one (pretty-printed) record; JSON lines do not parse whole
+        yield json.loads(text)
+        return
+    except json.JSONDecodeError:
+        pass
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            skipped["not JSON"] += 1
+
+
+def _sample(record: Any, spec: SftModel) -> SftSample:
+    if not isinstance(record, Mapping):
+        raise Skip("not an object")
+    kind = spec.format
+    if kind == "auto":
+        kind = "messages" if "messages" in record else "seed004"
+    if spec.min_score is not None:
+        score = record.get("score")
+        if isinstance(score, bool) or not isinstance(score, int | float):
+            raise Skip("no score")
+        if score < spec.min_score:
+            raise Skip("score below min_score")
+    if kind == "messages":
+        raw, tools = record.get("messages"), record.get("tools")
+        if raw is None:
+            raise Skip("no messages")
+    else:
+        extra = record.get("extra")
+        raw = extra.get("conversation") if isinstance(extra, Mapping) else None
+        tools = None
+        if raw is None:
+            raise Skip("no extra.conversation")
+    messages = _messages(raw)
+    if tools is not None and not (
+        isinstance(tools, list) and all(isinstance(t, Mapping) for t in tools)
+    ):
+        raise Skip("bad tools")
+    return SftSample(messages, [dict(t) for t in tools] if tools else None)
+
+
+def _messages(raw: Any) -> list[dict[str, Any]]:
+    if not isinstance(raw, list) or not raw:
+        raise Skip("empty conversation")
+    messages = [_message(m) for m in raw]
+    if not any(m["role"] == "assistant" for m in messages):
+        raise Skip("no assistant turn")
+    return messages
+
+
+def _message(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, Mapping) or raw.get("role") not in ROLES:
+        raise Skip("bad role")
+    content = raw.get("content")
+    tool_calls = raw.get("tool_calls")
+    if content is None and raw["role"] == "assistant" and isinstance(tool_calls, list):
+        content = ""
+    if not isinstance(content, str):
+        raise Skip("content is not text")
+    message: dict[str, Any] = {"role": raw["role"], "content": content}
+    if isinstance(tool_calls, list) and tool_calls:
+        message["tool_calls"] = tool_calls
+    if raw["role"] == "tool" and isinstance(raw.get("tool_call_id"), str):
+        message["tool_call_id"] = raw["tool_call_id"]
+    return message
+
+
+def epoch_order(samples: list[SftSample], spec: SftModel, seed: int) -> list[SftSample]:
+    """The phase's samples, epoch after epoch; each epoch shuffled by the job's seed."""
+    out: list[SftSample] = []
+    for epoch in range(spec.epochs):
+        order = list(samples)
+        if spec.shuffle:
+            random.Random(f"{seed}:{epoch}").shuffle(order)
+        out.extend(order)
+    return out

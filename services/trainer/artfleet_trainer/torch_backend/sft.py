@@ -1,0 +1,143 @@
+"""Supervised fine-tuning on the torch backend: masked cross-entropy on assistant tokens.
+
+ART's own SFT tokenizer (`tokenize_sft_batch`) needs Unsloth; this renders the same chat
+template, segment by segment: for each assistant turn i, the text up to the generation
+prompt before it (`messages[:i]`, add_generation_prompt) and the text through it
+(`messages[:i+1]`) must be prefixes of the whole conversation, and the characters between
+them are the turn's trainable tokens (its content and end-of-turn, as ART's
+`train_on_responses_only` marks them). Segments are tokenized separately, so the model
+trains on the tokens it would see at generation time (prompt, then its own answer).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from artfleet_trainer.art_compat import art
+
+from .training import compute_logprobs
+
+SFT_MAX_GRAD_NORM = 1.0  # ART's Unsloth SFT clips at 1.0 (GRPO at 0.1)
+
+
+@dataclass(frozen=True)
+class SftRow:
+    token_ids: list[int]
+    trainable: list[bool]  # per token: an assistant token (its label is trained)
+
+    @property
+    def num_trainable(self) -> int:
+        return sum(self.trainable)
+
+
+class NotTrainable(ValueError):
+    """A trajectory that cannot be an SFT row; the message says why."""
+
+
+def _render(tokenizer: Any, messages: list[Any], tools: Any, generation: bool) -> str:
+    text = tokenizer.apply_chat_template(
+        messages, tools=tools or None, tokenize=False, add_generation_prompt=generation
+    )
+    return str(text)
+
+
+def _as_messages(trajectory: art.Trajectory) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for item in trajectory.messages_and_choices:
+        if isinstance(item, dict):
+            out.append(dict(item))
+        else:  # a sampled Choice: its message is the assistant turn
+            out.append(item.message.model_dump(exclude_none=True))
+    return out
+
+
+def tokenize_sft(tokenizer: Any, trajectory: art.Trajectory, max_length: int) -> SftRow:
+    """One conversation as tokens with its assistant tokens marked; NotTrainable when the
+    template does not render turns as prefixes, it has no assistant token, or it is longer
+    than `max_length`."""
+    messages = _as_messages(trajectory)
+    tools = trajectory.tools
+    full = _render(tokenizer, messages, tools, generation=False)
+    cuts: list[tuple[int, bool]] = []  # (end offset, trainable) of each segment
+    done = 0
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        prompt = _render(tokenizer, messages[:i], tools, generation=True)
+        through = _render(tokenizer, messages[: i + 1], tools, generation=False)
+        if not (full.startswith(through) and through.startswith(prompt)) or len(prompt) < done:
+            raise NotTrainable("chat template does not render turns as prefixes")
+        cuts += [(len(prompt), False), (len(through), True)]
+        done = len(through)
+    cuts.append((len(full), False))
+    ids: list[int] = []
+    mask: list[bool] = []
+    start = 0
+    for end, trainable in cuts:
+        if end > start:
+            piece = tokenizer(full[start:end], add_special_tokens=False)["input_ids"]
+            ids += piece
+            mask += [trainable] * len(piece)
+        start = max(start, end)
+    if not any(mask):
+        raise NotTrainable("no assistant token")
+    if len(ids) > max_length:
+        raise NotTrainable("longer than max_length")
+    return SftRow(ids, mask)
+
+
+def row_loss_sum(model: Any, row: SftRow, device: torch.device) -> tuple[torch.Tensor, int]:
+    """Sum of the negative log-likelihoods of the row's assistant tokens, and their count.
+    Position t predicts token t+1, so token j's label is scored at position j-1."""
+    tokens = torch.tensor([row.token_ids], device=device)
+    positions = torch.arange(len(row.token_ids), device=device).unsqueeze(0)
+    same = torch.ones_like(tokens)  # one sequence: plain causal attention
+    logprobs, _ = compute_logprobs(model, tokens, positions, same, same)
+    labels = torch.tensor(row.trainable[1:], device=device)
+    return -(logprobs[0, :-1][labels]).sum(), int(labels.sum())
+
+
+def train_batch(
+    model: Any, optimizer: torch.optim.Optimizer, rows: list[SftRow], learning_rate: float
+) -> dict[str, float]:
+    """One optimizer step on `rows`: mean cross-entropy per assistant token of the batch
+    (rows one at a time, gradients accumulated: no padding, one row's activations at once)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    total = max(sum(sum(r.trainable[1:]) for r in rows), 1)  # labels scored (see above)
+    model.train()
+    loss_sum = 0.0
+    try:
+        optimizer.zero_grad(set_to_none=True)
+        for row in rows:
+            nll, _ = row_loss_sum(model, row, params[0].device)
+            (nll / total).backward()
+            loss_sum += float(nll.detach())
+        norm = torch.nn.utils.clip_grad_norm_(params, SFT_MAX_GRAD_NORM)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate
+        optimizer.step()
+    finally:
+        optimizer.zero_grad(set_to_none=True)
+        model.eval()
+    return {
+        "loss/train": loss_sum / total,
+        "loss/learning_rate": learning_rate,
+        "loss/grad_norm": float(norm) if math.isfinite(float(norm)) else float("nan"),
+        "data/batch_trainable_tokens": float(total),
+    }
+
+
+@torch.no_grad()
+def mean_loss(model: Any, rows: list[SftRow]) -> float:
+    """Mean cross-entropy per assistant token over `rows` (no update): tests and reports."""
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for row in rows:
+        nll, n = row_loss_sum(model, row, device)
+        total += float(nll)
+        count += n
+    return total / max(count, 1)
