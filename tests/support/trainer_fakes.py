@@ -3,7 +3,7 @@ are a step counter, and a scored group as a rollout worker answers it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
 from artfleet.art_types import art
@@ -36,6 +36,7 @@ class FakeBackend:
 
     steps: dict[str, int] = field(default_factory=dict)
     trained: list[int] = field(default_factory=list)  # groups per train call
+    sft_calls: list[int] = field(default_factory=list)  # trajectories per train_sft call
 
     async def register_model(self, model: art.TrainableModel) -> None:
         self.steps.setdefault(model.name, 0)
@@ -55,6 +56,22 @@ class FakeBackend:
         self.trained.append(len(groups))
         self.steps[model.name] += 1
         return art.types.TrainResult(step=self.steps[model.name], metrics={"loss": 0.5})
+
+    async def train_sft(
+        self,
+        model: art.TrainableModel,
+        trajectories: list[art.Trajectory],
+        *,
+        learning_rate: float,
+        batch_size: int,
+        max_length: int = 0,
+    ) -> AsyncIterator[dict[str, float]]:
+        """Batches with a falling loss, then one checkpoint; `sft_calls` counts phases."""
+        self.sft_calls.append(len(trajectories))
+        batches = (len(trajectories) + batch_size - 1) // batch_size
+        for i in range(batches):
+            yield {"loss/train": 2.0 / (i + 1), "loss/learning_rate": learning_rate}
+        self.steps[model.name] += 1
 
     async def close(self) -> None:
         pass

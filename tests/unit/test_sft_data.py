@@ -37,7 +37,9 @@ def test_without_min_score_every_conversation_is_kept() -> None:
 
 
 def test_openai_messages_jsonl_with_malformed_lines(tmp_path: Path) -> None:
-    good = {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}
+    good = {
+        "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    }
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
     lines = [
         json.dumps(good),

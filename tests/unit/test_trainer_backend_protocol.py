@@ -15,7 +15,8 @@ from artfleet_trainer.backends import TrainerBackend
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.torch_backend import TorchBackend
 
-MEMBERS = ("register_model", "current_step", "train", "close")
+MEMBERS = ("register_model", "current_step", "train", "train_sft", "close")
+GENERATORS = frozenset({"train_sft"})  # async generators: batch metrics as they come
 
 
 def mismatches(cls: type) -> list[str]:
@@ -25,7 +26,8 @@ def mismatches(cls: type) -> list[str]:
     for name in MEMBERS:
         wanted = inspect.signature(getattr(TrainerBackend, name))
         method = getattr(cls, name, None)
-        if method is None or not inspect.iscoroutinefunction(method):
+        is_async = inspect.isasyncgenfunction if name in GENERATORS else inspect.iscoroutinefunction
+        if method is None or not is_async(method):
             problems.append(f"{name}: missing or not async")
             continue
         params = inspect.signature(method).parameters

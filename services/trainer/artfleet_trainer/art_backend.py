@@ -7,6 +7,7 @@ judges reach the policy at `ARTFLEET_INFERENCE_PUBLIC_URL` with the fleet token.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from artfleet_trainer.inference_proxy import InferenceProxy
@@ -45,6 +46,23 @@ def make_art_backend(settings: TrainerSettings) -> Any:
 
         async def current_step(self, model: Any) -> int:
             return await self._get_step(model)
+
+        async def train_sft(
+            self,
+            model: Any,
+            trajectories: list[Any],
+            *,
+            learning_rate: float,
+            batch_size: int,
+            max_length: int = 0,
+        ) -> AsyncIterator[dict[str, float]]:
+            # ART's own SFT (Unsloth), batch by batch; `max_length` is refused at submit
+            # (artfleet_trainer.sft_phase.ART_UNSUPPORTED): ART drops by max_seq_length.
+            from art.types import TrainSFTConfig
+
+            config = TrainSFTConfig(learning_rate=learning_rate, batch_size=batch_size)
+            async for metrics in self._train_sft(model, trajectories, config, {}, False):
+                yield metrics
 
         async def close(self) -> None:
             await proxy.stop()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from artfleet_trainer.settings import TrainerSettings
@@ -30,6 +30,20 @@ class TrainerBackend(Protocol):
         learning_rate: float = 5e-6,
     ) -> art.types.TrainResult:
         """One step on the groups: saves checkpoint step+1 and serves it."""
+
+    def train_sft(
+        self,
+        model: art.TrainableModel,
+        trajectories: list[art.Trajectory],
+        *,
+        learning_rate: float,
+        batch_size: int,
+        max_length: int = 0,
+    ) -> AsyncIterator[dict[str, float]]:
+        """Supervised fine-tuning on the trajectories' assistant turns (ART's `_train_sft`),
+        `batch_size` per optimizer step, yielding each batch's metrics (`loss/train`,
+        `loss/learning_rate`, `loss/grad_norm`); then saves checkpoint step+1 and serves it."""
+        ...
 
     async def close(self) -> None: ...
 

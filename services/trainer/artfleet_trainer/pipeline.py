@@ -109,7 +109,11 @@ class StepPipeline:
         batches: StepBatches,
         dispatcher: Dispatcher,
         inference_url: str,
+        version_offset: int = 0,
     ) -> None:
+        # Checkpoints before step 1 (an SFT phase's adapter): step s trains version
+        # s - 1 + version_offset into s + version_offset.
+        self.version_offset = version_offset
         self._job = job
         self._spec = spec
         self._model = model
@@ -172,7 +176,8 @@ class StepPipeline:
         gathered = await self._gather(
             step, list(tasks), scheduling.quorum(len(tasks), spec.min_group_fraction)
         )
-        trained, fallback = step - 1, step - 1 - self.k
+        trained = step - 1 + self.version_offset
+        fallback = trained - self.k
         stale = stale_groups(gathered.groups, trained, self.k, fallback)
         if stale:
             gathered = await self._rerun(step, gathered, stale)

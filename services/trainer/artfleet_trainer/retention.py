@@ -33,10 +33,14 @@ def checkpoint_steps(directory: Path) -> list[int]:
     )
 
 
-def best_step(evals: Iterable[pb.EvalSummary], metric: str, steps: Iterable[int]) -> int | None:
-    """The evaluated step with the highest `metric` among `steps`; ties go to the later."""
+def best_step(
+    evals: Iterable[pb.EvalSummary], metric: str, steps: Iterable[int], offset: int = 0
+) -> int | None:
+    """The evaluated checkpoint with the highest `metric` among `steps`; ties go to the
+    later. An eval's step is the job's step; its checkpoint is that plus `offset` (the
+    checkpoints before step 1: an SFT phase's adapter)."""
     present = set(steps)
-    scored = [(getattr(e, metric), e.step) for e in evals if e.step in present]
+    scored = [(getattr(e, metric), e.step + offset) for e in evals if e.step + offset in present]
     return max(scored)[1] if scored else None
 
 
@@ -55,7 +59,12 @@ def apply(art_path: str, model_name: str, job: pb.Job, spec: JobSpecModel) -> li
         return []
     directory = model_dir(art_path, spec.project, model_name)
     steps = checkpoint_steps(directory)
-    best = best_step(job.evals, spec.keep_best_metric, steps) if spec.keep_best_metric else None
+    offset = job.sft.checkpoint_step if job.sft.done else 0
+    best = (
+        best_step(job.evals, spec.keep_best_metric, steps, offset)
+        if spec.keep_best_metric
+        else None
+    )
     keep = steps_to_keep(steps, spec.keep_last, best)
     deleted = [s for s in steps if s not in keep]
     for step in deleted:

@@ -22,6 +22,8 @@ from artfleet_trainer.backends import TrainerBackend
 from artfleet_trainer.evals import Evaluator
 from artfleet_trainer.rollouts import Dispatcher, ScenarioSource
 from artfleet_trainer.settings import TrainerSettings
+from artfleet_trainer.sft_phase import SftPhase
+from artfleet_trainer.sft_phase import offset as sft_offset
 from artfleet_trainer.steps import (
     build_groups,
     check_reward_signals,
@@ -70,6 +72,7 @@ class JobRunner:
         self._rollout = rollout
         self._batches = batches
         self._evaluator = Evaluator(store, dispatcher, rollout, batches)
+        self._sft = SftPhase(store, backend)
         self._owner = settings.replica_id or f"trainer-{id(self):x}"
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -164,9 +167,15 @@ class JobRunner:
             _internal_config=internal_config(spec),
         )
         await self._backend.register_model(model)
+        if await self._store.cancel_requested(job.id):
+            raise JobCancelled()
+        # Seed 004's warm-start: once per job, before step 1; GRPO goes on from its adapter.
+        await self._sft.run(job, spec, model)
         # The checkpoint is the truth: a trainer that died after saving step s but before
-        # recording it must not train step s again (nor keep its batch).
-        done = max(job.completed_steps, await self._backend.current_step(model))
+        # recording it must not train step s again (nor keep its batch). The SFT adapter
+        # is a checkpoint before step 1 (sft_phase.offset).
+        offset = sft_offset(job)
+        done = max(job.completed_steps, await self._backend.current_step(model) - offset)
         if done != job.completed_steps:
             job.completed_steps = done
             await self._store.save(job)
@@ -181,6 +190,7 @@ class JobRunner:
             batches=self._batches,
             dispatcher=self._dispatcher,
             inference_url=self._inference_url(model),
+            version_offset=offset,
         )
         # Step 0: the base policy's figures; on resume, an eval the restart interrupted.
         await self._evaluator.maybe_run(job, spec, model, done, self._inference_url(model))
@@ -209,7 +219,7 @@ class JobRunner:
         start = time.monotonic()
         await self._emit_step(job, pb.EVENT_KIND_STEP_STARTED, step, spec.steps)
         # Steps step+1 .. step+k (max_steps_off_policy) roll out while this one trains.
-        await steps.dispatch_through(step, version=job.completed_steps)
+        await steps.dispatch_through(step, version=job.completed_steps + steps.version_offset)
         got = await steps.gather(step)
         gathered = got.gathered
         rollout_s = time.monotonic() - start

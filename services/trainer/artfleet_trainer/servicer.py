@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -10,7 +11,7 @@ from artfleet.errors import InvalidArgument
 from artfleet.jobspec import config_hash, spec_from_proto, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
-from artfleet_trainer import grpo, metrics
+from artfleet_trainer import grpo, metrics, sft_phase
 from artfleet_trainer.evals import check_eval_split
 from artfleet_trainer.models import ModelCatalog
 from artfleet_trainer.reward_client import RewardClient
@@ -41,6 +42,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
             raise InvalidArgument("a job needs a spec", "spec")
         spec = spec_from_proto(request.spec)
         grpo.check_backend(spec)
+        await asyncio.to_thread(sft_phase.check_spec, spec)  # reads the data file
         why_not = self._backend_available(spec.backend)
         if why_not:
             raise InvalidArgument(why_not, "backend")

@@ -68,7 +68,9 @@ def load_samples(spec: SftModel, *, field_name: str = "sft.data_path") -> SftDat
         samples = samples[: spec.max_samples]
     data = SftData(samples, dict(sorted(skipped.items())), records)
     if not samples:
-        raise InvalidArgument(f"no usable SFT sample in {spec.data_path}: {describe(data)}", field_name)
+        raise InvalidArgument(
+            f"no usable SFT sample in {spec.data_path}: {describe(data)}", field_name
+        )
     return data
 
 

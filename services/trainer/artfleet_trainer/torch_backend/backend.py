@@ -355,9 +355,7 @@ class TorchBackend:
             old = await self._worker.run(self._before_weights_change, state)
             for i, batch in enumerate(batches):
                 rate = rates[i] if isinstance(rates, list) else rates
-                metrics = await self._worker.run(
-                    self._sft_batch, state, batch, float(rate)
-                )
+                metrics = await self._worker.run(self._sft_batch, state, batch, float(rate))
                 yield {**metrics, "data/step_num_dropped_trajectories": float(dropped)}
             step = await self._worker.run(self._save_after_sft, state, engine, old)
             state.policy.step = step
@@ -399,7 +397,9 @@ class TorchBackend:
         ):
             yield metrics
 
-    async def sft_loss(self, model: art.TrainableModel, trajectories: list[art.Trajectory]) -> float:
+    async def sft_loss(
+        self, model: art.TrainableModel, trajectories: list[art.Trajectory]
+    ) -> float:
         """Mean cross-entropy per assistant token of `trajectories` under the current
         weights (no update; tests and reports)."""
         state = self._state_of(model)
