@@ -36,7 +36,16 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> JobSpecModel:
         if not isinstance(loaded, dict):
             fail(f"{path}: a job file is a YAML mapping of spec fields")
         data.update(loaded)
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        parent, _, child = key.partition(".")
+        if child:  # a flag of a nested block (`sft.epochs`)
+            if not isinstance(data.get(parent), dict):
+                data[parent] = {}
+            data[parent][child] = value
+        else:
+            data[key] = value
     try:
         return validate_spec(data)
     except InvalidArgument as exc:
@@ -69,6 +78,19 @@ def submit(
     ),
     dataset_size: int | None = typer.Option(None, help="seed-fixed subset of the split"),
     num_epochs: int | None = typer.Option(None, help="passes over the scenarios"),
+    offline_data: str | None = typer.Option(
+        None,
+        "--offline-data",
+        "--sft-data",
+        help="SFT warm-start before GRPO: seed 004 samples (.json) or OpenAI-messages JSONL, "
+        "a path on the trainer",
+    ),
+    sft_format: str | None = typer.Option(None, help="auto | seed004 | messages"),
+    sft_min_score: float | None = typer.Option(None, help="keep samples with score >= this"),
+    sft_epochs: int | None = typer.Option(None, help="SFT passes over the samples (1)"),
+    sft_learning_rate: float | None = typer.Option(None, help="SFT learning rate (5e-5)"),
+    sft_batch_size: int | None = typer.Option(None, help="SFT samples per optimizer step (2)"),
+    sft_max_samples: int | None = typer.Option(None, help="at most this many samples; 0 = all"),
     watch: bool = typer.Option(False, "--watch", help="follow the job until it ends"),
     target: str = TargetOpt,
     token: str = TokenOpt,
@@ -94,6 +116,15 @@ def submit(
             log_sample_rate=log_sample_rate,
             dataset_size=dataset_size,
             num_epochs=num_epochs,
+            **{
+                "sft.data_path": offline_data,
+                "sft.format": sft_format,
+                "sft.min_score": sft_min_score,
+                "sft.epochs": sft_epochs,
+                "sft.learning_rate": sft_learning_rate,
+                "sft.batch_size": sft_batch_size,
+                "sft.max_samples": sft_max_samples,
+            },
         ),
     )
     with trainer(target, token) as stub:

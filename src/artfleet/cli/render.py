@@ -89,6 +89,29 @@ def job_details(job: pb.Job) -> None:
         console.print(summary_table(job))
     if job.evals:
         console.print(evals_table(job.evals))
+    if job.HasField("sft"):
+        console.print(sft_status_line(job.sft))
+
+
+def sft_line(s: pb.SftProgress) -> str:
+    if s.done:
+        losses = " → ".join(f"{v:.4f}" for v in s.epoch_losses) or "-"
+        return f"sft done: {s.batches} batches, checkpoint {s.checkpoint_step}, epoch loss {losses}"
+    return (
+        f"sft epoch {s.epoch}/{s.epochs} batch {s.batch}/{s.batches}: "
+        f"loss {s.loss:.4f} · lr {s.learning_rate:.2g} · grad norm {s.grad_norm:.3f}"
+    )
+
+
+def sft_status_line(s: pb.SftStatus) -> str:
+    state = "done" if s.done else ("running" if s.started else "pending")
+    losses = " → ".join(f"{v:.4f}" for v in s.epoch_losses) or "-"
+    skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(s.skipped.items())) or "none"
+    at = f", checkpoint {s.checkpoint_step}" if s.done else ""
+    return (
+        f"sft: {state}{at}, {s.samples} samples per epoch (skipped: {skipped}), "
+        f"{s.batches} batches, epoch loss {losses}"
+    )
 
 
 def eval_line(e: pb.EvalSummary) -> str:
@@ -135,6 +158,8 @@ def follow(events: Iterable[pb.ProgressEvent], total_steps: int) -> int:
                 progress.update(bar, completed=event.step)
             elif event.kind == pb.EVENT_KIND_EVAL:
                 progress.console.print(eval_line(event.eval))
+            elif event.kind == pb.EVENT_KIND_SFT:
+                progress.console.print(sft_line(event.sft))
             elif event.kind == pb.EVENT_KIND_STATE:
                 final = event.state
                 note = f": {event.message}" if event.message else ""
