@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from prometheus_client import REGISTRY
 from pydantic import SecretStr
 from trainer_fakes import FakeBackend, scored
 from typer.testing import CliRunner
@@ -124,6 +125,9 @@ async def test_sft_runs_once_before_grpo_and_streams_its_batches(
         pb.EVENT_KIND_STEP_STARTED
     )
     assert job.sft.done and job.sft.checkpoint_step == 1 and job.sft.samples == 2
+    # Prometheus: the last batch's loss and the whole phase trained.
+    assert REGISTRY.get_sample_value("artfleet_sft_loss") == pytest.approx(0.5)
+    assert REGISTRY.get_sample_value("artfleet_sft_progress") == 1.0
     assert dict(job.sft.skipped) == {
         "no assistant turn": 1,
         "no extra.conversation": 1,
