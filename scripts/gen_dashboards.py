@@ -399,6 +399,36 @@ TRAINER = [
         "on, run again with the current policy.",
         id=202,
     ),
+    panel(
+        "SFT loss",
+        [q("max(artfleet_sft_loss)", "loss (last batch)")],
+        description="A job's SFT warm-start (spec `sft:`): mean cross-entropy per assistant "
+        "token of each batch, before GRPO step 1.",
+        id=310,
+    ),
+    panel(
+        "SFT progress",
+        [
+            q("max(artfleet_sft_progress)", "share of batches"),
+            q("max(artfleet_sft_epoch)", "epoch"),
+        ],
+        description="Batches trained out of the phase's total (0..1), and the current epoch.",
+        id=311,
+    ),
+    panel(
+        "SFT learning rate and batches",
+        [
+            q("max(artfleet_sft_learning_rate)", "lr"),
+            q(f"sum(rate(artfleet_sft_batches_total{W}))", "batches/s"),
+        ],
+        id=312,
+    ),
+    panel(
+        "SFT samples skipped",
+        [q("sum by (reason) (artfleet_sft_samples_skipped_total)", "{{reason}}")],
+        description="Offline records left out of an SFT phase, by named reason.",
+        id=313,
+    ),
 ]
 
 DASHBOARDS = {
