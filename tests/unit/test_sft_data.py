@@ -44,6 +44,7 @@ def test_openai_messages_jsonl_with_malformed_lines(tmp_path: Path) -> None:
     lines = [
         json.dumps(good),
         "{not json",
+        "[" * 100_000,  # nesting deeper than the parser goes
         json.dumps([1, 2]),
         json.dumps({"messages": [{"role": "robot", "content": "x"}]}),
         json.dumps({"messages": [{"role": "user", "content": ["parts"]}]}),
@@ -62,7 +63,7 @@ def test_openai_messages_jsonl_with_malformed_lines(tmp_path: Path) -> None:
         "content is not text": 1,
         "empty conversation": 1,
         "no messages": 1,
-        "not JSON": 1,
+        "not JSON": 2,
         "not an object": 1,
     }
 

@@ -88,21 +88,21 @@ def _records(path: Path, skipped: Counter[str]) -> Iterator[Any]:
     if text.lstrip().startswith("["):
         try:
             whole = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # bad JSON, huge ints, deep nesting
             raise InvalidArgument(f"not valid JSON: {exc}", "sft.data_path") from None
         yield from whole
         return
     try:  # one (pretty-printed) record; JSON lines do not parse whole
         yield json.loads(text)
         return
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         pass
     for line in text.splitlines():
         if not line.strip():
             continue
         try:
             yield json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             skipped["not JSON"] += 1
 
 

@@ -112,6 +112,9 @@ async def test_art_protocol_call_with_per_batch_rates_and_drops(
     ]
     assert [m["loss/learning_rate"] for m in got] == [1e-3, 2e-3]
     assert got[0]["data/step_num_dropped_trajectories"] == 1.0
+    # ART's own entry point drives the same protocol and logs the averaged metrics.
+    await model.train_sft(_trajectories(), art.types.TrainSFTConfig(learning_rate=1e-3))
+    assert await backend.current_step(model) == 2 and backend.served_step(model) == 2
     with pytest.raises(ValueError, match="no trainable SFT trajectory"):
         async for _ in backend._train_sft(model, [no_assistant], config, {}):
             pass
