@@ -87,6 +87,9 @@ def test_missing_file_and_no_usable_sample_name_the_field(tmp_path: Path) -> Non
     assert info.value.field == "sft.data_path"
     assert "0 of 5 records kept" in str(info.value)
     assert "5 score below min_score" in str(info.value)  # score is checked first
+    with pytest.raises(InvalidArgument) as info:
+        load_samples(SftModel(data_path=str(tmp_path / ("x" * 300))))
+    assert info.value.field == "sft.data_path" and "File name too long" in str(info.value)
     broken = tmp_path / "broken.json"
     broken.write_text("[{]")
     with pytest.raises(InvalidArgument, match="not valid JSON"):

@@ -50,9 +50,14 @@ def load_samples(spec: SftModel, *, field_name: str = "sft.data_path") -> SftDat
     `max_samples`); InvalidArgument naming `field_name` when the file cannot be read or
     holds no usable sample."""
     path = Path(spec.data_path)
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+        size = path.stat().st_size if is_file else 0
+    except (OSError, ValueError) as exc:  # name too long, permission denied on a parent, ...
+        raise InvalidArgument(f"cannot use {spec.data_path!r}: {exc}", field_name) from None
+    if not is_file:
         raise InvalidArgument(f"no such file on the trainer: {spec.data_path}", field_name)
-    if path.stat().st_size > MAX_FILE_BYTES:
+    if size > MAX_FILE_BYTES:
         raise InvalidArgument(f"file is larger than {MAX_FILE_BYTES} bytes", field_name)
     skipped: Counter[str] = Counter()
     samples: list[SftSample] = []

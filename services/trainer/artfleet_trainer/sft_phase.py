@@ -29,6 +29,7 @@ from artfleet.art_types import art
 from artfleet.errors import InvalidArgument
 from artfleet.jobspec import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
+from artfleet_trainer import metrics
 from artfleet_trainer.backends import TrainerBackend
 from artfleet_trainer.sft_data import SftSample, describe, epoch_order, load_samples
 from artfleet_trainer.store import JobStore
@@ -104,7 +105,11 @@ class SftPhase:
         job.sft.skipped.update(data.skipped)
         await self._store.save(job)
         started = time.monotonic()
-        epoch_losses = await self._train(job, spec, model, data.samples)
+        metrics.TRAINING.set(1)  # the model is busy training, as during a GRPO step
+        try:
+            epoch_losses = await self._train(job, spec, model, data.samples)
+        finally:
+            metrics.TRAINING.set(0)
         job.sft.epoch_losses.extend(epoch_losses)
         job.sft.seconds = time.monotonic() - started
         await self._finish(job, spec, await self._backend.current_step(model))
@@ -119,7 +124,7 @@ class SftPhase:
         batches = math.ceil(len(ordered) / sft.batch_size)
         per_epoch: dict[int, list[float]] = defaultdict(list)
         batch = 0
-        async for metrics in self._backend.train_sft(
+        async for batch_metrics in self._backend.train_sft(
             model,
             to_trajectories(ordered),
             learning_rate=sft.learning_rate,
@@ -133,9 +138,9 @@ class SftPhase:
                 epochs=sft.epochs,
                 batch=batch,
                 batches=batches,
-                loss=float(metrics.get("loss/train", math.nan)),
-                learning_rate=float(metrics.get("loss/learning_rate", sft.learning_rate)),
-                grad_norm=float(metrics.get("loss/grad_norm", math.nan)),
+                loss=float(batch_metrics.get("loss/train", math.nan)),
+                learning_rate=float(batch_metrics.get("loss/learning_rate", sft.learning_rate)),
+                grad_norm=float(batch_metrics.get("loss/grad_norm", math.nan)),
             )
             per_epoch[epoch].append(progress.loss)
             _observe(progress)
@@ -184,10 +189,10 @@ def _mean(values: list[float]) -> float:
 
 async def _log_history(model: Any, job: pb.Job) -> None:
     """ART's own history (as `model.train_sft` logs it) at the SFT checkpoint."""
-    metrics = {f"sft/epoch_{i + 1}_loss": v for i, v in enumerate(job.sft.epoch_losses)}
-    metrics["sft/samples"] = float(job.sft.samples)
-    metrics["sft/seconds"] = job.sft.seconds
+    history = {f"sft/epoch_{i + 1}_loss": v for i, v in enumerate(job.sft.epoch_losses)}
+    history["sft/samples"] = float(job.sft.samples)
+    history["sft/seconds"] = job.sft.seconds
     try:
-        await model.log(None, split="train", metrics=metrics, step=job.sft.checkpoint_step)
+        await model.log(None, split="train", metrics=history, step=job.sft.checkpoint_step)
     except Exception:
         log.warning("ART's model.log failed for the SFT phase", exc_info=True)
