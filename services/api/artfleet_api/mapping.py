@@ -17,6 +17,7 @@ from artfleet_api.models import (
     JobOut,
     OutcomeOut,
     ScorerFailureOut,
+    SftOut,
     StepOut,
     TrainRequest,
 )
@@ -137,6 +138,21 @@ def event_out(event: pb.ProgressEvent) -> EventOut:
         message=event.message,
         summary=step_out(event.summary) if event.HasField("summary") else None,
         eval=eval_out(event.eval) if event.HasField("eval") else None,
+        sft=sft_out(event.sft) if event.HasField("sft") else None,
+    )
+
+
+def sft_out(progress: pb.SftProgress) -> SftOut:
+    return SftOut(
+        epoch=progress.epoch,
+        epochs=progress.epochs,
+        batch=progress.batch,
+        batches=progress.batches,
+        loss=progress.loss if math.isfinite(progress.loss) else None,
+        learning_rate=progress.learning_rate,
+        done=progress.done,
+        checkpoint_step=progress.checkpoint_step,
+        epoch_losses=[v for v in progress.epoch_losses if math.isfinite(v)],
     )
 
 

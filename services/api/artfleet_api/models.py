@@ -72,6 +72,20 @@ class EvalOut(BaseModel):
     pass_at_k: float = Field(description="mean over tasks of the unbiased pass@k estimator")
 
 
+class SftOut(BaseModel):
+    """An SFT warm-start batch trained (or, `done`, the phase finished) before step 1."""
+
+    epoch: int
+    epochs: int
+    batch: int
+    batches: int
+    loss: float | None = Field(description="mean cross-entropy per assistant token")
+    learning_rate: float
+    done: bool
+    checkpoint_step: int = Field(description="done: the checkpoint the SFT adapter was saved as")
+    epoch_losses: list[float] = Field(description="done: mean batch loss per epoch")
+
+
 JobState = Literal[
     "unspecified", "queued", "running", "succeeded", "failed", "cancelling", "cancelled"
 ]
@@ -117,7 +131,7 @@ class EventOut(BaseModel):
     """One progress event (the SSE `data:` of `/stream`; `id:` is `seq`)."""
 
     seq: int
-    kind: Literal["unspecified", "state", "step_started", "step_done", "log", "eval"]
+    kind: Literal["unspecified", "state", "step_started", "step_done", "log", "eval", "sft"]
     state: JobState
     step: int
     total_steps: int
@@ -125,6 +139,7 @@ class EventOut(BaseModel):
     message: str
     summary: StepOut | None
     eval: EvalOut | None = None
+    sft: SftOut | None = None
 
 
 class RolloutRequest(Body):
