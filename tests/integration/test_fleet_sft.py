@@ -6,6 +6,7 @@ the phase's batches as it prints steps. About 100 s on two cores (SFT 34 s of it
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -68,6 +69,7 @@ def test_sft_phase_lowers_the_loss_and_grpo_continues_from_its_adapter(
             learning_rate=1e-3,
             lora_rank=4,
             gather_timeout_s=600,
+            log_sample_rate=1.0,  # every rollout on disk, with the policy that sampled it
             sft=dict(
                 data_path=str(SEED004), min_score=0.5, epochs=4, learning_rate=1e-2, batch_size=1
             ),
@@ -105,6 +107,12 @@ def test_sft_phase_lowers_the_loss_and_grpo_continues_from_its_adapter(
     delta = {k: grpo_adapter[k] - v for k, v in sft_adapter.items()}
     # Step 1 started from the SFT weights (a fresh adapter would be as far as they are).
     assert _norm(delta) < 0.5 * _norm(sft_adapter)
+    # Step 1's rollouts were sampled by the SFT adapter (`name@1`), step 2's by step 1's.
+    for step, version in ((1, 1), (2, 2)):
+        files = sorted((fleet.workdir / "logs" / "default" / f"step_{step}").glob("*.json"))
+        assert len(files) == 2, files
+        meta = [json.loads(f.read_text())["metadata"] for f in files]
+        assert {(m["job_id"], m["policy_version"]) for m in meta} == {(job.id, version)}
 
     watched = subprocess.run(
         [sys.executable, "-m", "artfleet.cli.main", "jobs", "watch", job.id],

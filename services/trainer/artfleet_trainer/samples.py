@@ -48,7 +48,9 @@ def write_step(
             version = (
                 trajectory.final_policy_version
                 if trajectory.HasField("final_policy_version")
-                else step - 1  # the policy that sampled this step's rollouts
+                # The policy that sampled this step's rollouts (after an SFT phase's
+                # checkpoint, when the job had one).
+                else step - 1 + (job.sft.checkpoint_step if job.sft.done else 0)
             )
             metadata = {
                 "step": step,
