@@ -56,7 +56,7 @@ def test_openai_messages_jsonl_with_malformed_lines(tmp_path: Path) -> None:
     path = tmp_path / "sft.jsonl"
     path.write_text("\n".join(lines))
     data = load_samples(SftModel(data_path=str(path), format="messages"))
-    assert len(data.samples) == 2
+    assert len(data.samples) == 2 and data.records == 9  # every non-empty line
     assert data.samples[1].tools == tools
     assert data.skipped == {
         "bad role": 1,

@@ -68,6 +68,7 @@ def load_samples(spec: SftModel, *, field_name: str = "sft.data_path") -> SftDat
             samples.append(_sample(record, spec))
         except Skip as exc:
             skipped[str(exc)] += 1
+    records += skipped["not JSON"]  # lines that were no record at all count too
     if spec.max_samples and len(samples) > spec.max_samples:
         skipped["over max_samples"] += len(samples) - spec.max_samples
         samples = samples[: spec.max_samples]
