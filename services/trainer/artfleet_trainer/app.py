@@ -56,6 +56,9 @@ class TrainerApp:
     async def start(self) -> None:
         await self._redis.ping()  # fail fast with a clear error when Redis is not there
         await self.server.start()
+        serve = getattr(self.backend, "start_serving", None)  # torch: evals need no job
+        if serve is not None:
+            await serve()
         self.runner.start()
         self.health.start()
         await self.server.set_serving(True)
