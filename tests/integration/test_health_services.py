@@ -250,3 +250,48 @@ def test_every_service_builds_its_monitor_from_its_settings(tmp_path: Path) -> N
         assert monitor.limits.interval_s == 5 and monitor.limits.max_child_processes == 7
         assert [str(p) for p in monitor.work_dirs] == [extra]
     assert [str(p) for p in api.store_dirs] == [str(tmp_path / "logs")]
+
+
+@pytest.mark.parametrize("service", ["trainer", "rollout", "reward", "api"])
+def test_every_service_process_runs_its_monitor(
+    service: str, redis_url: str, tmp_path: Path
+) -> None:
+    """Each entrypoint as deployed: its /metrics carries its health gauges, checked on the
+    interval its settings give."""
+    metrics_port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "ARTFLEET_API_TOKEN": TOKEN,
+        "ARTFLEET_REDIS_URL": redis_url,
+        "ARTFLEET_PORT": str(free_port()),
+        "ARTFLEET_METRICS_PORT": str(metrics_port),
+        "ARTFLEET_HEALTH_INTERVAL_S": "0.2",
+        "ARTFLEET_HEALTH_WORK_DIRS": json.dumps([str(tmp_path / "work")]),
+        "ARTFLEET_ART_PATH": str(tmp_path / "art"),
+        "ARTFLEET_TRAJECTORY_LOG_DIR": str(tmp_path / "logs"),
+    }
+    (tmp_path / "work" / "r1").mkdir(parents=True)
+    (tmp_path / "work" / "r1" / "out").write_bytes(b"x" * 4096)
+    log = tmp_path / f"{service}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", f"artfleet_{service}"], env=env, stdout=out, stderr=out
+        )
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+
+    def gauges() -> str:
+        if process.poll() is not None:
+            pytest.fail(f"{service} exited: {log.read_text()[-2000:]}")
+        text = scrape(url)
+        work = {"service": service, "path": str(tmp_path / "work")}
+        size = sample(text, "artfleet_health_dir_bytes", **work)
+        return text if size == 4096 else ""
+
+    try:
+        text = wait_for(f"{service}'s health gauges", gauges, 180)
+        assert sample(text, "artfleet_health_child_processes", service=service) is not None
+        assert sample(text, "artfleet_health_free_bytes", service=service, path="/tmp")
+    finally:
+        process.terminate()
+        process.wait(60)
