@@ -4,7 +4,7 @@ ARTFLEET_HEALTH_MAX_DIR_BYTES raises the finding gauge on its /metrics and logs 
 finding, keeps serving, and reports an hour-old session dir as stale. A real Prometheus
 (Debian's package) scrapes it with the stack's alert rules: the overview's health panels
 (ids 152, 300-303) return data and the critical alert goes pending. Every service builds
-its monitor from its settings (unit-sized check at the end)."""
+its monitor from its settings, and each entrypoint run as a process exposes its gauges."""
 
 from __future__ import annotations
 
