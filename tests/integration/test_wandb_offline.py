@@ -36,8 +36,8 @@ def wandb_records(path: Path) -> Iterator[Any]:
             pos += BLOCK - pos % BLOCK
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if kind == 0 and length == 0:
-            break
+        if (kind == 0 and length == 0) or pos + 7 + length > len(data):
+            break  # the end, or a record still being written
         pending += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # FULL or LAST: a whole record
@@ -98,6 +98,11 @@ async def test_with_a_key_arts_logging_reaches_wandb_offline(
     model_name = f"{job.spec.name}-{job.id}"
     (run_file,) = runs[0].glob("run-*.wandb")
     assert run_file.name == f"run-{model_name}.wandb"
+    # wandb's service writes the file behind run.finish(); its last record is `exit`.
+    deadline = asyncio.get_running_loop().time() + 60
+    while "exit" not in {r.WhichOneof("record_type") for r in wandb_records(run_file)}:
+        assert asyncio.get_running_loop().time() < deadline, "the W&B run never ended"
+        await asyncio.sleep(0.2)
     history, config = history_and_config(run_file)
     train = {h["training_step"]: h for h in history if "train/loss" in h}
     assert sorted(train) == [1, 2] and train[1]["train/loss"] == pytest.approx(0.5)

@@ -136,7 +136,7 @@ class JobRunner:
             await self._store.set_state(job, pb.JOB_STATE_RUNNING)
             metrics.JOBS_RUNNING.set(1)
             await self._train(job, spec)
-            await wandb_runs.finish(job.id)  # its files are complete once the job says done
+            await wandb_runs.finish(job.id)  # before the job says done
             await self._store.set_state(job, pb.JOB_STATE_SUCCEEDED)
             metrics.JOBS_FINISHED.labels("succeeded").inc()
         except JobCancelled:
@@ -174,7 +174,7 @@ class JobRunner:
             config=experiment.model_config(job, spec),
             _internal_config=internal_config(spec),
         )
-        wandb_runs.attach(job, spec, model)
+        await wandb_runs.attach(job, spec, model)
         await self._backend.register_model(model)
         # The checkpoint is the truth: a trainer that died after saving step s but before
         # recording it must not train step s again (nor keep its batch).

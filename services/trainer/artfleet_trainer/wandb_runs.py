@@ -30,8 +30,10 @@ def enabled() -> bool:
     return bool(os.environ.get("WANDB_API_KEY")) and os.environ.get("WANDB_MODE") != "disabled"
 
 
-def attach(job: pb.Job, spec: JobSpecModel, model: art.Model) -> None:
-    """The job's identity on its W&B run (ART passes it to wandb.init)."""
+async def attach(job: pb.Job, spec: JobSpecModel, model: art.Model) -> None:
+    """The job's identity on its W&B run, which starts here, in a thread: ART would start
+    it inside the first `model.log`, and wandb.init blocks for seconds (it spawns its
+    service process), which on the event loop stalls the trainer's RPCs and leases."""
     if not enabled():
         return
     config = experiment.model_config(job, spec)
@@ -39,6 +41,11 @@ def attach(job: pb.Job, spec: JobSpecModel, model: art.Model) -> None:
         {"experiment": config.experiment, "config_hash": config.config_hash, "job_id": job.id}
     )
     _models[job.id] = model
+    try:
+        await asyncio.to_thread(model._get_wandb_run)  # ART 0.5.18's own run, as it makes it
+    except Exception:  # W&B trouble never fails a job; ART's model.log tries again
+        log.warning("job %s: starting the W&B run failed", job.id, exc_info=True)
+        return
     log.info(
         "job %s: ART logs to W&B project %s, run %s (mode %s)",
         job.id,
