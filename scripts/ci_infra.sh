@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Infrastructure the tests need on a fresh Debian machine (CI and developers alike):
 # bubblewrap (local sandbox), Docker engine (docker sandbox), debootstrap (base image),
-# chromium (the console tests drive Debian's browser with Playwright; no `playwright install`).
+# chromium (the console tests drive Debian's browser with Playwright; no `playwright install`),
+# prometheus and promtool (the health panels' queries and alert rules run on a real one).
 # Idempotent: what is there already is left alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,7 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 if ((${#missing[@]})); then
   echo "installing ${missing[*]}"
   apt-get update -qq >/dev/null

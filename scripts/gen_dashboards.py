@@ -122,6 +122,34 @@ OVERVIEW = [
         id=181,
         description="Streams (/stream) count until they end: their time is the job's.",
     ),
+    # The health monitor of every service (artfleet.health): ids 300-309.
+    panel(
+        "Health: free space",
+        [q("min by (service, path) (artfleet_health_free_bytes)", "{{service}} {{path}}")],
+        unit="bytes",
+        id=300,
+        description="/tmp and each work dir; under ARTFLEET_HEALTH_MIN_FREE_BYTES is critical.",
+    ),
+    panel(
+        "Health: child processes",
+        [q("max by (service) (artfleet_health_child_processes)", "{{service}}")],
+        id=301,
+        description="Descendants of each service process (sessions, MCP servers).",
+    ),
+    panel(
+        "Health: work dir size",
+        [q("max by (service, path) (artfleet_health_dir_bytes)", "{{service}} {{path}}")],
+        unit="bytes",
+        id=302,
+    ),
+    panel(
+        "Health: stale session / rollout dirs",
+        # A flat 0 per service where no session-like dir is watched (Docker sandboxes).
+        [q("max by (service, path) (artfleet_health_stale_dirs) or "
+           "max by (service) (artfleet_health_child_processes) * 0", "{{service}} {{path}}")],
+        id=303,
+        description="Entries untouched for ARTFLEET_HEALTH_STALE_AFTER_S (an hour).",
+    ),
 ]  # fmt: skip
 
 ROLLOUT = [

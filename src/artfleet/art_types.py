@@ -14,7 +14,7 @@ development environments (where everything is installed) honest about the same t
 Also, before ART comes in:
 - litellm (imported by ART) downloads a model price list at import unless told to use
   its local copy: no network here, and a slow import everywhere else.
-- weave (imported by ART) stays off.
+- weave (imported by ART) stays off; W&B too unless `WANDB_API_KEY` is set.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ import sys
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # weights ship with packages; never download
-os.environ.setdefault("WANDB_MODE", "disabled")
+if not os.environ.get("WANDB_API_KEY"):
+    # W&B is optional: ART logs to it when a key is set (artfleet_trainer.wandb_runs).
+    os.environ.setdefault("WANDB_MODE", "disabled")
 
 _HIDE = "transformers" not in sys.modules
 if _HIDE:

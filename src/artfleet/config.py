@@ -7,14 +7,17 @@ import re
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from artfleet.health import HealthSettings
+
 # A variable name as a shell accepts it: what specs and requests may name (keys are read
 # from the environment by name and never travel).
 ENV_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER_TOKENS = frozenset({"", "changeme", "change-me", "secret", "token", "placeholder"})
 
 
-class CommonSettings(BaseSettings):
-    """What every ArtFleet process needs: who it is, where Redis is, the API token."""
+class CommonSettings(BaseSettings, HealthSettings):
+    """What every ArtFleet process needs: who it is, where Redis is, the API token, and
+    its health monitor's limits (`ARTFLEET_HEALTH_*`, artfleet.health)."""
 
     model_config = SettingsConfigDict(env_prefix="ARTFLEET_", extra="ignore")
 

@@ -3,6 +3,12 @@ child processes against a limit, the free space of /tmp and of its work director
 their size against a limit, and stale session/rollout directories (untouched for an
 hour). Findings become Prometheus gauges and log warnings; a critical finding is logged
 as an error and never stops the service (training goes on).
+
+Every service runs one (trainer, rollout, reward, sandbox, api), limits from its settings
+(`HealthSettings`: `ARTFLEET_HEALTH_*`). Work directories are of two kinds: session-like
+ones (`work_dirs`: each entry is a session or rollout, so one untouched for an hour is
+stale) and store-like ones (`store_dirs`: checkpoints, caches, logs; old entries are the
+point, so only their size and free space are checked).
 """
 
 from __future__ import annotations
@@ -49,6 +55,42 @@ class HealthLimits(BaseModel):
     warn_fraction: float = Field(default=0.8, gt=0, le=1)  # warn at 80% of a limit
 
 
+class HealthSettings(BaseModel):
+    """The monitor's part of a service's settings (mixed into `CommonSettings`, so every
+    service reads `ARTFLEET_HEALTH_*`)."""
+
+    health_interval_s: float = Field(default=60.0, gt=0, description="seconds between checks")
+    health_max_child_processes: int = Field(
+        default=256, ge=1, description="descendant processes before a critical finding"
+    )
+    health_min_free_bytes: int = Field(
+        default=1 << 30, ge=0, description="free bytes under /tmp and each work dir"
+    )
+    health_max_dir_bytes: int = Field(
+        default=0, ge=0, description="size of each work dir (0 = no limit)"
+    )
+    health_stale_after_s: float = Field(
+        default=3600.0, gt=0, description="a session/rollout dir untouched this long is stale"
+    )
+    health_warn_fraction: float = Field(
+        default=0.8, gt=0, le=1, description="a warning at this fraction of a limit"
+    )
+    health_work_dirs: list[str] = Field(
+        default_factory=list,
+        description="more session-like dirs to watch, besides the service's own",
+    )
+
+    def health_limits(self) -> HealthLimits:
+        return HealthLimits(
+            interval_s=self.health_interval_s,
+            max_child_processes=self.health_max_child_processes,
+            min_free_bytes=self.health_min_free_bytes,
+            max_dir_bytes=self.health_max_dir_bytes,
+            stale_after_s=self.health_stale_after_s,
+            warn_fraction=self.health_warn_fraction,
+        )
+
+
 @dataclass(frozen=True)
 class Finding:
     check: str
@@ -63,6 +105,16 @@ def _dir_bytes(path: Path) -> int:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(root, name)).st_size
     return total
+
+
+def _last_touched(entry: Path) -> float:
+    """Newest mtime of a dir and its direct children: a session writing under its work/
+    dir touches that, never the session dir itself."""
+    newest = entry.stat().st_mtime
+    for child in entry.iterdir():
+        with contextlib.suppress(OSError):
+            newest = max(newest, child.lstat().st_mtime)
+    return newest
 
 
 def child_count(pid: int) -> int:
@@ -83,12 +135,35 @@ def child_count(pid: int) -> int:
 
 class HealthMonitor:
     def __init__(
-        self, service: str, work_dirs: Sequence[str], limits: HealthLimits | None = None
+        self,
+        service: str,
+        work_dirs: Sequence[str],
+        limits: HealthLimits | None = None,
+        store_dirs: Sequence[str] = (),
     ) -> None:
         self.service = service
-        self.work_dirs = [Path(d) for d in work_dirs]
+        self.work_dirs = [Path(d) for d in work_dirs if d]
+        self.store_dirs = [Path(d) for d in store_dirs if d]
         self.limits = limits or HealthLimits()
         self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def for_service(
+        cls,
+        service: str,
+        settings: HealthSettings,
+        work_dirs: Sequence[str] = (),
+        store_dirs: Sequence[str] = (),
+    ) -> HealthMonitor:
+        """The monitor a service runs: its own dirs plus `health_work_dirs`."""
+        dirs = [*work_dirs, *settings.health_work_dirs]
+        return cls(service, dirs, settings.health_limits(), store_dirs)
+
+    def watch(self, *work_dirs: str) -> None:
+        """More session-like dirs, known only once the service started (the sandbox's)."""
+        for path in (Path(d) for d in work_dirs if d):
+            if path not in self.work_dirs:
+                self.work_dirs.append(path)
 
     def check(self) -> list[Finding]:
         """One round of checks (blocking: file system walks); sets the gauges."""
@@ -122,7 +197,7 @@ class HealthMonitor:
 
     def _space(self) -> list[Finding]:
         findings = []
-        for path in {Path("/tmp"), *self.work_dirs}:
+        for path in {Path("/tmp"), *self.work_dirs, *self.store_dirs}:
             if not path.exists():
                 continue
             free = shutil.disk_usage(path).free
@@ -139,8 +214,7 @@ class HealthMonitor:
 
     def _dirs(self) -> list[Finding]:
         findings: list[Finding] = []
-        cutoff = time.time() - self.limits.stale_after_s
-        for path in self.work_dirs:
+        for path in [*self.work_dirs, *self.store_dirs]:
             if not path.is_dir():
                 continue
             size = _dir_bytes(path)
@@ -149,7 +223,19 @@ class HealthMonitor:
                 findings += self._grade(
                     "dir_size", size, self.limits.max_dir_bytes, f"{path} bytes"
                 )
-            stale = [e.name for e in path.iterdir() if e.is_dir() and e.stat().st_mtime < cutoff]
+        return findings + self._stale()
+
+    def _stale(self) -> list[Finding]:
+        findings: list[Finding] = []
+        cutoff = time.time() - self.limits.stale_after_s
+        for path in self.work_dirs:
+            if not path.is_dir():
+                continue
+            stale = []
+            for entry in path.iterdir():  # an entry removed meanwhile (a closed session) is fine
+                with contextlib.suppress(OSError):
+                    if entry.is_dir() and _last_touched(entry) < cutoff:
+                        stale.append(entry.name)
             STALE_DIRS.labels(self.service, str(path)).set(len(stale))
             if stale:
                 findings.append(

@@ -48,8 +48,10 @@ def test_stale_directories_and_child_processes(tmp_path: Path) -> None:
     work = tmp_path / "rollouts"
     (work / "old").mkdir(parents=True)
     (work / "fresh").mkdir()
+    (work / "busy" / "work").mkdir(parents=True)  # its own mtime is old, its work/ is not
     hour_ago = time.time() - 7200
-    os.utime(work / "old", (hour_ago, hour_ago))
+    for old in ("old", "busy"):
+        os.utime(work / old, (hour_ago, hour_ago))
     monitor = HealthMonitor("test-stale", [str(work)], HealthLimits(max_child_processes=2))
     children = [
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(3)
@@ -95,3 +97,34 @@ def test_alert_rules_are_shipped_with_the_stack() -> None:
         "COPY prometheus/rules/ /etc/prometheus/rules/"
         in (ROOT / "prometheus" / "Dockerfile").read_text()
     )
+
+
+def test_store_dirs_are_sized_but_never_stale(tmp_path: Path) -> None:
+    store, work = tmp_path / "checkpoints", tmp_path / "sessions"
+    (store / "0001").mkdir(parents=True)
+    (store / "0001" / "adapter").write_bytes(b"x" * 1000)
+    work.mkdir()
+    old = time.time() - 7200
+    os.utime(store / "0001", (old, old))
+    os.utime(store / "0001" / "adapter", (old, old))
+    monitor = HealthMonitor("test-store", [], HealthLimits(min_free_bytes=0), [str(store)])
+    monitor.watch(str(work), str(work), "")  # known later (the sandbox's root), once
+    assert monitor.work_dirs == [work]
+    assert monitor.check() == []
+    assert DIR_BYTES.labels("test-store", str(store))._value.get() == 1000
+    assert STALE_DIRS.labels("test-store", str(work))._value.get() == 0
+
+
+def test_health_settings_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from artfleet_rollout.settings import RolloutSettings
+
+    monkeypatch.setenv("ARTFLEET_API_TOKEN", "a-real-token-1234")
+    monkeypatch.setenv("ARTFLEET_HEALTH_MAX_DIR_BYTES", "5000")
+    monkeypatch.setenv("ARTFLEET_HEALTH_WORK_DIRS", '["/srv/rollouts"]')
+    settings = RolloutSettings()  # type: ignore[call-arg]  # from the environment
+    monitor = HealthMonitor.for_service("rollout", settings)
+    assert monitor.limits.max_dir_bytes == 5000 and monitor.limits.interval_s == 60
+    assert monitor.work_dirs == [Path("/srv/rollouts")]
+    monkeypatch.setenv("ARTFLEET_HEALTH_WARN_FRACTION", "2")
+    with pytest.raises(ValueError, match="health_warn_fraction"):
+        RolloutSettings()  # type: ignore[call-arg]

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from artfleet.health import HealthMonitor
 from artfleet_api.app import create_app
 from artfleet_api.settings import ApiSettings
 
@@ -31,6 +32,10 @@ class ApiServer:
         )
         self._server = _Server(config)
         self._task: asyncio.Task[None] | None = None
+        # The trajectories it serves are the trainer's samples, kept on purpose.
+        self.health = HealthMonitor.for_service(
+            "api", settings, store_dirs=[settings.trajectories_dir]
+        )
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._server.serve())
@@ -39,8 +44,10 @@ class ApiServer:
                 self._task.result()  # raises why it could not start (port in use, ...)
                 raise RuntimeError("the API server stopped before it started")
             await asyncio.sleep(0.05)
+        self.health.start()
 
     async def stop(self) -> None:
+        await self.health.stop()
         self._server.should_exit = True
         if self._task is not None:
             await self._task

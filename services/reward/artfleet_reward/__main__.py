@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from artfleet.health import HealthMonitor
 from artfleet.logs import setup_logging
 from artfleet.rpc.server import GrpcServer
 from artfleet.service import load_settings, run
@@ -15,12 +16,16 @@ class RewardApp:
         self.server = GrpcServer(
             settings, "reward", [register(build_servicer(settings))], [SERVICE_NAME]
         )
+        # Its children are the MCP evaluate servers it starts (bounded by mcp_concurrency).
+        self.health = HealthMonitor.for_service("reward", settings)
 
     async def start(self) -> None:
         await self.server.start()
+        self.health.start()
         await self.server.set_serving(True)
 
     async def stop(self) -> None:
+        await self.health.stop()
         await self.server.stop()
 
 

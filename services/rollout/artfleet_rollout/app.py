@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from celery.signals import worker_shutting_down
 
 from artfleet.batches import StepBatches
+from artfleet.health import HealthMonitor
 from artfleet.queue import ROLLOUT_QUEUE
 from artfleet.rpc.server import GrpcServer
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
@@ -93,15 +94,20 @@ class RolloutRuntime:
             [lambda server: rollout_pb2_grpc.add_RolloutServicer_to_server(servicer, server)],
             ["artfleet.v1.Rollout"],
         )
+        # Episodes live in sandboxes; the worker itself keeps only what ARTFLEET_HEALTH_WORK_DIRS
+        # names, and its child processes (local MCP servers) and /tmp.
+        self.health = HealthMonitor.for_service("rollout", settings)
 
     async def start(self) -> None:
         await self._redis.ping()  # fail fast with a clear error when Redis is not there
         await self.runner.start()  # on this loop: its channels and clients belong to it
         await self.server.start()
+        self.health.start()
         await self.server.set_serving(True)
 
     async def stop(self) -> None:
         await self.server.set_serving(False)
+        await self.health.stop()
         await self.server.stop(self.settings.shutdown_grace_s)
         await self.runner.stop()
         await self._redis.aclose()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from artfleet.health import HealthMonitor
 from artfleet.logs import setup_logging
 from artfleet.rpc.server import GrpcServer
 from artfleet.service import load_settings, run
@@ -15,6 +16,7 @@ from artfleet_sandbox.settings import SandboxSettings
 class SandboxApp:
     def __init__(self, settings: SandboxSettings) -> None:
         from artfleet_sandbox.factory import build_servicer
+        from artfleet_sandbox.pyruntime import default_cache_dir
 
         servicer, self.backend = build_servicer(settings)
         self.server = GrpcServer(
@@ -23,14 +25,25 @@ class SandboxApp:
             [lambda server: sandbox_pb2_grpc.add_SandboxServicer_to_server(servicer, server)],
             ["artfleet.v1.Sandbox"],
         )
+        # The cache (test runtime, repos) is kept on purpose; session dirs are watched once
+        # the backend made its own root (local backend; Docker sessions live in containers).
+        self.health = HealthMonitor.for_service(
+            "sandbox", settings, store_dirs=[settings.cache_dir or default_cache_dir()]
+        )
 
     async def start(self) -> None:
+        from artfleet_sandbox.local import LocalBackend
+
         await self.backend.start()
+        if isinstance(self.backend, LocalBackend):
+            self.health.watch(self.backend.root)
         await self.server.start()
+        self.health.start()
         await self.server.set_serving(True)
 
     async def stop(self) -> None:
         # Stop taking calls first, then remove every session this replica owns.
+        await self.health.stop()
         await self.server.stop()
         await self.backend.stop()
 

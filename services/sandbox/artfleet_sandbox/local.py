@@ -165,6 +165,11 @@ class LocalBackend:
         self._runtime_error = ""
         self.repos = RepoCache(self.config.cache_dir or default_cache_dir())
 
+    @property
+    def root(self) -> str:
+        """This backend's own dir, one session dir per session in it ("" until started)."""
+        return self._root
+
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -41,8 +41,11 @@ class TrainerApp:
             lambda kind: backend_unavailable_reason(kind, settings.backend),
             art_path=settings.art_path,
         )
-        # Checkpoints and sampled trajectories fill these; findings never stop training.
-        self.health = HealthMonitor("trainer", [settings.art_path, settings.trajectory_log_dir])
+        # Checkpoints and sampled trajectories fill these (kept on purpose, so never "stale");
+        # findings never stop training.
+        self.health = HealthMonitor.for_service(
+            "trainer", settings, store_dirs=[settings.art_path, settings.trajectory_log_dir]
+        )
         self.server = GrpcServer(
             settings,
             "trainer",
@@ -53,6 +56,9 @@ class TrainerApp:
     async def start(self) -> None:
         await self._redis.ping()  # fail fast with a clear error when Redis is not there
         await self.server.start()
+        serve = getattr(self.backend, "start_serving", None)  # torch: evals need no job
+        if serve is not None:
+            await serve()
         self.runner.start()
         self.health.start()
         await self.server.set_serving(True)

@@ -17,7 +17,16 @@ from artfleet.errors import Unavailable
 from artfleet.jobspec import JobSpecModel, spec_from_proto
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer import experiment, grpo, metrics, pipeline, retention, samples, scheduling
+from artfleet_trainer import (
+    experiment,
+    grpo,
+    metrics,
+    pipeline,
+    retention,
+    samples,
+    scheduling,
+    wandb_runs,
+)
 from artfleet_trainer.backends import TrainerBackend
 from artfleet_trainer.evals import Evaluator
 from artfleet_trainer.rollouts import Dispatcher, ScenarioSource
@@ -130,6 +139,7 @@ class JobRunner:
             await self._store.set_state(job, pb.JOB_STATE_RUNNING)
             metrics.JOBS_RUNNING.set(1)
             await self._train(job, spec)
+            await wandb_runs.finish(job.id)  # before the job says done
             await self._store.set_state(job, pb.JOB_STATE_SUCCEEDED)
             metrics.JOBS_FINISHED.labels("succeeded").inc()
         except JobCancelled:
@@ -157,6 +167,7 @@ class JobRunner:
         finally:
             metrics.JOBS_RUNNING.set(0)
             experiment.ended(job.id)
+            await wandb_runs.finish(job.id)
 
     async def _train(self, job: pb.Job, spec: JobSpecModel) -> None:
         model: art.TrainableModel = art.TrainableModel(
@@ -166,6 +177,7 @@ class JobRunner:
             config=experiment.model_config(job, spec),
             _internal_config=internal_config(spec),
         )
+        await wandb_runs.attach(job, spec, model)
         await self._backend.register_model(model)
         if await self._store.cancel_requested(job.id):
             raise JobCancelled()

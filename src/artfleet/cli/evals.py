@@ -2,10 +2,11 @@
 samples per task, through the rollout service (Rollout.RunGroup, scored by the reward
 service, no training); and two such evaluations side by side with a paired test.
 
-The policy is any OpenAI-compatible endpoint and model name: the trainer's inference
-endpoint serves the base model and a running job's policy (`name@step`); any other
-endpoint takes its key from a variable in the rollout service's environment
-(`--api-key-env`).
+The policy is any OpenAI-compatible endpoint and model name. The trainer's inference
+endpoint (torch backend) serves a running job's policy, any checkpoint `name@step` of a
+model under its ART path (a finished job's too; `name` alone: its latest), and a base
+model by the name a job trained from (e.g. `smollm2-135m-instruct`). Any other endpoint
+takes its key from a variable in the rollout service's environment (`--api-key-env`).
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ def summary_table(summary: pb.EvalSummary) -> Table:
 @app.command("run")
 def run(
     base_url: str = typer.Option(..., help="OpenAI-compatible endpoint, e.g. http://host:8000/v1"),
-    model: str = typer.Option(..., help="model the endpoint serves (base model, name@step, ...)"),
+    model: str = typer.Option(
+        ..., help="model the endpoint serves: a base model, a checkpoint name@step, ..."
+    ),
     env: str = typer.Option("shell-tasks", help="environment (task set)"),
     split: str = typer.Option("test", help="the split whose tasks are evaluated"),
     k: int = typer.Option(2, min=1, max=256, help="samples per task"),

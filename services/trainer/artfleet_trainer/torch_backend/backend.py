@@ -33,6 +33,7 @@ from artfleet_trainer.art_compat import art
 
 from . import checkpoints, sft, training
 from .adapter_versions import AdapterSnapshot
+from .frozen import FrozenPolicies
 from .generation import BatchEngine, stop_token_ids_of
 from .model_loader import load_base_model
 from .prefix_cache import DEFAULT_MAX_BYTES, PrefixCache
@@ -102,12 +103,21 @@ class TorchBackend:
         self._states: dict[str, _ModelState] = {}
         self._policies: dict[str, ServedPolicy] = {}
         self._gate = asyncio.Lock()  # generation slices and training steps take turns
+        self._frozen = FrozenPolicies(
+            path,
+            self._worker,
+            self._make_policy,
+            cache_dir=cache_dir,
+            device=device,
+            lora_rank=lora_rank,
+        )
         self._server = InferenceServer(
             self._policies,
             api_key=self.api_key,
             host=host,
             port=port,
             default_max_tokens=default_max_tokens,
+            loader=self._frozen.get,  # checkpoints and base models, for evaluation
         )
         Path(path).mkdir(parents=True, exist_ok=True)
 
@@ -127,8 +137,13 @@ class TorchBackend:
             host = "127.0.0.1"
         return f"http://{host}:{self._server.port}/v1"
 
+    async def start_serving(self) -> None:
+        """Serve before any job registers (evaluations of finished jobs' checkpoints)."""
+        await self._server.start()
+
     async def close(self) -> None:
         await self._server.stop()
+        await self._frozen.close()
         for state in self._states.values():
             await state.policy.scheduler.close()
         self._worker.shutdown()

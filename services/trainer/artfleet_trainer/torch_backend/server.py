@@ -86,6 +86,11 @@ class ServedPolicy:
         return f"{self.name}@{self.step}"
 
 
+# A policy the server does not hold, by its requested name (checkpoints and base models
+# served for evaluation, frozen.py); None: there is none.
+Loader = Callable[[str], Awaitable["ServedPolicy | None"]]
+
+
 class InferenceServer:
     def __init__(
         self,
@@ -95,10 +100,12 @@ class InferenceServer:
         host: str = "127.0.0.1",
         port: int = 0,
         default_max_tokens: int = 512,
+        loader: Loader | None = None,
     ) -> None:
         if not api_key:
             raise ValueError("the inference server needs an API key")
         self._policies = policies
+        self._loader = loader
         self._api_key = api_key.encode()
         self.host = host
         self._requested_port = port
@@ -187,7 +194,7 @@ class InferenceServer:
         chat = parse_chat_request(
             await _read_json(request), default_max_tokens=self.default_max_tokens
         )
-        policy = self._resolve(chat.model)
+        policy = await self._resolve(chat.model)
         served_name = policy.served_name
         prompt = _prompt_ids(policy, chat)
         grammar = await _grammar(policy, chat)
@@ -206,12 +213,17 @@ class InferenceServer:
             parse_tools=chat.tool_choice.mode != "none",
         )
 
-    def _resolve(self, requested: str) -> ServedPolicy:
+    async def _resolve(self, requested: str) -> ServedPolicy:
         name, step = parse_model_name(requested)
         policy = self._policies.get(name)
-        if policy is None or (step is not None and step != policy.step):
+        if policy is not None:  # training here: only its served step (rollouts pin it)
+            if step is not None and step != policy.step:
+                raise model_not_found(requested)
+            return policy
+        frozen = await self._loader(requested) if self._loader is not None else None
+        if frozen is None:
             raise model_not_found(requested)
-        return policy
+        return frozen
 
 
 async def _read_json(request: web.Request) -> Any:

@@ -1,0 +1,138 @@
+"""Checkpoints served for evaluation (issue 12): `artfleet eval run` against the trainer's
+endpoint may name a policy no job is training right now:
+
+- `name@step` of any model under the ART path: an older checkpoint of the running job, or
+  one of a finished job (`name` alone: its latest checkpoint);
+- a base model by the name a model here was trained from (`smollm2-135m-instruct`): the
+  base weights, before any training.
+
+Such a policy is loaded on its first request (base weights + the step's adapter, not
+trainable) and kept while in use; at most `max_loaded` stay loaded (least recently asked
+goes first). Only names the trainer itself wrote are loaded: a model folder found by a
+plain name, or a `base_model` recorded in a model's `model.json`, so a request cannot
+make the trainer read an arbitrary path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from peft import PeftModel, get_peft_model
+
+from . import checkpoints, training
+from .model_loader import load_base_model
+from .protocol import parse_model_name
+from .server import ServedPolicy
+from .worker import TorchWorker
+
+log = logging.getLogger(__name__)
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")  # no path parts
+
+
+@dataclass(frozen=True)
+class FrozenRef:
+    name: str
+    step: int
+    base_model: str
+    checkpoint: Path | None  # None: the base model itself
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.step}"
+
+
+def _base_model_of(model_dir: Path) -> str:
+    try:
+        return str(json.loads((model_dir / "model.json").read_text()).get("base_model") or "")
+    except (OSError, ValueError):
+        return ""
+
+
+def find(art_path: Path, requested: str) -> FrozenRef | None:
+    """What `requested` names under `art_path`, or None."""
+    name, step = parse_model_name(requested)
+    model_dirs = sorted(art_path.glob(f"*/models/{name}")) if MODEL_NAME.match(name) else []
+    for model_dir in model_dirs:
+        steps = checkpoints.checkpoint_steps(model_dir)
+        want = steps[-1] if step is None and steps else step
+        base = _base_model_of(model_dir)
+        if want in steps and base:
+            checkpoint = checkpoints.checkpoint_dir(model_dir, want)
+            return FrozenRef(name, want, base, checkpoint)
+    if step not in (None, 0):
+        return None
+    known_bases = {_base_model_of(d) for d in art_path.glob("*/models/*") if d.is_dir()}
+    return FrozenRef(name, 0, name, None) if name in known_bases - {""} else None
+
+
+MakePolicy = Callable[[str, Any, Any, int], ServedPolicy]
+
+
+class FrozenPolicies:
+    """Loads, keeps and closes the evaluation-only policies of one TorchBackend."""
+
+    def __init__(
+        self,
+        art_path: str,
+        worker: TorchWorker,
+        make_policy: MakePolicy,
+        *,
+        cache_dir: str | None,
+        device: str,
+        lora_rank: int,
+        max_loaded: int = 2,
+    ) -> None:
+        self._art_path = Path(art_path)
+        self._worker = worker
+        self._make_policy = make_policy
+        self._cache_dir = cache_dir
+        self._device = device
+        self._lora_rank = lora_rank
+        self._max_loaded = max_loaded
+        self._loaded: OrderedDict[str, ServedPolicy] = OrderedDict()
+        self._lock = asyncio.Lock()  # one load at a time: each holds a whole model
+
+    async def get(self, requested: str) -> ServedPolicy | None:
+        ref = await asyncio.to_thread(find, self._art_path, requested)
+        if ref is None:
+            return None
+        async with self._lock:
+            policy = self._loaded.get(ref.key)
+            if policy is None:
+                policy = await self._worker.run(self._load, ref)
+                self._loaded[ref.key] = policy
+                await self._evict()
+            self._loaded.move_to_end(ref.key)
+            return policy
+
+    def _load(self, ref: FrozenRef) -> ServedPolicy:
+        """Torch thread. The base model gets a fresh LoRA adapter: its B matrices start at
+        zero, so it answers exactly as the base weights do, through the same engine."""
+        loaded = load_base_model(ref.base_model, cache_dir=self._cache_dir, device=self._device)
+        model: Any
+        if ref.checkpoint is None:
+            model = get_peft_model(loaded.model, training.lora_config(self._lora_rank))
+        else:
+            model = PeftModel.from_pretrained(loaded.model, str(ref.checkpoint))
+        model.eval()
+        log.info("serving %s for evaluation (%.1fs to load)", ref.key, loaded.load_seconds)
+        return self._make_policy(ref.name, model, loaded.tokenizer, ref.step)
+
+    async def _evict(self) -> None:
+        while len(self._loaded) > self._max_loaded:
+            key, policy = self._loaded.popitem(last=False)
+            log.info("no longer serving %s (least recently asked)", key)
+            await policy.scheduler.close()
+
+    async def close(self) -> None:
+        for policy in self._loaded.values():
+            await policy.scheduler.close()
+        self._loaded.clear()
