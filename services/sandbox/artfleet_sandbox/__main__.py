@@ -17,6 +17,7 @@ class SandboxApp:
         from artfleet_sandbox.factory import build_servicer
 
         servicer, self.backend = build_servicer(settings)
+        self.leases = servicer.leases
         self.server = GrpcServer(
             settings,
             "sandbox",
@@ -26,12 +27,14 @@ class SandboxApp:
 
     async def start(self) -> None:
         await self.backend.start()
+        await self.leases.start()
         await self.server.start()
         await self.server.set_serving(True)
 
     async def stop(self) -> None:
         # Stop taking calls first, then remove every session this replica owns.
         await self.server.stop()
+        await self.leases.stop()
         await self.backend.stop()
 
 
