@@ -191,7 +191,7 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
             else None,
         )
         owner = check_owner(request.owner)
-        lease_s = self.leases.lease(request.owner_lease_s) if owner else 0.0
+        lease_s = self.leases.lease(request.owner_lease_s)  # checked even without an owner
         info = await self.backend.create_session(spec)
         if owner:
             self.leases.hold(info.session_id, owner, lease_s)
