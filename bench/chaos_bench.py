@@ -6,7 +6,8 @@ train, and restarts Redis. Driver and checks: tests/support/chaos.py.
 
 Group lease: the driver sets ARTFLEET_GROUP_LEASE_S=10 (default 30) and the trainer's
 ARTFLEET_JOB_LEASE_S=6, so a death is noticed sooner; recovery is about a lease plus one
-trainer wake (5 s).
+trainer wake (5 s). A killed worker's sandbox sessions close within
+ARTFLEET_SANDBOX_LEASE_S=15 (default 60).
 
     PYTHONPATH=src:services/...:tests/support nice -n 10 python bench/chaos_bench.py
 """
@@ -47,6 +48,7 @@ def main() -> int:
     for line in report.lines():
         print(line)
     ok = all(report.checks.values()) and not report.orphans and not report.missing_steps
+    ok = ok and not report.orphan_workspaces
     return 0 if ok else 1
 
 

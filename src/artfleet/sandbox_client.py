@@ -10,11 +10,17 @@ misrouted call) answers UNAVAILABLE with a message, never a wrong NOT_FOUND.
 
 A replica that dies takes its sessions with it: calls fail with UNAVAILABLE, and the
 caller starts the episode again on a new session, which lands on a live replica.
+
+A router with an `owner` creates its sessions under that owner's lease and, while it has
+sessions open on a replica, renews the lease there every third of it (`RenewLease`), from
+a task on its loop. When the router's process dies, the renewals stop and each replica
+closes its sessions within the lease (the sandbox's `leases.OwnerLeases`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import random
@@ -85,21 +91,42 @@ class SandboxSession:
     stub: sandbox_pb2_grpc.SandboxStub
     info: sandbox_pb2.Session
     _router: SandboxRouter = field(repr=False)
+    _released: bool = field(default=False, repr=False)
 
-    async def close(self, deadline_s: float = 30.0) -> None:
+    async def close(self, deadline_s: float = 30.0) -> bool:
+        """False when the replica no longer had the session (reaped, or the replica
+        restarted and lost it): closing is idempotent, so only the answer tells."""
         try:
-            await self.stub.CloseSession(
+            reply = await self.stub.CloseSession(
                 sandbox_pb2.CloseSessionRequest(session_id=self.session_id), timeout=deadline_s
             )
         finally:
+            self.forget()
+        return bool(reply.closed)
+
+    def forget(self) -> None:
+        """No longer counts the session as open here (closed, or gone with its replica)."""
+        if not self._released:
+            self._released = True
             self._router._release(self.address)
 
 
 class SandboxRouter:
     """Per event loop: channels belong to the loop that opened them."""
 
-    def __init__(self, target: str, token: str, *, refresh_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        target: str,
+        token: str,
+        *,
+        refresh_s: float = 10.0,
+        owner: str = "",
+        lease_s: float = 60.0,
+    ) -> None:
         split_target(target)  # fail fast on a malformed target
+        self.owner = owner
+        self.lease_s = lease_s
+        self._renewer: asyncio.Task[None] | None = None
         self._target = target
         self._token = token
         self._refresh_s = refresh_s
@@ -123,6 +150,11 @@ class SandboxRouter:
         await self.close()
 
     async def close(self) -> None:
+        renewer, self._renewer = self._renewer, None
+        if renewer is not None:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
         channels, self._channels = self._channels, {}
         self._stubs.clear()
         await asyncio.gather(*(ch.close() for ch in channels.values()), return_exceptions=True)
@@ -165,6 +197,10 @@ class SandboxRouter:
         addresses = await self.replicas()
         if not addresses:
             raise ConnectionError(f"no sandbox replica found at {self._target!r}")
+        if self.owner and not request.owner:
+            request.owner, request.owner_lease_s = self.owner, self.lease_s
+            if self._renewer is None or self._renewer.done():
+                self._renewer = asyncio.create_task(self._renew_forever(), name="sandbox-lease")
         last: grpc.aio.AioRpcError | None = None
         for address in self.order(addresses):
             stub = self._stub(address)
@@ -182,6 +218,30 @@ class SandboxRouter:
             return SandboxSession(info.session_id, address, stub, info, self)
         assert last is not None
         raise last
+
+    def in_use(self) -> list[str]:
+        """Addresses where this router holds open sessions."""
+        return sorted(a for a, n in self._pinned.items() if n > 0)
+
+    async def renew(self) -> int:
+        """Renews the owner's lease on every replica holding its sessions; returns how many
+        sessions they reported. A replica that does not answer is tried at the next beat
+        (the lease outlives two missed beats)."""
+        request = sandbox_pb2.RenewLeaseRequest(owner=self.owner, lease_s=self.lease_s)
+        held = 0
+        for address in self.in_use():
+            try:
+                reply = await self._stub(address).RenewLease(request, timeout=self.lease_s / 3)
+            except grpc.aio.AioRpcError as exc:
+                log.warning("sandbox lease renewal at %s: %s", address, exc.details())
+                continue
+            held += reply.sessions
+        return held
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            await self.renew()
 
 
 def is_replica_lost(exc: BaseException) -> bool:

@@ -28,6 +28,7 @@ def test_job_survives_kills_without_loss_or_duplicates(tmp_path: Path) -> None:
     assert report.duplicate_groups == 0
     assert report.lost_trajectories == 0
     assert report.orphans == []
+    assert report.orphan_workspaces == []
     assert report.recoveries, "no worker died holding a group"
     assert all(r.recovered_s is not None for r in report.recoveries)
     assert report.recovery_s_max <= 60

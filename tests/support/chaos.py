@@ -6,7 +6,8 @@ Faults, each at a step the seed picks (one not fired by then waits for a later s
 a seeded delay from the moment its condition held:
 - worker: SIGKILL of the rollout worker holding a claimed group (the claim token names the
   worker and its pid); the group must run again elsewhere (`recovery_s`).
-- sandbox: SIGKILL of the sandbox replica with open sessions (episodes mid-way).
+- sandbox: SIGKILL of the sandbox replica where live workers hold the most sessions
+  (episodes mid-way); each such session is counted lost at its episode's next call.
 - reward: the reward service is frozen (SIGSTOP) while groups run, until a worker's
   episodes finished (its ScoreGroup is then in flight), then SIGKILLed: mid-score.
 - redis: a graceful redis-server restart (AOF on), as `compose restart` does.
@@ -38,6 +39,7 @@ from chaos_fleet import (
     docker_containers,
     leftover_workspaces,
     session_count,
+    wait_sessions_closed,
 )
 
 from artfleet.batches import StepKeys
@@ -56,6 +58,7 @@ RESUMES = "artfleet_trainer_job_resumes_total"
 INTERRUPTIONS = "artfleet_trainer_job_interruptions_total"
 STEPS_TRAINED = "artfleet_trainer_steps_trained_total"
 SANDBOX_LOST = 'artfleet_rollout_failures_total{kind="sandbox_lost"}'
+HELD = 'artfleet_rollout_sandbox_sessions{{replica="127.0.0.1:{port}"}}'
 REWARD_RETRIES = 'artfleet_rollout_failures_total{kind="reward_unavailable"}'
 
 
@@ -134,6 +137,7 @@ class ChaosReport:
     checks: dict[str, bool]
     baseline_step_seconds: list[float] = field(default_factory=list)
     crashes: dict[str, int] = field(default_factory=dict)
+    sessions_left: int = 0  # sandbox sessions still open a lease after the job
 
     @property
     def kills(self) -> int:
@@ -161,6 +165,7 @@ class ChaosReport:
             f"dropped_by_policy={self.dropped_by_policy}",
             "crashes=" + (",".join(f"{k}:{n}" for k, n in self.crashes.items()) or "none"),
             f"orphan_workspaces={len(self.orphan_workspaces)}",
+            f"sessions_left={self.sessions_left}",
             "step_seconds=" + ",".join(f"{s:.1f}" for s in self.step_seconds),
             "baseline_step_seconds=" + ",".join(f"{s:.1f}" for s in self.baseline_step_seconds),
             f"kills={self.kills}",
@@ -192,7 +197,9 @@ class ChaosDriver:
         self.step = 1
         self.job_id = ""
         self._frozen: tuple[float, dict[str, float]] | None = None
-        self.sandbox_sessions_killed = 0
+        self.sandbox_sessions_killed = 0  # on killed replicas: the most that can be lost
+        # (worker, its pid, sessions it held on a replica when that replica was killed)
+        self.sandbox_sessions_held: list[tuple[str, int, int]] = []
         self.reward_kills_in_flight = 0
         self.crashes: dict[str, int] = {}
         # The fleet may have run a job before (the baseline): only this job's counts count.
@@ -339,17 +346,37 @@ class ChaosDriver:
             self.recoveries.append(Recovery(self.step, group, token, killed_at, self.trainer_epoch))
         fault.fired_at, fault.detail = killed_at, f"{name} holding {sorted(held)}"
 
+    def _held(self, name: str) -> dict[str, int]:
+        """Sessions each live worker holds on sandbox replica `name` (its own gauge)."""
+        key = HELD.format(port=self.fleet.ports[name])
+        return {w: int(self.fleet.scrape(w).get(key, 0.0)) for w in ROLLOUTS}
+
     def _fire_sandbox(self, fault: Fault) -> None:
-        # Sessions of the runs in progress (killed workers leave theirs open until idle).
-        since = time.time() - max(0.0, self._claim_age(time.monotonic()))
-        sessions = {n: session_count(self.fleet, n, since) for n in SANDBOXES}
-        name = max(sessions, key=lambda n: sessions[n])
-        if not sessions[name]:
+        # Sessions of live workers' episodes (a killed worker's are closed within a lease).
+        held = {n: self._held(n) for n in SANDBOXES}
+        name = max(held, key=lambda n: sum(held[n].values()))
+        if not sum(held[name].values()):
             return  # between episodes: wait for open sessions
+        pids = {w: self.fleet.pid(w) for w in ROLLOUTS}
+        sessions = session_count(self.fleet, name)
         fault.fired_at = self.fleet.kill(name)
+        # Still held after the kill too (one closed in between was not lost).
+        after = self._held(name)
         self.fleet.respawn(name)
-        self.sandbox_sessions_killed += sessions[name]
-        fault.detail = f"{name} with {sessions[name]} session(s)"
+        self.sandbox_sessions_killed += sessions
+        for worker, n in held[name].items():
+            self.sandbox_sessions_held.append((worker, pids[worker], min(n, after[worker])))
+        fault.detail = f"{name} with {sessions} session(s), held by live workers: {held[name]}"
+
+    def sandbox_lost_bounds(self) -> tuple[int, float]:
+        """What `sandbox_lost` must be: at least the sessions on killed replicas held by
+        workers that lived on to the end (each counts at its episode's next call, close at
+        the latest), at most every session on them (unbounded if a replica also crashed)."""
+        low = sum(
+            n for worker, pid, n in self.sandbox_sessions_held if self.fleet.pid(worker) == pid
+        )
+        crashed = any(self.crashes.get(n) for n in SANDBOXES)
+        return low, float("inf") if crashed else float(self.sandbox_sessions_killed)
 
     def _fire_reward(self, fault: Fault) -> None:
         self.fleet.bank("reward")
@@ -471,6 +498,7 @@ def metric_checks(
     held = len(driver.recoveries)
     across = sum(1 for r in driver.recoveries if r.across_trainer_restart)
     trainer_kills = injected["trainer_gather"] + injected["trainer_train"]
+    low_lost, high_lost = driver.sandbox_lost_bounds()
     return {
         "succeeded": job.state == pb.JOB_STATE_SUCCEEDED,
         "summaries": [s.step for s in job.steps] == list(range(1, driver.plan.steps + 1)),
@@ -481,7 +509,7 @@ def metric_checks(
         <= held + driver.spurious_requeues,
         "resumes": counters["resumes"] == trainer_kills + counters["interruptions"],
         "steps_trained": counters["steps_trained"] == driver.plan.steps,
-        "sandbox_lost": counters["sandbox_lost"] >= (1 if driver.sandbox_sessions_killed else 0),
+        "sandbox_lost": low_lost <= counters["sandbox_lost"] <= high_lost,
         "reward_retries": counters["reward_retries"] >= driver.reward_kills_in_flight,
     }
 
@@ -516,6 +544,9 @@ def run_chaos(
         job = driver.run(timeout_s)
         report = verify(driver, job, [])  # counters and the ledger need the fleet up
         report.baseline_step_seconds = baseline_seconds
+        # Every episode closed its session; a killed worker's went with its owner lease.
+        report.sessions_left = wait_sessions_closed(fleet, fleet.sandbox_lease_s + 30)
+        report.checks["sessions_closed"] = report.sessions_left == 0
     finally:
         log(f"fleet stopped: {fleet.stop()}")
     try:

@@ -64,6 +64,8 @@ class ChaosFleet(LocalFleet):
 
     group_lease_s: float = 10.0
     job_lease_s: float = 6.0
+    # A killed worker's sandbox sessions are closed within this (default 60 s).
+    sandbox_lease_s: float = 15.0
     deployment: str = ""
     specs: dict[str, tuple[list[str], dict[str, str], int]] = field(default_factory=dict)
     metrics_ports: dict[str, int] = field(default_factory=dict)
@@ -113,6 +115,7 @@ class ChaosFleet(LocalFleet):
             ARTFLEET_REPLICA_ID=name,
             ARTFLEET_DEPLOYMENT=self.deployment,
             ARTFLEET_GROUP_LEASE_S=str(self.group_lease_s),
+            ARTFLEET_SANDBOX_LEASE_S=str(self.sandbox_lease_s),
             ARTFLEET_SANDBOX_TARGET=",".join(f"127.0.0.1:{self.ports[s]}" for s in SANDBOXES),
         )
         if kind == "sandbox":
@@ -278,6 +281,17 @@ def leftover_workspaces(fleet: ChaosFleet) -> list[str]:
     return [
         str(p) for name in SANDBOXES for p in fleet.workspace_root(name).glob("artfleet-sandbox-*")
     ]
+
+
+def wait_sessions_closed(fleet: ChaosFleet, timeout_s: float) -> int:
+    """Waits up to `timeout_s` for every sandbox replica to hold no session (a killed
+    worker's go within its owner lease); returns how many are left."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = sum(session_count(fleet, name) for name in SANDBOXES)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
 
 
 def session_count(fleet: ChaosFleet, name: str, since: float = 0.0) -> int:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -133,27 +136,44 @@ class OpenAIClients:
 
 
 # ---------------------------------------------------------------- workspace
-@asynccontextmanager
-async def _lost_replica() -> AsyncIterator[None]:
-    """A call that failed because the replica is gone becomes WorkspaceLost."""
-    try:
-        yield
-    except grpc.aio.AioRpcError as exc:
-        if is_replica_lost(exc):
-            raise WorkspaceLost(describe(exc)) from exc
-        raise
-
-
 class GrpcWorkspace:
-    """A sandbox session; every call goes to the replica that holds it."""
+    """A sandbox session; every call goes to the replica that holds it.
+
+    The first call that finds the session gone (its replica is down, or answers that it
+    no longer holds it) counts the session as lost (`failures_total{kind="sandbox_lost"}`,
+    once per session), so a replica's death is counted for every session an episode still
+    held, at its next call at the latest: `close`, always made. Every call but `close`
+    then raises WorkspaceLost; `close` returns (nothing is left to close): an episode that
+    was done before its close met the dead replica keeps its result."""
 
     def __init__(self, session: SandboxSession) -> None:
         self._session = session
         self._id = session.session_id
+        self._lost = ""
+        self._closed = False
+        metrics.SANDBOX_SESSIONS.labels(session.address).inc()
+
+    def _mark_lost(self, why: str) -> WorkspaceLost:
+        if not self._lost:
+            self._lost = f"sandbox session {self._id} lost: {why}"
+            metrics.FAILURES.labels("sandbox_lost").inc()
+        return WorkspaceLost(self._lost)
+
+    @asynccontextmanager
+    async def _lost_replica(self) -> AsyncIterator[None]:
+        """A call that failed because the replica is gone becomes WorkspaceLost."""
+        if self._lost:
+            raise WorkspaceLost(self._lost)
+        try:
+            yield
+        except grpc.aio.AioRpcError as exc:
+            if not is_replica_lost(exc):
+                raise
+            raise self._mark_lost(describe(exc)) from exc
 
     async def exec(self, command: str, *, timeout_s: float) -> sandbox_pb2.ExecResult:
         request = sandbox_pb2.ExecRequest(session_id=self._id, command=command, timeout_s=timeout_s)
-        async with _lost_replica():
+        async with self._lost_replica():
             result: sandbox_pb2.ExecResult = await self._session.stub.Exec(
                 request, timeout=timeout_s + _RPC_SLACK_S
             )
@@ -161,12 +181,12 @@ class GrpcWorkspace:
 
     async def write_files(self, files: Mapping[str, str | bytes]) -> None:
         request = sandbox_pb2.WriteFilesRequest(session_id=self._id, files=_files(files))
-        async with _lost_replica():
+        async with self._lost_replica():
             await self._session.stub.WriteFiles(request, timeout=_RPC_SLACK_S)
 
     async def read_file(self, path: str, *, max_bytes: int = 0) -> bytes:
         request = sandbox_pb2.ReadFileRequest(session_id=self._id, path=path, max_bytes=max_bytes)
-        async with _lost_replica():
+        async with self._lost_replica():
             reply = await self._session.stub.ReadFile(request, timeout=_RPC_SLACK_S)
         return bytes(reply.content)
 
@@ -174,7 +194,7 @@ class GrpcWorkspace:
         request = sandbox_pb2.RunTestsRequest(
             session_id=self._id, command=command, timeout_s=timeout_s
         )
-        async with _lost_replica():
+        async with self._lost_replica():
             r = await self._session.stub.RunTests(request, timeout=timeout_s + _RPC_SLACK_S)
         cases = {case.name: case.outcome for case in r.tests}
         return SuiteRun(
@@ -186,8 +206,25 @@ class GrpcWorkspace:
         return result.exit_code == 0 and not result.timed_out
 
     async def close(self) -> None:
-        async with _lost_replica():
-            await self._session.close()
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            # Also for a session found lost: an UNAVAILABLE may have been a moment's.
+            closed = await self._session.close()
+        except grpc.aio.AioRpcError as exc:
+            if self._lost:
+                return  # counted already; the episode's own error matters, not this one
+            if not is_replica_lost(exc):
+                raise
+            self._mark_lost(describe(exc))  # counted; nothing left to close
+        else:
+            if not closed:
+                # Closing is idempotent: a replica that restarted (or a reaper) answers
+                # "not open" for a session this episode still held.
+                self._mark_lost("it was no longer open when the episode closed it")
+        finally:
+            metrics.SANDBOX_SESSIONS.labels(self._session.address).dec()
 
 
 def _files(files: Mapping[str, str | bytes]) -> list[sandbox_pb2.File]:
@@ -209,8 +246,13 @@ class GrpcWorkspaces:
         )
         if spec.repo_path:
             request.repo.path, request.repo.commit = spec.repo_path, spec.repo_commit
-        async with _lost_replica():
+        try:
             session = await self._router.create_session(request, deadline_s=_CREATE_DEADLINE_S)
+        except grpc.aio.AioRpcError as exc:
+            if not is_replica_lost(exc):
+                raise
+            metrics.FAILURES.labels("sandbox_unavailable").inc()
+            raise WorkspaceLost(f"no sandbox replica took the session: {describe(exc)}") from exc
         return GrpcWorkspace(session)
 
 
@@ -249,7 +291,11 @@ class GrpcRewardClient:
 async def connect(settings: RolloutSettings) -> Connections:
     """Opens the fleet's connections on the running loop (channels are per loop)."""
     token = settings.api_token.get_secret_value()
-    router = SandboxRouter(settings.sandbox_target, token)
+    # One owner per process start: its sandbox sessions go within a lease when it dies.
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    router = SandboxRouter(
+        settings.sandbox_target, token, owner=owner, lease_s=settings.sandbox_lease_s
+    )
     channel = aio_channel(settings.reward_target, token)
     clients = OpenAIClients(settings)
 

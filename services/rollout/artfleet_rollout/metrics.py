@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 EPISODES = Counter(
     "artfleet_rollout_episodes_total", "Episodes finished, by how they ended", ["finish"]
@@ -23,7 +23,16 @@ SANDBOX_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 FAILURES = Counter(
-    "artfleet_rollout_failures_total", "Episodes or groups that failed, by kind", ["kind"]
+    "artfleet_rollout_failures_total",
+    "Failures by kind (sandbox_lost: a session gone with its replica, counted once at the "
+    "first call that found it gone; sandbox_unavailable: no replica took a new session; "
+    "reward_unavailable, redis_unavailable: retried calls; episode: failed episodes)",
+    ["kind"],
+)
+SANDBOX_SESSIONS = Gauge(
+    "artfleet_rollout_sandbox_sessions",
+    "Sandbox sessions this worker holds open, by replica address",
+    ["replica"],
 )
 GROUPS = Counter(
     "artfleet_rollout_groups_total", "Groups run and published, by outcome", ["outcome"]

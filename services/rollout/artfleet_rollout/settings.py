@@ -16,6 +16,13 @@ class RolloutSettings(ServerSettings):
     episode_retries: int = Field(
         default=2, ge=0, le=10, description="restarts of an episode whose sandbox replica died"
     )
+    sandbox_lease_s: float = Field(
+        default=60.0,
+        ge=1,
+        le=3600,
+        description="lease of this worker's sandbox sessions, renewed every third of it; "
+        "a worker dead this long has its sessions closed by the sandbox",
+    )
     reward_target: str = Field(default="127.0.0.1:50054", description="Reward gRPC address")
     exec_timeout_s: float = Field(default=20.0, gt=0, description="per agent command")
     check_timeout_s: float = Field(default=30.0, gt=0, description="the scenario's check")

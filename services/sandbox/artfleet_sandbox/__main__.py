@@ -19,6 +19,7 @@ class SandboxApp:
         from artfleet_sandbox.pyruntime import default_cache_dir
 
         servicer, self.backend = build_servicer(settings)
+        self.leases = servicer.leases
         self.server = GrpcServer(
             settings,
             "sandbox",
@@ -37,6 +38,7 @@ class SandboxApp:
         await self.backend.start()
         if isinstance(self.backend, LocalBackend):
             self.health.watch(self.backend.root)
+        await self.leases.start()
         await self.server.start()
         self.health.start()
         await self.server.set_serving(True)
@@ -45,6 +47,7 @@ class SandboxApp:
         # Stop taking calls first, then remove every session this replica owns.
         await self.health.stop()
         await self.server.stop()
+        await self.leases.stop()
         await self.backend.stop()
 
 

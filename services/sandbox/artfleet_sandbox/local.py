@@ -61,10 +61,12 @@ from artfleet_sandbox.paths import chown_tree, read_file, remove_tree, resolve_d
 from artfleet_sandbox.procs import TAG_VAR, kill_group, kill_tagged, rlimit_prefix, run_process
 from artfleet_sandbox.pyruntime import PyRuntime, default_cache_dir, prepare_runtime
 from artfleet_sandbox.repl import shell_argv
-from artfleet_sandbox.replica import new_replica_id, new_session_id
+from artfleet_sandbox.replica import ReplicaIdentity, new_replica_id, new_session_id
 from artfleet_sandbox.replshell import ReplCall, ReplShell, ReplSink
 from artfleet_sandbox.repocache import RepoCache, extract
 from artfleet_sandbox.sessions import SessionTable
+from artfleet_sandbox.stale import PREFIX as STALE_PREFIX
+from artfleet_sandbox.stale import remove_stale, write_owner
 from artfleet_sandbox.stdio import StdioProcess, StdioSpec
 
 log = logging.getLogger(__name__)
@@ -217,11 +219,14 @@ class LocalBackend:
         await self.stop()
 
     def _make_root(self) -> str:
-        parent = self.config.workspace_root or None
-        if parent:
-            os.makedirs(parent, exist_ok=True)
+        parent = self.config.workspace_root or tempfile.gettempdir()
+        os.makedirs(parent, exist_ok=True)
+        # What a killed replica left (it never ran stop()); never a live replica's dir.
+        me = ReplicaIdentity.current(self.replica_id, container_id="")
+        remove_stale(parent, me)
         # Our own dir: stop() removes it, and other replicas' sessions are never touched.
-        root = os.path.realpath(tempfile.mkdtemp(prefix="artfleet-sandbox-", dir=parent))
+        root = os.path.realpath(tempfile.mkdtemp(prefix=STALE_PREFIX, dir=parent))
+        write_owner(root, me)
         if self._owner:
             os.chmod(root, 0o711)  # the sandbox user may reach its own session dir, not list
         return root

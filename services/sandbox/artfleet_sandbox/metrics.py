@@ -13,7 +13,8 @@ SESSIONS_CREATED = Counter("artfleet_sandbox_sessions_created", "Sandbox session
 REAPED_SESSIONS = Counter(
     "artfleet_sandbox_reaped_sessions",
     "Sandbox sessions or containers removed by the reaper, by reason "
-    "(idle, lifetime, orphan: owner replica gone, stale: ours but not tracked)",
+    "(idle, lifetime, orphan: owner replica gone, stale: ours but not tracked, "
+    "lease: the client that owned it stopped renewing its lease)",
     ["reason"],
 )
 CREATE_SECONDS = Histogram(

@@ -33,6 +33,7 @@ from artfleet_sandbox.backend import (
     SessionSpec,
     Unavailable,
 )
+from artfleet_sandbox.leases import OwnerLeases, check_owner
 from artfleet_sandbox.settings import SandboxSettings
 from artfleet_sandbox.stdio_rpc import serve as serve_stdio
 
@@ -60,6 +61,9 @@ class Limits:
     max_read_bytes: int = 2 * 1024 * 1024
     default_idle_ttl_s: float = 1800.0
     max_idle_ttl_s: float = 6 * 3600.0
+    default_owner_lease_s: float = 60.0
+    min_owner_lease_s: float = 1.0
+    max_owner_lease_s: float = 3600.0
 
     @classmethod
     def from_settings(cls, settings: SandboxSettings) -> Limits:
@@ -71,6 +75,9 @@ class Limits:
             max_read_bytes=settings.max_read_bytes,
             default_idle_ttl_s=settings.idle_ttl_s,
             max_idle_ttl_s=settings.max_idle_ttl_s,
+            default_owner_lease_s=settings.owner_lease_s,
+            min_owner_lease_s=settings.min_owner_lease_s,
+            max_owner_lease_s=settings.max_owner_lease_s,
         )
 
 
@@ -146,7 +153,20 @@ def _rpc(
 class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
     def __init__(self, backend: SandboxBackend, limits: Limits | None = None) -> None:
         self.backend = backend
-        self.limits = limits or Limits()
+        self.limits = lim = limits or Limits()
+        # Started and stopped with the backend (SandboxApp): closes lapsed owners' sessions.
+        self.leases = OwnerLeases(
+            self._close_lapsed,
+            default_s=lim.default_owner_lease_s,
+            min_s=lim.min_owner_lease_s,
+            max_s=lim.max_owner_lease_s,
+        )
+
+    async def _close_lapsed(self, session_id: str) -> bool:
+        closed = await self.backend.close_session(session_id)
+        if closed:
+            log.info("session %s closed: its owner's lease ran out", session_id)
+        return closed
 
     def _timeout(self, value: float) -> float:
         lim = self.limits
@@ -170,8 +190,18 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
             if request.HasField("repo")
             else None,
         )
+        owner = check_owner(request.owner)
+        lease_s = self.leases.lease(request.owner_lease_s)  # checked even without an owner
         info = await self.backend.create_session(spec)
-        log.info("session %s created (job %r, %s)", info.session_id, spec.job_id, info.isolation)
+        if owner:
+            self.leases.hold(info.session_id, owner, lease_s)
+        log.info(
+            "session %s created (job %r, owner %r, %s)",
+            info.session_id,
+            spec.job_id,
+            owner,
+            info.isolation,
+        )
         return pb.Session(
             session_id=info.session_id,
             workdir=info.workdir,
@@ -271,8 +301,20 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
     ) -> pb.CloseSessionResponse:
         # Idempotent: closing twice (or after the reaper did) is not an error, so rollout
         # workers can close in a `finally` without special cases.
-        closed = await self.backend.close_session(_require_session(request.session_id))
+        session_id = _require_session(request.session_id)
+        closed = await self.backend.close_session(session_id)
+        self.leases.drop(session_id)
         return pb.CloseSessionResponse(closed=closed)
+
+    @_rpc
+    async def RenewLease(
+        self, request: pb.RenewLeaseRequest, context: Any
+    ) -> pb.RenewLeaseResponse:
+        if not request.owner:
+            raise InvalidArgument("owner is required")
+        owner = check_owner(request.owner)
+        held = self.leases.renew(owner, self.leases.lease(request.lease_s))
+        return pb.RenewLeaseResponse(sessions=held)
 
     async def McpStdio(self, request_iterator: Any, context: Any) -> AsyncIterator[pb.StdioChunk]:
         # Statuses are set by serve_stdio itself (a stream has no single reply to wrap).

@@ -35,6 +35,12 @@ class SandboxSettings(ServerSettings):
     idle_ttl_s: float = Field(default=1800.0, gt=0, description="Idle sessions are closed")
     max_idle_ttl_s: float = Field(default=6 * 3600.0, gt=0)
     reap_interval_s: float = Field(default=30.0, gt=0)
+    # Sessions created with an owner (rollout workers) close when the owner stops renewing.
+    owner_lease_s: float = Field(
+        default=60.0, gt=0, description="Owner lease when a request asks for none"
+    )
+    min_owner_lease_s: float = Field(default=1.0, gt=0, description="Shorter requests get this")
+    max_owner_lease_s: float = Field(default=3600.0, gt=0, description="Longer ones get this")
     max_sessions: int = Field(default=256, gt=0, description="Per replica")
 
     workspace_root: str = Field(default="", description="Parent of workspaces; '' = temp dir")
@@ -120,6 +126,8 @@ class SandboxSettings(ServerSettings):
         self.default_timeout_s = min(self.default_timeout_s, self.max_timeout_s)
         self.default_output_bytes = min(self.default_output_bytes, self.max_output_bytes)
         self.idle_ttl_s = min(self.idle_ttl_s, self.max_idle_ttl_s)
+        lease = max(self.owner_lease_s, self.min_owner_lease_s)
+        self.owner_lease_s = min(lease, self.max_owner_lease_s)
         self.memory_bytes = min(self.memory_bytes, self.max_memory_bytes)
         self.cpus = min(self.cpus, self.max_cpus)
         self.pids = min(self.pids, self.max_pids)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -194,15 +195,43 @@ class ObservabilityInterceptor(ServerInterceptor):
 async def _map_error(
     exc: BaseException, context: grpc.aio.ServicerContext, rid: str
 ) -> grpc.StatusCode:
-    """Turns our errors into statuses and anything unexpected into INTERNAL (logged)."""
+    """Turns our errors into statuses, an unreachable Redis into UNAVAILABLE, and anything
+    unexpected into INTERNAL (logged)."""
     if isinstance(exc, grpc.aio.AbortError):
         code = context.code()
         return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
     if isinstance(exc, ArtfleetError):
         await context.abort(exc.code, exc.message)
+    if _store_unreachable(exc):
+        # A Redis restart is an outage the caller can wait out, not a bug: UNAVAILABLE is
+        # what clients (and grpc's retry policies) retry on.
+        log.warning("RPC met an unreachable Redis: %s", exc)
+        await context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            f"the fleet's Redis is unreachable ({type(exc).__name__}: {exc}); try again "
+            f"shortly; request id {rid}",
+        )
     if isinstance(exc, Exception):
         log.exception("unhandled error in RPC")
         await context.abort(
             grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); request id {rid}"
         )
     return grpc.StatusCode.CANCELLED
+
+
+def _store_unreachable(exc: BaseException) -> bool:
+    """Whether `exc` (or what it was raised from) says Redis cannot be reached now:
+    refused, reset, timed out or still loading its data after a restart. Read from
+    `sys.modules`: services without Redis never import it, and then no error is one."""
+    exceptions = sys.modules.get("redis.exceptions")
+    if exceptions is None:
+        return False
+    kinds = (exceptions.ConnectionError, exceptions.TimeoutError)
+    seen: BaseException | None = exc
+    for _ in range(4):  # a wrapped error (raise ... from redis_error) counts too
+        if seen is None:
+            return False
+        if isinstance(seen, kinds):
+            return True
+        seen = seen.__cause__
+    return False

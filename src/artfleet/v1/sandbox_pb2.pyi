@@ -74,7 +74,7 @@ class File(_message.Message):
     def __init__(self, path: _Optional[str] = ..., content: _Optional[bytes] = ..., mode: _Optional[int] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("image", "files", "env", "network", "job_id", "idle_ttl_s", "resources", "exec_mode", "repo")
+    __slots__ = ("image", "files", "env", "network", "job_id", "idle_ttl_s", "resources", "exec_mode", "repo", "owner", "owner_lease_s")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +91,8 @@ class CreateSessionRequest(_message.Message):
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     EXEC_MODE_FIELD_NUMBER: _ClassVar[int]
     REPO_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    OWNER_LEASE_S_FIELD_NUMBER: _ClassVar[int]
     image: str
     files: _containers.RepeatedCompositeFieldContainer[File]
     env: _containers.ScalarMap[str, str]
@@ -100,7 +102,23 @@ class CreateSessionRequest(_message.Message):
     resources: Resources
     exec_mode: ExecMode
     repo: RepoSource
-    def __init__(self, image: _Optional[str] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: _Optional[bool] = ..., job_id: _Optional[str] = ..., idle_ttl_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., exec_mode: _Optional[_Union[ExecMode, str]] = ..., repo: _Optional[_Union[RepoSource, _Mapping]] = ...) -> None: ...
+    owner: str
+    owner_lease_s: float
+    def __init__(self, image: _Optional[str] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: _Optional[bool] = ..., job_id: _Optional[str] = ..., idle_ttl_s: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., exec_mode: _Optional[_Union[ExecMode, str]] = ..., repo: _Optional[_Union[RepoSource, _Mapping]] = ..., owner: _Optional[str] = ..., owner_lease_s: _Optional[float] = ...) -> None: ...
+
+class RenewLeaseRequest(_message.Message):
+    __slots__ = ("owner", "lease_s")
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_S_FIELD_NUMBER: _ClassVar[int]
+    owner: str
+    lease_s: float
+    def __init__(self, owner: _Optional[str] = ..., lease_s: _Optional[float] = ...) -> None: ...
+
+class RenewLeaseResponse(_message.Message):
+    __slots__ = ("sessions",)
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    sessions: int
+    def __init__(self, sessions: _Optional[int] = ...) -> None: ...
 
 class RepoSource(_message.Message):
     __slots__ = ("path", "commit", "dest")

@@ -64,6 +64,11 @@ class SandboxStub:
                 request_serializer=artfleet_dot_v1_dot_sandbox__pb2.CloseSessionRequest.SerializeToString,
                 response_deserializer=artfleet_dot_v1_dot_sandbox__pb2.CloseSessionResponse.FromString,
                 _registered_method=True)
+        self.RenewLease = channel.unary_unary(
+                '/artfleet.v1.Sandbox/RenewLease',
+                request_serializer=artfleet_dot_v1_dot_sandbox__pb2.RenewLeaseRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_sandbox__pb2.RenewLeaseResponse.FromString,
+                _registered_method=True)
         self.McpStdio = channel.stream_stream(
                 '/artfleet.v1.Sandbox/McpStdio',
                 request_serializer=artfleet_dot_v1_dot_sandbox__pb2.StdioChunk.SerializeToString,
@@ -106,6 +111,14 @@ class SandboxServicer:
 
     def CloseSession(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewLease(self, request, context):
+        """Renews the lease of every session `owner` holds on this replica (see
+        CreateSessionRequest.owner); a client calls it every third of the lease.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -154,6 +167,11 @@ def add_SandboxServicer_to_server(servicer, server):
                     servicer.CloseSession,
                     request_deserializer=artfleet_dot_v1_dot_sandbox__pb2.CloseSessionRequest.FromString,
                     response_serializer=artfleet_dot_v1_dot_sandbox__pb2.CloseSessionResponse.SerializeToString,
+            ),
+            'RenewLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewLease,
+                    request_deserializer=artfleet_dot_v1_dot_sandbox__pb2.RenewLeaseRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_sandbox__pb2.RenewLeaseResponse.SerializeToString,
             ),
             'McpStdio': grpc.stream_stream_rpc_method_handler(
                     servicer.McpStdio,
@@ -323,6 +341,33 @@ class Sandbox:
             '/artfleet.v1.Sandbox/CloseSession',
             artfleet_dot_v1_dot_sandbox__pb2.CloseSessionRequest.SerializeToString,
             artfleet_dot_v1_dot_sandbox__pb2.CloseSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/artfleet.v1.Sandbox/RenewLease',
+            artfleet_dot_v1_dot_sandbox__pb2.RenewLeaseRequest.SerializeToString,
+            artfleet_dot_v1_dot_sandbox__pb2.RenewLeaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,128 @@
+"""A trainer RPC while Redis is down answers UNAVAILABLE with a message, not INTERNAL (the
+chaos suite's Redis restart met INTERNAL), and works again once Redis is back: the real
+TrainerServicer and JobStore behind the real GrpcServer, a real redis-server stopped and
+started again on the same port and data (AOF), as a compose restart does."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+import redis
+import redis.asyncio as aioredis
+from pydantic import SecretStr
+
+from artfleet.cli.fleet import free_port, redis_server_binary
+from artfleet.config import ServerSettings
+from artfleet.jobspec import config_hash, spec_to_proto, validate_spec
+from artfleet.rpc.client import aio_channel
+from artfleet.rpc.server import GrpcServer
+from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet_trainer.reward_client import RewardClient
+from artfleet_trainer.rollouts import RolloutClient
+from artfleet_trainer.servicer import TrainerServicer
+from artfleet_trainer.store import JobStore
+
+pytestmark = pytest.mark.integration
+TOKEN = "redis-outage-token"
+
+
+@dataclass
+class OwnRedis:
+    """A redis-server of this test alone (it is stopped mid-test)."""
+
+    binary: str
+    data: Path
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1"]
+        argv += ["--dir", str(self.data), "--save", "", "--appendonly", "yes"]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                assert self.proc.poll() is None, "redis-server exited at start"
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path, require_infra: Callable[[bool, str], None]) -> Iterator[OwnRedis]:
+    try:
+        binary = redis_server_binary()
+    except RuntimeError as exc:
+        require_infra(False, str(exc))
+        raise
+    server = OwnRedis(binary, tmp_path / "redis", free_port())
+    server.data.mkdir()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def trainer(own_redis: OwnRedis, tmp_path: Path) -> AsyncIterator[tuple[str, JobStore]]:
+    client = aioredis.from_url(own_redis.url, socket_timeout=5)
+    store = JobStore(client)
+    servicer = TrainerServicer(
+        store,
+        RolloutClient("127.0.0.1:1", TOKEN),  # not used by GetJob/ListJobs
+        RewardClient("127.0.0.1:1", TOKEN),
+        lambda backend: "",
+        art_path=str(tmp_path / "art"),
+    )
+    server = GrpcServer(
+        ServerSettings(api_token=SecretStr(TOKEN), port=0, metrics_port=0),
+        "trainer-outage-test",
+        [lambda s: trainer_pb2_grpc.add_TrainerServicer_to_server(servicer, s)],
+        ["artfleet.v1.Trainer"],
+    )
+    await server.start()
+    yield f"127.0.0.1:{server.port}", store
+    await server.stop(1)
+    await client.aclose()
+
+
+async def test_rpc_during_redis_outage_is_unavailable_then_recovers(
+    trainer: tuple[str, JobStore], own_redis: OwnRedis
+) -> None:
+    target, store = trainer
+    spec = validate_spec({"name": "agent"})
+    job = await store.create(spec_to_proto(spec), config_hash=config_hash(spec))
+    async with aio_channel(target, TOKEN) as channel:
+        stub = trainer_pb2_grpc.TrainerStub(channel)
+        assert (await stub.GetJob(trainer_pb2.GetJobRequest(job_id=job.id), timeout=30)).id
+
+        own_redis.stop()
+        for call in (
+            stub.GetJob(trainer_pb2.GetJobRequest(job_id=job.id), timeout=30),
+            stub.ListJobs(trainer_pb2.ListJobsRequest(), timeout=30),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await call
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value.details()
+            assert "Redis is unreachable" in (info.value.details() or "")
+
+        own_redis.start()  # same port and AOF: the job is still there
+        reply = await stub.GetJob(trainer_pb2.GetJobRequest(job_id=job.id), timeout=30)
+        assert reply.id == job.id

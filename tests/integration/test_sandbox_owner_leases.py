@@ -1,0 +1,247 @@
+"""What a SIGKILL leaves, against real sandbox server processes (local backend): a killed
+client's sessions are closed within its owner lease (not the 30-minute idle TTL) while a
+live client's stay; a killed replica's workspace directory is removed by the next replica
+that starts beside it, and never a live replica's; a rollout worker counts each session
+lost with a killed replica once, at its first call, close included (chaos suite findings)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client import REGISTRY
+
+from artfleet.cli.fleet import free_port
+from artfleet.rpc.client import aio_channel
+from artfleet.sandbox_client import SandboxRouter
+from artfleet.v1 import sandbox_pb2 as pb
+from artfleet.v1 import sandbox_pb2_grpc
+from artfleet_rollout.adapters import GrpcWorkspaces
+from artfleet_rollout.ports import WorkspaceLost, WorkspaceSpec
+from artfleet_sandbox.stale import OWNER_FILE
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+TOKEN = "owner-lease-token"
+LEASE_S = 3.0
+
+# A client that holds one session under its owner lease until it is killed.
+CLIENT = """
+import asyncio, sys
+from artfleet.sandbox_client import SandboxRouter
+from artfleet.v1 import sandbox_pb2 as pb
+
+async def main():
+    router = SandboxRouter(sys.argv[1], sys.argv[2], owner="client-" + sys.argv[3], lease_s=3.0)
+    for _ in range(2):
+        session = await router.create_session(pb.CreateSessionRequest())
+        print(session.session_id, flush=True)
+    await asyncio.Event().wait()  # renewing, until killed
+
+asyncio.run(main())
+"""
+
+
+@dataclass
+class Replica:
+    root: Path
+    logs: Path
+    port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> Replica:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ARTFLEET_")}
+        env.update(
+            ARTFLEET_API_TOKEN=TOKEN,
+            ARTFLEET_PORT=str(self.port),
+            ARTFLEET_METRICS_PORT=str(self.metrics_port),
+            ARTFLEET_SANDBOX_BACKEND="local",
+            ARTFLEET_WORKSPACE_ROOT=str(self.root),
+            ARTFLEET_CACHE_DIR=str(self.root.parent / "cache"),
+            ARTFLEET_TEST_RUNTIME="false",
+            ARTFLEET_USE_BWRAP="never",
+            ARTFLEET_SANDBOX_ALLOW_UNISOLATED="true",
+        )
+        log = (self.logs / f"sandbox-{self.port}.log").open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "artfleet_sandbox"], env=env, stdout=log, stderr=log
+        )
+        wait_until(self.serving, 120, f"sandbox replica on :{self.port} serving")
+        return self
+
+    def serving(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, "the replica exited"
+        with grpc.insecure_channel(self.target) as channel:
+            try:
+                reply = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(), timeout=2
+                )
+            except grpc.RpcError:
+                return False
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+    def own_dir(self) -> Path:
+        assert self.proc is not None
+        found = [
+            p.parent
+            for p in self.root.glob(f"artfleet-sandbox-*/{OWNER_FILE}")
+            if f'"pid": {self.proc.pid},' in p.read_text()
+        ]
+        assert len(found) == 1, found
+        return found[0]
+
+    def metric(self, sample: str) -> float:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            for line in reply.read().decode().splitlines():
+                if line.startswith(sample + " "):
+                    return float(line.split()[-1])
+        return 0.0
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(60)
+
+
+def wait_until(condition: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"not within {timeout_s:.0f}s: {what}"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[list[Replica]]:
+    made: list[Replica] = []
+    (tmp_path / "logs").mkdir()
+    yield made
+    for replica in made:
+        replica.stop(signal.SIGKILL)
+
+
+async def session_open(stub: sandbox_pb2_grpc.SandboxStub, session_id: str) -> bool:
+    try:
+        await stub.Exec(pb.ExecRequest(session_id=session_id, command="true"), timeout=30)
+    except grpc.aio.AioRpcError as exc:
+        assert exc.code() == grpc.StatusCode.NOT_FOUND, exc.details()
+        return False
+    return True
+
+
+async def test_a_killed_owners_sessions_close_within_its_lease(
+    replicas: list[Replica], tmp_path: Path
+) -> None:
+    replica = Replica(tmp_path / "ws", tmp_path / "logs").start()
+    replicas.append(replica)
+    client = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CLIENT, replica.target, TOKEN, "killed", stdout=subprocess.PIPE
+    )
+    assert client.stdout is not None
+    lapsing = [(await client.stdout.readline()).decode().strip() for _ in range(2)]
+    assert all(lapsing), "the client made no session"
+    async with (
+        SandboxRouter(replica.target, TOKEN, owner="live", lease_s=LEASE_S) as live,
+        aio_channel(replica.target, TOKEN) as channel,
+    ):
+        stub = sandbox_pb2_grpc.SandboxStub(channel)
+        kept = await live.create_session(pb.CreateSessionRequest())
+        created = time.monotonic()
+        # The killed client had renewed for longer than a lease: renewals work.
+        while time.monotonic() - created < 2 * LEASE_S:
+            assert all([await session_open(stub, sid) for sid in lapsing])
+            await asyncio.sleep(0.2)
+
+        client.send_signal(signal.SIGKILL)
+        await client.wait()
+        killed_at = time.monotonic()
+        while any([await session_open(stub, sid) for sid in lapsing]):
+            assert time.monotonic() - killed_at < 60, "sessions of a dead owner still open"
+            await asyncio.sleep(0.2)
+        # Within the lease (renewed a third of it before the kill at most), plus the
+        # reaper's one-second check and slack for a loaded machine: not the idle TTL.
+        assert time.monotonic() - killed_at <= LEASE_S + 5.0
+        assert replica.metric('artfleet_sandbox_reaped_sessions_total{reason="lease"}') == 2
+
+        # The live owner renews all along: its session outlives several leases.
+        while time.monotonic() - created < 4 * LEASE_S:
+            assert await session_open(stub, kept.session_id)
+            await asyncio.sleep(0.2)
+        renewed = await stub.RenewLease(pb.RenewLeaseRequest(owner="live"), timeout=10)
+        assert renewed.sessions == 1
+        await kept.close()
+        gone = await stub.RenewLease(pb.RenewLeaseRequest(owner="live"), timeout=10)
+        assert gone.sessions == 0
+
+
+def test_a_starting_replica_removes_a_killed_replicas_workspace_only(
+    replicas: list[Replica], tmp_path: Path
+) -> None:
+    root, logs = tmp_path / "ws", tmp_path / "logs"
+    killed = Replica(root, logs).start()
+    live = Replica(root, logs).start()
+    replicas += [killed, live]
+    killed_dir, live_dir = killed.own_dir(), live.own_dir()
+    foreign = root / "artfleet-sandbox-foreign"  # no owner file: not ours to judge
+    foreign.mkdir()
+
+    killed.stop(signal.SIGKILL)
+    assert killed_dir.exists(), "a SIGKILLed replica cannot clean up after itself"
+    restarted = Replica(root, logs).start()  # compose's restart, beside the live one
+    replicas.append(restarted)
+    assert not killed_dir.exists()
+    assert live_dir.exists() and live.serving()
+    assert foreign.exists()
+    assert restarted.own_dir() != live_dir
+
+    for replica in (live, restarted):  # a graceful stop removes its own dir
+        replica.stop()
+    assert sorted(p.name for p in root.iterdir()) == [foreign.name]
+
+
+def rollout_sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_each_session_lost_with_its_replica_counts_once(
+    replicas: list[Replica], tmp_path: Path
+) -> None:
+    root, logs = tmp_path / "ws", tmp_path / "logs"
+    replica = Replica(root, logs).start()
+    replicas.append(replica)
+    lost = ("artfleet_rollout_failures_total", {"kind": "sandbox_lost"})
+    held = ("artfleet_rollout_sandbox_sessions", {"replica": replica.target})
+    before = rollout_sample(lost[0], **lost[1])
+    async with SandboxRouter(replica.target, TOKEN, owner="worker", lease_s=30) as router:
+        workspaces = GrpcWorkspaces(router)
+        calling, closing = [await workspaces.open(WorkspaceSpec("job", {})) for _ in range(2)]
+        assert (await calling.exec("true", timeout_s=10)).exit_code == 0
+        assert rollout_sample(held[0], **held[1]) == 2
+
+        replica.stop(signal.SIGKILL)  # and compose restarts it, same address, new replica
+        restarted = Replica(root, logs, port=replica.port, metrics_port=replica.metrics_port)
+        replicas.append(restarted.start())
+        for _ in range(2):  # the session is lost; counted at the first call only
+            with pytest.raises(WorkspaceLost, match="lost"):
+                await calling.exec("true", timeout_s=10)
+        assert rollout_sample(lost[0], **lost[1]) == before + 1
+        await calling.close()  # nothing left to close: no error, no second count
+        await closing.close()  # its first call after the kill: counted, no error either
+        assert rollout_sample(lost[0], **lost[1]) == before + 2
+        assert rollout_sample(held[0], **held[1]) == 0
+        assert router.in_use() == []
