@@ -143,7 +143,7 @@ def test_a_session_filling_its_work_dir_raises_the_gauge_and_a_warning(replica: 
         assert run("echo still-here").stdout.strip() == b"still-here"
         # An hour-old session dir is stale.
         root = next(replica.workspace.glob("artfleet-sandbox-*"))
-        session_dir = next(root.iterdir())
+        session_dir = next(p for p in root.iterdir() if p.is_dir())  # beside .owner.json
         two_hours_ago = time.time() - 7200
         for touched in [session_dir, *session_dir.iterdir()]:
             os.utime(touched, (two_hours_ago, two_hours_ago))
