@@ -39,6 +39,7 @@ from artfleet_sandbox.backend import (
     ExecOutcome,
     ExecSpec,
     FileSpec,
+    ImageReport,
     InvalidArgument,
     RunTestsReport,
     SandboxError,
@@ -293,6 +294,11 @@ class LocalBackend:
 
     async def open_stdio(self, spec: StdioSpec) -> StdioProcess:
         return await LocalStdio.start(spec, self.config.allow_stdio, self.config.path)
+
+    async def check_images(self, images: Sequence[str]) -> ImageReport:
+        # Sessions here are directories on the host: a task that needs its image (the
+        # repo at /testbed, its own interpreter) cannot run on this backend at all.
+        return ImageReport(sorted(set(images)), pull_allowed=False, runs_images=False)
 
     async def close_all(self) -> int:
         results = await asyncio.gather(*(self.close_session(sid) for sid in self._sessions.ids()))
