@@ -5,17 +5,18 @@ the same run, the same files sent with CreateSession one by one.
     python bench/repo_bench.py [--backend local|docker] [--mb 50] [--warm 3]
 
 Prints `repo_session_upload_s=`, `repo_session_first_s=`, `repo_session_warm_s=` (median
-of --warm sessions; target <= 1 s) and `repo_warm_speedup=` (upload / warm). Docker: a
-warm session takes a pooled container the replica seeded with the repo in the background
-(the bench waits until one is there, as a replica serving a job has had time to);
-`repo_session_unpooled_s=` is a warm session without that pool (`pool_repos=False`: a
-plain pooled container and one `put_archive` of the cached tar).
+of --warm sessions; target <= 1 s) and `repo_warm_speedup=` (upload / warm). A warm
+session takes a container (local: a session dir) the replica seeded with the repo in the
+background (the bench waits until one is there, as a replica serving a job has had time
+to); `repo_session_unpooled_s=` is a warm session without that pool (docker: a plain
+pooled container and one `put_archive` of the cached tar; local: `tar -x` of it).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import statistics
 import subprocess
@@ -54,7 +55,7 @@ def make_repo(root: Path, megabytes: int) -> tuple[str, list[FileSpec]]:
 
 
 async def timed(backend: SandboxBackend, spec: SessionSpec, warm: bool = False) -> float:
-    if warm and isinstance(backend, DockerBackend) and spec.repo is not None:
+    if warm and spec.repo is not None:
         await seeded_pool_ready(backend, spec.repo)
     started = time.perf_counter()
     info = await backend.create_session(spec)
@@ -63,12 +64,14 @@ async def timed(backend: SandboxBackend, spec: SessionSpec, warm: bool = False) 
     return seconds
 
 
-async def seeded_pool_ready(backend: DockerBackend, repo: RepoSpec) -> None:
-    """Waits for a warm container that already holds the repo."""
-    if not backend.config.pool_repos:
-        return
-    tarball = await backend.repos.tarball(repo)
-    await until(lambda: backend.pool_ready("", tarball) > 0)
+async def seeded_pool_ready(backend: SandboxBackend, repo: RepoSpec) -> None:
+    """Waits for a warm container (local: a session dir) that already holds the repo."""
+    if isinstance(backend, DockerBackend) and backend.config.pool_repos:
+        docker_tarball = await backend.repos.tarball(repo)
+        await until(lambda: backend.pool_ready("", docker_tarball) > 0)
+    elif isinstance(backend, LocalBackend) and backend.config.repo_pool_size > 0:
+        local_tarball = await backend.repos.tarball(repo)
+        await until(lambda: backend.repo_pool_ready(local_tarball) > 0)
 
 
 async def until(ready: Callable[[], bool], limit_s: float = 300.0) -> None:
@@ -99,16 +102,26 @@ async def sessions(kind: str, tmp: str, commit: str, files: list[FileSpec], warm
     print(f"repo_warm_speedup={upload / warm_s:.2f}")
 
 
-async def unpooled(tmp: str, commit: str, warm: int) -> None:
-    """Docker without repo-seeded pools: a plain warm container + one put_archive."""
-    backend = DockerBackend(DockerConfig(cache_dir=tmp, pool_size=2, pool_repos=False))
+def plain_ready(backend: DockerBackend) -> bool:
+    return backend.pool_ready("") > 0
+
+
+async def unpooled(kind: str, tmp: str, commit: str, warm: int) -> None:
+    """Without repo-seeded pools: docker takes a plain warm container + one put_archive,
+    local unpacks the tar into a new session dir."""
+    backend: SandboxBackend
+    if kind == "docker":
+        backend = DockerBackend(DockerConfig(cache_dir=tmp, pool_size=2, pool_repos=False))
+    else:
+        backend = LocalBackend(LocalConfig(cache_dir=tmp, test_runtime=False, repo_pool_size=0))
     repo = SessionSpec(repo=RepoSpec("bench/big", commit))
     await backend.start()
     try:
-        await timed(backend, SessionSpec())  # fills the plain pool
+        await timed(backend, SessionSpec())  # fills docker's plain pool
         times = []
         for _ in range(warm):
-            await until(lambda: backend.pool_ready("") > 0)
+            if isinstance(backend, DockerBackend):
+                await until(functools.partial(plain_ready, backend))
             times.append(await timed(backend, repo))
     finally:
         await backend.stop()
@@ -120,8 +133,7 @@ async def run(kind: str, megabytes: int, warm: int) -> None:
         commit, files = make_repo(Path(tmp), megabytes)
         print(f"backend={kind} repo_mb={megabytes} files={len(files)}")
         await sessions(kind, tmp, commit, files, warm)
-        if kind == "docker":
-            await unpooled(tmp, commit, warm)
+        await unpooled(kind, tmp, commit, warm)
 
 
 def main() -> None:
