@@ -1,6 +1,6 @@
-"""The easiest code-fix tasks name the file, the line and the one token to change, and that
-edit alone (what `sed -i 'Ns/old/new/' file` does) is the reference fix; repo tasks are
-shown a demonstrated sed fix, shell tasks keep theirs."""
+"""The easiest code-fix tasks name the file, the line and the one token to change, and the
+sed command that makes it; that edit alone is the reference fix. Repo tasks are shown a
+demonstrated sed fix, shell tasks keep theirs."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ def test_each_named_line_fix_is_the_reference_fix() -> None:
             continue
         path, line, old, new = match[1], int(match[2]), match[3], match[4]
         fixed = apply_sed(scenario.files[path], line, old, new)
+        sed = f"The fix: sed -i '{line}s/{old}/{new}/' {path}"
+        assert sed in scenario.repo.problem_statement  # type: ignore[union-attr]
         patch = scenario.repo.reference_fix  # type: ignore[union-attr]
         assert f"-{scenario.files[path].split(chr(10))[line - 1]}" in patch
         assert f"+{fixed.split(chr(10))[line - 1]}" in patch

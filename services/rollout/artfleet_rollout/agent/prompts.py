@@ -67,14 +67,15 @@ _DEMONSTRATION: tuple[dict[str, str], ...] = (
 # Repo tasks get a demonstrated fix instead: the shell demonstration's `echo ... > file`,
 # copied by a 135M model into a repo task, overwrites a source file (measured: no code-fix
 # task solved with it). One `sed -i 'Ns/old/new/' file` is the edit the easiest
-# statements ask for ("In f.py line N, `old` must be `new`").
+# statements ask for ("In f.py line N, `old` must be `new`. The fix: sed -i ...").
 _REPO_DEMONSTRATION: tuple[dict[str, str], ...] = (
     {
         "role": "user",
         "content": "Task: total() subtracts instead of adding. In calc/sums.py line 4, `-` "
-        "must be `+`.\n\nThe Python project is in the current directory. Find and fix the "
-        "bug in its source code. Hidden tests (run with pytest) will check your fix; do not "
-        "add tests.\nFiles: calc/__init__.py, calc/sums.py",
+        "must be `+`. The fix: sed -i '4s/-/+/' calc/sums.py\n\nThe Python project is in "
+        "the current directory. Find and fix the bug in its source code. Hidden tests (run "
+        "with pytest) will check your fix; do not add tests.\nFiles: calc/__init__.py, "
+        "calc/sums.py",
     },
     {
         "role": "assistant",
