@@ -67,7 +67,9 @@ _DEMONSTRATION: tuple[dict[str, str], ...] = (
 # Repo tasks get a demonstrated fix instead: the shell demonstration's `echo ... > file`,
 # copied by a 135M model into a repo task, overwrites a source file (measured: no code-fix
 # task solved with it). One `sed -i 'Ns/old/new/' file` is the edit the easiest
-# statements ask for ("In f.py line N, `old` must be `new`. The fix: sed -i ...").
+# statements ask for ("In f.py line N, `old` must be `new`. The fix: sed -i ..."). It ends
+# on the fix, not on `submit`: the model copies the last demonstrated reply (measured: with
+# a closing `submit` turn most first replies were "The bug is fixed, so the task is done").
 _REPO_DEMONSTRATION: tuple[dict[str, str], ...] = (
     {
         "role": "user",
@@ -81,11 +83,6 @@ _REPO_DEMONSTRATION: tuple[dict[str, str], ...] = (
         "role": "assistant",
         "content": "THOUGHT: I change `-` to `+` on line 4 of calc/sums.py with sed."
         "\n```bash\nsed -i '4s/-/+/' calc/sums.py\n```",
-    },
-    {"role": "user", "content": "exit_code: 0\nstdout: (empty)\nstderr: (empty)"},
-    {
-        "role": "assistant",
-        "content": "THOUGHT: The bug is fixed, so the task is done.\n```bash\nsubmit\n```",
     },
 )
 
