@@ -104,6 +104,7 @@ async def _start(fleet: FuzzFleet, redis_url: str, workdir: str) -> None:
             **_settings(redis_url=redis_url),
             rollout_target=fleet.target("artfleet.v1.Rollout"),
             reward_target=fleet.target("artfleet.v1.Reward"),
+            sandbox_target=fleet.target("artfleet.v1.Sandbox"),
             art_path=os.path.join(workdir, "art"),
             inference_port=free_port(),
         )

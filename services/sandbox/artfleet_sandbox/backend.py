@@ -166,6 +166,15 @@ class RunTestsReport:
         return len(self.tests)
 
 
+@dataclass(frozen=True)
+class ImageReport:
+    """Which images a backend cannot start sessions from (ImageCheck)."""
+
+    missing: Sequence[str]
+    pull_allowed: bool  # missing ones are pulled at first use
+    runs_images: bool  # False: the backend ignores images (local)
+
+
 def check_env(env: Mapping[str, str]) -> None:
     for key, value in env.items():
         if not ENV_VAR_NAME.match(key):
@@ -228,6 +237,10 @@ class SandboxBackend(Protocol):
 
     async def run_tests(self, session_id: str, command: str, timeout_s: float) -> RunTestsReport:
         """Run the tests; an empty command means the backend's default (pytest + JUnit XML)."""
+        ...
+
+    async def check_images(self, images: Sequence[str]) -> ImageReport:
+        """Which of `images` sessions could not start from (asked at SubmitJob)."""
         ...
 
     async def close_session(self, session_id: str) -> bool:

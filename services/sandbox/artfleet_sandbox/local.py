@@ -39,6 +39,7 @@ from artfleet_sandbox.backend import (
     ExecOutcome,
     ExecSpec,
     FileSpec,
+    ImageReport,
     InvalidArgument,
     RunTestsReport,
     SandboxError,
@@ -56,6 +57,7 @@ from artfleet_sandbox.bwrap import (
 )
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.localrepl import LocalChannel
+from artfleet_sandbox.localseed import SeededDirs
 from artfleet_sandbox.localstdio import LocalStdio
 from artfleet_sandbox.paths import chown_tree, read_file, remove_tree, resolve_dir, write_file
 from artfleet_sandbox.procs import TAG_VAR, kill_group, kill_tagged, rlimit_prefix, run_process
@@ -109,6 +111,7 @@ class LocalConfig:
     stop_timeout_s: float = 10.0
     cache_dir: str = ""  # the test runtime and cached repos; "" = default_cache_dir()
     test_runtime: bool = True  # prepare the Python + pytest runtime for sessions
+    repo_pool_size: int = 2  # session dirs kept unpacked per recently used repo (localseed)
     # McpStdio: run the request's args as a local command (no container: dev and tests).
     allow_stdio: bool = False
     # Without bubblewrap, run commands as the server's user on the host? An explicit choice.
@@ -166,6 +169,11 @@ class LocalBackend:
         self._runtime: PyRuntime | None = None
         self._runtime_error = ""
         self.repos = RepoCache(self.config.cache_dir or default_cache_dir())
+        self._seeded = SeededDirs(
+            self.config.repo_pool_size,
+            lambda tarball: asyncio.to_thread(self._make_session_dir, (), tarball),
+            lambda root: asyncio.to_thread(remove_tree, root),
+        )
 
     @property
     def root(self) -> str:
@@ -204,6 +212,7 @@ class LocalBackend:
             self._reaper = None
         if not self._root:
             return
+        await self._seeded.stop()
         try:
             await asyncio.wait_for(self.close_all(), self.config.stop_timeout_s)
         except TimeoutError:
@@ -264,9 +273,14 @@ class LocalBackend:
             raise InvalidArgument("idle_ttl_s must not be negative")
         started = time.perf_counter()
         tarball = await self.repos.tarball(spec.repo) if spec.repo else ""
+        root = self._seeded.take(tarball) if tarball else None
+        if root is not None:  # the repo is already there; only the files are written
+            await asyncio.to_thread(self._write_to, root, spec.files)
+        else:
+            root = await asyncio.to_thread(self._make_session_dir, spec.files, tarball)
         session = _Session(
             id=new_session_id(self.replica_id),
-            root=await asyncio.to_thread(self._make_session_dir, spec.files, tarball),
+            root=root,
             tag=secrets.token_hex(8),
             env=dict(spec.env),
             network=spec.network,
@@ -304,6 +318,11 @@ class LocalBackend:
     async def open_stdio(self, spec: StdioSpec) -> StdioProcess:
         return await LocalStdio.start(spec, self.config.allow_stdio, self.config.path)
 
+    async def check_images(self, images: Sequence[str]) -> ImageReport:
+        # Sessions here are directories on the host: a task that needs its image (the
+        # repo at /testbed, its own interpreter) cannot run on this backend at all.
+        return ImageReport(sorted(set(images)), pull_allowed=False, runs_images=False)
+
     async def close_all(self) -> int:
         results = await asyncio.gather(*(self.close_session(sid) for sid in self._sessions.ids()))
         return sum(results)
@@ -330,6 +349,18 @@ class LocalBackend:
             remove_tree(root)
             raise
         return root
+
+    def _write_to(self, root: str, files: Sequence[FileSpec]) -> None:
+        try:
+            for spec in files:
+                write_file(os.path.join(root, "work"), spec, self._owner)
+        except BaseException:
+            remove_tree(root)
+            raise
+
+    def repo_pool_ready(self, tarball: str) -> int:
+        """Session dirs holding this repo waiting now (the bench waits on it)."""
+        return self._seeded.ready(tarball)
 
     def _write_all(self, session: _Session, files: Sequence[FileSpec]) -> None:
         for spec in files:

@@ -81,17 +81,31 @@ class RepoCache:
             if os.path.exists(staging):
                 os.unlink(staging)
 
-    @staticmethod
-    def _git_archive(source: str, commit: str, dest: str, out: str) -> None:
+    def _git_archive(self, source: str, commit: str, dest: str, out: str) -> None:
         prefix = [f"--prefix={dest}/"] if dest else []
-        result = subprocess.run(
-            ["git", "-C", source, "archive", "--format=tar", *prefix, "-o", out, commit, "--"],
-            capture_output=True,
-            timeout=600,
-        )
-        if result.returncode != 0:
-            message = result.stderr.decode(errors="replace").strip()[-500:]
-            raise InvalidArgument(f"cannot archive commit {commit!r}: {message}")
+        raw = f"{out}.git"
+        try:
+            result = subprocess.run(
+                ["git", "-C", source, "archive", "--format=tar", *prefix, "-o", raw, commit, "--"],
+                capture_output=True,
+                timeout=600,
+            )
+            if result.returncode != 0:
+                message = result.stderr.decode(errors="replace").strip()[-500:]
+                raise InvalidArgument(f"cannot archive commit {commit!r}: {message}")
+            self._own(raw, out)
+        finally:
+            if os.path.exists(raw):
+                os.unlink(raw)
+
+    def _own(self, raw: str, out: str) -> None:
+        """git archive's entries are root's; the docker engine keeps a tar's owners, and
+        the session user must be able to edit the repo: the entries become its own."""
+        with tarfile.open(raw) as src, tarfile.open(out, "w") as dst:
+            for member in src:
+                member.uid = member.gid = self.uid
+                member.uname = member.gname = ""
+                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
 
     def _tar_tree(self, source: str, dest: str, out: str) -> None:
         def owned(info: tarfile.TarInfo) -> tarfile.TarInfo | None:

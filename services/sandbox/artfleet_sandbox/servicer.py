@@ -81,6 +81,9 @@ class Limits:
         )
 
 
+_MAX_IMAGES = 100_000  # R2E-Gym has a few thousand task images; a check is one listing
+
+
 def _clamp(value: float, default: float, cap: float, name: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise InvalidArgument(f"{name} must be a non-negative number (0 = default), got {value}")
@@ -315,6 +318,24 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
         owner = check_owner(request.owner)
         held = self.leases.renew(owner, self.leases.lease(request.lease_s))
         return pb.RenewLeaseResponse(sessions=held)
+
+    @_rpc
+    async def ImageCheck(
+        self, request: pb.ImageCheckRequest, context: Any
+    ) -> pb.ImageCheckResponse:
+        images = list(request.images)
+        if len(images) > _MAX_IMAGES:
+            raise InvalidArgument(f"images: at most {_MAX_IMAGES} per check, got {len(images)}")
+        for image in images:
+            if not image or len(image) > 512 or any(ch.isspace() for ch in image):
+                raise InvalidArgument(f"images: {image[:80]!r} is not an image reference")
+        report = await self.backend.check_images(images)
+        return pb.ImageCheckResponse(
+            missing=list(report.missing),
+            pull_allowed=report.pull_allowed,
+            backend=self.backend.name,
+            runs_images=report.runs_images,
+        )
 
     async def McpStdio(self, request_iterator: Any, context: Any) -> AsyncIterator[pb.StdioChunk]:
         # Statuses are set by serve_stdio itself (a stream has no single reply to wrap).

@@ -106,7 +106,12 @@ class SandboxSettings(ServerSettings):
     allow_network: bool = Field(default=True, description="May sessions opt in to network")
     sandbox_network: str = Field(default="bridge", description="Network of opted-in sessions")
     max_lifetime_s: float = Field(default=4 * 3600.0, gt=0, description="Hard session bound")
-    pool_size: int = Field(default=2, ge=0, le=64, description="Warm containers per image")
+    pool_size: int = Field(
+        default=2,
+        ge=0,
+        le=64,
+        description="Warm containers per image (docker) and per recent repo (both backends)",
+    )
     pool_images: list[str] = Field(
         default_factory=list, description="Warmed at start besides sandbox_image"
     )

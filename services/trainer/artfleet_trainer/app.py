@@ -12,6 +12,7 @@ from artfleet.queue import make_celery
 from artfleet.rpc.server import GrpcServer
 from artfleet.v1 import trainer_pb2_grpc
 from artfleet_trainer.backends import backend_unavailable_reason, make_backend
+from artfleet_trainer.images import ImageChecker
 from artfleet_trainer.reward_client import RewardClient
 from artfleet_trainer.rollouts import GroupDispatcher, RolloutClient
 from artfleet_trainer.runner import JobRunner
@@ -40,6 +41,7 @@ class TrainerApp:
             RewardClient(settings.reward_target, token),
             lambda kind: backend_unavailable_reason(kind, settings.backend),
             art_path=settings.art_path,
+            images=ImageChecker(rollout, settings.sandbox_target, token),
         )
         # Checkpoints and sampled trajectories fill these (kept on purpose, so never "stale");
         # findings never stop training.

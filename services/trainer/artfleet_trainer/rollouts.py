@@ -26,17 +26,20 @@ class RolloutClient:
         self._target = target
         self._token = token
 
-    async def scenario_ids(self, environment: str, split: str) -> list[str]:
+    async def describe(self, environment: str) -> rollout_pb2.EnvironmentInfo:
         async with aio_channel(self._target, self._token) as channel:
             stub = rollout_pb2_grpc.RolloutStub(channel)
             try:
-                info = await stub.DescribeEnvironment(
+                return await stub.DescribeEnvironment(
                     rollout_pb2.DescribeEnvironmentRequest(name=environment), timeout=30
                 )
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
                     raise InvalidArgument(exc.details() or "unknown", "environment") from None
                 raise Unavailable(f"rollout service {self._target}: {exc.details()}") from None
+
+    async def scenario_ids(self, environment: str, split: str) -> list[str]:
+        info = await self.describe(environment)
         ids = [s.id for s in info.scenarios if s.split == split]
         if not ids:
             known = sorted(info.split_sizes)

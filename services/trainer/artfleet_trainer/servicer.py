@@ -13,6 +13,7 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_trainer import grpo, metrics, sft_phase
 from artfleet_trainer.evals import check_eval_split
+from artfleet_trainer.images import ImageChecker
 from artfleet_trainer.models import ModelCatalog
 from artfleet_trainer.reward_client import RewardClient
 from artfleet_trainer.rollouts import RolloutClient
@@ -27,6 +28,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         reward: RewardClient,
         backend_available: Callable[[str], str],
         art_path: str = ".art",
+        images: ImageChecker | None = None,
     ) -> None:
         self._store = store
         self._rollout = rollout
@@ -34,6 +36,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         # Returns "" when this trainer can run the backend, else why not.
         self._backend_available = backend_available
         self._models = ModelCatalog(store, art_path)
+        self._images = images  # None: no sandbox to ask (unit tests of the API alone)
 
     async def SubmitJob(
         self, request: trainer_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
@@ -48,6 +51,8 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
             raise InvalidArgument(why_not, "backend")
         await self._rollout.scenario_ids(spec.environment, spec.split)
         await check_eval_split(self._rollout, spec)
+        if self._images is not None:
+            await self._images.check(spec)
         message = spec_to_proto(spec)
         await self._reward.validate(message.reward)
         job = await self._store.create(message, config_hash=config_hash(spec))

@@ -29,5 +29,9 @@ class TrainerSettings(ServerSettings):
     )
     rollout_target: str = Field(default="127.0.0.1:50052", description="Rollout gRPC address")
     reward_target: str = Field(default="127.0.0.1:50054", description="Reward gRPC address")
+    sandbox_target: str = Field(
+        default="127.0.0.1:50053",
+        description="Sandbox gRPC address: asked at submit whether a job's task images exist",
+    )
     poll_interval_s: float = Field(default=0.5, gt=0)
     job_lease_s: float = Field(default=30.0, gt=1)

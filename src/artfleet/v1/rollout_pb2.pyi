@@ -14,14 +14,16 @@ class DescribeEnvironmentRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class ScenarioInfo(_message.Message):
-    __slots__ = ("id", "split", "title")
+    __slots__ = ("id", "split", "title", "image")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
     id: str
     split: str
     title: str
-    def __init__(self, id: _Optional[str] = ..., split: _Optional[str] = ..., title: _Optional[str] = ...) -> None: ...
+    image: str
+    def __init__(self, id: _Optional[str] = ..., split: _Optional[str] = ..., title: _Optional[str] = ..., image: _Optional[str] = ...) -> None: ...
 
 class EnvironmentInfo(_message.Message):
     __slots__ = ("name", "description", "split_sizes", "scenarios", "agent", "skipped")

@@ -16,6 +16,24 @@ EXEC_MODE_UNSPECIFIED: ExecMode
 EXEC_MODE_REPL: ExecMode
 EXEC_MODE_STATELESS: ExecMode
 
+class ImageCheckRequest(_message.Message):
+    __slots__ = ("images",)
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    images: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, images: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ImageCheckResponse(_message.Message):
+    __slots__ = ("missing", "pull_allowed", "backend", "runs_images")
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    PULL_ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    RUNS_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    missing: _containers.RepeatedScalarFieldContainer[str]
+    pull_allowed: bool
+    backend: str
+    runs_images: bool
+    def __init__(self, missing: _Optional[_Iterable[str]] = ..., pull_allowed: _Optional[bool] = ..., backend: _Optional[str] = ..., runs_images: _Optional[bool] = ...) -> None: ...
+
 class StdioStart(_message.Message):
     __slots__ = ("image", "args", "env", "job_id", "resources", "network", "startup_timeout_s", "idle_timeout_s")
     class EnvEntry(_message.Message):

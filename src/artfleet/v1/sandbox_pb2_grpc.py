@@ -74,6 +74,11 @@ class SandboxStub:
                 request_serializer=artfleet_dot_v1_dot_sandbox__pb2.StdioChunk.SerializeToString,
                 response_deserializer=artfleet_dot_v1_dot_sandbox__pb2.StdioChunk.FromString,
                 _registered_method=True)
+        self.ImageCheck = channel.unary_unary(
+                '/artfleet.v1.Sandbox/ImageCheck',
+                request_serializer=artfleet_dot_v1_dot_sandbox__pb2.ImageCheckRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_sandbox__pb2.ImageCheckResponse.FromString,
+                _registered_method=True)
 
 
 class SandboxServicer:
@@ -135,6 +140,14 @@ class SandboxServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ImageCheck(self, request, context):
+        """Which of these images the replica cannot run sessions from (SubmitJob asks before it
+        queues a job whose tasks name per-task images).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -177,6 +190,11 @@ def add_SandboxServicer_to_server(servicer, server):
                     servicer.McpStdio,
                     request_deserializer=artfleet_dot_v1_dot_sandbox__pb2.StdioChunk.FromString,
                     response_serializer=artfleet_dot_v1_dot_sandbox__pb2.StdioChunk.SerializeToString,
+            ),
+            'ImageCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImageCheck,
+                    request_deserializer=artfleet_dot_v1_dot_sandbox__pb2.ImageCheckRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_sandbox__pb2.ImageCheckResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -395,6 +413,33 @@ class Sandbox:
             '/artfleet.v1.Sandbox/McpStdio',
             artfleet_dot_v1_dot_sandbox__pb2.StdioChunk.SerializeToString,
             artfleet_dot_v1_dot_sandbox__pb2.StdioChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImageCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/artfleet.v1.Sandbox/ImageCheck',
+            artfleet_dot_v1_dot_sandbox__pb2.ImageCheckRequest.SerializeToString,
+            artfleet_dot_v1_dot_sandbox__pb2.ImageCheckResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,6 +3,7 @@ into every workspace that names it; bad names are clear errors."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 from collections.abc import Callable
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from artfleet_sandbox.backend import (
+    ExecSpec,
+    FileSpec,
     InvalidArgument,
     NotFound,
     RepoSpec,
@@ -92,3 +95,35 @@ async def test_bad_repo_names_are_clear_errors(
         with pytest.raises(error, match=match):
             await backend.create_session(SessionSpec(repo=spec))
         assert len(backend._sessions) == 0
+
+
+async def test_later_sessions_take_dirs_unpacked_ahead(
+    config_factory: Callable[..., LocalConfig], cache: tuple[Path, str]
+) -> None:
+    """After a repo's first session, dirs holding it are prepared in the background; later
+    sessions take them (each its own: edits never leak), with their own files added."""
+    cache_dir, first = cache
+    config = config_factory(
+        use_bwrap="never", cache_dir=str(cache_dir), test_runtime=False, repo_pool_size=2
+    )
+    async with LocalBackend(config) as backend:
+        spec = RepoSpec("acme/shop", first)
+        one = await backend.create_session(SessionSpec(repo=spec))
+        tarball = await backend.repos.tarball(spec)
+        for _ in range(600):
+            if backend.repo_pool_ready(tarball) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert backend.repo_pool_ready(tarball) == 2
+        extra = FileSpec("notes.txt", b"mine\n")
+        sessions = [
+            await backend.create_session(SessionSpec(repo=spec, files=[extra])) for _ in range(2)
+        ]
+        assert backend.repo_pool_ready(tarball) < 2  # taken, not made on the session's path
+        edit = ExecSpec("echo 'TAX = 9' > shop/cart.py", 10, 1024)
+        assert (await backend.exec(sessions[0].session_id, edit)).exit_code == 0
+        assert await _read(backend, sessions[0].session_id, "shop/cart.py") == b"TAX = 9\n"
+        for info in (one, sessions[1]):
+            assert await _read(backend, info.session_id, "shop/cart.py") == b"TAX = 0.2\n"
+        assert await _read(backend, sessions[1].session_id, "notes.txt") == b"mine\n"
+        assert len({s.workdir for s in (one, *sessions)}) == 3

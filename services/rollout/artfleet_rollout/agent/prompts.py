@@ -64,8 +64,31 @@ _DEMONSTRATION: tuple[dict[str, str], ...] = (
 )
 
 
-def demonstration() -> list[dict[str, str]]:
-    return [dict(m) for m in _DEMONSTRATION]
+# Repo tasks get a demonstrated fix instead: the shell demonstration's `echo ... > file`,
+# copied by a 135M model into a repo task, overwrites a source file (measured: no code-fix
+# task solved with it). One `sed -i 'Ns/old/new/' file` is the edit the easiest
+# statements ask for ("In f.py line N, `old` must be `new`. The fix: sed -i ..."). It ends
+# on the fix, not on `submit`: the model copies the last demonstrated reply (measured: with
+# a closing `submit` turn most first replies were "The bug is fixed, so the task is done").
+_REPO_DEMONSTRATION: tuple[dict[str, str], ...] = (
+    {
+        "role": "user",
+        "content": "Task: total() subtracts instead of adding. In calc/sums.py line 4, `-` "
+        "must be `+`. The fix: sed -i '4s/-/+/' calc/sums.py\n\nThe Python project is in "
+        "the current directory. Find and fix the bug in its source code. Hidden tests (run "
+        "with pytest) will check your fix; do not add tests.\nFiles: calc/__init__.py, "
+        "calc/sums.py",
+    },
+    {
+        "role": "assistant",
+        "content": "THOUGHT: I change `-` to `+` on line 4 of calc/sums.py with sed."
+        "\n```bash\nsed -i '4s/-/+/' calc/sums.py\n```",
+    },
+)
+
+
+def demonstration(repo: bool = False) -> list[dict[str, str]]:
+    return [dict(m) for m in (_REPO_DEMONSTRATION if repo else _DEMONSTRATION)]
 
 
 def build_initial_messages(scenario: TaskLike) -> list[dict[str, str]]:
@@ -73,6 +96,6 @@ def build_initial_messages(scenario: TaskLike) -> list[dict[str, str]]:
     task = f"Task: {scenario.instruction.strip()}\n{_file_listing(scenario.files)}"
     return [
         {"role": "system", "content": system_prompt()},
-        *demonstration(),
+        *demonstration(repo=getattr(scenario, "repo", None) is not None),
         {"role": "user", "content": task},
     ]

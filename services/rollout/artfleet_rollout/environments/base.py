@@ -135,7 +135,7 @@ class Environment:
             description=self.description,
             split_sizes=self.split_sizes(),
             scenarios=[
-                rollout_pb2.ScenarioInfo(id=s.id, split=s.split, title=s.title)
+                rollout_pb2.ScenarioInfo(id=s.id, split=s.split, title=s.title, image=s.image)
                 for s in self._scenarios
             ],
             agent=self.agent,

@@ -46,6 +46,12 @@ def unified_diff(path: str, before: str, after: str) -> str:
     return f"diff --git a/{path} b/{path}\n" + "".join(lines)
 
 
+def bug_line(correct: str, find: str) -> int:
+    """The 1-based line where the injected bug starts (the buggy file is the same up to
+    there); statements of the easiest tasks name it: `{line}`."""
+    return correct[: correct.index(find)].count("\n") + 1
+
+
 def _bug_task(project: str, raw: Any, files: dict[str, str], tests: dict[str, str]) -> Scenario:
     where = f"{DATA_FILE}: {project}.bugs[{raw.get('id', '?') if isinstance(raw, dict) else '?'}]"
     if not isinstance(raw, dict) or set(raw) != _BUG_KEYS:
@@ -59,6 +65,11 @@ def _bug_task(project: str, raw: Any, files: dict[str, str], tests: dict[str, st
         raise ScenarioDataError(f"{where}.find: must occur exactly once in {path}")
     correct = files[path]
     buggy = correct.replace(find, replace)
+    statement = " ".join(str(raw["statement"]).split())
+    if "{line}" in statement:
+        if "\n" in find or "\n" in replace:
+            raise ScenarioDataError(f"{where}.statement: {{line}} needs a one-line bug")
+        statement = statement.replace("{line}", str(bug_line(correct, find)))
     names = {
         name: test_file for test_file, text in tests.items() for name in _TEST_DEF.findall(text)
     }
@@ -67,7 +78,6 @@ def _bug_task(project: str, raw: Any, files: dict[str, str], tests: dict[str, st
         raise ScenarioDataError(f"{where}.f2p: unknown or no tests {unknown}")
     f2p = tuple(f"{names[t]}::{t}" for t in raw["f2p"])
     p2p = tuple(f"{f}::{t}" for t, f in names.items() if t not in raw["f2p"])
-    statement = " ".join(str(raw["statement"]).split())
     task = RepoTask(
         problem_statement=statement,
         fail_to_pass=f2p,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
 import secrets
 import shlex
@@ -18,7 +19,9 @@ from artfleet_sandbox.backend import (
     ExecOutcome,
     ExecSpec,
     FileSpec,
+    ImageReport,
     InvalidArgument,
+    Resources,
     RunTestsReport,
     SandboxError,
     SessionInfo,
@@ -95,6 +98,8 @@ class DockerBackend:
             max_images=self.config.pool_max_images,
             keep=(self.config.default_image, *self.config.pool_images),
         )
+        # Warm-pool keys of repo-seeded pools -> (image, the repo's tarball).
+        self._seeded: dict[str, tuple[str, str]] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._renames: set[asyncio.Task[None]] = set()
         self._inflight: set[asyncio.Future[str]] = set()
@@ -182,11 +187,43 @@ class DockerBackend:
         finally:
             self._creating.discard(req.session_id)
 
-    async def _create_pooled(self, image: str) -> Pooled:
+    async def _create_pooled(self, key: str) -> Pooled:
+        image, tarball = self._seeded.get(key, (key, ""))
         session_id = new_session_id(self.replica_id)
         req = ContainerRequest(session_id, image, self.config.defaults, False, pooled=True)
         # `_start` tracks the id until it returns; the pool holds it from then on.
-        return Pooled(await self._start(req), session_id)
+        container_id = await self._start(req)
+        if tarball:
+            self._creating.add(session_id)
+            try:
+                await self.engine.put_tarball(container_id, tarball)
+            except BaseException:
+                await asyncio.shield(self._remove(container_id))
+                raise
+            finally:
+                self._creating.discard(session_id)
+        return Pooled(container_id, session_id)
+
+    def repo_pool_key(self, image: str, tarball: str) -> str:
+        """The pool of `image` containers whose workspace already holds the repo: a
+        session of a repo used before is then a pop, with no unpacking on its path."""
+        key = f"{image}+repo-{os.path.basename(tarball)[:12]}"
+        self._seeded[key] = (image, tarball)
+        return key
+
+    def _take_pooled(self, image: str, tarball: str) -> tuple[Pooled | None, bool]:
+        """A warm container, and whether the repo is already in it."""
+        if tarball and self.config.pool_repos:
+            pooled = self._pool.take(self.repo_pool_key(image, tarball))
+            if pooled is not None:
+                return pooled, True
+        return self._pool.take(image), False
+
+    def pool_ready(self, image: str, tarball: str = "") -> int:
+        """Warm containers of `image` waiting now (holding the repo of `tarball`, if
+        given); the bench waits on it."""
+        image = image or self.config.default_image
+        return self._pool.ready(self.repo_pool_key(image, tarball) if tarball else image)
 
     async def _remove(self, container_id: str) -> bool:
         try:
@@ -208,16 +245,10 @@ class DockerBackend:
         image = spec.image or self.config.default_image
         await self.engine.ensure_image(image, self.config.pull)
         started = time.perf_counter()
-        pooled = None
-        if not spec.network and resources == self.config.defaults:
-            pooled = self._pool.take(image)
-        if pooled is not None:
-            session_id, container_id, source = pooled.session_id, pooled.container_id, "pool"
-            self._label_job_later(container_id, session_id, spec.job_id)
-        else:
-            session_id = new_session_id(self.replica_id)
-            req = ContainerRequest(session_id, image, resources, spec.network, spec.job_id)
-            container_id, source = await self._start(req), "cold"
+        tarball = await self.repos.tarball(spec.repo) if spec.repo is not None else ""
+        session_id, container_id, source, seeded = await self._container_for(
+            spec, image, resources, tarball
+        )
         session = _Session(
             id=session_id,
             container_id=container_id,
@@ -229,8 +260,8 @@ class DockerBackend:
         )
         self._sessions.add(session_id, session)
         try:
-            if spec.repo is not None:
-                await self.engine.put_tarball(container_id, await self.repos.tarball(spec.repo))
+            if tarball and not seeded:
+                await self.engine.put_tarball(container_id, tarball)
             await self.engine.put_files(container_id, spec.files, self._uid)
         except BaseException:
             await self.close_session(session_id)
@@ -240,6 +271,24 @@ class DockerBackend:
         return SessionInfo(
             session_id, c.WORKSPACE, self.name, self.isolation(spec.network), self.replica_id
         )
+
+    async def _container_for(
+        self, spec: SessionSpec, image: str, resources: Resources, tarball: str
+    ) -> tuple[str, str, str, bool]:
+        """Session id, container id, source (pool/cold) and whether the repo is in it."""
+        pooled, seeded = None, False
+        if not spec.network and resources == self.config.defaults:
+            pooled, seeded = self._take_pooled(image, tarball)
+        if pooled is not None:
+            self._label_job_later(pooled.container_id, pooled.session_id, spec.job_id)
+            return pooled.session_id, pooled.container_id, "pool", seeded
+        session_id = new_session_id(self.replica_id)
+        req = ContainerRequest(session_id, image, resources, spec.network, spec.job_id)
+        return session_id, await self._start(req), "cold", False
+
+    async def check_images(self, images: Sequence[str]) -> ImageReport:
+        missing = await self.engine.missing_images(sorted(set(images)))
+        return ImageReport(missing, pull_allowed=self.config.pull, runs_images=True)
 
     def _label_job_later(self, container_id: str, session_id: str, job_id: str) -> None:
         # Labels are fixed at creation, and a pooled container was made before its job was

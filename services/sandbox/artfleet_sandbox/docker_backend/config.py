@@ -56,6 +56,9 @@ class DockerConfig:
     pool_images: Sequence[str] = ()  # pools filled at start; others get one at first use
     pool_max_age_s: float = 3600.0  # a pooled container older than this is replaced
     pool_max_images: int = 8  # task images (beyond pool_images) that keep a warm pool
+    # Repos of repo tasks get pools of their own, seeded with the repo in the background
+    # (keys count as task images for pool_max_images); False: every session unpacks it.
+    pool_repos: bool = True
     pull: bool = False  # pull a missing image (False: it must exist on the engine)
     test_command: str = "python3 -m pytest -q --junitxml={junitxml}"
     cache_dir: str = ""  # repos prepared once per replica (repocache); "" = the default

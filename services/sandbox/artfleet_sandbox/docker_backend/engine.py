@@ -152,6 +152,30 @@ class DockerEngine:
             await self.call(ensure)
         self._images.add(image)
 
+    async def missing_images(self, images: Sequence[str]) -> list[str]:
+        """Those of `images` the engine does not have: one listing, then a lookup only
+        for names the listing does not spell the same way (`foo` vs `foo:latest`)."""
+
+        def missing() -> list[str]:
+            known: set[str] = set()
+            for row in self.client.api.images():
+                known.update(row.get("RepoTags") or ())
+                known.update(row.get("RepoDigests") or ())
+            absent = []
+            for image in images:
+                if image in known or image in self._images:
+                    continue
+                try:
+                    self.client.images.get(image)
+                except docker.errors.ImageNotFound:
+                    absent.append(image)
+                except docker.errors.APIError:  # an invalid reference is missing too
+                    absent.append(image)
+            return absent
+
+        with engine_errors("list images"):
+            return await self.call(missing)
+
     async def start_container(self, options: dict[str, Any], uid: int) -> str:
         """Create and start a container; make its workspace writable by `uid`."""
 

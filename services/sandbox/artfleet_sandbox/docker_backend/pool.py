@@ -97,6 +97,10 @@ class WarmPool:
         metrics.POOL_SIZE.labels(image).set(0)
         log.info("warm pool: %s evicted (more than %d task images)", image, self.max_images)
 
+    def ready(self, image: str) -> int:
+        """Warm containers of `image` (a pool key) waiting now."""
+        return len(self._ready.get(image, ()))
+
     def images(self) -> list[str]:
         """Images with a pool now (kept ones and the recent task images)."""
         return sorted(self._ready)
