@@ -311,6 +311,12 @@ class TorchBackend:
                     dev_config,
                     activation_budget_bytes=self.activation_budget_bytes,
                 )
+            log.info(
+                "trained %d rows of %s tokens; decoder layers checkpointed per row: %s",
+                batch.tensors["tokens"].shape[0],
+                (batch.tensors["group_ids"] != -1).sum(dim=1).tolist(),
+                stats.checkpointed_layers,
+            )
         else:
             log.info("no trainable data (equal rewards in every group): weights unchanged")
         new_step = max(state.policy.step, checkpoints.latest_step(state.output_dir)) + 1
