@@ -1,18 +1,22 @@
 """Training-step benchmark: the torch backend's `train` against plain HF + peft.
 
-    python bench/train_step_bench.py [--groups 2] [--rollouts 4] [--tokens 96] [--repeats 3]
+    python bench/train_step_bench.py [--groups 2] [--rollouts 4] [--tokens 96] [--repeats 5]
+        [--threads N] [--activation-budget BYTES]
 
 A fixed batch of GRPO groups (SmolLM2-135M-Instruct chat prompts, assistant answers of
 `--tokens` tokens with their token ids as vLLM returns them, rewards 0..n-1) is trained
 (a) by `TorchBackend.train` (ART's tokenization and packing, the 4-D packed mask, chunked
-logprobs, ART's loss, activation checkpointing, checkpoint save: everything a step does)
+logprobs, ART's loss, the activation-memory plan, checkpoint save: everything a step does)
 and (b) by a plain HF + peft loop on the same packed tokens: one forward with full logits,
 log-softmax, an advantage-weighted policy-gradient loss, backward, grad clip, AdamW step.
-Both start from the same LoRA weights and run on the same number of torch threads; the
-order alternates per repeat and the best time of each is kept.
+Both start from the same LoRA weights (same LoRA config), in the same precision (the
+loader's fp32), on the same number of torch threads. One warm-up step of each is not
+counted; then the order alternates per repeat and the median of each is kept. Wall time
+on a shared machine moves with the neighbours' load, so the process CPU time of each
+step is reported too (`train_step_cpu_ratio`; with `--threads 1` it is the work done).
 
-Last lines: `train_step_ratio=` (ours / plain; target <= 1.15), `ours_s=`, `plain_s=`,
-`tokens=`.
+Last lines: `train_step_ratio=` (median wall, ours / plain; target <= 1.15),
+`train_step_cpu_ratio=`, `ours_s=`, `plain_s=`, `ours_cpu_s=`, `plain_cpu_s=`, `tokens=`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import tempfile
 import time
 from typing import Any
@@ -102,8 +107,13 @@ def plain_step(model: Any, optimizer: torch.optim.Optimizer, packed: Any) -> Non
 
 async def run(args: argparse.Namespace) -> None:
     workdir = tempfile.mkdtemp(prefix="train-step-bench-")
+    budget = (
+        {}
+        if args.activation_budget is None
+        else {"activation_budget_bytes": args.activation_budget}
+    )
     backend = TorchBackend(
-        path=workdir, num_threads=args.threads, train_num_threads=args.threads, port=0
+        path=workdir, num_threads=args.threads, train_num_threads=args.threads, port=0, **budget
     )
     model: art.TrainableModel = art.TrainableModel(
         name="bench", project="bench", base_model=DEFAULT_MODEL_NAME
@@ -113,6 +123,9 @@ async def run(args: argparse.Namespace) -> None:
     loaded = load_base_model(DEFAULT_MODEL_NAME)  # a second copy of the base weights
     plain = get_peft_model(loaded.model, training.lora_config(8)).eval()
     AdapterSnapshot.take(ours_model).load_into(plain)  # the same starting LoRA weights
+    lora = [m.peft_config["default"].to_dict() for m in (ours_model, plain)]
+    same_lora = ("r", "lora_alpha", "lora_dropout", "target_modules")
+    assert all(lora[0][k] == lora[1][k] for k in same_lora), "different LoRA configs"
     optimizer = training.make_optimizer([p for p in plain.parameters() if p.requires_grad])
     for group in optimizer.param_groups:
         group["lr"] = 1e-5
@@ -122,25 +135,37 @@ async def run(args: argparse.Namespace) -> None:
     assert batch is not None, "the fixed batch has nothing to train on"
     packed = batch.tensors
     n_tokens = int((packed["group_ids"] != -1).sum())
+    dtypes = {next(ours_model.parameters()).dtype, next(plain.parameters()).dtype}
     print(f"rows={packed['tokens'].shape[0]} width={packed['tokens'].shape[1]} tokens={n_tokens}")
+    print(f"threads={args.threads} dtypes={sorted(str(d) for d in dtypes)}")
 
-    best = {"ours": float("inf"), "plain": float("inf")}
+    async def step(side: str) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        if side == "ours":
+            await backend.train(model, groups, learning_rate=1e-5)
+        else:
+            await backend.run_on_torch_thread(plain_step, plain, optimizer, packed)
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+    for side in ("ours", "plain"):  # warm-up: first-call allocations, lazy inits
+        wall, cpu = await step(side)
+        print(f"warmup {side}_s={wall:.2f} {side}_cpu_s={cpu:.2f}", flush=True)
+    times: dict[str, list[tuple[float, float]]] = {"ours": [], "plain": []}
     for repeat in range(args.repeats):
-        order = ["ours", "plain"] if repeat % 2 == 0 else ["plain", "ours"]
-        for side in order:
-            started = time.perf_counter()
-            if side == "ours":
-                await backend.train(model, groups, learning_rate=1e-5)
-            else:
-                await backend.run_on_torch_thread(plain_step, plain, optimizer, packed)
-            elapsed = time.perf_counter() - started
-            best[side] = min(best[side], elapsed)
-            print(f"repeat={repeat} {side}_s={elapsed:.2f}", flush=True)
+        for side in ["ours", "plain"] if repeat % 2 == 0 else ["plain", "ours"]:
+            wall, cpu = await step(side)
+            times[side].append((wall, cpu))
+            print(f"repeat={repeat} {side}_s={wall:.2f} {side}_cpu_s={cpu:.2f}", flush=True)
     await backend.close()
-    print(f"ours_s={best['ours']:.2f}")
-    print(f"plain_s={best['plain']:.2f}")
+    wall_of = {side: statistics.median(w for w, _ in t) for side, t in times.items()}
+    cpu_of = {side: statistics.median(c for _, c in t) for side, t in times.items()}
+    print(f"ours_s={wall_of['ours']:.2f}")
+    print(f"plain_s={wall_of['plain']:.2f}")
+    print(f"ours_cpu_s={cpu_of['ours']:.2f}")
+    print(f"plain_cpu_s={cpu_of['plain']:.2f}")
     print(f"tokens={n_tokens}")
-    print(f"train_step_ratio={best['ours'] / best['plain']:.2f}")
+    print(f"train_step_cpu_ratio={cpu_of['ours'] / cpu_of['plain']:.2f}")
+    print(f"train_step_ratio={wall_of['ours'] / wall_of['plain']:.2f}")
 
 
 def main() -> None:
@@ -148,8 +173,14 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=2)
     parser.add_argument("--rollouts", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=96)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--activation-budget",
+        type=int,
+        default=None,
+        help="TorchBackend(activation_budget_bytes=...); default: the backend's own",
+    )
     asyncio.run(run(parser.parse_args()))
 
 

@@ -70,6 +70,7 @@ def make_backend(kind: str, settings: TrainerSettings) -> TrainerBackend:
             api_key=settings.api_token.get_secret_value(),
             cache_dir=settings.model_cache_dir or None,
             prefix_cache_bytes=settings.prefix_cache_bytes,
+            activation_budget_bytes=settings.train_activation_budget_bytes,
         )
     if kind == "art":
         if importlib.util.find_spec("unsloth") is None or importlib.util.find_spec("vllm") is None:

@@ -27,6 +27,12 @@ class TrainerSettings(ServerSettings):
         ge=0,
         description="torch backend: key/values of earlier turns kept for reuse; 0 disables",
     )
+    train_activation_budget_bytes: int = Field(
+        default=2 * 1024**3,
+        ge=0,
+        description="torch backend: activations a training row keeps for the backward pass; "
+        "larger rows recompute some decoder layers; 0 recomputes every layer (least memory)",
+    )
     rollout_target: str = Field(default="127.0.0.1:50052", description="Rollout gRPC address")
     reward_target: str = Field(default="127.0.0.1:50054", description="Reward gRPC address")
     sandbox_target: str = Field(

@@ -32,6 +32,7 @@ from peft import PeftModel, get_peft_model
 from artfleet_trainer.art_compat import art
 
 from . import checkpoints, sft, training
+from .activation_memory import DEFAULT_ACTIVATION_BUDGET_BYTES
 from .adapter_versions import AdapterSnapshot
 from .frozen import FrozenPolicies
 from .generation import BatchEngine, stop_token_ids_of
@@ -72,7 +73,7 @@ class TorchBackend:
         lora_rank: int = 8,
         num_threads: int | None = None,
         train_num_threads: int | None = None,
-        activation_checkpointing: bool = True,
+        activation_budget_bytes: int = DEFAULT_ACTIVATION_BUDGET_BYTES,
         advertise_host: str | None = None,
         max_batch_rows: int = 32,
         batch_window_s: float = 0.03,
@@ -85,7 +86,9 @@ class TorchBackend:
         `num_threads` (torch threads for loading and generation) defaults to all cores
         but one; `train_num_threads` to all cores when the machine is otherwise idle at
         the start of a step, else all but one (see worker.py for the measurements).
-        `activation_checkpointing` halves training memory at about the same speed.
+        `activation_budget_bytes` bounds the activations a training row keeps for the
+        backward pass: a row within it recomputes nothing, a larger one checkpoints just
+        enough decoder layers (activation_memory.py); 0 checkpoints every layer.
         `prefix_cache_bytes` bounds each served model's prefix cache (key/values of
         earlier turns reused by the next prompt, see prefix_cache.py); 0 disables it."""
         self._path = path
@@ -99,7 +102,7 @@ class TorchBackend:
         self._advertise_host = advertise_host
         self._worker = TorchWorker(num_threads)  # every torch op of this backend runs there
         self.train_num_threads = train_num_threads  # None: decided per step, see worker.py
-        self.activation_checkpointing = activation_checkpointing
+        self.activation_budget_bytes = activation_budget_bytes
         self._states: dict[str, _ModelState] = {}
         self._policies: dict[str, ServedPolicy] = {}
         self._gate = asyncio.Lock()  # generation slices and training steps take turns
@@ -182,12 +185,11 @@ class TorchBackend:
         step = checkpoints.latest_step(output_dir)
         latest = checkpoints.checkpoint_dir(output_dir, step)
         resume = (latest / checkpoints.ADAPTER_CONFIG).is_file()
-        if resume:  # a restarted trainer goes on from its latest adapter
-            peft_model = PeftModel.from_pretrained(loaded.model, str(latest), is_trainable=True)
-        else:
-            peft_model = get_peft_model(loaded.model, training.lora_config(self._rank(model)))
-        if self.activation_checkpointing:
-            training.enable_activation_checkpointing(peft_model)
+        with training.quiet_peft_wrap():
+            if resume:  # a restarted trainer goes on from its latest adapter
+                peft_model = PeftModel.from_pretrained(loaded.model, str(latest), is_trainable=True)
+            else:
+                peft_model = get_peft_model(loaded.model, training.lora_config(self._rank(model)))
         peft_model.eval()
         optimizer = training.make_optimizer([p for p in peft_model.parameters() if p.requires_grad])
         optimizer_state = checkpoints.load_optimizer_state(latest) if resume else None
@@ -317,8 +319,19 @@ class TorchBackend:
         if batch is not None:
             with torch_threads(training_threads(self.train_num_threads)):
                 stats = training.train_on_packed(
-                    state.peft_model, state.optimizer, batch.tensors, config, dev_config
+                    state.peft_model,
+                    state.optimizer,
+                    batch.tensors,
+                    config,
+                    dev_config,
+                    activation_budget_bytes=self.activation_budget_bytes,
                 )
+            log.info(
+                "trained %d rows of %s tokens; decoder layers checkpointed per row: %s",
+                batch.tensors["tokens"].shape[0],
+                (batch.tensors["group_ids"] != -1).sum(dim=1).tolist(),
+                stats.checkpointed_layers,
+            )
         else:
             log.info("no trainable data (equal rewards in every group): weights unchanged")
         new_step = max(state.policy.step, checkpoints.latest_step(state.output_dir)) + 1
