@@ -30,7 +30,7 @@ def demo_spec(steps: int, groups: int, rollouts: int, eval_k: int, seed: int) ->
         steps=steps,
         groups_per_step=groups,
         rollouts_per_group=rollouts,
-        learning_rate=3e-4,
+        learning_rate=5e-4,
         max_turns=1,
         max_tokens=48,
         seed=seed,
@@ -42,7 +42,7 @@ def demo_spec(steps: int, groups: int, rollouts: int, eval_k: int, seed: int) ->
 
 
 def demo(
-    steps: int = typer.Option(3, min=1),
+    steps: int = typer.Option(4, min=1),
     groups_per_step: int = typer.Option(8, min=1),
     rollouts_per_group: int = typer.Option(8, min=2),
     eval_k: int = typer.Option(2, min=1, help="samples per held-out task, before and after"),
