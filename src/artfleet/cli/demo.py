@@ -9,34 +9,50 @@ from pathlib import Path
 
 import typer
 
+from artfleet import evaluation
 from artfleet.cli import render
 from artfleet.cli.client import trainer
 from artfleet.cli.fleet import LocalFleet, isolation_notice
-from artfleet.jobspec import JobSpecModel, spec_to_proto
+from artfleet.jobspec import JobSpecModel, ScorerModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 
 WorkdirOpt = typer.Option(Path(".artfleet"), "--workdir", help="state, logs and checkpoints")
 
 
+def demo_spec(steps: int, groups: int, rollouts: int, eval_k: int, seed: int) -> JobSpecModel:
+    """The demo's job: math-single, answer_check reward, evaluated on the whole test split
+    before step 1 and after the last step. bench/learning_bench.py measures this setting
+    (docs/learning.md): the 135M policy learns to answer briefly, ending with the result."""
+    return JobSpecModel(
+        name="demo",
+        environment="math-single",
+        steps=steps,
+        groups_per_step=groups,
+        rollouts_per_group=rollouts,
+        learning_rate=5e-4,
+        max_turns=1,
+        max_tokens=48,
+        seed=seed,
+        reward=[ScorerModel(name="answer_check")],
+        eval_every_steps=steps,
+        eval_split="test",
+        eval_k=eval_k,
+    )
+
+
 def demo(
-    steps: int = typer.Option(3, min=1),
-    groups_per_step: int = typer.Option(2, min=1),
-    rollouts_per_group: int = typer.Option(4, min=2),
-    max_turns: int = typer.Option(3, min=1),
-    seed: int = typer.Option(0, min=0),
+    steps: int = typer.Option(4, min=1),
+    groups_per_step: int = typer.Option(8, min=1),
+    rollouts_per_group: int = typer.Option(8, min=2),
+    eval_k: int = typer.Option(2, min=1, help="samples per held-out task, before and after"),
+    seed: int = typer.Option(7, min=0),
     workdir: Path = WorkdirOpt,
 ) -> None:
     """Start a local fleet (Redis + the four services), train SmolLM2 with LoRA GRPO on the
-    bundled shell tasks, show progress and a summary, then stop everything."""
-    spec = JobSpecModel(
-        name="demo",
-        steps=steps,
-        groups_per_step=groups_per_step,
-        rollouts_per_group=rollouts_per_group,
-        max_turns=max_turns,
-        seed=seed,
-    )
+    bundled math-single problems, evaluate it on held-out problems before and after, show
+    progress and a summary, then stop everything."""
+    spec = demo_spec(steps, groups_per_step, rollouts_per_group, eval_k, seed)
     fleet = LocalFleet(workdir.resolve())
     start = time.monotonic()
     render.console.print(f"starting the fleet in {fleet.workdir} (logs in logs/) ...")
@@ -68,9 +84,25 @@ def _run_job(fleet: LocalFleet, spec: JobSpecModel) -> pb.Job:
         render.follow(stub.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id)), spec.steps)
         job = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
     render.console.print(render.summary_table(job))
+    if job.evals:
+        render.console.print(render.evals_table(job.evals))
+        render.console.print(_gain_line(job), markup=False)
     if job.error:
         render.console.print(f"[red]error:[/red] {job.error}")
     return job
+
+
+def _gain_line(job: pb.Job) -> str:
+    """Held-out success before vs after training, paired over tasks."""
+    first, last = job.evals[0], job.evals[-1]
+    result = evaluation.compare(first, last, metric="success")
+    low, high = result.ci95
+    return (
+        f"held-out success: {first.success_rate:.1%} before (step {first.step}) -> "
+        f"{last.success_rate:.1%} after (step {last.step}): "
+        f"{100 * result.mean_delta:+.1f} points (95% CI {100 * low:+.1f} .. {100 * high:+.1f}, "
+        f"paired bootstrap over {len(result.rows)} tasks)"
+    )
 
 
 def fleet_up(workdir: Path = WorkdirOpt) -> None:

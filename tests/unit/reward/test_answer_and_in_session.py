@@ -85,3 +85,12 @@ async def test_mcp_evaluate_uses_the_in_session_result_without_a_server() -> Non
     assert results[0].metrics == {"mcp_in_session": 1.0, "mcp_done": 0.0}
     # An episode from elsewhere, and no server to replay it on: a scorer error.
     assert isinstance(results[1], ScorerError) and "no server" in results[1].message
+
+
+def test_task_check_is_numeric_for_a_number_and_exact_otherwise() -> None:
+    from artfleet.answers import task_check
+
+    assert task_check("so 8 + 3 = 11.", "11")
+    assert not task_check("11, no wait, 12", "11")
+    assert task_check(" Paris.", "paris")
+    assert not task_check("It is Paris", "Paris")

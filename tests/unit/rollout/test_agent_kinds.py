@@ -205,3 +205,17 @@ async def _single_with_prompt(prompt: str) -> str:
     response = await runner.run(task("math-single", "d2-001", rollouts=1, task_prompt=prompt))
     await runner.stop()
     return str(response.group.trajectories[0].messages_and_choices[0].message.content)
+
+
+async def test_single_turn_episode_records_the_answer_check_as_its_task_check() -> None:
+    # d1-000 is "What is 8 + 3?": the task check is the answer_check scorer's default rule
+    # (the last number in the reply), so evaluations count a correct answer as a success.
+    for reply, passed in (("8 + 3 = 11.", True), ("11 is wrong, it is 12", False)):
+        runner = GroupRunner(_settings(), connect=connections(Script([reply])))
+        await runner.start()
+        response = await runner.run(task("math-single", "d1-000", rollouts=2))
+        await runner.stop()
+        assert [e.check_ran for e in response.episodes] == [True, True]
+        assert [e.check_passed for e in response.episodes] == [passed, passed]
+        metrics = response.group.trajectories[0].metrics
+        assert metrics["check_passed"].bool_value is passed

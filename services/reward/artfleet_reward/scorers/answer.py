@@ -3,54 +3,21 @@
 The expected answer travels with the episode (`Episode.expected_answer`, set by the rollout
 from the scenario) unless the params fix one. Modes: `exact` (trimmed, case-folded, a final
 period dropped), `numeric` (a number in the reply within tolerance; commas in thousands
-allowed) and `regex` (a search). The reply is the last assistant message.
+allowed) and `regex` (a search). The reply is the last assistant message. The check itself
+lives in `artfleet.answers` (the rollout records it as a single-turn episode's task check).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Sequence
 
 from artfleet import codec
+from artfleet.answers import check, numbers
 from artfleet.scorer_params import AnswerCheckParams
 
 from .base import ERROR, GroupContext, Result, Scored, Scorer, ScorerDef, ScorerError
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
-
-
-def numbers(text: str) -> list[float]:
-    found = []
-    for match in _NUMBER.findall(text):
-        try:
-            found.append(float(match.replace(",", "")))
-        except ValueError:
-            continue
-    return found
-
-
-def _normal(text: str, case_sensitive: bool) -> str:
-    text = text.strip().rstrip(".").strip()
-    return text if case_sensitive else text.casefold()
-
-
-def check(reply: str, expected: str, params: AnswerCheckParams) -> bool:
-    if params.mode == "exact":
-        return _normal(reply, params.case_sensitive) == _normal(expected, params.case_sensitive)
-    if params.mode == "regex":
-        pattern = params.pattern or re.escape(expected.strip())
-        flags = 0 if params.case_sensitive else re.IGNORECASE
-        return re.search(pattern, reply, flags) is not None
-    target = numbers(expected)
-    if len(target) != 1:
-        raise ValueError(f"expected answer {expected[:80]!r} is not one number")
-    found = numbers(reply)
-    picked = found if params.pick == "any" else found[-1:] if params.pick == "last" else found[:1]
-    return any(
-        math.isclose(value, target[0], rel_tol=params.relative_tolerance, abs_tol=params.tolerance)
-        for value in picked
-    )
+__all__ = ["ANSWER_SCORERS", "AnswerCheckScorer", "check", "numbers"]
 
 
 class AnswerCheckScorer(Scorer):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from artfleet import answers
 from artfleet.art_types import art
 from artfleet.v1 import common_pb2 as pb
 
@@ -126,3 +127,8 @@ async def run_single(ctx: EpisodeContext, trajectory: art.Trajectory, episode: p
     episode.steps.append(pb.StepEvent(turn=1, valid_format=bool(choice.message.content)))
     episode.finish = "answer"
     episode.expected_answer = scenario.answer
+    if scenario.answer:
+        # The task's own check (the answer_check scorer's defaults): evaluations count
+        # success by it, whatever reward the job trains with.
+        episode.check_passed = answers.task_check(choice.message.content or "", scenario.answer)
+        episode.check_ran = True
