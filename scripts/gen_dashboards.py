@@ -19,6 +19,12 @@ from typing import Any
 
 DATASOURCE = {"type": "prometheus", "uid": "artfleet-prometheus"}
 GPU_ONLY = "[gpu-only]"
+
+
+def needs(kind: str, article: str = "a") -> str:
+    """Description prefix of a panel whose series exist only once a job of `kind` ran: the
+    e2e check runs its queries but does not ask them for data (tests/e2e/check_stack.py)."""
+    return f"[needs {article} {kind} job]"
 OUT = Path(__file__).resolve().parent.parent / "grafana" / "dashboards"
 W = "[5m]"
 
@@ -222,7 +228,8 @@ ROLLOUT = [
             )
         ],
         id=101,
-        description="Calls the model made per tool; (unknown) = a name no tool has.",
+        description=f"{needs('tool-calling')} Calls the model made per tool; (unknown) = a "
+        "name no tool has.",
     ),
     panel(
         "Malformed tool calls (share)",
@@ -235,9 +242,16 @@ ROLLOUT = [
         ],
         unit="percentunit",
         id=102,
-        description="Unknown tools, bad arguments, over-long results: invalid steps.",
+        description=f"{needs('tool-calling')} Unknown tools, bad arguments, over-long results: "
+        "invalid steps.",
     ),
-    panel("MCP request latency", quantiles("artfleet_rollout_mcp_call_seconds", "op"), "s", id=103),
+    panel(
+        "MCP request latency",
+        quantiles("artfleet_rollout_mcp_call_seconds", "op"),
+        "s",
+        id=103,
+        description=f"{needs('MCP', 'an')} Each MCP request of an episode's session, by operation.",
+    ),
     # Repo tasks (ids 130-149).
     panel(
         "Repo tasks resolved",
@@ -250,7 +264,8 @@ ROLLOUT = [
         ],
         unit="percentunit",
         id=130,
-        description="Repo-task episodes whose hidden F2P and P2P tests all passed",
+        description=f"{needs('repo-task')} Repo-task episodes whose hidden F2P and P2P tests "
+        "all passed",
     ),
     panel(
         "Hidden tests by group",
@@ -262,12 +277,14 @@ ROLLOUT = [
         ],
         unit="ops",
         id=131,
+        description=f"{needs('repo-task')} Hidden F2P / P2P tests by outcome.",
     ),
     panel(
         "Hidden-test time per episode",
         quantiles("artfleet_rollout_repo_test_seconds"),
         unit="s",
         id=132,
+        description=f"{needs('repo-task')} Putting the hidden tests in place and running them.",
     ),
 ]
 
@@ -454,7 +471,7 @@ TRAINER = [
     panel(
         "SFT samples skipped",
         [q("sum by (reason) (artfleet_sft_samples_skipped_total)", "{{reason}}")],
-        description="Offline records left out of an SFT phase, by named reason.",
+        description=f"{needs('SFT', 'an')} Offline records left out of an SFT phase, by named reason.",
         id=313,
     ),
 ]

@@ -26,6 +26,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # weights ship with packages; never download
 if not os.environ.get("WANDB_API_KEY"):
     # W&B is optional: ART logs to it when a key is set (artfleet_trainer.wandb_runs).
+    # An empty key (compose passes `${WANDB_API_KEY:-}`) is no key: ART tests presence
+    # only, and would call W&B's disabled no-op run, which breaks its `model.log`.
+    os.environ.pop("WANDB_API_KEY", None)
     os.environ.setdefault("WANDB_MODE", "disabled")
 
 _HIDE = "transformers" not in sys.modules
