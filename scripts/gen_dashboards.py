@@ -25,6 +25,8 @@ def needs(kind: str, article: str = "a") -> str:
     """Description prefix of a panel whose series exist only once a job of `kind` ran: the
     e2e check runs its queries but does not ask them for data (tests/e2e/check_stack.py)."""
     return f"[needs {article} {kind} job]"
+
+
 OUT = Path(__file__).resolve().parent.parent / "grafana" / "dashboards"
 W = "[5m]"
 
@@ -471,7 +473,8 @@ TRAINER = [
     panel(
         "SFT samples skipped",
         [q("sum by (reason) (artfleet_sft_samples_skipped_total)", "{{reason}}")],
-        description=f"{needs('SFT', 'an')} Offline records left out of an SFT phase, by named reason.",
+        description=f"{needs('SFT', 'an')} Offline records left out of an SFT phase, by "
+        "named reason.",
         id=313,
     ),
 ]
