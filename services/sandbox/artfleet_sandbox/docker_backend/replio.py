@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 from artfleet_sandbox.docker_backend.engine import DockerEngine, engine_errors
@@ -23,57 +24,43 @@ log = logging.getLogger(__name__)
 _READ_CHUNK = 256 * 1024
 
 
-class DockerChannel:
-    def __init__(self, engine: DockerEngine, exec_id: str, sock: Any, sink: ReplSink) -> None:
+class ExecSocket:
+    """The attached socket of one `docker exec -i`, used on the event loop: its frames
+    read until the stream ends, writes, half-close, the exec's exit code."""
+
+    def __init__(self, engine: DockerEngine, exec_id: str, sock: Any) -> None:
         self._engine = engine
         self._exec_id = exec_id
         self._wrapper = sock  # keeps the SDK's wrapper, and so the connection, alive
         self._raw: socket.socket = getattr(sock, "_sock", sock)
         self._raw.setblocking(False)
-        self._sink = sink
-        self._reader = asyncio.get_running_loop().create_task(self._read(), name="repl-read")
 
-    @classmethod
-    async def start(
-        cls,
-        engine: DockerEngine,
-        sink: ReplSink,
-        container_id: str,
-        user: str,
-        env: dict[str, str],
-        workdir: str,
-    ) -> DockerChannel:
-        exec_id, sock = await start_exec_socket(
-            engine, container_id, docker_argv(), user, env, workdir, "start the session's shell"
-        )
-        return cls(engine, exec_id, sock, sink)
-
-    async def _read(self) -> None:
+    async def frames(self, chunk: int, what: str) -> AsyncIterator[tuple[int, bytes]]:
+        """(stream, payload) frames until the stream ends (EOF or a socket error)."""
         loop = asyncio.get_running_loop()
         demux = FrameDemux()
         try:
             while True:
-                data = await loop.sock_recv(self._raw, _READ_CHUNK)
+                data = await loop.sock_recv(self._raw, chunk)
                 if not data:
-                    break
-                for stream, payload in demux.feed(data):
-                    self._sink.data(stream, payload)
+                    return
+                for frame in demux.feed(data):
+                    yield frame
         except OSError as exc:
-            log.debug("session shell stream ended: %s", exc)
-        finally:
-            self._sink.eof()
+            log.debug("%s stream ended: %s", what, exc)
 
     async def send(self, data: bytes) -> None:
         await asyncio.get_running_loop().sock_sendall(self._raw, data)
 
-    async def close(self) -> None:
-        self._reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._reader
+    def shutdown_write(self) -> None:
+        with contextlib.suppress(OSError):
+            self._raw.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
         with contextlib.suppress(OSError):
             self._raw.close()
 
-    async def exit_status(self) -> int | None:
+    async def exit_code(self) -> int | None:
         def inspect() -> int | None:
             info = self._engine.client.api.exec_inspect(self._exec_id)
             return None if info.get("Running") else info.get("ExitCode")
@@ -87,6 +74,47 @@ class DockerChannel:
         return None
 
 
+class DockerChannel:
+    def __init__(self, exec_socket: ExecSocket, sink: ReplSink) -> None:
+        self._socket = exec_socket
+        self._sink = sink
+        self._reader = asyncio.get_running_loop().create_task(self._read(), name="repl-read")
+
+    @classmethod
+    async def start(
+        cls,
+        engine: DockerEngine,
+        sink: ReplSink,
+        container_id: str,
+        user: str,
+        env: dict[str, str],
+        workdir: str,
+    ) -> DockerChannel:
+        exec_socket = await start_exec_socket(
+            engine, container_id, docker_argv(), user, env, workdir, "start the session's shell"
+        )
+        return cls(exec_socket, sink)
+
+    async def _read(self) -> None:
+        try:
+            async for stream, payload in self._socket.frames(_READ_CHUNK, "session shell"):
+                self._sink.data(stream, payload)
+        finally:
+            self._sink.eof()
+
+    async def send(self, data: bytes) -> None:
+        await self._socket.send(data)
+
+    async def close(self) -> None:
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        self._socket.close()
+
+    async def exit_status(self) -> int | None:
+        return await self._socket.exit_code()
+
+
 async def start_exec_socket(
     engine: DockerEngine,
     container_id: str,
@@ -95,8 +123,8 @@ async def start_exec_socket(
     env: dict[str, str],
     workdir: str,
     what: str,
-) -> tuple[str, Any]:
-    """A `docker exec -i` of `argv` with its attached socket (exec id, SDK socket)."""
+) -> ExecSocket:
+    """A `docker exec -i` of `argv`, started, with its attached socket."""
 
     def create() -> tuple[str, Any]:
         api = engine.client.api
@@ -106,4 +134,5 @@ async def start_exec_socket(
         return exec_id, api.exec_start(exec_id, socket=True)
 
     with engine_errors(what):
-        return await engine.call(create)
+        exec_id, sock = await engine.call(create)
+    return ExecSocket(engine, exec_id, sock)

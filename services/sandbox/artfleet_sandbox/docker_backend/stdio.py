@@ -13,14 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from artfleet_sandbox.docker_backend import config as c
 from artfleet_sandbox.docker_backend.engine import DockerEngine, engine_errors
-from artfleet_sandbox.docker_backend.execio import FrameDemux
-from artfleet_sandbox.docker_backend.replio import start_exec_socket
+from artfleet_sandbox.docker_backend.replio import ExecSocket, start_exec_socket
 from artfleet_sandbox.stdio import Output, StreamName
 
 log = logging.getLogger(__name__)
@@ -46,15 +44,9 @@ async def image_argv(
 class DockerStdio:
     """One `docker exec -i` whose stdio is piped; `close` also removes its container."""
 
-    def __init__(
-        self, engine: DockerEngine, exec_id: str, sock: Any, remove: Callable[[], Awaitable[None]]
-    ) -> None:
+    def __init__(self, exec_socket: ExecSocket, remove: Callable[[], Awaitable[None]]) -> None:
         self.output: asyncio.Queue[Output] = asyncio.Queue(maxsize=64)
-        self._engine = engine
-        self._exec_id = exec_id
-        self._wrapper = sock  # keeps the SDK's wrapper, and so the connection, alive
-        self._raw: socket.socket = getattr(sock, "_sock", sock)
-        self._raw.setblocking(False)
+        self._socket = exec_socket
         self._remove = remove
         self._closed = False
         self._reader = asyncio.get_running_loop().create_task(self._read(), name="stdio-read")
@@ -70,48 +62,29 @@ class DockerStdio:
         workdir: str,
         remove: Callable[[], Awaitable[None]],
     ) -> DockerStdio:
-        exec_id, sock = await start_exec_socket(
+        exec_socket = await start_exec_socket(
             engine, container_id, argv, user, env, workdir, "start the MCP server process"
         )
-        return cls(engine, exec_id, sock, remove)
+        return cls(exec_socket, remove)
 
     async def _read(self) -> None:
-        loop = asyncio.get_running_loop()
-        demux = FrameDemux()
         try:
-            while True:
-                data = await loop.sock_recv(self._raw, _READ_CHUNK)
-                if not data:
-                    break
-                for stream, payload in demux.feed(data):
-                    # A full queue blocks this read: the process waits on its pipe, as
-                    # with `docker run -i` and a slow reader.
-                    await self.output.put((_STREAMS.get(stream, "stdout"), payload))
-        except OSError as exc:
-            log.debug("stdio stream ended: %s", exc)
+            async for stream, payload in self._socket.frames(_READ_CHUNK, "stdio"):
+                # A full queue blocks this read: the process waits on its pipe, as with
+                # `docker run -i` and a slow reader.
+                await self.output.put((_STREAMS.get(stream, "stdout"), payload))
         finally:
             if not self._closed:  # close() cancels the read: nobody listens any more
                 await self.output.put(None)
 
     async def send(self, data: bytes) -> None:
-        await asyncio.get_running_loop().sock_sendall(self._raw, data)
+        await self._socket.send(data)
 
     async def close_stdin(self) -> None:
-        with contextlib.suppress(OSError):
-            self._raw.shutdown(socket.SHUT_WR)
+        self._socket.shutdown_write()
 
     async def exit_code(self) -> int | None:
-        def inspect() -> int | None:
-            info = self._engine.client.api.exec_inspect(self._exec_id)
-            return None if info.get("Running") else info.get("ExitCode")
-
-        for _ in range(50):  # the engine notes the exit a moment after the stream ends
-            with contextlib.suppress(Exception):
-                code = await self._engine.call(inspect)
-                if code is not None:
-                    return int(code)
-            await asyncio.sleep(0.1)
-        return None
+        return await self._socket.exit_code()
 
     async def close(self) -> None:
         if self._closed:
@@ -120,6 +93,5 @@ class DockerStdio:
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._reader
-        with contextlib.suppress(OSError):
-            self._raw.close()
+        self._socket.close()
         await self._remove()
