@@ -143,21 +143,12 @@ class ObservabilityInterceptor(ServerInterceptor):
         return wrapped
 
     def _wrap_stream(self, fn: Any, method: str, rid: str) -> Any:
-        async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            request_id.set(rid)
-            start = time.perf_counter()
-            code = grpc.StatusCode.OK
-            try:
-                await _refuse_undecodable(request, context)
-                async for item in fn(request, context):
-                    yield item
-            except BaseException as exc:
-                code = await _map_error(exc, context, rid)
-                raise
-            finally:
-                self._observe(method, context, code, start)
+        async def items(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            await _refuse_undecodable(request, context)
+            async for item in fn(request, context):
+                yield item
 
-        return wrapped
+        return self._observed(items, method, rid)
 
     def _wrap_bidi(self, fn: Any, method: str, rid: str) -> Any:
         async def checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
@@ -168,12 +159,19 @@ class ObservabilityInterceptor(ServerInterceptor):
                     raise InvalidArgument(f"request is not a valid message: {request.reason}")
                 yield request
 
-        async def wrapped(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        return self._observed(lambda requests, context: fn(checked(requests), context), method, rid)
+
+    def _observed(self, items: Any, method: str, rid: str) -> Any:
+        """A streaming handler (an async generator function: grpc tells them by that) that
+        yields `items(request_or_requests, context)` with the request id set, errors mapped
+        and the call observed."""
+
+        async def handler(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             request_id.set(rid)
             start = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
-                async for item in fn(checked(requests), context):
+                async for item in items(request, context):
                     yield item
             except BaseException as exc:
                 code = await _map_error(exc, context, rid)
@@ -181,7 +179,7 @@ class ObservabilityInterceptor(ServerInterceptor):
             finally:
                 self._observe(method, context, code, start)
 
-        return wrapped
+        return handler
 
     def _observe(
         self, method: str, context: grpc.aio.ServicerContext, code: grpc.StatusCode, start: float
