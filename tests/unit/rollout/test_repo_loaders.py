@@ -105,3 +105,16 @@ def test_missing_source_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "data.csv").write_text("a,b\n")
     with pytest.raises(LoaderError, match=r"expected \.jsonl"):
         load_swesynth(str(tmp_path / "data.csv"))
+
+
+def test_a_missing_repo_source_is_the_tasks_invalid_argument(tmp_path: Path) -> None:
+    # One LoaderError for every loader: the rollout maps it to INVALID_ARGUMENT naming
+    # task.environment (a repo loader's own error class once escaped as a crash).
+    from artfleet.errors import InvalidArgument
+    from artfleet.v1 import rollout_pb2
+    from artfleet_rollout.group import task_environment
+
+    task = rollout_pb2.GroupTask(environment=f"swebench:{tmp_path / 'absent.jsonl'}")
+    with pytest.raises(InvalidArgument, match="no such file") as info:
+        task_environment(task)
+    assert info.value.field == "task.environment"

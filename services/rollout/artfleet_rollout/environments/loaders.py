@@ -19,9 +19,11 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .base import SPLITS, Environment, McpTask, Scenario, ToolCallSpec
+
+R = TypeVar("R")
 
 
 class LoaderError(ValueError):
@@ -126,16 +128,20 @@ def _prompt_scenario(record: dict[str, Any], position: int) -> Scenario:
     )
 
 
-def _build(
-    records: Iterable[dict[str, Any]], make: Callable[[dict[str, Any], int], Scenario]
+def collect_scenarios(
+    records: Iterable[R],
+    make: Callable[[R, int], Scenario],
+    skip: type[Exception] = ValueError,
 ) -> tuple[list[Scenario], dict[str, int]]:
+    """The scenarios `make` builds from `records`, in order; a record it refuses with
+    `skip` (the message is the reason) or a repeated id is counted by reason instead."""
     scenarios: list[Scenario] = []
     skipped: Counter[str] = Counter()
     seen: set[str] = set()
     for position, record in enumerate(records):
         try:
             scenario = make(record, position)
-        except ValueError as exc:
+        except skip as exc:
             skipped[str(exc)] += 1
             continue
         if scenario.id in seen:
@@ -147,7 +153,7 @@ def _build(
 
 
 def load_hud(source: str, *, name: str = "") -> Environment:
-    scenarios, skipped = _build(read_records(source), _hud_scenario)
+    scenarios, skipped = collect_scenarios(read_records(source), _hud_scenario)
     return Environment(
         name or f"hud:{source}",
         f"HUD-style MCP taskset from {source}",
@@ -158,7 +164,7 @@ def load_hud(source: str, *, name: str = "") -> Environment:
 
 
 def load_jsonl(source: str, *, name: str = "") -> Environment:
-    scenarios, skipped = _build(read_records(source), _prompt_scenario)
+    scenarios, skipped = collect_scenarios(read_records(source), _prompt_scenario)
     return Environment(
         name or f"jsonl:{source}",
         f"single-turn prompts from {source}",

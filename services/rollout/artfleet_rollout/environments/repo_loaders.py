@@ -28,12 +28,12 @@ import hashlib
 import json
 import os
 import re
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from .base import SPLITS, Environment, Scenario
+from .loaders import LoaderError, collect_scenarios
 from .repo_task import RepoTask
 
 Record = dict[str, Any]
@@ -52,10 +52,6 @@ R2E_TEST_COMMAND = (
 
 class Skip(Exception):
     """A record left out; the message is the counted reason."""
-
-
-class LoaderError(ValueError):
-    """The source itself cannot be read (missing file, unknown format)."""
 
 
 # ---------------------------------------------------------------- reading records
@@ -254,26 +250,17 @@ def swesynth_scenario(record: Record) -> Scenario:
 def load_records(
     name: str, source: str, build: Callable[[Record], Scenario], description: str
 ) -> Environment:
-    skipped: Counter[str] = Counter()
-    scenarios: dict[str, Scenario] = {}
-    for record in read_records(source):
+    def make(record: Record | None, _position: int) -> Scenario:
         if record is None:
-            skipped["unreadable record"] += 1
-            continue
-        try:
-            scenario = build(record)
-        except Skip as why:
-            skipped[str(why)] += 1
-            continue
-        if scenario.id in scenarios:
-            skipped["duplicate id"] += 1
-            continue
-        scenarios[scenario.id] = scenario
+            raise Skip("unreadable record")
+        return build(record)
+
+    scenarios, skipped = collect_scenarios(read_records(source), make, skip=Skip)
     return Environment(
         name=f"{name}:{source}",
         description=f"{description} from {os.path.basename(source)}",
-        scenarios=scenarios.values(),
-        skipped=dict(skipped),
+        scenarios=scenarios,
+        skipped=skipped,
     )
 
 
