@@ -234,16 +234,22 @@ class DockerBackend:
 
     # -- sessions ----------------------------------------------------------------------
 
-    async def create_session(self, spec: SessionSpec) -> SessionInfo:
+    async def _admit(self, spec: SessionSpec | StdioSpec, held: int) -> tuple[Resources, str]:
+        """What a new session or stdio container gets, once it may have one: `held`
+        counts against max_sessions; env and network are checked; the image is there."""
         if not self._started:
             raise SandboxError("backend not started")
-        if len(self._sessions) + len(self._creating) >= self.config.max_sessions:
+        if held >= self.config.max_sessions:
             raise CapacityExceeded(f"this replica holds {self.config.max_sessions} sessions")
         check_env(spec.env)
         check_network(spec.network, self.config)
         resources = effective_resources(spec.resources, self.config.defaults, self.config.caps)
         image = spec.image or self.config.default_image
         await self.engine.ensure_image(image, self.config.pull)
+        return resources, image
+
+    async def create_session(self, spec: SessionSpec) -> SessionInfo:
+        resources, image = await self._admit(spec, len(self._sessions) + len(self._creating))
         started = time.perf_counter()
         tarball = await self.repos.tarball(spec.repo) if spec.repo is not None else ""
         session_id, container_id, source, seeded = await self._container_for(
@@ -442,15 +448,8 @@ class DockerBackend:
     async def open_stdio(self, spec: StdioSpec) -> StdioProcess:
         """`docker run -i IMAGE ARGS` in a session-like container (same limits and
         labels); closing the process removes the container."""
-        if not self._started:
-            raise SandboxError("backend not started")
-        if len(self._sessions) + len(self._creating) + len(self._stdio) >= self.config.max_sessions:
-            raise CapacityExceeded(f"this replica holds {self.config.max_sessions} sessions")
-        check_env(spec.env)
-        check_network(spec.network, self.config)
-        resources = effective_resources(spec.resources, self.config.defaults, self.config.caps)
-        image = spec.image or self.config.default_image
-        await self.engine.ensure_image(image, self.config.pull)
+        held = len(self._sessions) + len(self._creating) + len(self._stdio)
+        resources, image = await self._admit(spec, held)
         argv, workdir = await image_argv(self.engine, image, spec.args)
         if not argv:
             raise InvalidArgument(f"image {image!r} has no ENTRYPOINT or CMD: give args")
