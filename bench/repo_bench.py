@@ -27,7 +27,8 @@ from pathlib import Path
 
 from artfleet_sandbox.backend import FileSpec, RepoSpec, SandboxBackend, SessionSpec
 from artfleet_sandbox.docker_backend import DockerBackend, DockerConfig
-from artfleet_sandbox.local import LocalBackend, LocalConfig
+from artfleet_sandbox.local import LocalBackend
+from artfleet_sandbox.localconfig import LocalConfig
 
 FILE_BYTES = 25_000
 

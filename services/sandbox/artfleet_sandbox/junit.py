@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import xml.etree.ElementTree as ET
 
-from artfleet_sandbox.backend import CaseResult, Outcome
+from artfleet_sandbox.backend import CaseResult, Outcome, SandboxError
+from artfleet_sandbox.paths import read_file
 
 MAX_MESSAGE_CHARS = 2000
+MAX_REPORT_BYTES = 32 * 1024 * 1024
 
 # A test can carry several result elements (a failure in the call and an error in its
 # teardown); the first one in this order names its outcome.
@@ -59,3 +63,17 @@ def parse_junit(data: bytes) -> list[CaseResult]:
     except ET.ParseError:
         return []
     return [_case(testcase) for testcase in root.iter("testcase")]
+
+
+def collect_report(reports_dir: str, name: str) -> list[CaseResult]:
+    """Parse and remove the report `name` in `reports_dir`; [] when there is none."""
+    # read_file refuses symlinks and non-files: the command under test could plant a
+    # link to a host file here, and the server must not read that on its behalf.
+    try:
+        data, truncated = read_file(reports_dir, name, MAX_REPORT_BYTES)
+    except (SandboxError, OSError):
+        return []  # not pytest, or killed before it wrote the report
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(reports_dir, name))
+    return [] if truncated else parse_junit(data)

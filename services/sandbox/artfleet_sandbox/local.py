@@ -18,24 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
-import resource
 import secrets
 import shlex
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Mapping, Sequence
 
 from artfleet_sandbox import metrics
 from artfleet_sandbox.backend import (
     CapacityExceeded,
-    CaseResult,
     ExecOutcome,
     ExecSpec,
     FileSpec,
@@ -49,15 +44,16 @@ from artfleet_sandbox.backend import (
     check_env,
 )
 from artfleet_sandbox.bwrap import (
-    DEFAULT_HIDE_PATHS,
     UNISOLATED_NOTICE,
     Bubblewrap,
     find_bubblewrap,
     unisolated_refusal,
 )
-from artfleet_sandbox.junit import parse_junit
+from artfleet_sandbox.junit import collect_report
+from artfleet_sandbox.localconfig import ISOLATION_BWRAP, ISOLATION_NONE, LocalConfig
 from artfleet_sandbox.localrepl import LocalChannel
 from artfleet_sandbox.localseed import SeededDirs
+from artfleet_sandbox.localsession import LocalSession, spawn_errors
 from artfleet_sandbox.localstdio import LocalStdio
 from artfleet_sandbox.paths import chown_tree, read_file, remove_tree, resolve_dir, write_file
 from artfleet_sandbox.procs import TAG_VAR, kill_group, kill_tagged, rlimit_prefix, run_process
@@ -73,82 +69,7 @@ from artfleet_sandbox.stdio import StdioProcess, StdioSpec
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-DEFAULT_TEST_COMMAND = "python -m pytest -q --junitxml={junitxml}"
-ISOLATION_BWRAP = "bubblewrap"
-ISOLATION_NONE = "process (no isolation: commands run as the server's user)"
-
-UNPRIVILEGED = (65534, 65534)  # nobody:nogroup
-
-_MAX_JUNIT_BYTES = 32 * 1024 * 1024
 _CLOSE_WAIT_S = 3.0
-
-
-@dataclass(frozen=True)
-class LocalConfig:
-    """Knobs of the local backend; `SandboxSettings` maps onto it (see factory.py)."""
-
-    replica_id: str = ""  # prefixes session ids; "" = a new one
-    workspace_root: str = ""  # parent of this backend's own dir; "" = the system temp dir
-    idle_ttl_s: float = 1800.0
-    reap_interval_s: float = 30.0
-    max_sessions: int = 256
-    use_bwrap: Literal["auto", "never", "require"] = "auto"
-    bwrap_hide_paths: Sequence[str] = DEFAULT_HIDE_PATHS
-    # Bound back read-only over the hidden ones, e.g. a Python installed under /root.
-    bwrap_expose_paths: Sequence[str] = ()
-    path: str = DEFAULT_SANDBOX_PATH  # PATH of sandboxed commands
-    test_command: str = DEFAULT_TEST_COMMAND
-    test_output_bytes: int = 64 * 1024
-    rlimits: Mapping[int, int] = field(
-        default_factory=lambda: {
-            resource.RLIMIT_AS: 8 << 30,
-            resource.RLIMIT_FSIZE: 1 << 30,
-            resource.RLIMIT_CPU: 1800,
-            resource.RLIMIT_NOFILE: 4096,
-        }
-    )
-    stop_timeout_s: float = 10.0
-    cache_dir: str = ""  # the test runtime and cached repos; "" = default_cache_dir()
-    test_runtime: bool = True  # prepare the Python + pytest runtime for sessions
-    repo_pool_size: int = 2  # session dirs kept unpacked per recently used repo (localseed)
-    # McpStdio: run the request's args as a local command (no container: dev and tests).
-    allow_stdio: bool = False
-    # Without bubblewrap, run commands as the server's user on the host? An explicit choice.
-    allow_unisolated: bool = False
-    # (uid, gid) of commands under bubblewrap when the server is root; None keeps root.
-    run_as: tuple[int, int] | None = UNPRIVILEGED
-
-
-@dataclass
-class _Session:
-    id: str
-    root: str
-    tag: str  # the TAG_VAR prefix of every process this session starts
-    env: Mapping[str, str]
-    network: bool
-    job_id: str
-    ttl_s: float
-    repl_default: bool = True
-    repl: ReplShell | None = None  # made on the first REPL call
-    repl_tag: str = ""  # TAG_VAR value of the REPL shell's tree
-    repl_pid: int = 0
-    last_used: float = field(default_factory=time.monotonic)
-    busy: int = 0
-
-    @property
-    def workdir(self) -> str:
-        return os.path.join(self.root, "work")
-
-
-@contextlib.contextmanager
-def _spawn_errors() -> Iterator[None]:
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno == errno.E2BIG:  # the environment the client sent is too large
-            raise InvalidArgument(f"command or environment too large: {exc}") from exc
-        raise SandboxError(f"could not start the command: {exc}") from exc
 
 
 class LocalBackend:
@@ -159,7 +80,7 @@ class LocalBackend:
     def __init__(self, config: LocalConfig | None = None) -> None:
         self.config = config or LocalConfig()
         self.replica_id = self.config.replica_id or new_replica_id()
-        self._sessions: SessionTable[_Session] = SessionTable(self.replica_id)
+        self._sessions: SessionTable[LocalSession] = SessionTable(self.replica_id)
         self._root = ""
         self._bwrap: Bubblewrap | None = None
         self._owner: tuple[int, int] | None = None  # of session files, when not ours
@@ -278,7 +199,7 @@ class LocalBackend:
             await asyncio.to_thread(self._write_to, root, spec.files)
         else:
             root = await asyncio.to_thread(self._make_session_dir, spec.files, tarball)
-        session = _Session(
+        session = LocalSession(
             id=new_session_id(self.replica_id),
             root=root,
             tag=secrets.token_hex(8),
@@ -362,7 +283,7 @@ class LocalBackend:
         """Session dirs holding this repo waiting now (the bench waits on it)."""
         return self._seeded.ready(tarball)
 
-    def _write_all(self, session: _Session, files: Sequence[FileSpec]) -> None:
+    def _write_all(self, session: LocalSession, files: Sequence[FileSpec]) -> None:
         for spec in files:
             write_file(session.workdir, spec, self._owner)
 
@@ -381,7 +302,7 @@ class LocalBackend:
 
     # -- commands ----------------------------------------------------------------------
 
-    def _env(self, session: _Session, extra: Mapping[str, str]) -> dict[str, str]:
+    def _env(self, session: LocalSession, extra: Mapping[str, str]) -> dict[str, str]:
         # Built from scratch: the server's own environment (API token, cloud keys) must
         # never reach a sandboxed command.
         path = self.config.path
@@ -399,7 +320,7 @@ class LocalBackend:
         env[TAG_VAR] = f"{session.tag}.{secrets.token_hex(8)}"  # set last: not overridable
         return env
 
-    def _argv(self, session: _Session, cwd: str, command: str) -> list[str]:
+    def _argv(self, session: LocalSession, cwd: str, command: str) -> list[str]:
         shell = [self._shell, "-c", command]
         if self._bwrap is None:
             return shell
@@ -413,7 +334,7 @@ class LocalBackend:
 
     async def _run(
         self,
-        session: _Session,
+        session: LocalSession,
         command: str,
         cwd: str,
         env: Mapping[str, str],
@@ -426,7 +347,7 @@ class LocalBackend:
     ) -> ExecOutcome:
         check_command(command)
         check_env(env)
-        with self._sessions.in_use(session), _spawn_errors():
+        with self._sessions.in_use(session), spawn_errors():
             real_cwd = await asyncio.to_thread(resolve_dir, session.workdir, cwd)
             return await run_process(
                 self._argv(session, real_cwd, command),
@@ -458,7 +379,7 @@ class LocalBackend:
 
     # -- the session's REPL --------------------------------------------------------------
 
-    def _repl_of(self, session: _Session) -> ReplShell:
+    def _repl_of(self, session: LocalSession) -> ReplShell:
         if session.repl is None:
             session.repl = ReplShell(
                 lambda sink: self._spawn_repl(session, sink),
@@ -467,7 +388,7 @@ class LocalBackend:
             )
         return session.repl
 
-    async def _spawn_repl(self, session: _Session, sink: ReplSink) -> LocalChannel:
+    async def _spawn_repl(self, session: LocalSession, sink: ReplSink) -> LocalChannel:
         # A tag of its own: a timeout kills the shell's tree, not the session's other calls.
         env = self._env(session, {})
         session.repl_tag = env[TAG_VAR]
@@ -482,18 +403,18 @@ class LocalBackend:
                 network=session.network,
                 command=argv,
             )
-        with _spawn_errors():
+        with spawn_errors():
             channel = await LocalChannel.start(sink, [*self._limits, *argv], session.workdir, env)
         session.repl_pid = channel.pid
         return channel
 
-    async def _kill_repl(self, session: _Session) -> None:
+    async def _kill_repl(self, session: LocalSession) -> None:
         if session.repl_pid > 0:
             kill_group(session.repl_pid)
         if session.repl_tag:
             await asyncio.to_thread(kill_tagged, session.repl_tag)  # and what left the group
 
-    async def _repl_exec(self, session: _Session, spec: ExecSpec) -> ExecOutcome:
+    async def _repl_exec(self, session: LocalSession, spec: ExecSpec) -> ExecOutcome:
         check_command(spec.command)
         check_env(spec.env)
         with self._sessions.in_use(session):
@@ -531,7 +452,7 @@ class LocalBackend:
             tail_bytes=cap - cap // 4,
             merge_stderr=True,  # pytest's summary sits at the end: keep head and tail
         )
-        tests = await asyncio.to_thread(self._collect_report, reports_dir, report_name)
+        tests = await asyncio.to_thread(collect_report, reports_dir, report_name)
         return RunTestsReport(
             exit_code=result.exit_code,
             timed_out=result.timed_out,
@@ -539,19 +460,6 @@ class LocalBackend:
             output=result.stdout.decode("utf-8", errors="replace"),
             tests=tests,
         )
-
-    @staticmethod
-    def _collect_report(reports_dir: str, name: str) -> list[CaseResult]:
-        # read_file refuses symlinks and non-files: the command under test could plant a
-        # link to a host file here, and the server must not read that on its behalf.
-        try:
-            data, truncated = read_file(reports_dir, name, _MAX_JUNIT_BYTES)
-        except (SandboxError, OSError):
-            return []  # not pytest, or killed before it wrote the report
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(reports_dir, name))
-        return [] if truncated else parse_junit(data)
 
     # -- reaper ------------------------------------------------------------------------
 

@@ -23,7 +23,8 @@ from artfleet_sandbox.backend import (
     SandboxBackend,
     SessionSpec,
 )
-from artfleet_sandbox.local import LocalBackend, LocalConfig
+from artfleet_sandbox.local import LocalBackend
+from artfleet_sandbox.localconfig import LocalConfig
 
 BARE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # no host python/pytest beyond the system's
 

@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from artfleet_sandbox.backend import SandboxError
-from artfleet_sandbox.local import DEFAULT_SANDBOX_PATH, LocalBackend, LocalConfig
+from artfleet_sandbox.local import LocalBackend
+from artfleet_sandbox.localconfig import DEFAULT_SANDBOX_PATH, LocalConfig
 
 # Sandboxed commands get a clean PATH; put this interpreter (which has pytest) first, and
 # keep its installation visible inside bubblewrap even when it lives under /root.

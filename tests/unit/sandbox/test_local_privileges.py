@@ -16,7 +16,8 @@ import pytest
 
 from artfleet_sandbox.backend import ExecMode, ExecSpec, FileSpec, SandboxError, SessionSpec
 from artfleet_sandbox.bwrap import UNISOLATED_NOTICE
-from artfleet_sandbox.local import ISOLATION_NONE, LocalBackend, LocalConfig
+from artfleet_sandbox.local import LocalBackend
+from artfleet_sandbox.localconfig import ISOLATION_NONE, LocalConfig
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,7 +19,8 @@ from artfleet_sandbox.backend import (
     RepoSpec,
     SessionSpec,
 )
-from artfleet_sandbox.local import LocalBackend, LocalConfig
+from artfleet_sandbox.local import LocalBackend
+from artfleet_sandbox.localconfig import LocalConfig
 
 
 def _git(repo: Path, *args: str) -> str:

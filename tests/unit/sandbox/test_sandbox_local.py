@@ -25,7 +25,8 @@ from artfleet_sandbox.backend import (
     SessionNotFound,
     SessionSpec,
 )
-from artfleet_sandbox.local import ISOLATION_BWRAP, ISOLATION_NONE, LocalBackend, LocalConfig
+from artfleet_sandbox.local import LocalBackend
+from artfleet_sandbox.localconfig import ISOLATION_BWRAP, ISOLATION_NONE, LocalConfig
 
 pytestmark = pytest.mark.timeout(120)
 
