@@ -8,7 +8,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 import redis
 from log_scan import leaked_secrets, log_files
 from safetensors.torch import load_file
+from waiting import poll
 
 from artfleet.batches import StepKeys
 from artfleet.cli.fleet import LocalFleet
@@ -150,15 +150,13 @@ def test_trainer_restart_resumes_at_next_step(
     events = trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500)
     _wait_event(events, pb.EVENT_KIND_STEP_STARTED, 2)
     fleet.restart("trainer")  # SIGTERM mid-step 2: the step is abandoned, not recorded
-    deadline = time.monotonic() + 1500
-    while True:
-        job = trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
-        if (
-            job.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED)
-            or time.monotonic() > deadline
-        ):
-            break
-        time.sleep(1)
+    request = trainer_pb2.GetJobRequest(job_id=job.id)
+    job = poll(
+        lambda: trainer.GetJob(request),
+        lambda j: j.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED),
+        timeout_s=1500,
+        interval_s=1.0,
+    )
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
     assert [s.step for s in job.steps] == [1, 2, 3]  # every step trained exactly once
     assert all(_checkpoint_dir(fleet, job, s).is_dir() for s in (1, 2, 3))

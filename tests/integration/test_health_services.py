@@ -27,6 +27,7 @@ import grpc
 import pytest
 import yaml
 from pydantic import SecretStr
+from waiting import wait_for
 
 from artfleet.cli.fleet import free_port
 from artfleet.rpc.client import auth_metadata
@@ -46,16 +47,6 @@ class Replica:
     metrics_url: str
     log: Path
     workspace: Path
-
-
-def wait_for(what: str, probe: Callable[[], Any], seconds: float = 60.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = probe()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def scrape(url: str) -> str:

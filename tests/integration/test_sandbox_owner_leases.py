@@ -21,6 +21,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY
+from waiting import wait_for
 
 from artfleet.cli.fleet import free_port
 from artfleet.rpc.client import aio_channel
@@ -84,7 +85,7 @@ class Replica:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "artfleet_sandbox"], env=env, stdout=log, stderr=log
         )
-        wait_until(self.serving, 120, f"sandbox replica on :{self.port} serving")
+        wait_for(f"sandbox replica on :{self.port} serving", self.serving, 120)
         return self
 
     def serving(self) -> bool:
@@ -120,13 +121,6 @@ class Replica:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
             self.proc.wait(60)
-
-
-def wait_until(condition: object, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"not within {timeout_s:.0f}s: {what}"
-        time.sleep(0.1)
 
 
 @pytest.fixture

@@ -19,11 +19,13 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from operator import not_
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import poll
 
 from artfleet.cli.fleet import FleetProcess, LocalFleet, free_port
 
@@ -236,12 +238,8 @@ class ChaosFleet(LocalFleet):
     def leftover_processes(self, timeout_s: float = 60.0) -> list[str]:
         """Processes re-parented to us (subreaper) that are still alive after the fleet
         stopped, waiting up to `timeout_s` for them to end; zombies are reaped."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = _children(exclude=self.children_before)
-            if not left or time.monotonic() > deadline:
-                return [f"{pid} {cmd}" for pid, cmd in left]
-            time.sleep(0.5)
+        left = poll(lambda: _children(exclude=self.children_before), not_, timeout_s)
+        return [f"{pid} {cmd}" for pid, cmd in left]
 
 
 def _children(exclude: frozenset[int] = frozenset(), reap: bool = True) -> list[tuple[int, str]]:
@@ -286,12 +284,7 @@ def leftover_workspaces(fleet: ChaosFleet) -> list[str]:
 def wait_sessions_closed(fleet: ChaosFleet, timeout_s: float) -> int:
     """Waits up to `timeout_s` for every sandbox replica to hold no session (a killed
     worker's go within its owner lease); returns how many are left."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = sum(session_count(fleet, name) for name in SANDBOXES)
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.5)
+    return poll(lambda: sum(session_count(fleet, name) for name in SANDBOXES), not_, timeout_s)
 
 
 def session_count(fleet: ChaosFleet, name: str, since: float = 0.0) -> int:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from typing import Any
 
 import httpx
 import pytest
 from sse import SseEvent, sse_events
+from waiting import poll
 
 from artfleet.cli.fleet import LocalFleet
 
@@ -71,12 +71,9 @@ def _stream(
 
 
 def _wait_state(api: httpx.Client, job_id: str, states: set[str], timeout_s: float = 900) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        job = api.get(f"/jobs/{job_id}").json()
-        if job["state"] in states or time.monotonic() > deadline:
-            return job
-        time.sleep(0.5)
+    return poll(
+        lambda: api.get(f"/jobs/{job_id}").json(), lambda j: j["state"] in states, timeout_s
+    )
 
 
 def test_health_reports_every_dependency(api: httpx.Client) -> None:
