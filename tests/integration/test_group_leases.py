@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
-from pydantic import SecretStr
+from runner_harness import events_until_done, runner_settings
 from trainer_fakes import FakeBackend
 
 from artfleet.batches import StepBatches
@@ -32,8 +32,7 @@ from artfleet.queue import make_celery
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer.rollouts import GroupDispatcher
 from artfleet_trainer.runner import JobRunner
-from artfleet_trainer.settings import TrainerSettings
-from artfleet_trainer.store import TERMINAL, JobStore
+from artfleet_trainer.store import JobStore
 
 pytestmark = pytest.mark.integration
 
@@ -152,11 +151,7 @@ async def _stop_mid_group(
     store = JobStore(client)
     backend = FakeBackend()
     batches = StepBatches(client, wake_s=WAKE_S)
-    settings = TrainerSettings(
-        api_token=SecretStr("lease-test-token"),
-        inference_public_url="http://127.0.0.1:1/v1",
-        poll_interval_s=0.05,
-    )
+    settings = runner_settings("lease-test-token")
     dispatcher = GroupDispatcher(make_celery(url))
     runner = JobRunner(settings, store, backend, dispatcher, Scenarios(), batches)
     spec = JobSpecModel.model_validate(
@@ -187,9 +182,7 @@ async def _stop_mid_group(
         assert recovery_s <= expected_s + WAKE_S + MARGIN_S
 
         await client.set("test:release", b"1")
-        async for event in store.events(job.id, block_ms=200):
-            if event.kind == pb.EVENT_KIND_STATE and event.state in TERMINAL:
-                break
+        await events_until_done(store, job.id)
     finally:
         await runner.stop(10)
     done = await store.get(job.id)

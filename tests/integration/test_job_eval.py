@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from pydantic import SecretStr
+from runner_harness import run_to_end, runner_settings
 from trainer_fakes import FakeBackend, scored
 
 from artfleet.art_types import art
@@ -20,8 +20,7 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_trainer.evals import eval_job_id
 from artfleet_trainer.runner import JobRunner
-from artfleet_trainer.settings import TrainerSettings
-from artfleet_trainer.store import TERMINAL, JobStore
+from artfleet_trainer.store import JobStore
 
 pytestmark = pytest.mark.integration
 
@@ -94,25 +93,15 @@ async def run_job(
 ) -> tuple[pb.Job, list[pb.ProgressEvent], Rollouts]:
     store, batches = JobStore(redis), StepBatches(redis)
     rollouts = Rollouts(batches, behaviour)
-    settings = TrainerSettings(
-        api_token=SecretStr("eval-test-token"),
+    settings = runner_settings(
+        "eval-test-token",
         art_path=str(backend.path),
         trajectory_log_dir=str(backend.path / "logs"),
-        inference_public_url="http://127.0.0.1:1/v1",
-        poll_interval_s=0.05,
     )
     runner = JobRunner(settings, store, backend, rollouts, rollouts, batches)
     job = await store.create(spec_to_proto(spec))
-    events = []
-    runner.start()
-    try:
-        async for event in store.events(job.id, block_ms=200):
-            events.append(event)
-            if event.kind == pb.EVENT_KIND_STATE and event.state in TERMINAL:
-                break
-    finally:
-        await runner.stop(10)
-    return await store.get(job.id), events, rollouts
+    done, events = await run_to_end(runner, store, job.id)
+    return done, events, rollouts
 
 
 async def test_a_job_with_eval_every_steps_logs_val_metrics(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import kombu.exceptions
 import pytest
 import redis.asyncio as aioredis
-from pydantic import SecretStr
+from runner_harness import run_to_end, runner_settings
 from trainer_fakes import FakeBackend, scored
 
 from artfleet.batches import StepBatches, StepKeys
@@ -20,8 +20,7 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_trainer import metrics
 from artfleet_trainer.runner import JobRunner
-from artfleet_trainer.settings import TrainerSettings
-from artfleet_trainer.store import TERMINAL, JobStore
+from artfleet_trainer.store import JobStore
 
 pytestmark = pytest.mark.integration
 
@@ -63,22 +62,12 @@ class Fleet:
 
     async def run(self, job: pb.Job) -> pb.Job:
         """Runs the runner until `job` ends (followed through its event stream)."""
-        settings = TrainerSettings(
-            api_token=SecretStr("runner-test-token"),
-            inference_public_url="http://127.0.0.1:1/v1",
-            poll_interval_s=0.05,
-        )
+        settings = runner_settings("runner-test-token")
         runner = JobRunner(
             settings, self.store, self.backend, self.rollouts, self.rollouts, self.batches
         )
-        runner.start()
-        try:
-            async for event in self.store.events(job.id, block_ms=200):
-                if event.kind == pb.EVENT_KIND_STATE and event.state in TERMINAL:
-                    break
-        finally:
-            await runner.stop(10)
-        return await self.store.get(job.id)
+        done, _ = await run_to_end(runner, self.store, job.id)
+        return done
 
 
 @pytest.fixture

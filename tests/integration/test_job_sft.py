@@ -15,6 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 from pydantic import SecretStr
+from runner_harness import run_to_end, runner_settings
 from trainer_fakes import FakeBackend, scored
 from typer.testing import CliRunner
 
@@ -29,8 +30,7 @@ from artfleet_trainer.reward_client import RewardClient
 from artfleet_trainer.rollouts import RolloutClient
 from artfleet_trainer.runner import JobRunner
 from artfleet_trainer.servicer import TrainerServicer
-from artfleet_trainer.settings import TrainerSettings
-from artfleet_trainer.store import TERMINAL, JobStore
+from artfleet_trainer.store import JobStore
 
 pytestmark = pytest.mark.integration
 SEED004 = Path(__file__).parents[1] / "fixtures" / "sft" / "seed004_samples.json"
@@ -81,24 +81,12 @@ async def _run(
 ) -> tuple[pb.Job, list[pb.ProgressEvent], Rollouts]:
     store, batches = JobStore(redis), StepBatches(redis)
     rollouts = Rollouts(batches)
-    settings = TrainerSettings(
-        api_token=SecretStr(TOKEN),
-        art_path=str(tmp_path / "art"),
-        trajectory_log_dir=str(tmp_path / "logs"),
-        inference_public_url="http://127.0.0.1:1/v1",
-        poll_interval_s=0.05,
+    settings = runner_settings(
+        TOKEN, art_path=str(tmp_path / "art"), trajectory_log_dir=str(tmp_path / "logs")
     )
     runner = JobRunner(settings, store, backend, rollouts, rollouts, batches)
-    events = []
-    runner.start()
-    try:
-        async for event in store.events(job.id, block_ms=200):
-            events.append(event)
-            if event.kind == pb.EVENT_KIND_STATE and event.state in TERMINAL:
-                break
-    finally:
-        await runner.stop(10)
-    return await store.get(job.id), events, rollouts
+    done, events = await run_to_end(runner, store, job.id)
+    return done, events, rollouts
 
 
 async def test_sft_runs_once_before_grpo_and_streams_its_batches(
