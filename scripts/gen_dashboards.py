@@ -360,13 +360,18 @@ TRAINER = [
         "Tokens/s",
         [
             q(f"sum(rate(artfleet_trainer_trained_tokens_total{W}))", "trained"),
-            q(f"sum(rate(artfleet_trainer_generated_tokens_total{W}))", "generated (torch)"),
+            q(
+                f"sum(rate(artfleet_inference_generated_tokens_total{W})) or "
+                f"sum(rate(artfleet_trainer_generated_tokens_total{W}))",
+                "generated",
+            ),
         ],
     ),
     panel(
         "Inference requests/s",
         [
             q(
+                f"sum by (status) (rate(artfleet_inference_requests_total{W})) or "
                 f"sum by (status) (rate(artfleet_trainer_generation_requests_total{W})) or "
                 f"sum by (status) (rate(artfleet_trainer_proxy_requests_total{W}))",
                 "{{status}}",
@@ -376,6 +381,12 @@ TRAINER = [
     ),
     panel("Mean reward per step", [q("artfleet_trainer_step_reward_mean", "reward")]),
     panel("Training time per step", quantiles("artfleet_trainer_train_seconds"), unit="s"),
+    panel(
+        "Policy publish time",
+        quantiles("artfleet_inference_publish_seconds"),
+        unit="s",
+        description="Checkpoint saved → served by vLLM (merged reload or LoRA load).",
+    ),
     panel(
         "Groups requeued",
         [q(f"sum(increase(artfleet_trainer_groups_requeued_total{W}))", "requeued")],
@@ -396,14 +407,15 @@ TRAINER = [
             ),
         ],
         unit="percentunit",
-        description="Torch backend: prompts that reused earlier turns' key/values.",
+        description=f"{needs('torch-engine')} Prompts that reused earlier turns' key/values in "
+        "the trainer's own server (vLLM's prefix cache is vLLM's).",
     ),
     panel(
         "Prefix cache memory",
         [q("sum(artfleet_trainer_prefix_cache_bytes)", "key/values held")],
         unit="bytes",
-        description="Torch backend: key/values kept for reuse, within ARTFLEET_PREFIX_CACHE_BYTES "
-        "(least recently used evicted first).",
+        description=f"{needs('torch-engine')} Key/values the trainer's own server keeps for "
+        "reuse, within ARTFLEET_PREFIX_CACHE_BYTES (least recently used evicted first).",
     ),
     panel(
         "GPU memory",

@@ -135,7 +135,13 @@ def finite(result: list[dict[str, Any]]) -> list[float]:
 
 def check_targets(prometheus: str, sandbox: int, rollout: int) -> list[str]:
     out = []
-    for job, want in (("sandbox", sandbox), ("rollout", rollout), ("trainer", 1), ("reward", 1)):
+    for job, want in (
+        ("sandbox", sandbox),
+        ("rollout", rollout),
+        ("trainer", 1),
+        ("reward", 1),
+        ("inference", 1),
+    ):
         up = finite(query(prometheus, f'up{{job="{job}"}} == 1'))
         if len(up) != want:
             out.append(f"{job}: {len(up)} replicas up in Prometheus, expected {want}")

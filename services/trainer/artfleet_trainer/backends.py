@@ -60,8 +60,16 @@ def backend_unavailable_reason(kind: str, configured: str) -> str:
 
 def make_backend(kind: str, settings: TrainerSettings) -> TrainerBackend:
     if kind == "torch":
+        from artfleet_trainer.inference_client import InferenceClient
         from artfleet_trainer.torch_backend import TorchBackend
 
+        publisher = None
+        if settings.inference_engine == "vllm":
+            publisher = InferenceClient(
+                settings.inference_url,
+                settings.api_token.get_secret_value(),
+                public_url=settings.inference_public_url,
+            )
         return TorchBackend(
             path=settings.art_path,
             device=settings.device,
@@ -71,6 +79,7 @@ def make_backend(kind: str, settings: TrainerSettings) -> TrainerBackend:
             cache_dir=settings.model_cache_dir or None,
             prefix_cache_bytes=settings.prefix_cache_bytes,
             activation_budget_bytes=settings.train_activation_budget_bytes,
+            publisher=publisher,
         )
     if kind == "art":
         if importlib.util.find_spec("unsloth") is None or importlib.util.find_spec("vllm") is None:

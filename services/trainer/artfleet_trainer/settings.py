@@ -22,6 +22,15 @@ class TrainerSettings(ServerSettings):
     inference_public_url: str = Field(
         default="", description="URL rollout workers use (…/v1); default: host and port"
     )
+    inference_engine: Literal["vllm", "torch"] = Field(
+        default="torch",
+        description="torch backend: who serves the policy: the inference service (vLLM, "
+        "at inference_url) or the trainer's built-in server",
+    )
+    inference_url: str = Field(
+        default="http://127.0.0.1:8000",
+        description="the inference service's root URL, as the trainer reaches it",
+    )
     prefix_cache_bytes: int = Field(
         default=512 * 1024 * 1024,
         ge=0,

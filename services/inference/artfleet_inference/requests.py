@@ -1,0 +1,62 @@
+"""What the front checks in an OpenAI request before vLLM sees it (pure; unit-tested).
+
+vLLM answers some malformed bodies with a 200 (a message with an unknown role and no
+content is rendered as an empty turn); the fleet's callers get a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+@dataclass(frozen=True)
+class BadRequest(Exception):
+    message: str
+    param: str
+
+
+def error_body(message: str, kind: str, code: int, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError:
+        raise BadRequest("the body is not valid JSON", "body") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object", "body")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' is required: a served policy name", "model")
+    return body
+
+
+def check_chat(body: dict[str, Any]) -> None:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty list", "messages")
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise BadRequest("each message must be an object", where)
+        role = message.get("role")
+        if role not in ROLES:
+            raise BadRequest(f"unknown role {role!r}; one of {sorted(ROLES)}", f"{where}.role")
+        content = message.get("content")
+        if content is None and not (role == "assistant" and message.get("tool_calls")):
+            raise BadRequest("'content' is required", f"{where}.content")
+        if content is not None and not isinstance(content, str | list):
+            raise BadRequest("'content' must be a string or a list of parts", f"{where}.content")
+        if role == "tool" and not isinstance(message.get("tool_call_id", ""), str):
+            raise BadRequest("'tool_call_id' must be a string", f"{where}.tool_call_id")
+
+
+def check_completion(body: dict[str, Any]) -> None:
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str | list) or not prompt:
+        raise BadRequest("'prompt' must be a non-empty string or list", "prompt")

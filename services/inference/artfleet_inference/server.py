@@ -1,0 +1,234 @@
+"""The service's HTTP front: what the fleet reaches (vLLM stays on loopback).
+
+- `/v1/chat/completions`, `/v1/completions`: checked (requests.py), routed to the weights
+  the name asks for (policies.py), forwarded to vLLM, the answer's `model` renamed back
+  to `name@step` (the rollout reads the step that answered from it).
+- `/v1/models`: the base model and every published policy.
+- `POST /artfleet/v1/policies` `{name, step, checkpoint}`: the trainer publishes a saved
+  checkpoint; `POST /artfleet/v1/policies/retire` `{name, step?}` retires one.
+- `GET /health`: 200 when vLLM answers (no token: probes have none; it tells nothing).
+
+Every other route needs `Authorization: Bearer <ARTFLEET_API_TOKEN>` (middleware).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import Counter
+
+from artfleet_inference.engine import EngineError, PolicyEngine
+from artfleet_inference.policies import MODEL_NAME, UnknownPolicy
+from artfleet_inference.requests import (
+    BadRequest,
+    check_chat,
+    check_completion,
+    error_body,
+    parse_body,
+)
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+REQUESTS = Counter(
+    "artfleet_inference_requests", "Requests to the inference front", ["route", "status"]
+)
+GENERATED_TOKENS = Counter(
+    "artfleet_inference_generated_tokens", "Completion tokens answered (non-streamed requests)"
+)
+_FORWARD_HEADERS = ("content-type", "cache-control")
+
+
+def _error(status: int, message: str, param: str | None = None) -> web.Response:
+    kinds = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}
+    body = error_body(message, kinds.get(status, "ServerError"), status, param)
+    return web.json_response(body, status=status)
+
+
+class Front:
+    def __init__(
+        self,
+        engine: PolicyEngine,
+        token: str,
+        art_path: Path,
+        vllm_alive: Callable[[], bool],
+    ) -> None:
+        self._engine = engine
+        self._token = f"Bearer {token}".encode()
+        self._art_path = art_path.resolve()
+        self._vllm_alive = vllm_alive
+        self._session: aiohttp.ClientSession | None = None
+        self.app = web.Application(middlewares=[self._observe, self._auth])
+        self.app.router.add_get("/health", self._health)
+        self.app.router.add_get("/v1/models", self._models)
+        self.app.router.add_post("/v1/chat/completions", self._chat)
+        self.app.router.add_post("/v1/completions", self._completion)
+        self.app.router.add_post("/artfleet/v1/policies", self._publish)
+        self.app.router.add_post("/artfleet/v1/policies/retire", self._retire)
+        self.app.on_startup.append(self._open)
+        self.app.on_cleanup.append(self._close)
+
+    async def _open(self, _: web.Application) -> None:
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=900), auto_decompress=False
+        )
+
+    async def _close(self, _: web.Application) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    # --- middleware --------------------------------------------------------------------
+
+    @web.middleware
+    async def _observe(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        route = request.match_info.route.resource
+        name = route.canonical if route is not None else "unmatched"
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            response = _error(exc.status, exc.reason)
+        except BadRequest as exc:
+            response = _error(400, exc.message, exc.param)
+        except UnknownPolicy as exc:
+            response = _error(404, f"model {exc.args[0]!r} is not served here", "model")
+        except EngineError as exc:
+            log.warning("%s", exc)
+            response = _error(502, str(exc))
+        REQUESTS.labels(name, str(response.status)).inc()
+        return response
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path != "/health":
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, self._token):  # constant time
+                return _error(401, "bad or missing token")
+        return await handler(request)
+
+    # --- OpenAI routes -----------------------------------------------------------------
+
+    async def _health(self, _: web.Request) -> web.Response:
+        if not self._vllm_alive():
+            return web.json_response({"status": "vllm not running"}, status=503)
+        return web.json_response({"status": "ok"})
+
+    async def _models(self, _: web.Request) -> web.Response:
+        table = self._engine.table
+        names = [table.base_name, *(f"{n}@{s}" for n, (s, _) in sorted(table.latest.items()))]
+        data = [{"id": n, "object": "model", "owned_by": "artfleet"} for n in names]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = parse_body(await request.read())
+        check_chat(body)
+        return await self._forward(request, "/v1/chat/completions", body)
+
+    async def _completion(self, request: web.Request) -> web.StreamResponse:
+        body = parse_body(await request.read())
+        check_completion(body)
+        return await self._forward(request, "/v1/completions", body)
+
+    async def _forward(
+        self, request: web.Request, path: str, body: dict[str, Any]
+    ) -> web.StreamResponse:
+        assert self._session is not None
+        engine = self._engine
+        async with engine.gate.shared():
+            route = engine.table.route(body["model"])
+            await engine.ensure_adapter(route)
+            body["model"] = route.vllm_model
+            # vLLM names the model it was asked for; callers see the policy's own name.
+            renamed = (
+                f'"model":"{route.vllm_model}"'.encode(),
+                f'"model":"{route.public}"'.encode(),
+            )
+            url = f"{engine.vllm_url}{path}"
+            async with self._session.post(url, json=body, headers=engine.headers) as upstream:
+                if body.get("stream"):
+                    return await _relay_stream(request, upstream, renamed)
+                raw = (await upstream.read()).replace(*renamed)
+                if upstream.status == 200:
+                    GENERATED_TOKENS.inc(_completion_tokens(raw))
+                return web.Response(
+                    body=raw, status=upstream.status, content_type="application/json"
+                )
+
+    # --- the trainer's routes ----------------------------------------------------------
+
+    async def _publish(self, request: web.Request) -> web.Response:
+        body = await _json(request)
+        name, step = _name_and_step(body, required_step=True)
+        checkpoint = await asyncio.to_thread(self._checkpoint, body.get("checkpoint"))
+        assert step is not None
+        try:
+            seconds = await self._engine.publish(name, step, checkpoint)
+        except ValueError as exc:
+            raise BadRequest(str(exc), "step") from None
+        return web.json_response({"model": f"{name}@{step}", "seconds": seconds})
+
+    def _checkpoint(self, given: object) -> Path:
+        """A checkpoint folder the trainer wrote: under the ART path, with an adapter."""
+        checkpoint = Path(str(given or "")).resolve()
+        if not checkpoint.is_relative_to(self._art_path):
+            raise BadRequest("'checkpoint' must be a folder under the ART path", "checkpoint")
+        if not (checkpoint / "adapter_config.json").is_file():
+            raise BadRequest(f"{checkpoint} holds no LoRA adapter", "checkpoint")
+        return checkpoint
+
+    async def _retire(self, request: web.Request) -> web.Response:
+        body = await _json(request)
+        name, step = _name_and_step(body, required_step=False)
+        await self._engine.retire(name, step)
+        return web.json_response({"retired": name if step is None else f"{name}@{step}"})
+
+
+async def _relay_stream(
+    request: web.Request, upstream: aiohttp.ClientResponse, renamed: tuple[bytes, bytes]
+) -> web.StreamResponse:
+    """Server-sent events, line by line, each chunk's `model` renamed."""
+    reply = web.StreamResponse(status=upstream.status)
+    for key in _FORWARD_HEADERS:
+        if key in upstream.headers:
+            reply.headers[key] = upstream.headers[key]
+    await reply.prepare(request)
+    async for line in upstream.content:
+        await reply.write(line.replace(*renamed))
+    await reply.write_eof()
+    return reply
+
+
+def _completion_tokens(raw: bytes) -> int:
+    try:
+        return int(json.loads(raw)["usage"]["completion_tokens"])
+    except (ValueError, KeyError, TypeError):
+        return 0
+
+
+async def _json(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise BadRequest("the body is not valid JSON", "body") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object", "body")
+    return body
+
+
+def _name_and_step(body: dict[str, Any], *, required_step: bool) -> tuple[str, int | None]:
+    name = body.get("name")
+    if not isinstance(name, str) or not MODEL_NAME.match(name):
+        raise BadRequest("'name' must be a model name (letters, digits, . _ -)", "name")
+    step = body.get("step")
+    if step is None and not required_step:
+        return name, None
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise BadRequest("'step' must be a non-negative integer", "step")
+    return name, step

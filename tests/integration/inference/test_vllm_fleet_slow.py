@@ -1,0 +1,187 @@
+"""Real jobs on the real engine: the local fleet with the inference service (vLLM's CPU
+build, SmolLM2) serving the policy. A terminal and a tool-calling job of 2 steps each;
+step 2 must be sampled from checkpoint 1, vLLM's token ids must be what ART trains on,
+an older checkpoint must still answer, and bad requests get clear 4xx bodies."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openai import OpenAI
+from openai.types.chat.chat_completion import Choice
+from transformers import AutoTokenizer
+
+from artfleet.cli.fleet import LocalFleet, vllm_python
+from artfleet.jobspec import JobSpecModel, spec_to_proto
+from artfleet.rpc.client import sync_channel
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet_trainer.art_compat import art
+from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SMALL = dict(
+    steps=2, groups_per_step=2, rollouts_per_group=2, max_turns=2, max_tokens=40,
+    learning_rate=1e-3, lora_rank=4, log_sample_rate=1.0,
+)  # fmt: skip
+PROMPT = [{"role": "user", "content": "Name a color."}]
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    tmp_path_factory: pytest.TempPathFactory, require_infra: Callable[[bool, str], None]
+) -> Iterator[LocalFleet]:
+    require_infra(bool(vllm_python()), "no Python with vLLM (make install builds .venv-vllm)")
+    fleet = LocalFleet(tmp_path_factory.mktemp("vllm-fleet"), engine="vllm", api=False)
+    fleet.start(timeout_s=600)
+    try:
+        yield fleet
+    finally:
+        codes = fleet.stop()
+        assert all(code is not None and code >= 0 for code in codes.values()), codes
+
+
+@pytest.fixture(scope="module")
+def trainer(fleet: LocalFleet) -> Iterator[trainer_pb2_grpc.TrainerStub]:
+    channel = sync_channel(fleet.trainer_target, fleet.token)
+    yield trainer_pb2_grpc.TrainerStub(channel)
+    channel.close()
+
+
+@pytest.fixture(scope="module")
+def jobs(trainer: trainer_pb2_grpc.TrainerStub) -> dict[str, pb.Job]:
+    """One terminal job and one tool-calling job, run one after the other."""
+    done = {}
+    for environment, reward in (
+        ("shell-tasks", [{"name": "process"}, {"name": "task_check"}]),
+        ("tool-shell", [{"name": "process"}, {"name": "task_check"}]),
+    ):
+        spec = JobSpecModel.model_validate(
+            {**SMALL, "name": environment.replace("-", ""), "environment": environment,
+             "reward": reward}
+        )  # fmt: skip
+        job = trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+        list(trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500))
+        done[environment] = trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
+    return done
+
+
+def _sampled_versions(fleet: LocalFleet, job: pb.Job, step: int) -> set[int]:
+    folders = list((fleet.workdir / "logs").glob(f"*/step_{step}"))
+    records = [json.loads(p.read_text()) for d in folders for p in d.glob("*.json")]
+    records = [r for r in records if r["metadata"].get("job_id") == job.id]
+    assert records, f"no sampled trajectories of step {step}"
+    return {int(r["metadata"]["policy_version"]) for r in records}
+
+
+@pytest.mark.parametrize("environment", ["shell-tasks", "tool-shell"])
+def test_job_runs_on_vllm(fleet: LocalFleet, jobs: dict[str, pb.Job], environment: str) -> None:
+    job = jobs[environment]
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert [s.step for s in job.steps] == [1, 2]
+    assert all(s.trajectories > 0 for s in job.steps)
+    print(environment, "step seconds", [round(s.step_seconds, 1) for s in job.steps])
+    # Each step's episodes were answered by the policy the step trains from.
+    assert _sampled_versions(fleet, job, 1) == {0}
+    assert _sampled_versions(fleet, job, 2) == {1}
+
+
+def _client(fleet: LocalFleet) -> OpenAI:
+    return OpenAI(base_url=fleet.policy_base_url, api_key=fleet.token, max_retries=0)
+
+
+def _greedy(fleet: LocalFleet, model: str, served: str = "") -> Choice:
+    """A greedy answer of `model`, which names the policy that answered (`served`)."""
+    reply = _client(fleet).chat.completions.create(
+        model=model, messages=PROMPT, max_tokens=8, temperature=0, logprobs=True,  # type: ignore[arg-type]
+        extra_body={"return_token_ids": True},
+    )  # fmt: skip
+    assert reply.model == (served or model)
+    choice = reply.choices[0]
+    choice.__pydantic_extra__ = {
+        **(choice.model_extra or {}),
+        "prompt_token_ids": (reply.model_extra or {})["prompt_token_ids"],
+    }
+    return choice
+
+
+def _logprobs(choice: Choice) -> list[float]:
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    return [e.logprob for e in choice.logprobs.content]
+
+
+def test_older_checkpoints_and_the_base_still_answer(
+    fleet: LocalFleet, jobs: dict[str, pb.Job]
+) -> None:
+    job = jobs["shell-tasks"]
+    name = job.policy.rpartition("@")[0]
+    answers = {m: _logprobs(_greedy(fleet, m)) for m in (f"{name}@1", f"{name}@2")}
+    answers[name] = _logprobs(_greedy(fleet, name, served=f"{name}@2"))
+    answers["base"] = _logprobs(_greedy(fleet, "smollm2-135m-instruct"))
+    assert answers[name] == pytest.approx(answers[f"{name}@2"], abs=1e-4)  # plain = latest
+    # Each checkpoint is its own policy (the job trained at 1e-3: the weights moved).
+    assert answers[f"{name}@1"] != pytest.approx(answers[f"{name}@2"], abs=1e-4)
+    assert answers["base"] != pytest.approx(answers[f"{name}@1"], abs=1e-4)
+
+
+def test_token_ids_are_what_art_trains_on(fleet: LocalFleet, jobs: dict[str, pb.Job]) -> None:
+    model = jobs["shell-tasks"].policy
+    tokenizer = AutoTokenizer.from_pretrained(ensure_embedded_cache())
+    trajectories = []
+    for reward in (0.0, 1.0):
+        choice = _greedy(fleet, model)
+        extra: dict[str, Any] = choice.model_extra or {}
+        ids = [int(e.token.removeprefix("token_id:")) for e in choice.logprobs.content]  # type: ignore[union-attr]
+        assert extra["token_ids"] == ids
+        # vLLM rendered the prompt with the same template the trainer tokenizes with.
+        prompt = tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True, tokenize=True,
+                                               return_dict=False)  # fmt: skip
+        assert extra["prompt_token_ids"] == list(prompt)
+        history: list[Any] = [*PROMPT, choice]
+        trajectories.append(art.Trajectory(messages_and_choices=history, reward=reward))
+    results = list(
+        art.preprocessing.tokenize.tokenize_trajectory_groups(
+            tokenizer, [art.TrajectoryGroup(trajectories)], allow_training_without_logprobs=False,
+            scale_rewards=True,
+        )
+    )  # fmt: skip
+    assert len(results) == 2
+    for result in results:
+        last = result.trajectory.messages_and_choices[-1]
+        assert isinstance(last, Choice)
+        extra = last.model_extra or {}
+        exact = [*extra["prompt_token_ids"], *extra["token_ids"]]
+        assert result.token_ids[: len(exact)] == exact
+        trained = [lp for lp, m in zip(result.logprobs, result.assistant_mask, strict=True) if m]
+        assert trained == pytest.approx(_logprobs(last))
+        assert not any(math.isnan(lp) for lp in trained)
+
+
+def test_bad_requests_get_clear_errors(fleet: LocalFleet, jobs: dict[str, pb.Job]) -> None:
+    url = f"{fleet.policy_base_url}/chat/completions"
+    auth = {"Authorization": f"Bearer {fleet.token}"}
+    body = {"model": "no-such-model", "messages": PROMPT, "max_tokens": 4}
+    unknown = httpx.post(url, json=body, headers=auth, timeout=60)
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["param"] == "model"
+    body = {"model": jobs["shell-tasks"].policy, "messages": [{"role": "robot"}]}
+    malformed = httpx.post(url, json=body, headers=auth, timeout=60)
+    assert malformed.status_code == 400
+    assert malformed.json()["error"]["param"] == "messages[0].role"
+    not_json = httpx.post(url, content=b"{", headers=auth, timeout=60)
+    assert not_json.status_code == 400 and not_json.json()["error"]["param"] == "body"
+    assert httpx.post(url, json=body, timeout=60).status_code == 401
+    publish = httpx.post(
+        f"{fleet.inference_root}/artfleet/v1/policies",
+        json={"name": "x", "step": 1, "checkpoint": str(Path("/etc").resolve())},
+        headers=auth,
+        timeout=60,
+    )
+    assert publish.status_code == 400 and publish.json()["error"]["param"] == "checkpoint"

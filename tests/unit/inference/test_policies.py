@@ -1,0 +1,93 @@
+"""Routing a requested name to the weights that answer it (artfleet_inference.policies)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from artfleet_inference.policies import PolicyTable, UnknownPolicy, find_checkpoint, parse_name
+
+CKPT = Path("/art/p/models/pol/checkpoints")
+
+
+def _table(mode: str = "merged", on_disk: dict[tuple[str, int | None], int] | None = None):
+    disk = on_disk or {}
+
+    def find(name: str, step: int | None) -> tuple[int, Path] | None:
+        found = disk.get((name, step))
+        return None if found is None else (found, CKPT / f"{found:04d}")
+
+    return PolicyTable("base-model", mode, find, base_aliases=frozenset({"Org/Base"}))  # type: ignore[arg-type]
+
+
+def test_names_parse() -> None:
+    assert parse_name("pol@3") == ("pol", 3)
+    assert parse_name("pol") == ("pol", None)
+    assert parse_name("a@b@12") == ("a@b", 12)
+    assert parse_name("pol@x") == ("pol@x", None)
+
+
+def test_base_is_vllms_own_weights_until_a_policy_is_merged() -> None:
+    table = _table()
+    assert table.route("base-model").vllm_model == "base-model"
+    assert table.route("Org/Base").public == "base-model"
+    assert not table.route("base-model").needs_adapter
+
+
+def test_merged_policy_is_the_base_weights_and_others_are_differences() -> None:
+    table = _table(on_disk={("pol", 1): 1})
+    assert table.publish("pol", 2, CKPT / "0002") is True  # merged mode: reload
+    table.set_merged("pol", 2, CKPT / "0002")
+    latest = table.route("pol@2")
+    assert (latest.vllm_model, latest.public, latest.needs_adapter) == (
+        "base-model",
+        "pol@2",
+        False,
+    )
+    assert table.route("pol").public == "pol@2"
+    older = table.route("pol@1")
+    assert older.needs_adapter and older.adapter == CKPT / "0001"
+    assert older.against == CKPT / "0002" and older.vllm_model == "pol@1~m1"
+    base = table.route("base-model")
+    assert base.needs_adapter and base.adapter is None and base.against == CKPT / "0002"
+    # A new merge: difference adapters of the old weights get new names.
+    table.publish("pol", 3, CKPT / "0003")
+    table.set_merged("pol", 3, CKPT / "0003")
+    assert table.route("pol@1").vllm_model == "pol@1~m2"
+
+
+def test_lora_mode_serves_checkpoints_as_they_are() -> None:
+    table = _table("lora")
+    assert table.publish("pol", 1, CKPT / "0001") is False  # no reload in lora mode
+    route = table.route("pol@1")
+    assert (route.vllm_model, route.adapter, route.against) == ("pol@1", CKPT / "0001", None)
+    assert table.route("base-model").vllm_model == "base-model"
+
+
+def test_unknown_names_and_older_publishes_are_refused() -> None:
+    table = _table()
+    with pytest.raises(UnknownPolicy):
+        table.route("nope@1")
+    table.publish("pol", 3, CKPT / "0003")
+    with pytest.raises(ValueError, match="older"):
+        table.publish("pol", 2, CKPT / "0002")
+    table.retire("pol", 3)
+    with pytest.raises(UnknownPolicy):
+        table.route("pol")
+
+
+def test_find_checkpoint_reads_only_the_trainers_layout(tmp_path: Path) -> None:
+    for step in (0, 2):
+        folder = tmp_path / "proj" / "models" / "pol" / "checkpoints" / f"{step:04d}"
+        folder.mkdir(parents=True)
+        (folder / "adapter_config.json").write_text("{}")
+    (tmp_path / "proj" / "models" / "pol" / "checkpoints" / "0005").mkdir()  # incomplete
+    assert find_checkpoint(tmp_path, "pol", None) == (
+        2,
+        tmp_path / "proj/models/pol/checkpoints/0002",
+    )
+    assert find_checkpoint(tmp_path, "pol", 0) is not None
+    assert find_checkpoint(tmp_path, "pol", 5) is None
+    assert find_checkpoint(tmp_path, "../proj/models/pol", None) is None
+    assert find_checkpoint(tmp_path, "*", None) is None
