@@ -2,7 +2,8 @@
 # Infrastructure the tests need on a fresh Debian machine (CI and developers alike):
 # bubblewrap (local sandbox), Docker engine (docker sandbox), debootstrap (base image),
 # chromium (the console tests drive Debian's browser with Playwright; no `playwright install`),
-# prometheus and promtool (the health panels' queries and alert rules run on a real one).
+# prometheus and promtool (the health panels' queries and alert rules run on a real one),
+# libnuma (vLLM's CPU kernels).
 # Idempotent: what is there already is left alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,8 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+# vLLM's CPU build (.venv-vllm, the inference service) links libnuma.
+ldconfig -p | grep -q 'libnuma\.so\.1 ' || missing+=(libnuma1)
 if ((${#missing[@]})); then
   echo "installing ${missing[*]}"
   apt-get update -qq >/dev/null

@@ -4,8 +4,9 @@
   the name asks for (policies.py), forwarded to vLLM, the answer's `model` renamed back
   to `name@step` (the rollout reads the step that answered from it).
 - `/v1/models`: the base model and every published policy.
-- `POST /artfleet/v1/policies` `{name, step, checkpoint}`: the trainer publishes a saved
-  checkpoint; `POST /artfleet/v1/policies/retire` `{name, step?}` retires one.
+- `POST /artfleet/v1/policies` `{name, step, checkpoint, base_model?}`: the trainer
+  publishes a saved checkpoint (of the base model this service serves);
+  `POST /artfleet/v1/policies/retire` `{name, step?}` retires one.
 - `GET /health`: 200 when vLLM answers (no token: probes have none; it tells nothing).
 
 Every other route needs `Authorization: Bearer <ARTFLEET_API_TOKEN>` (middleware).
@@ -166,6 +167,12 @@ class Front:
     async def _publish(self, request: web.Request) -> web.Response:
         body = await _json(request)
         name, step = _name_and_step(body, required_step=True)
+        base = body.get("base_model")
+        if base is not None and not self._engine.table.is_base(str(base)):
+            raise BadRequest(
+                f"this inference service serves {self._engine.table.base_name!r}, not {base!r}",
+                "base_model",
+            )
         checkpoint = await asyncio.to_thread(self._checkpoint, body.get("checkpoint"))
         assert step is not None
         try:

@@ -83,6 +83,17 @@ def vllm_launch(
     return VllmLaunch(argv, env)
 
 
+def why(log_text: str, most: int = 12) -> str:
+    """The root cause from vLLM's log: its error lines, the first and the last of them when
+    there are many (a worker's traceback ends far above the engine's generic
+    "initialization failed"), then the log's last lines."""
+    lines = log_text.splitlines()
+    errors = [line for line in lines if " ERROR " in line or "Error:" in line]
+    # A traceback's first lines say where, its last ones what.
+    picked = errors if len(errors) <= most else [*errors[:4], "...", *errors[-(most - 4) :]]
+    return "\n".join([*picked, "...", *lines[-8:]])
+
+
 def free_loopback_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -137,8 +148,8 @@ class VllmServer:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
             while True:
                 if self.returncode() is not None:
-                    tail = self._log_path.read_text(errors="replace")[-3000:]
-                    raise RuntimeError(f"vLLM exited with {self.returncode()}:\n{tail}")
+                    text = self._log_path.read_text(errors="replace")
+                    raise RuntimeError(f"vLLM exited with {self.returncode()}:\n{why(text)}")
                 try:
                     async with session.get(f"{self.base_url}/health") as reply:
                         if reply.status == 200:

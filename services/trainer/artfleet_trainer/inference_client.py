@@ -40,10 +40,11 @@ class InferenceClient:
                 raise InferenceUnavailable(f"{path}: {reply.status} {message}")
             return dict(data or {})
 
-    async def publish(self, name: str, step: int, checkpoint: Path) -> float:
+    async def publish(self, name: str, step: int, checkpoint: Path, base_model: str) -> float:
         """Serve `checkpoint` (an absolute path: the service checks it is under its ART
-        path) as `name@step`; returns the service's seconds to serve it."""
-        body = {"name": name, "step": step, "checkpoint": str(checkpoint)}
+        path; an adapter of `base_model`, which it must serve) as `name@step`; returns the
+        service's seconds to serve it."""
+        body = {"name": name, "step": step, "checkpoint": str(checkpoint), "base_model": base_model}
         try:
             reply = await self._post("/artfleet/v1/policies", body)
         except aiohttp.ClientError as exc:

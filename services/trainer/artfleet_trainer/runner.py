@@ -216,7 +216,10 @@ class JobRunner:
                 break  # seed 001's --num-epochs: the scenario stream has ended
             await self._run_step(job, spec, model, steps, step)
             await self._evaluator.maybe_run(job, spec, model, step, self._inference_url(model))
-            retention.apply(self._settings.art_path, model.name, job, spec)
+            deleted = retention.apply(self._settings.art_path, model.name, job, spec)
+            retire = getattr(self._backend, "retire_checkpoints", None)  # torch + vLLM
+            if deleted and retire is not None:
+                await retire(model, deleted)
         if await self._store.cancel_requested(job.id) and job.completed_steps < spec.steps:
             raise JobCancelled()
 

@@ -185,3 +185,11 @@ def test_bad_requests_get_clear_errors(fleet: LocalFleet, jobs: dict[str, pb.Job
         timeout=60,
     )
     assert publish.status_code == 400 and publish.json()["error"]["param"] == "checkpoint"
+    other_base = httpx.post(
+        f"{fleet.inference_root}/artfleet/v1/policies",
+        json={"name": "x", "step": 1, "checkpoint": "/x", "base_model": "Qwen/Qwen2.5-7B"},
+        headers=auth,
+        timeout=60,
+    )
+    assert other_base.status_code == 400
+    assert other_base.json()["error"]["param"] == "base_model"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from artfleet_inference.settings import InferenceSettings
-from artfleet_inference.vllm_server import vllm_launch
+from artfleet_inference.vllm_server import vllm_launch, why
 
 
 def _settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> InferenceSettings:
@@ -50,3 +50,15 @@ def test_gpu_launch_and_extra_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _flag(argv, "--gpu-memory-utilization") == "0.3"
     assert "--no-enable-prefix-caching" in argv
     assert argv[-4:] == ["--max-num-seqs", "64", "--seed", "1"]
+
+
+def test_a_failed_start_names_the_root_cause() -> None:
+    log = "\n".join(
+        ["INFO starting"]
+        + ["(VllmWorker pid=5) ERROR 11-24 [x.py:1] ImportError: libnuma.so.1: cannot open"]
+        + [f"INFO noise {i}" for i in range(50)]
+        + ["RuntimeError: Engine core initialization failed."]
+    )
+    summary = why(log)
+    assert "libnuma.so.1" in summary and "Engine core initialization failed" in summary
+    assert "noise 10" not in summary

@@ -188,7 +188,8 @@ class TorchBackend:
         if self._publisher is None:
             return
         checkpoint = checkpoints.checkpoint_dir(state.output_dir.absolute(), step)
-        seconds = await self._publisher.publish(state.model.name, step, checkpoint)
+        model = state.model
+        seconds = await self._publisher.publish(model.name, step, checkpoint, model.base_model)
         log.info(
             "published %s@%d to the inference service (%.2fs)", state.model.name, step, seconds
         )
@@ -283,6 +284,13 @@ class TorchBackend:
             keep.add(state.policy.step)  # never the step being served
         output_dir = checkpoints.model_dir(self._path, model)
         await self._worker.run(checkpoints.delete_checkpoints, output_dir, keep)
+
+    async def retire_checkpoints(self, model: art.Model, steps: list[int]) -> None:
+        """Checkpoints deleted by retention: the inference service stops serving them."""
+        if self._publisher is None:
+            return
+        for step in steps:
+            await self._publisher.retire(model.name, step)
 
     async def _prepare_backend_for_training(
         self, model: art.TrainableModel, config: Any = None
