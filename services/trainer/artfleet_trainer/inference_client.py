@@ -16,7 +16,11 @@ log = logging.getLogger(__name__)
 
 
 class InferenceUnavailable(RuntimeError):
-    """The inference service did not answer or refused a publish."""
+    """The inference service did not answer (or failed: 5xx)."""
+
+
+class InferenceRefused(ValueError):
+    """The inference service refused a request (4xx): it will not serve this policy."""
 
 
 class InferenceClient:
@@ -37,7 +41,8 @@ class InferenceClient:
             data = await reply.json(content_type=None)
             if reply.status >= 400:
                 message = (data or {}).get("error", {}).get("message", reply.reason)
-                raise InferenceUnavailable(f"{path}: {reply.status} {message}")
+                error = InferenceRefused if reply.status < 500 else InferenceUnavailable
+                raise error(f"inference service {path}: {reply.status} {message}")
             return dict(data or {})
 
     async def publish(self, name: str, step: int, checkpoint: Path, base_model: str) -> float:
@@ -47,7 +52,7 @@ class InferenceClient:
         body = {"name": name, "step": step, "checkpoint": str(checkpoint), "base_model": base_model}
         try:
             reply = await self._post("/artfleet/v1/policies", body)
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:
             raise InferenceUnavailable(f"inference service at {self.url}: {exc}") from exc
         return float(reply.get("seconds", 0.0))
 
@@ -55,7 +60,7 @@ class InferenceClient:
         body: dict[str, Any] = {"name": name} if step is None else {"name": name, "step": step}
         try:
             await self._post("/artfleet/v1/policies/retire", body)
-        except (aiohttp.ClientError, InferenceUnavailable) as exc:  # best effort: it ends
+        except (aiohttp.ClientError, TimeoutError, InferenceUnavailable, InferenceRefused) as exc:
             log.warning("retire %s@%s: %s", name, step, exc)
 
     async def healthy(self) -> bool:

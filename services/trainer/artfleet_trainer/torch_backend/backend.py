@@ -30,7 +30,7 @@ import torch
 from peft import PeftModel, get_peft_model
 
 from artfleet_trainer.art_compat import art
-from artfleet_trainer.inference_client import InferenceClient
+from artfleet_trainer.inference_client import InferenceClient, InferenceUnavailable
 
 from . import checkpoints, sft, training
 from .activation_memory import DEFAULT_ACTIVATION_BUDGET_BYTES
@@ -188,11 +188,16 @@ class TorchBackend:
         if self._publisher is None:
             return
         checkpoint = checkpoints.checkpoint_dir(state.output_dir.absolute(), step)
-        model = state.model
-        seconds = await self._publisher.publish(model.name, step, checkpoint, model.base_model)
-        log.info(
-            "published %s@%d to the inference service (%.2fs)", state.model.name, step, seconds
-        )
+        name = state.model.name
+        try:
+            seconds = await self._publisher.publish(name, step, checkpoint, state.model.base_model)
+        except InferenceUnavailable as exc:
+            # The checkpoint is saved: the service serves it by name from the volume when it
+            # is back (slower on CPU until the next publish). A refusal (a base model it does
+            # not serve) is raised: no job may train a policy nobody can serve.
+            log.warning("%s@%d not published (%s); served from disk on request", name, step, exc)
+            return
+        log.info("published %s@%d to the inference service (%.2fs)", name, step, seconds)
 
     def _rank(self, model: art.TrainableModel) -> int:
         """The model's own LoRA rank (ART's `_internal_config.peft_args.r`), else ours."""
