@@ -175,3 +175,15 @@ def test_thread_counts_stay_within_the_machine() -> None:
     with torch_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_a_core_busy_only_for_a_moment_does_not_cost_training_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from artfleet_trainer.torch_backend import worker
+
+    looks = iter([1.0, 1.0, 0.1])  # vLLM's worker polling for a second after its last request
+    monkeypatch.setattr(worker, "cores_busy_elsewhere", lambda: next(looks))
+    assert worker.training_threads(settle_s=60) == available_cores()
+    monkeypatch.setattr(worker, "cores_busy_elsewhere", lambda: 1.0)  # busy for good
+    assert worker.training_threads(settle_s=0) == default_num_threads()

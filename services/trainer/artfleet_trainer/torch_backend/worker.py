@@ -46,11 +46,22 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def training_threads(configured: int | None = None) -> int:
-    """`configured`, else all cores if other processes leave them idle, else all but one."""
+# vLLM's CPU worker keeps polling its queue for 1 s after its last request
+# (vllm/distributed/device_communicators/shm_broadcast.py, busy_loop_s): a step starting
+# right after its rollouts would read that as a busy core and train on half the cores.
+SETTLE_S = 1.5
+
+
+def training_threads(configured: int | None = None, settle_s: float = SETTLE_S) -> int:
+    """`configured`, else all cores if other processes leave them idle, else all but one.
+    A core busy at the first look is looked at again for up to `settle_s`: only a core
+    that stays busy costs training a thread."""
     if configured:
         return configured
     busy = cores_busy_elsewhere()
+    deadline = time.monotonic() + settle_s
+    while busy is not None and busy >= 0.5 and time.monotonic() < deadline:
+        busy = cores_busy_elsewhere()
     threads = default_num_threads() if busy is None or busy >= 0.5 else available_cores()
     log.info("training on %d threads (%s cores busy elsewhere)", threads, busy)
     return threads
