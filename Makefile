@@ -78,6 +78,7 @@ bench:
 	$(BIN)/python bench/sandbox_bench.py
 	$(BIN)/python bench/exchange_bench.py
 	$(BIN)/python bench/generation_bench.py
+	$(BIN)/python bench/inference_bench.py
 	$(BIN)/python bench/train_step_bench.py
 	$(BIN)/python bench/step_bench.py
 	$(BIN)/python bench/chaos_bench.py

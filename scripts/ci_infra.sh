@@ -16,6 +16,7 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 # vLLM's CPU build (.venv-vllm, the inference service) links libnuma.
 ldconfig -p | grep -q 'libnuma\.so\.1 ' || missing+=(libnuma1)
+command -v g++ >/dev/null 2>&1 || missing+=(g++)  # vLLM compiles the model (torch.compile)
 if ((${#missing[@]})); then
   echo "installing ${missing[*]}"
   apt-get update -qq >/dev/null

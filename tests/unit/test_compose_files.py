@@ -194,4 +194,4 @@ def test_only_the_trainer_and_inference_images_get_torch_and_the_weights() -> No
         assert "--find-links" not in SHARED.split(text)[-1], f"{path}: the CPU wheelhouse"
     trainer_gpu = (ROOT / "services/trainer/Dockerfile.gpu").read_text()
     assert "--exclude torch trainer" in trainer_gpu  # the CUDA torch is installed first
-    assert 'vllm==${VLLM_VERSION}' in (ROOT / "services/inference/Dockerfile.gpu").read_text()
+    assert "vllm==${VLLM_VERSION}" in (ROOT / "services/inference/Dockerfile.gpu").read_text()

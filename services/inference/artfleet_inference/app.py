@@ -11,6 +11,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import start_http_server
 
+from artfleet.health import HealthMonitor
 from artfleet_inference.engine import PolicyEngine
 from artfleet_inference.policies import PolicyTable, find_checkpoint
 from artfleet_inference.server import Front
@@ -46,6 +47,10 @@ class InferenceApp:
         self._vllm: VllmServer | None = None
         self._engine: PolicyEngine | None = None
         self._watch: asyncio.Task[None] | None = None
+        # Merged copies and adapters fill the workdir (rewritten in place, so never "stale").
+        self.health = HealthMonitor.for_service(
+            "inference", settings, store_dirs=[settings.inference_workdir]
+        )
 
     async def start(self) -> None:
         settings = self.settings
@@ -80,6 +85,7 @@ class InferenceApp:
         if settings.metrics_port:
             start_http_server(settings.metrics_port, addr=settings.host)
         self._watch = asyncio.create_task(self._watch_vllm())
+        self.health.start()
         log.info(
             "inference on %s:%d (%s mode)", settings.host, self.port, settings.inference_policy_mode
         )
@@ -93,6 +99,7 @@ class InferenceApp:
 
     async def stop(self) -> None:
         grace = self.settings.shutdown_grace_s
+        await self.health.stop()
         if self._watch is not None:
             self._watch.cancel()
         if self._runner is not None:

@@ -91,6 +91,7 @@ class PolicyEngine:
         self._workdir = workdir
         self._adapters: OrderedDict[str, Path] = OrderedDict()  # vLLM lora name → folder
         self._adapter_lock = asyncio.Lock()
+        self._publish_lock = asyncio.Lock()
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -117,31 +118,34 @@ class PolicyEngine:
     async def publish(self, name: str, step: int, checkpoint: Path) -> float:
         """Serve `checkpoint` as `name@step` (and plain `name`); returns the seconds taken."""
         started = time.monotonic()
-        if self.table.publish(name, step, checkpoint):
-            async with self.gate.exclusive():
+        async with self._publish_lock:  # one merged copy written at a time
+            if self.table.publish(name, step, checkpoint):
                 await self._reload_merged(name, step, checkpoint)
-        else:
-            route = self.table.route(f"{name}@{step}")
-            await self.ensure_adapter(route)
+            else:
+                await self.ensure_adapter(self.table.route(f"{name}@{step}"))
         seconds = time.monotonic() - started
         PUBLISH_SECONDS.observe(seconds)
         log.info("serving %s@%d (%.2fs)", name, step, seconds)
         return seconds
 
     async def _reload_merged(self, name: str, step: int, checkpoint: Path) -> None:
+        """The merged copy is written into the folder not in use while requests go on;
+        only the reload itself holds the weights alone."""
         adapter = await asyncio.to_thread(lora_math.read_adapter, checkpoint)
         target = self._workdir / f"merged-{(self.table.merged_version + 1) % 2}"
         await asyncio.to_thread(lora_math.write_merged, self._base_dir, adapter, target)
         rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(target)}}
-        await self._call("/collective_rpc", rpc)
-        # Cached key/values were computed with the old weights.
-        await self._call("/reset_prefix_cache")
-        self.table.set_merged(name, step, checkpoint)
+        async with self.gate.exclusive():
+            await self._call("/collective_rpc", rpc)
+            # Cached key/values were computed with the old weights.
+            await self._call("/reset_prefix_cache")
+            self.table.set_merged(name, step, checkpoint)
         # Every adapter registered so far was a difference to the old weights (or to the
         # base): none may answer again.
+        current = f"~m{self.table.merged_version}"
         async with self._adapter_lock:
-            stale, self._adapters = list(self._adapters), OrderedDict()
-            for lora in stale:
+            for lora in [k for k in self._adapters if not k.endswith(current)]:
+                self._adapters.pop(lora)
                 await self._unload(lora)
 
     async def retire(self, name: str, step: int | None) -> None:

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from artfleet.checkpoint_layout import checkpoint_steps, step_dir
+
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")  # no path parts
 
 
@@ -34,17 +36,6 @@ def parse_name(requested: str) -> tuple[str, int | None]:
     return requested, None
 
 
-def checkpoint_steps(model_dir: Path) -> list[int]:
-    root = model_dir / "checkpoints"
-    if not root.is_dir():
-        return []
-    return sorted(
-        int(p.name)
-        for p in root.iterdir()
-        if p.name.isdigit() and (p / "adapter_config.json").is_file()
-    )
-
-
 def find_checkpoint(art_path: Path, name: str, step: int | None) -> tuple[int, Path] | None:
     """A checkpoint the trainer wrote under `art_path`: (step, folder), or None."""
     if not MODEL_NAME.match(name):
@@ -53,7 +44,7 @@ def find_checkpoint(art_path: Path, name: str, step: int | None) -> tuple[int, P
         steps = checkpoint_steps(model_dir)
         want = steps[-1] if step is None and steps else step
         if want is not None and want in steps:
-            return want, model_dir / "checkpoints" / f"{want:04d}"
+            return want, step_dir(model_dir, want)
     return None
 
 

@@ -11,6 +11,7 @@ import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+from artfleet import checkpoint_layout
 from artfleet.errors import FailedPrecondition, InvalidArgument, NotFound
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
@@ -44,11 +45,11 @@ class ModelCatalog:
         self._art_path = art_path
 
     def _dir(self, job: pb.Job) -> Path:
-        return retention.model_dir(self._art_path, job.spec.project, model_name(job))
+        return checkpoint_layout.model_dir(self._art_path, job.spec.project, model_name(job))
 
     def info(self, job: pb.Job) -> trainer_pb2.ModelInfo:
         directory = self._dir(job)
-        steps = retention.checkpoint_steps(directory)
+        steps = checkpoint_layout.checkpoint_steps(directory)
         metric = job.spec.keep_best_metric
         best = retention.best_step(job.evals, metric, steps) if metric else None
         info = trainer_pb2.ModelInfo(
@@ -100,7 +101,7 @@ class ModelCatalog:
                 "cancel the job (and let it stop) before deleting its model"
             )
         directory = self._dir(job)
-        steps = retention.checkpoint_steps(directory)
+        steps = checkpoint_layout.checkpoint_steps(directory)
         if step is None:
             shutil.rmtree(directory)
             return steps
@@ -112,7 +113,7 @@ class ModelCatalog:
     async def export(self, ref: str) -> AsyncIterator[trainer_pb2.ModelsExportChunk]:
         name, step = parse_ref(ref)
         job = await self._job(name)
-        steps = retention.checkpoint_steps(self._dir(job))
+        steps = checkpoint_layout.checkpoint_steps(self._dir(job))
         chosen = steps[-1] if step is None and steps else step
         if chosen is None or chosen not in steps:
             raise NotFound(f"model {name!r} has no checkpoint {step if step is not None else ''}")

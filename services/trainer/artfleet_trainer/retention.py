@@ -9,28 +9,12 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Iterable
-from pathlib import Path
 
+from artfleet.checkpoint_layout import checkpoint_steps, model_dir
 from artfleet.jobspec import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 
 log = logging.getLogger(__name__)
-
-
-def model_dir(art_path: str, project: str, name: str) -> Path:
-    return Path(art_path) / project / "models" / name
-
-
-def checkpoint_steps(directory: Path) -> list[int]:
-    """Steps with a saved adapter, ascending (ART's and the torch backend's layout)."""
-    root = directory / "checkpoints"
-    if not root.is_dir():
-        return []
-    return sorted(
-        int(entry.name)
-        for entry in root.iterdir()
-        if entry.name.isdigit() and (entry / "adapter_config.json").is_file()
-    )
 
 
 def best_step(

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import torch
 from peft import PeftModel, get_peft_model
 
+from artfleet.checkpoint_layout import ADAPTER_CONFIG
 from artfleet_trainer.art_compat import art
 from artfleet_trainer.inference_client import InferenceClient, InferenceUnavailable
 
@@ -209,7 +210,7 @@ class TorchBackend:
         loaded = load_base_model(model.base_model, cache_dir=self.cache_dir, device=self.device)
         step = checkpoints.latest_step(output_dir)
         latest = checkpoints.checkpoint_dir(output_dir, step)
-        resume = (latest / checkpoints.ADAPTER_CONFIG).is_file()
+        resume = (latest / ADAPTER_CONFIG).is_file()
         with training.quiet_peft_wrap():
             if resume:  # a restarted trainer goes on from its latest adapter
                 peft_model = PeftModel.from_pretrained(loaded.model, str(latest), is_trainable=True)

@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
+from artfleet.checkpoint_layout import checkpoint_steps
 from artfleet_trainer.art_compat import art
 
 log = logging.getLogger(__name__)
 
-ADAPTER_CONFIG = "adapter_config.json"
 OPTIMIZER_FILE = "optimizer.pt"
 
 
@@ -32,18 +32,6 @@ def model_dir(art_path: str, model: art.Model) -> Path:
 
 def checkpoint_dir(model_output_dir: Path, step: int) -> Path:
     return Path(art.utils.output_dirs.get_step_checkpoint_dir(str(model_output_dir), step))
-
-
-def checkpoint_steps(model_output_dir: Path) -> list[int]:
-    """Steps with a complete adapter, ascending."""
-    root = model_output_dir / "checkpoints"
-    if not root.is_dir():
-        return []
-    return sorted(
-        int(entry.name)
-        for entry in root.iterdir()
-        if entry.name.isdigit() and (entry / ADAPTER_CONFIG).is_file()
-    )
 
 
 def latest_step(model_output_dir: Path) -> int:
