@@ -9,9 +9,21 @@ hidden folder and renames it into place, so a step folder is whole or absent.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 ADAPTER_CONFIG = "adapter_config.json"
+# A model name as served and looked up: no path parts, so a request cannot name a path.
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+
+
+def parse_model_name(requested: str) -> tuple[str, int | None]:
+    """Split `name@step` into (name, step); a plain name gives step None (the latest)."""
+    name, sep, step = requested.rpartition("@")
+    if sep and name and step.isdigit():
+        return name, int(step)
+    return requested, None
 
 
 def model_dir(art_path: str | Path, project: str, name: str) -> Path:
@@ -32,3 +44,21 @@ def checkpoint_steps(model_dir: Path) -> list[int]:
         for entry in root.iterdir()
         if entry.name.isdigit() and (entry / ADAPTER_CONFIG).is_file()
     )
+
+
+def find_checkpoint(
+    art_path: Path,
+    name: str,
+    step: int | None,
+    accept: Callable[[Path], bool] = lambda model_dir: True,
+) -> tuple[int, Path] | None:
+    """A checkpoint of the model `name` under `art_path` (any project): (step, folder) of
+    `step`, or of the latest when None; only model folders `accept` allows; else None."""
+    if not MODEL_NAME.match(name):
+        return None
+    for model_dir in sorted(Path(art_path).glob(f"*/models/{name}")):
+        steps = checkpoint_steps(model_dir)
+        want = steps[-1] if step is None and steps else step
+        if want is not None and want in steps and accept(model_dir):
+            return want, step_dir(model_dir, want)
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 import sys
 from typing import Protocol, TypeVar
 
@@ -20,6 +21,13 @@ class Lifecycle(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+def free_port() -> int:
+    """A loopback port free now (for a child process to bind; another may take it first)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def load_settings(cls: type[S]) -> S:

@@ -11,9 +11,10 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import start_http_server
 
+from artfleet.checkpoint_layout import find_checkpoint
 from artfleet.health import HealthMonitor
 from artfleet_inference.engine import PolicyEngine
-from artfleet_inference.policies import PolicyTable, find_checkpoint
+from artfleet_inference.policies import PolicyTable
 from artfleet_inference.server import Front
 from artfleet_inference.settings import InferenceSettings
 from artfleet_inference.vllm_server import VllmServer

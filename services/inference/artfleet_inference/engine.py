@@ -103,15 +103,13 @@ class PolicyEngine:
             await self._session.close()
             self._session = None
 
-    async def _call(self, path: str, body: Any = None) -> Any:
+    async def _call(self, path: str, body: Any = None) -> None:
         assert self._session is not None
         async with self._session.post(
             f"{self.vllm_url}{path}", json=body, headers=self.headers
         ) as r:
-            text = await r.text()
             if r.status >= 400:
-                raise EngineError(f"vLLM {path}: {r.status} {text[:500]}")
-            return text
+                raise EngineError(f"vLLM {path}: {r.status} {(await r.text())[:500]}")
 
     # --- publishing ---------------------------------------------------------------------
 

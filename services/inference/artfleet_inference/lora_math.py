@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ADAPTER_CONFIG = "adapter_config.json"
+from artfleet.checkpoint_layout import ADAPTER_CONFIG
+
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 _PEFT_PREFIX = "base_model.model."
 # Files of a model folder that are not weights (vLLM reads its config and tokenizer there).

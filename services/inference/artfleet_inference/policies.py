@@ -14,38 +14,16 @@ so a request cannot make the service read an arbitrary path.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from artfleet.checkpoint_layout import checkpoint_steps, step_dir
-
-MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")  # no path parts
+from artfleet.checkpoint_layout import parse_model_name
 
 
 class UnknownPolicy(LookupError):
     """No served weights answer to the requested name."""
-
-
-def parse_name(requested: str) -> tuple[str, int | None]:
-    name, at, step = requested.rpartition("@")
-    if at and step.isdigit():
-        return name, int(step)
-    return requested, None
-
-
-def find_checkpoint(art_path: Path, name: str, step: int | None) -> tuple[int, Path] | None:
-    """A checkpoint the trainer wrote under `art_path`: (step, folder), or None."""
-    if not MODEL_NAME.match(name):
-        return None
-    for model_dir in sorted(art_path.glob(f"*/models/{name}")):
-        steps = checkpoint_steps(model_dir)
-        want = steps[-1] if step is None and steps else step
-        if want is not None and want in steps:
-            return want, step_dir(model_dir, want)
-    return None
 
 
 @dataclass(frozen=True)
@@ -58,7 +36,11 @@ class Route:
     public: str
     adapter: Path | None = None
     against: Path | None = None
-    needs_adapter: bool = False
+
+    @property
+    def needs_adapter(self) -> bool:
+        """Only vLLM's own weights (the base, or the merged policy) need no adapter."""
+        return self.adapter is not None or self.against is not None
 
 
 @dataclass
@@ -96,7 +78,7 @@ class PolicyTable:
             if self.merged is None:
                 return Route(self.base_name, self.base_name)
             return self._lora(self.base_name, None)
-        name, step = parse_name(requested)
+        name, step = parse_model_name(requested)
         found = self._resolve(name, step)
         if found is None:
             raise UnknownPolicy(requested)
@@ -118,4 +100,4 @@ class PolicyTable:
             return Route(self.base_name, public)
         # A difference adapter holds only for the merged weights it was written against.
         vllm_name = public if against is None else f"{public}~m{self.merged_version}"
-        return Route(vllm_name, public, checkpoint, against, needs_adapter=True)
+        return Route(vllm_name, public, checkpoint, against)

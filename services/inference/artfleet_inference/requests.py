@@ -23,13 +23,20 @@ def error_body(message: str, kind: str, code: int, param: str | None = None) -> 
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def parse_body(raw: bytes) -> dict[str, Any]:
+def parse_object(raw: bytes) -> dict[str, Any]:
+    """A JSON object, or a 400 naming the body."""
     try:
         body = json.loads(raw or b"null")
     except ValueError:
         raise BadRequest("the body is not valid JSON", "body") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object", "body")
+    return body
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """An OpenAI request: a JSON object that names a model."""
+    body = parse_object(raw)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' is required: a served policy name", "model")

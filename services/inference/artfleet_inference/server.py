@@ -26,14 +26,16 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import Counter
 
+from artfleet.checkpoint_layout import ADAPTER_CONFIG, MODEL_NAME
 from artfleet_inference.engine import EngineError, PolicyEngine
-from artfleet_inference.policies import MODEL_NAME, UnknownPolicy
+from artfleet_inference.policies import UnknownPolicy
 from artfleet_inference.requests import (
     BadRequest,
     check_chat,
     check_completion,
     error_body,
     parse_body,
+    parse_object,
 )
 
 log = logging.getLogger(__name__)
@@ -165,7 +167,7 @@ class Front:
     # --- the trainer's routes ----------------------------------------------------------
 
     async def _publish(self, request: web.Request) -> web.Response:
-        body = await _json(request)
+        body = parse_object(await request.read())
         name, step = _name_and_step(body, required_step=True)
         base = body.get("base_model")
         if base is not None and not self._engine.table.is_base(str(base)):
@@ -186,12 +188,12 @@ class Front:
         checkpoint = Path(str(given or "")).resolve()
         if not checkpoint.is_relative_to(self._art_path):
             raise BadRequest("'checkpoint' must be a folder under the ART path", "checkpoint")
-        if not (checkpoint / "adapter_config.json").is_file():
+        if not (checkpoint / ADAPTER_CONFIG).is_file():
             raise BadRequest(f"{checkpoint} holds no LoRA adapter", "checkpoint")
         return checkpoint
 
     async def _retire(self, request: web.Request) -> web.Response:
-        body = await _json(request)
+        body = parse_object(await request.read())
         name, step = _name_and_step(body, required_step=False)
         await self._engine.retire(name, step)
         return web.json_response({"retired": name if step is None else f"{name}@{step}"})
@@ -217,16 +219,6 @@ def _completion_tokens(raw: bytes) -> int:
         return int(json.loads(raw)["usage"]["completion_tokens"])
     except (ValueError, KeyError, TypeError):
         return 0
-
-
-async def _json(request: web.Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError:
-        raise BadRequest("the body is not valid JSON", "body") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object", "body")
-    return body
 
 
 def _name_and_step(body: dict[str, Any], *, required_step: bool) -> tuple[str, int | None]:

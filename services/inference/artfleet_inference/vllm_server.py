@@ -13,7 +13,6 @@ import os
 import secrets
 import shlex
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import aiohttp
 
+from artfleet.service import free_port
 from artfleet_inference.settings import InferenceSettings
 
 log = logging.getLogger(__name__)
@@ -94,12 +94,6 @@ def why(log_text: str, most: int = 12) -> str:
     return "\n".join([*picked, "...", *lines[-8:]])
 
 
-def free_loopback_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class VllmServer:
     """`start()` spawns vLLM (its own process group) and waits until `/health` answers;
     `stop(grace)` sends SIGTERM to that group, then SIGKILL past the grace."""
@@ -107,7 +101,7 @@ class VllmServer:
     def __init__(
         self, settings: InferenceSettings, model_dir: Path, served_name: str, log_path: Path
     ) -> None:
-        self.port = free_loopback_port()
+        self.port = free_port()
         self.key = secrets.token_urlsafe(24)  # vLLM's own key: only the front knows it
         self._launch = vllm_launch(settings, model_dir, served_name, self.port, self.key)
         self._timeout_s = settings.inference_start_timeout_s

@@ -13,7 +13,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,14 +22,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from artfleet.service import free_port
+
 SERVICES = ("sandbox", "reward", "rollout", "trainer")
 API = "api"  # the HTTP API and console (not gRPC): started once the gRPC services serve
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def vllm_python() -> str:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from artfleet_inference.policies import PolicyTable, UnknownPolicy, find_checkpoint, parse_name
+from artfleet.checkpoint_layout import find_checkpoint, parse_model_name
+from artfleet_inference.policies import PolicyTable, UnknownPolicy
 
 CKPT = Path("/art/p/models/pol/checkpoints")
 
@@ -22,10 +23,10 @@ def _table(mode: str = "merged", on_disk: dict[tuple[str, int | None], int] | No
 
 
 def test_names_parse() -> None:
-    assert parse_name("pol@3") == ("pol", 3)
-    assert parse_name("pol") == ("pol", None)
-    assert parse_name("a@b@12") == ("a@b", 12)
-    assert parse_name("pol@x") == ("pol@x", None)
+    assert parse_model_name("pol@3") == ("pol", 3)
+    assert parse_model_name("pol") == ("pol", None)
+    assert parse_model_name("a@b@12") == ("a@b", 12)
+    assert parse_model_name("pol@x") == ("pol@x", None)
 
 
 def test_base_is_vllms_own_weights_until_a_policy_is_merged() -> None:
@@ -89,5 +90,6 @@ def test_find_checkpoint_reads_only_the_trainers_layout(tmp_path: Path) -> None:
     )
     assert find_checkpoint(tmp_path, "pol", 0) is not None
     assert find_checkpoint(tmp_path, "pol", 5) is None
+    assert find_checkpoint(tmp_path, "pol", None, accept=lambda model_dir: False) is None
     assert find_checkpoint(tmp_path, "../proj/models/pol", None) is None
     assert find_checkpoint(tmp_path, "*", None) is None

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion
 
+from artfleet.checkpoint_layout import parse_model_name
 from artfleet_trainer.torch_backend.generation import SamplingParams, SequenceOutput
 from artfleet_trainer.torch_backend.protocol import (
     MIN_LOGPROB,
@@ -16,7 +17,6 @@ from artfleet_trainer.torch_backend.protocol import (
     chat_completion,
     model_list,
     parse_chat_request,
-    parse_model_name,
     token_entry,
 )
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,14 +26,14 @@ from typing import Any
 
 from peft import PeftModel, get_peft_model
 
-from . import checkpoints, training
+from artfleet.checkpoint_layout import find_checkpoint, parse_model_name
+
+from . import training
 from .model_loader import load_base_model
-from .protocol import parse_model_name
 from .server import ServedPolicy
 from .worker import TorchWorker
 
 log = logging.getLogger(__name__)
-MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")  # no path parts
 
 
 @dataclass(frozen=True)
@@ -59,14 +58,10 @@ def _base_model_of(model_dir: Path) -> str:
 def find(art_path: Path, requested: str) -> FrozenRef | None:
     """What `requested` names under `art_path`, or None."""
     name, step = parse_model_name(requested)
-    model_dirs = sorted(art_path.glob(f"*/models/{name}")) if MODEL_NAME.match(name) else []
-    for model_dir in model_dirs:
-        steps = checkpoints.checkpoint_steps(model_dir)
-        want = steps[-1] if step is None and steps else step
-        base = _base_model_of(model_dir)
-        if want in steps and base:
-            checkpoint = checkpoints.checkpoint_dir(model_dir, want)
-            return FrozenRef(name, want, base, checkpoint)
+    found = find_checkpoint(art_path, name, step, accept=lambda d: bool(_base_model_of(d)))
+    if found is not None:
+        at, checkpoint = found
+        return FrozenRef(name, at, _base_model_of(checkpoint.parent.parent), checkpoint)
     if step not in (None, 0):
         return None
     known_bases = {_base_model_of(d) for d in art_path.glob("*/models/*") if d.is_dir()}

@@ -275,14 +275,6 @@ def _join_text_parts(parts: list[Any], param: str) -> str:
     return "".join(texts)
 
 
-def parse_model_name(requested: str) -> tuple[str, int | None]:
-    """Split `name@step` into (name, step); a plain name gives step None (current)."""
-    name, sep, step = requested.rpartition("@")
-    if sep and name and step.isdigit():
-        return name, int(step)
-    return requested, None
-
-
 def model_not_found(requested: str) -> RequestError:
     return RequestError(
         404,

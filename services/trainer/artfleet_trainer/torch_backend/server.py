@@ -33,6 +33,8 @@ from typing import Any, cast
 from aiohttp import web
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from artfleet.checkpoint_layout import parse_model_name
+
 from .generation import GenerationRequest
 from .grammar import GrammarCompiler, GrammarError
 from .metrics import GENERATED_TOKENS, GENERATION_REQUESTS, GENERATION_SECONDS
@@ -45,7 +47,6 @@ from .protocol import (
     model_list,
     model_not_found,
     parse_chat_request,
-    parse_model_name,
 )
 from .scheduler import GenerationScheduler, SchedulerClosed
 
