@@ -48,8 +48,8 @@ def vllm_launch(
         "127.0.0.1",
         "--port",
         str(port),
-        "--api-key",
-        key,
+        # One token: a random key may begin with "-", which argparse would take for a flag.
+        f"--api-key={key}",
         "--dtype",
         settings.inference_dtype,
         "--max-model-len",

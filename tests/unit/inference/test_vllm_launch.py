@@ -28,7 +28,7 @@ def test_cpu_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     argv = launch.argv
     assert argv[:3] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert _flag(argv, "--host") == "127.0.0.1"  # never faces the network
-    assert _flag(argv, "--port") == "1234" and _flag(argv, "--api-key") == "k"
+    assert _flag(argv, "--port") == "1234" and "--api-key=k" in argv
     assert "--return-tokens-as-token-ids" in argv and "--enable-lora" in argv
     assert _flag(argv, "--tool-call-parser") == "hermes"
     assert "--enable-prefix-caching" in argv
@@ -62,3 +62,8 @@ def test_a_failed_start_names_the_root_cause() -> None:
     summary = why(log)
     assert "libnuma.so.1" in summary and "Engine core initialization failed" in summary
     assert "noise 10" not in summary
+
+
+def test_a_key_that_looks_like_a_flag_stays_the_keys_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = vllm_launch(_settings(monkeypatch), Path("/m"), "m", 1, "-Xy_z").argv
+    assert "--api-key=-Xy_z" in argv and "-Xy_z" not in argv
