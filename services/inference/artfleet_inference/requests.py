@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+from artfleet.chat_messages import MessageError, check_messages
 
 
 @dataclass(frozen=True)
@@ -44,23 +44,10 @@ def parse_body(raw: bytes) -> dict[str, Any]:
 
 
 def check_chat(body: dict[str, Any]) -> None:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty list", "messages")
-    for i, message in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(message, dict):
-            raise BadRequest("each message must be an object", where)
-        role = message.get("role")
-        if role not in ROLES:
-            raise BadRequest(f"unknown role {role!r}; one of {sorted(ROLES)}", f"{where}.role")
-        content = message.get("content")
-        if content is None and not (role == "assistant" and message.get("tool_calls")):
-            raise BadRequest("'content' is required", f"{where}.content")
-        if content is not None and not isinstance(content, str | list):
-            raise BadRequest("'content' must be a string or a list of parts", f"{where}.content")
-        if role == "tool" and not isinstance(message.get("tool_call_id", ""), str):
-            raise BadRequest("'tool_call_id' must be a string", f"{where}.tool_call_id")
+    try:
+        check_messages(body.get("messages"))
+    except MessageError as exc:
+        raise BadRequest(exc.message, exc.param) from None
 
 
 def check_completion(body: dict[str, Any]) -> None:

@@ -94,7 +94,7 @@ def test_content_parts_are_joined_and_missing_content_is_empty() -> None:
         ({"stream": True}, "stream"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
-        ({"messages": [{"role": "user", "content": 3}]}, "messages[0]"),
+        ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
         ({"model": ""}, "model"),
         ({"response_format": "json"}, "response_format"),
         ({"response_format": {"type": "xml"}}, "response_format.type"),

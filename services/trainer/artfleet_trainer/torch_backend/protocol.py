@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from artfleet.chat_messages import MessageError, check_messages
+
 from .generation import SamplingParams, SequenceOutput
 from .tool_calls import ToolChoice, ToolsError, ToolSpec, parse_tool_calls, parse_tool_choice
 from .tool_calls import parse_tools as _parse_tools
@@ -32,7 +34,6 @@ MAX_TOP_LOGPROBS = 20
 MAX_STOP_STRINGS = 16
 # JSON has no -inf; vLLM clamps the same way.
 MIN_LOGPROB = -9999.0
-_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
 class RequestError(Exception):
@@ -242,37 +243,10 @@ def _stop(value: Any) -> tuple[str, ...]:
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:
-    if not isinstance(value, list) or not value:
-        raise bad_request("'messages' must be a non-empty list", "messages")
-    return [_message(m, i) for i, m in enumerate(value)]
-
-
-def _message(message: Any, index: int) -> dict[str, Any]:
-    param = f"messages[{index}]"
-    if not isinstance(message, dict):
-        raise bad_request("each message must be an object", param)
-    role = message.get("role")
-    if role not in _ROLES:
-        raise bad_request(f"unknown role {role!r}", f"{param}.role")
-    content = message.get("content")
-    if content is None:
-        content = ""  # e.g. an assistant turn that only made tool calls
-    elif isinstance(content, list):
-        content = _join_text_parts(content, f"{param}.content")
-    elif not isinstance(content, str):
-        raise bad_request("message content must be a string or a list of parts", param)
-    return {**message, "content": content}
-
-
-def _join_text_parts(parts: list[Any], param: str) -> str:
-    texts = []
-    for part in parts:
-        if not isinstance(part, dict) or part.get("type") != "text":
-            raise bad_request("only text content parts are supported", param)
-        if not isinstance(part.get("text"), str):
-            raise bad_request("a text part needs a string 'text'", param)
-        texts.append(part["text"])
-    return "".join(texts)
+    try:
+        return check_messages(value)
+    except MessageError as exc:
+        raise bad_request(exc.message, exc.param) from None
 
 
 def model_not_found(requested: str) -> RequestError:
