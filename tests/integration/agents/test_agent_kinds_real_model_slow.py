@@ -18,8 +18,8 @@ import grpc
 import pytest
 import pytest_asyncio
 from agent_fakes import HalfReward
-from openai.types.chat.chat_completion import Choice
 from pydantic import SecretStr
+from trained_tokens import mismatches, sampled_turns
 from transformers import AutoTokenizer
 
 from artfleet import codec
@@ -32,12 +32,12 @@ from artfleet_rollout.settings import RolloutSettings
 from artfleet_sandbox.factory import build_servicer
 from artfleet_sandbox.settings import DEFAULT_SANDBOX_PATH, SandboxSettings
 from artfleet_trainer.art_compat import art
+from artfleet_trainer.torch_backend import training
 from artfleet_trainer.torch_backend.backend import TorchBackend
 from artfleet_trainer.torch_backend.model_loader import (
     ensure_chat_template_and_pad,
     ensure_embedded_cache,
 )
-from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -118,32 +118,26 @@ async def _run_group(
     return response, time.perf_counter() - start
 
 
-def _assert_trainable(response: rollout_pb2.RunGroupResponse) -> None:
-    """ART trains every assistant turn of every trajectory, on the sampled token ids."""
+def _assert_trainable(response: rollout_pb2.RunGroupResponse) -> list[Any]:
+    """ART trains every assistant turn of every trajectory on exactly the sampled token ids,
+    with their logprobs, in the context each was sampled from (see trained_tokens)."""
     group = codec.group_from_proto(response.group)
     assert group.trajectories
     for i, trajectory in enumerate(group.trajectories):
         trajectory.reward = float(i)  # distinct rewards: ART drops zero-advantage groups
     tokenizer = AutoTokenizer.from_pretrained(ensure_embedded_cache())
     ensure_chat_template_and_pad(tokenizer)  # the template the server and training render
-    results = list(
-        art.preprocessing.tokenize.tokenize_trajectory_groups(
-            tokenizer,
-            without_rendered_tool_calls([group]),  # as the torch backend's training does
-            allow_training_without_logprobs=False,
-            scale_rewards=True,
-        )
-    )
-    assert len(results) == len(group.trajectories)
+    results = training.tokenize_groups(tokenizer, [group], {})  # what the trainer trains on
+    by_trajectory: dict[int, list[Any]] = {}
     for result in results:
-        choices = [c for c in result.trajectory.messages_and_choices if isinstance(c, Choice)]
-        assert choices
-        sampled = [lp for c in choices for lp in c.logprobs.content]  # type: ignore[union-attr]
-        assert sum(result.assistant_mask) == len(sampled)
-        first = choices[0].model_extra or {}
-        assert first["token_ids"]
-        exact = [*first["prompt_token_ids"], *first["token_ids"]]
-        assert result.token_ids[: len(exact)] == exact
+        by_trajectory.setdefault(id(result.trajectory), []).append(result)
+    assert len(by_trajectory) == len(group.trajectories)
+    for own in by_trajectory.values():
+        turns = sampled_turns(own[0].trajectory.messages_and_choices)
+        assert turns
+        problems = mismatches(own, turns)
+        assert not problems, problems
+    return results
 
 
 async def test_single_turn_math(policy_url: tuple[str, str], sandbox_target: str) -> None:

@@ -26,7 +26,7 @@ from peft import LoraConfig
 from torch.utils.checkpoint import checkpoint
 
 from artfleet_trainer.art_compat import art
-from artfleet_trainer.torch_backend import activation_memory
+from artfleet_trainer.torch_backend import activation_memory, exact_tokens
 from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,20 @@ class PackedBatch:
     num_results: int  # tokenized trajectories (histories) in the rows
 
 
+def tokenize_groups(
+    tokenizer: Any, groups: list[art.TrajectoryGroup], dev_config: art.dev.TrainConfig
+) -> list[Any]:
+    """ART's tokenization (advantages, masks, logprobs), then every turn that carries the
+    engine's ids put back in exactly the context it was sampled from (`exact_tokens`)."""
+    results = art.preprocessing.tokenize.tokenize_trajectory_groups(
+        tokenizer,
+        without_rendered_tool_calls(groups),
+        allow_training_without_logprobs=dev_config.get("allow_training_without_logprobs", False),
+        scale_rewards=dev_config.get("scale_rewards", True),
+    )
+    return exact_tokens.exact(results, tokenizer)
+
+
 def pack_trajectory_groups(
     tokenizer: Any,
     groups: list[art.TrajectoryGroup],
@@ -82,16 +96,7 @@ def pack_trajectory_groups(
     max_context: int,
 ) -> PackedBatch | None:
     """Tokenize and pack; None when nothing is trainable (e.g. equal rewards everywhere)."""
-    results = list(
-        art.preprocessing.tokenize.tokenize_trajectory_groups(
-            tokenizer,
-            without_rendered_tool_calls(groups),
-            allow_training_without_logprobs=dev_config.get(
-                "allow_training_without_logprobs", False
-            ),
-            scale_rewards=dev_config.get("scale_rewards", True),
-        )
-    )
+    results = tokenize_groups(tokenizer, groups, dev_config)
     too_long = [r for r in results if len(r.token_ids) > max_context]
     if too_long:
         warnings.warn(
