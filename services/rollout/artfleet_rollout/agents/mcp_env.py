@@ -199,11 +199,20 @@ class McpEnvironment:
 
     async def start(self) -> str:
         """Initializes, lists the tools, runs setup; returns setup's text."""
+        await self.connect()
+        return await self._setup()
+
+    async def connect(self) -> None:
+        """Initializes and lists the tools; the server must have the evaluate tool."""
         await self._request("initialize", self._session.initialize())
         listed = await self._request("list_tools", self._session.list_tools())
         self.names = {tool.name for tool in listed.tools}
         if self._task.evaluate.name not in self.names:
-            raise McpFailure(f"the MCP server has no evaluate tool {self._task.evaluate.name!r}")
+            tools = ", ".join(sorted(self.names)) or "none"
+            raise McpFailure(
+                f"the MCP server has no evaluate tool {self._task.evaluate.name!r}"
+                f" (its tools: {tools})"
+            )
         hidden = {self._task.evaluate.name, self._task.setup.name if self._task.setup else ""}
         self._tools = [
             {
@@ -217,6 +226,8 @@ class McpEnvironment:
             for tool in listed.tools
             if tool.name not in hidden
         ]
+
+    async def _setup(self) -> str:
         if self._task.setup is None:
             return ""
         setup = self._task.setup
@@ -312,3 +323,10 @@ async def _close(stack: AsyncExitStack) -> BaseException | None:
         log.debug("closing the MCP session: %s", cause)
         return cause
     return None
+
+
+async def probe_evaluate(task: McpTask, endpoint: McpEndpoint) -> None:
+    """Starts the task's server and checks its evaluate tool (a job's submit-time check);
+    raises McpFailure saying what is wrong."""
+    async with open_environment(task, endpoint) as environment:
+        await environment.connect()
