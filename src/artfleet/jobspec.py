@@ -46,6 +46,7 @@ __all__ = [
     "spec_from_proto",
     "spec_to_proto",
     "validate_spec",
+    "with_default_reward",
 ]
 
 DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
@@ -149,13 +150,24 @@ def config_hash(spec: JobSpecModel) -> str:
 
 
 def spec_to_proto(spec: JobSpecModel) -> pb.JobSpec:
+    """A spec without a `reward` key goes with no scorers: the trainer fills in the defaults
+    of the environment's agent kind (`with_default_reward`)."""
     data = spec.model_dump(exclude={SPEC_FIELD, CLIP_FIELD, "grpo", "sft"})
-    message = pb.JobSpec(
-        **data, reward=reward_to_proto(spec), grpo=pb.GrpoSpec(**spec.grpo.set_fields())
-    )
+    reward = reward_to_proto(spec)
+    if SPEC_FIELD not in spec.model_fields_set:
+        del reward.scorers[:]
+    message = pb.JobSpec(**data, reward=reward, grpo=pb.GrpoSpec(**spec.grpo.set_fields()))
     if spec.sft is not None:
         message.sft.CopyFrom(sft_to_proto(spec.sft))
     return message
+
+
+def with_default_reward(spec: JobSpecModel, agent: str) -> JobSpecModel:
+    """The spec with its reward written out: the agent kind's default scorers where the
+    submitter gave none (an MCP environment scores with its own evaluate tool)."""
+    if SPEC_FIELD in spec.model_fields_set:
+        return spec
+    return spec.model_copy(update={SPEC_FIELD: default_scorers(agent)})
 
 
 def spec_from_proto(message: pb.JobSpec) -> JobSpecModel:

@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from artfleet.scorer_params import BUILTIN_PARAMS
+from artfleet.scorer_params import BUILTIN_PARAMS, MCP_EVALUATE
 from artfleet.spec_base import (
     FieldError,
     InvalidSpec,
@@ -51,6 +51,9 @@ DEFAULT_ON_ERROR: OnError = DROP_GROUP
 DEFAULT_WEIGHT = 1.0  # 0 is a real weight: computed and logged, not counted
 DEFAULT_GATE_MIN = 1.0  # e.g. "tests all pass"
 DEFAULT_SCORERS = ("process", "task_check")
+# An agent kind whose environment scores itself: a job of it with no `reward` key is
+# scored so (HUD's habit: the MCP environment's own evaluate tool is the reward).
+AGENT_DEFAULT_SCORERS = {"mcp": (MCP_EVALUATE,)}
 
 
 # ---------------------------------------------------------------- the spec
@@ -110,8 +113,9 @@ class ScorerModel(Strict):
             raise nested_error(exc, "params") from None
 
 
-def default_scorers() -> list[ScorerModel]:
-    return [ScorerModel(name=name) for name in DEFAULT_SCORERS]
+def default_scorers(agent: str = "") -> list[ScorerModel]:
+    """The scorers of a spec without `reward`, for an environment of this agent kind."""
+    return [ScorerModel(name=name) for name in AGENT_DEFAULT_SCORERS.get(agent, DEFAULT_SCORERS)]
 
 
 class RewardSpecModel(BaseModel):

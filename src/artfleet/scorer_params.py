@@ -215,12 +215,13 @@ class AnswerCheckParams(Params):
         return self
 
 
+MCP_EVALUATE = "mcp_evaluate"  # the scorer that is an MCP environment's evaluate tool
 BUILTIN_PARAMS: dict[str, type[Params]] = {
     "process": ProcessParams,
     "tests": TestsParams,
     "task_check": TaskCheckParams,
     "ruler": RulerParams,
     "judge": JudgeParams,
-    "mcp_evaluate": McpEvaluateParams,
+    MCP_EVALUATE: McpEvaluateParams,
     "answer_check": AnswerCheckParams,
 }

@@ -15,6 +15,7 @@ from artfleet.jobspec import (
     spec_from_proto,
     spec_to_proto,
     validate_spec,
+    with_default_reward,
 )
 from artfleet.scorer_params import JudgeParams, ProcessParams, RulerParams
 from artfleet.v1 import common_pb2 as pb
@@ -208,3 +209,19 @@ def test_the_trainer_rejects_the_same_reward_mistakes_from_proto() -> None:
     with pytest.raises(InvalidArgument) as info:
         spec_from_proto(message)
     assert info.value.field == "reward[1].params.judge.base_url"
+
+
+def test_a_spec_without_reward_gets_its_agent_kinds_default_at_the_trainer() -> None:
+    spec = validate_spec({"environment": "game-2048"})
+    # No scorers travel: the trainer knows the environment's agent kind, the CLI does not.
+    assert not spec_to_proto(spec).reward.scorers
+    assert not spec_from_proto(spec_to_proto(spec)).model_fields_set & {"reward"}
+    written = with_default_reward(spec, "mcp")
+    assert [s.name for s in written.reward] == ["mcp_evaluate"]
+    assert [s.name for s in spec_to_proto(written).reward.scorers] == ["mcp_evaluate"]
+    assert [s.name for s in with_default_reward(spec, "terminal").reward] == [
+        "process",
+        "task_check",
+    ]
+    chosen = validate_spec({"environment": "game-2048", "reward": [{"name": "process"}]})
+    assert [s.name for s in with_default_reward(chosen, "mcp").reward] == ["process"]

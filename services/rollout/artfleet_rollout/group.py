@@ -99,6 +99,10 @@ class GroupRunner:
         self._connections: Connections | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    @property
+    def settings(self) -> RolloutSettings:
+        return self._settings
+
     async def start(self) -> None:
         if self._connections is not None:
             raise RuntimeError("GroupRunner already started")

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import grpc
 
-from artfleet.errors import InvalidArgument, NotFound
+from artfleet.errors import FailedPrecondition, InvalidArgument, NotFound
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
-from artfleet_rollout.environments import UnknownEnvironment, get_environment
+from artfleet_rollout.agents.mcp_env import McpEndpoint, McpFailure, probe_evaluate
+from artfleet_rollout.environments import Environment, UnknownEnvironment, get_environment
 from artfleet_rollout.group import GroupRunner
 
 
@@ -26,7 +27,22 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServicer):
             env = get_environment(request.name)
         except UnknownEnvironment as exc:
             raise NotFound(str(exc)) from None
+        if request.probe_evaluate:
+            await self._probe_evaluate(env)
         return env.describe()
+
+    async def _probe_evaluate(self, env: Environment) -> None:
+        task = next((s.mcp for s in env.scenarios() if s.mcp is not None), None)
+        if task is None:
+            return  # not an MCP environment: nothing to start
+        settings = self._runner.settings
+        endpoint = McpEndpoint(
+            settings.sandbox_target, settings.api_token.get_secret_value(), settings.mcp_timeout_s
+        )
+        try:
+            await probe_evaluate(task, endpoint)
+        except McpFailure as exc:
+            raise FailedPrecondition(f"environment {env.name!r}: {exc}") from None
 
     async def RunGroup(
         self, request: rollout_pb2.RunGroupRequest, context: grpc.aio.ServicerContext

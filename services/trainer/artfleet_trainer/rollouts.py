@@ -26,16 +26,27 @@ class RolloutClient:
         self._target = target
         self._token = token
 
-    async def describe(self, environment: str) -> rollout_pb2.EnvironmentInfo:
+    async def describe(
+        self, environment: str, *, probe_evaluate: bool = False
+    ) -> rollout_pb2.EnvironmentInfo:
+        """With `probe_evaluate`, an MCP environment's server is started and must have its
+        evaluate tool; what is wrong is an InvalidArgument on `reward`, the scorer that
+        needs it."""
+        request = rollout_pb2.DescribeEnvironmentRequest(
+            name=environment, probe_evaluate=probe_evaluate
+        )
         async with aio_channel(self._target, self._token) as channel:
             stub = rollout_pb2_grpc.RolloutStub(channel)
             try:
+                # A probe starts a server (a container, maybe): give it longer.
                 return await stub.DescribeEnvironment(
-                    rollout_pb2.DescribeEnvironmentRequest(name=environment), timeout=30
+                    request, timeout=120 if probe_evaluate else 30
                 )
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
                     raise InvalidArgument(exc.details() or "unknown", "environment") from None
+                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                    raise InvalidArgument(exc.details() or "", "reward") from None
                 raise Unavailable(f"rollout service {self._target}: {exc.details()}") from None
 
     async def scenario_ids(self, environment: str, split: str) -> list[str]:

@@ -8,7 +8,14 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from artfleet.errors import InvalidArgument
-from artfleet.jobspec import config_hash, spec_from_proto, spec_to_proto
+from artfleet.jobspec import (
+    JobSpecModel,
+    config_hash,
+    spec_from_proto,
+    spec_to_proto,
+    with_default_reward,
+)
+from artfleet.scorer_params import MCP_EVALUATE
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_trainer import grpo, metrics, sft_phase
@@ -50,6 +57,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         if why_not:
             raise InvalidArgument(why_not, "backend")
         await self._rollout.scenario_ids(spec.environment, spec.split)
+        spec = await self._written_out_reward(spec)
         await check_eval_split(self._rollout, spec)
         if self._images is not None:
             await self._images.check(spec)
@@ -58,6 +66,15 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         job = await self._store.create(message, config_hash=config_hash(spec))
         metrics.JOBS_SUBMITTED.inc()
         return job
+
+    async def _written_out_reward(self, spec: JobSpecModel) -> JobSpecModel:
+        """The agent kind's default reward where the spec has none; a job scored by an MCP
+        environment's evaluate tool is refused now when its server cannot give one."""
+        info = await self._rollout.describe(spec.environment)
+        spec = with_default_reward(spec, info.agent)
+        if info.agent == "mcp" and any(s.name == MCP_EVALUATE for s in spec.reward):
+            await self._rollout.describe(spec.environment, probe_evaluate=True)
+        return spec
 
     async def GetJob(
         self, request: trainer_pb2.GetJobRequest, context: grpc.aio.ServicerContext

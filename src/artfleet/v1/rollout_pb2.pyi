@@ -8,10 +8,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DescribeEnvironmentRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "probe_evaluate")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    PROBE_EVALUATE_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    probe_evaluate: bool
+    def __init__(self, name: _Optional[str] = ..., probe_evaluate: _Optional[bool] = ...) -> None: ...
 
 class ScenarioInfo(_message.Message):
     __slots__ = ("id", "split", "title", "image")

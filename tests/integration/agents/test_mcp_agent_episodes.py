@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -137,6 +138,43 @@ async def test_a_server_that_does_not_start_is_a_clear_failure() -> None:
     with pytest.raises(McpFailure, match="did not start"):
         async with open_environment(task, McpEndpoint("", "", 5.0)) as environment:
             await environment.start()
+
+
+async def test_the_bundled_2048_server_starts_with_the_virtualenv_off_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A fleet started as `.venv/bin/artfleet fleet up`: the console script's directory is
+    # not on PATH; the script is found beside the interpreter instead.
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert shutil.which("artfleet-mcp-2048") is None
+    scenario = get_environment("game-2048").get("2048-00")
+    assert scenario.mcp is not None
+    async with open_environment(scenario.mcp, McpEndpoint("", "", 20.0)) as environment:
+        assert "target 32" in await environment.start()
+
+
+async def test_an_unreachable_ssh_host_is_named_in_the_failure() -> None:
+    # HUD's remote form; `.invalid` never resolves (RFC 6761). ssh says why on stderr, and
+    # that, not the SDK's "Connection closed", is the failure the user reads.
+    server = {"command": "ssh", "args": ["-o", "BatchMode=yes", "nohost.invalid", "docker"]}
+    task = McpTask({"remote": server}, ToolCallSpec("evaluate"))
+    with pytest.raises(McpFailure) as info:
+        async with open_environment(task, McpEndpoint("", "", 20.0)) as environment:
+            await environment.start()
+    message = str(info.value)
+    assert message.startswith("MCP server 'remote' did not start: ")
+    assert "nohost.invalid" in message and "Connection closed" not in message
+
+
+async def test_a_server_that_dies_mid_episode_shows_its_stderr(tmp_path: Path) -> None:
+    name = _faulty("--crash", tmp_path)
+    scenario = get_environment(name).get("faulty")
+    assert scenario.mcp is not None
+    with pytest.raises(McpFailure) as info:
+        async with open_environment(scenario.mcp, McpEndpoint("", "", 10.0)) as environment:
+            await environment.start()
+            await environment.call("move", json.dumps({"direction": "up"}))
+    assert "call_tool" in str(info.value) and "crashing on purpose" in str(info.value)
 
 
 def test_episode_record_fields_are_the_proto_s() -> None:

@@ -156,6 +156,21 @@ async def test_a_missing_image_is_failed_precondition_naming_it(app: SandboxApp)
     assert "artfleet/no-such-mcp:1" in info.value.details
 
 
+async def test_the_mcp_agent_names_a_missing_image_in_its_failure(app: SandboxApp) -> None:
+    # What the job's error shows: the sandbox's reason, not the SDK's "Connection closed".
+    from artfleet_rollout.agents.mcp_env import McpEndpoint, McpFailure, open_environment
+    from artfleet_rollout.environments import McpTask, ToolCallSpec
+
+    config = {"env": {"command": "docker", "args": ["run", "-i", "artfleet/no-such-mcp:1"]}}
+    task = McpTask(config, ToolCallSpec("evaluate"))
+    with pytest.raises(McpFailure) as info:
+        async with open_environment(task, McpEndpoint(_target(app), TOKEN, 30.0)) as environment:
+            await environment.start()
+    message = str(info.value)
+    assert message.startswith("MCP server 'env' did not start: FAILED_PRECONDITION")
+    assert "artfleet/no-such-mcp:1" in message and "Connection closed" not in message
+
+
 async def test_secret_env_reaches_the_server_but_not_the_log(
     app: SandboxApp,
     mcp_image: str,

@@ -23,6 +23,7 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from artfleet import codec
+from artfleet.mcp_local import ServerStderr, resolve_command
 from artfleet.scorer_params import McpEvaluateParams, ToolCall
 
 from .base import (
@@ -53,8 +54,12 @@ def parse_options(params: McpEvaluateParams) -> MCPOptions:
     server = None
     if params.has_server:
         command = params.command
+        env = command.env or None
         server = StdioServerParameters(
-            command=command.command, args=command.args, env=command.env or None, cwd=command.cwd
+            command=resolve_command(command.command, (env or {}).get("PATH")),
+            args=command.args,
+            env=env,
+            cwd=command.cwd,
         )
     return MCPOptions(
         server=server,
@@ -143,27 +148,34 @@ class MCPEvaluateScorer(Scorer):
                 )
             async with limit:
                 start = time.monotonic()
+                stderr = ServerStderr()
                 try:
-                    return await asyncio.wait_for(self._evaluate(ctx, i), timeout)
+                    return await asyncio.wait_for(self._evaluate(ctx, i, stderr), timeout)
                 except TimeoutError:
                     return ScorerError(TIMEOUT, f"no answer from the MCP server in {timeout:g}s")
                 except Exception as exc:  # a server that died, a refused command, ...
                     cause = _cause(exc)
                     if isinstance(cause, ScorerError):
                         return cause
+                    # The server's own account (ssh's, docker's) says why; the SDK's
+                    # "Connection closed" does not.
+                    said = stderr.tail()
                     message = f"MCP server: {type(cause).__name__}: {cause}"
-                    return ScorerError(UNAVAILABLE, message[:500])
+                    return ScorerError(
+                        UNAVAILABLE, f"{message} ({said})"[:500] if said else message[:500]
+                    )
                 finally:
+                    stderr.close()
                     ctx.runtime.metrics.mcp_seconds.observe(time.monotonic() - start)
 
         return list(await asyncio.gather(*(one(i) for i in indices)))
 
-    async def _evaluate(self, ctx: GroupContext, i: int) -> Result:
+    async def _evaluate(self, ctx: GroupContext, i: int, stderr: ServerStderr) -> Result:
         trajectory = codec.trajectory_from_proto(ctx.trajectories[i])
         opts = self.options
         assert opts.server is not None  # score() checked
         async with AsyncExitStack() as stack:
-            streams = await stack.enter_async_context(stdio_client(opts.server))
+            streams = await stack.enter_async_context(stdio_client(opts.server, stderr.file))
             session = await stack.enter_async_context(ClientSession(*streams))
             await session.initialize()
             tools = {tool.name for tool in (await session.list_tools()).tools}

@@ -25,14 +25,14 @@ from typing import Any, TypeVar
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from artfleet.mcp_stdio import sandbox_stdio_client
+from artfleet.mcp_local import ServerStderr, resolve_command
+from artfleet.mcp_stdio import McpStdioError, sandbox_stdio_client
 from artfleet_rollout import metrics
 from artfleet_rollout.environments import McpTask
 from artfleet_rollout.ports import ToolResult
 
 from .toolcalls import parse_arguments
 
-log = logging.getLogger(__name__)
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Streams = tuple[Any, Any]
@@ -43,7 +43,12 @@ _DOCKER_FLAGS = frozenset({"-i", "-t", "-it", "--rm", "--init", "--interactive",
 
 
 class McpFailure(RuntimeError):
-    """The MCP server failed the episode (did not start, hung, died, broke evaluate)."""
+    """The MCP server failed the episode (did not start, hung, died, broke evaluate).
+    `op` is the MCP request that failed, "" when it was not one."""
+
+    def __init__(self, message: str, op: str = "") -> None:
+        super().__init__(message)
+        self.op = op
 
 
 @dataclass(frozen=True)
@@ -83,8 +88,11 @@ def docker_run(command: str, args: list[str]) -> tuple[str, list[str]] | None:
     return rest[0], rest[1:]
 
 
-def transport(config: Mapping[str, Any], endpoint: McpEndpoint) -> Any:
-    """The streams context for a one-server `mcp_config`."""
+def transport(
+    config: Mapping[str, Any], endpoint: McpEndpoint, stderr: ServerStderr | None = None
+) -> Any:
+    """The streams context for a one-server `mcp_config`; a local server's stderr goes to
+    `stderr` when given (else to this process's)."""
     if len(config) != 1:
         raise McpFailure(f"mcp_config must hold exactly one server, not {len(config)}")
     ((name, server),) = config.items()
@@ -101,10 +109,16 @@ def transport(config: Mapping[str, Any], endpoint: McpEndpoint) -> Any:
     container = docker_run(command, args)
     if container is not None:
         return _docker_transport(endpoint.sandbox_target, endpoint.token, *container)
+    env = server.get("env") or None
     params = StdioServerParameters(
-        command=command, args=args, env=server.get("env") or None, cwd=server.get("cwd")
+        command=resolve_command(command, (env or {}).get("PATH")),
+        args=args,
+        env=env,
+        cwd=server.get("cwd"),
     )
-    return stdio_client(params)
+    if stderr is None:
+        return stdio_client(params)
+    return stdio_client(params, errlog=stderr.file)
 
 
 @asynccontextmanager
@@ -172,22 +186,33 @@ class McpEnvironment:
         try:
             return await asyncio.wait_for(call, self._timeout_s)
         except TimeoutError:
-            raise McpFailure(f"MCP server: no answer to {op} in {self._timeout_s:g}s") from None
+            message = f"MCP server: no answer to {op} in {self._timeout_s:g}s"
+            raise McpFailure(message, op) from None
         except McpFailure:
             raise
         except Exception as exc:
             cause = _cause(exc)
-            raise McpFailure(f"MCP server failed {op}: {type(cause).__name__}: {cause}") from exc
+            message = f"MCP server failed {op}: {type(cause).__name__}: {cause}"
+            raise McpFailure(message, op) from exc
         finally:
             metrics.MCP_SECONDS.labels(op).observe(time.perf_counter() - start)
 
     async def start(self) -> str:
         """Initializes, lists the tools, runs setup; returns setup's text."""
+        await self.connect()
+        return await self._setup()
+
+    async def connect(self) -> None:
+        """Initializes and lists the tools; the server must have the evaluate tool."""
         await self._request("initialize", self._session.initialize())
         listed = await self._request("list_tools", self._session.list_tools())
         self.names = {tool.name for tool in listed.tools}
         if self._task.evaluate.name not in self.names:
-            raise McpFailure(f"the MCP server has no evaluate tool {self._task.evaluate.name!r}")
+            tools = ", ".join(sorted(self.names)) or "none"
+            raise McpFailure(
+                f"the MCP server has no evaluate tool {self._task.evaluate.name!r}"
+                f" (its tools: {tools})"
+            )
         hidden = {self._task.evaluate.name, self._task.setup.name if self._task.setup else ""}
         self._tools = [
             {
@@ -201,6 +226,8 @@ class McpEnvironment:
             for tool in listed.tools
             if tool.name not in hidden
         ]
+
+    async def _setup(self) -> str:
         if self._task.setup is None:
             return ""
         setup = self._task.setup
@@ -245,27 +272,61 @@ class McpEnvironment:
 
 @asynccontextmanager
 async def open_environment(task: McpTask, endpoint: McpEndpoint) -> AsyncIterator[McpEnvironment]:
-    """A started session (setup done: its text is `environment.setup_text`)."""
-    stack = AsyncExitStack()
-    try:
-        streams = await stack.enter_async_context(transport(task.config, endpoint))
-        session = await stack.enter_async_context(ClientSession(*streams))
-    except McpFailure:
-        await _close(stack)
-        raise
-    except Exception as exc:
-        await _close(stack)
-        cause = _cause(exc)
-        raise McpFailure(f"MCP server did not start: {type(cause).__name__}: {cause}") from exc
-    try:
-        yield McpEnvironment(session, task, endpoint.timeout_s)
-    finally:
-        await _close(stack)
+    """A session with the task's server (`start()` initializes it and runs setup). A failure
+    names the server and carries its own account (its stderr's tail, or the sandbox's
+    status), which is all the user sees of a server that did not start."""
+    name = next(iter(task.config), "?")
+    with ServerStderr() as stderr:
+        stack = AsyncExitStack()
+        try:
+            streams = await stack.enter_async_context(transport(task.config, endpoint, stderr))
+            session = await stack.enter_async_context(ClientSession(*streams))
+        except McpFailure:
+            await _close(stack)
+            raise
+        except Exception as exc:
+            await _close(stack)
+            cause = _cause(exc)
+            raise McpFailure(
+                f"MCP server {name!r} did not start: {type(cause).__name__}: {cause}"
+            ) from exc
+        try:
+            yield McpEnvironment(session, task, endpoint.timeout_s)
+        except McpFailure as failure:
+            # The transport's own error comes out as it closes (the process has ended).
+            account = _account(await _close(stack)) or stderr.tail()
+            if failure.op == "initialize":
+                why = account or str(failure).removeprefix("MCP server failed initialize: ")
+                raise McpFailure(f"MCP server {name!r} did not start: {why}", "initialize") from (
+                    failure
+                )
+            if account:
+                raise McpFailure(f"{failure} (the server: {account})", failure.op) from failure
+            raise
+        finally:
+            await _close(stack)
 
 
-async def _close(stack: AsyncExitStack) -> None:
-    # A dead server's transport may fail while closing; the episode's error says enough.
+def _account(error: BaseException | None) -> str:
+    if isinstance(error, McpStdioError):
+        return f"{error.code.name}: {error.details}"
+    return ""
+
+
+async def _close(stack: AsyncExitStack) -> BaseException | None:
+    """Closes the session; what the transport raised while closing (a dead server's end),
+    or None. Closing twice is a no-op."""
     try:
         await stack.aclose()
     except Exception as exc:
-        log.debug("closing the MCP session: %s", _cause(exc))
+        cause = _cause(exc)
+        log.debug("closing the MCP session: %s", cause)
+        return cause
+    return None
+
+
+async def probe_evaluate(task: McpTask, endpoint: McpEndpoint) -> None:
+    """Starts the task's server and checks its evaluate tool (a job's submit-time check);
+    raises McpFailure saying what is wrong."""
+    async with open_environment(task, endpoint) as environment:
+        await environment.connect()
