@@ -39,6 +39,7 @@ Connect = Callable[[RolloutSettings], Awaitable[Connections]]
 # The fleet's own settings (Redis URL with its password, ...) are never a model key.
 _FLEET_PREFIX = "ARTFLEET_"
 EpisodeResult = tuple[art.Trajectory, pb.Episode]
+_CHECK_TIMEOUT_S = 60.0  # a checkpoint served on request loads within the first call
 
 
 def validate_task(task: rollout_pb2.GroupTask) -> None:
@@ -144,6 +145,21 @@ class GroupRunner:
         response = await self._score(connections, task, results)
         metrics.GROUP_SECONDS.observe(time.perf_counter() - start)
         return response
+
+    async def check_policy(
+        self, request: rollout_pb2.CheckPolicyRequest
+    ) -> rollout_pb2.CheckPolicyResponse:
+        """What the policy endpoint answers from here, with the key a task would use."""
+        for field in ("model_base_url", "policy"):
+            if not getattr(request, field):
+                raise InvalidArgument("is required", field)
+        task = rollout_pb2.GroupTask(model_api_key_env=request.model_api_key_env)
+        api_key = policy_api_key(task, self._token, self._environ)
+        from artfleet_rollout.adapters import check_policy  # the product's OpenAI part
+
+        return await check_policy(
+            request.model_base_url, request.policy, api_key, timeout_s=_CHECK_TIMEOUT_S
+        )
 
     async def _episode(self, ctx: EpisodeContext, index: int) -> EpisodeResult:
         """One episode; started again from scratch when its workspace is lost."""

@@ -108,3 +108,27 @@ class RunGroupResponse(_message.Message):
     episodes: _containers.RepeatedCompositeFieldContainer[_common_pb2.Episode]
     reward: _common_pb2.RewardOutcome
     def __init__(self, group: _Optional[_Union[_common_pb2.TrajectoryGroup, _Mapping]] = ..., episodes: _Optional[_Iterable[_Union[_common_pb2.Episode, _Mapping]]] = ..., reward: _Optional[_Union[_common_pb2.RewardOutcome, _Mapping]] = ...) -> None: ...
+
+class CheckPolicyRequest(_message.Message):
+    __slots__ = ("model_base_url", "policy", "model_api_key_env")
+    MODEL_BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    MODEL_API_KEY_ENV_FIELD_NUMBER: _ClassVar[int]
+    model_base_url: str
+    policy: str
+    model_api_key_env: str
+    def __init__(self, model_base_url: _Optional[str] = ..., policy: _Optional[str] = ..., model_api_key_env: _Optional[str] = ...) -> None: ...
+
+class CheckPolicyResponse(_message.Message):
+    __slots__ = ("reachable", "authorized", "served", "models", "error")
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    AUTHORIZED_FIELD_NUMBER: _ClassVar[int]
+    SERVED_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    reachable: bool
+    authorized: bool
+    served: bool
+    models: _containers.RepeatedScalarFieldContainer[str]
+    error: str
+    def __init__(self, reachable: _Optional[bool] = ..., authorized: _Optional[bool] = ..., served: _Optional[bool] = ..., models: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ...) -> None: ...
