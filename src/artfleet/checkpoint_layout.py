@@ -68,9 +68,9 @@ def served_name_of(path: str | Path) -> str | None:
     """The served name of a checkpoint folder in this layout: `.../models/<name>/
     checkpoints/<step>` → `name@step`, `.../models/<name>` → `name` (its latest); else None."""
     parts = Path(path).parts
-    if len(parts) >= 4 and parts[-2] == "checkpoints" and parts[-1].isdigit():
-        if parts[-4] == "models" and MODEL_NAME.match(parts[-3]):
-            return f"{parts[-3]}@{int(parts[-1])}"
+    at_step = len(parts) >= 4 and parts[-2] == "checkpoints" and parts[-1].isdigit()
+    if at_step and parts[-4] == "models" and MODEL_NAME.match(parts[-3]):
+        return f"{parts[-3]}@{int(parts[-1])}"
     if len(parts) >= 2 and parts[-2] == "models" and MODEL_NAME.match(parts[-1]):
         return parts[-1]
     return None

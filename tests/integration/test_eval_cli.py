@@ -2,8 +2,9 @@
 reward services of test_rollout_cli (its fixtures), and the torch backend's policy server.
 
 Fast: a policy endpoint that serves no model: the checks before any sample (unknown model,
-a path for a model, an unreachable endpoint, a refused key) with their exit codes. Slow: SmolLM2 with k = 2 on two tasks; the reported pass@k equals
-the count made by hand from the saved trajectories.
+a path for a model, an unreachable endpoint, a refused key) with their exit codes.
+Slow: SmolLM2 with k = 2 on two tasks; the reported pass@k equals the count made by hand
+from the saved trajectories.
 """
 
 from __future__ import annotations
