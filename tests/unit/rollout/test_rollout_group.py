@@ -4,7 +4,8 @@ lifecycle, API keys, lost-replica retries, and how reward scores and outcomes ap
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -23,6 +24,7 @@ from artfleet import codec
 from artfleet.errors import InvalidArgument
 from artfleet.v1 import reward_pb2
 from artfleet_rollout.group import GroupRunner
+from artfleet_rollout.ports import PolicyTurn
 from artfleet_rollout.scoring import BadScores
 
 TOKEN = "fleet-token-for-tests"
@@ -263,7 +265,13 @@ class CountingPolicy(ScriptedPolicy):
         super().__init__([bash("echo hello > hello.txt"), SUBMIT])
         self.in_flight = self.peak = 0
 
-    async def complete(self, messages, *, tools=None, tool_choice=None):  # type: ignore[no-untyped-def]
+    async def complete(
+        self,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = None,
+    ) -> PolicyTurn:
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         await asyncio.sleep(0)  # a yield, so concurrent episodes can enter
