@@ -160,13 +160,19 @@ def submit(
 def list_jobs(
     limit: int = typer.Option(20, min=0),
     experiment: str = typer.Option("", help="only this experiment's jobs"),
+    as_json: bool = typer.Option(False, "--json", help="print the jobs as a JSON list"),
     target: str = TargetOpt,
     token: str = TokenOpt,
 ) -> None:
-    """List jobs, newest first; queued jobs with their queue position (1 = runs next)."""
+    """List jobs, newest first; queued jobs with their queue position (1 = runs next).
+    Piped, one tab-separated line per job (ids whole)."""
     with trainer(target, token) as stub:
         reply = stub.ListJobs(trainer_pb2.ListJobsRequest(limit=limit, experiment=experiment))
-    render.console.print(render.jobs_table(reply.jobs))
+    if as_json:
+        render.print_json(render.message_records(reply.jobs))
+    else:
+        rows = [render.job_row(j) for j in reply.jobs]
+        render.listing(render.JOB_COLUMNS, rows, ("id", "policy"))
 
 
 @app.command()
