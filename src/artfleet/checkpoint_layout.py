@@ -62,3 +62,15 @@ def find_checkpoint(
         if want is not None and want in steps and accept(model_dir):
             return want, step_dir(model_dir, want)
     return None
+
+
+def served_name_of(path: str | Path) -> str | None:
+    """The served name of a checkpoint folder in this layout: `.../models/<name>/
+    checkpoints/<step>` → `name@step`, `.../models/<name>` → `name` (its latest); else None."""
+    parts = Path(path).parts
+    at_step = len(parts) >= 4 and parts[-2] == "checkpoints" and parts[-1].isdigit()
+    if at_step and parts[-4] == "models" and MODEL_NAME.match(parts[-3]):
+        return f"{parts[-3]}@{int(parts[-1])}"
+    if len(parts) >= 2 and parts[-2] == "models" and MODEL_NAME.match(parts[-1]):
+        return parts[-1]
+    return None

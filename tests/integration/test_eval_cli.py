@@ -1,9 +1,10 @@
 """`artfleet eval run` / `eval compare` against the real Rollout gRPC server, sandbox and
 reward services of test_rollout_cli (its fixtures), and the torch backend's policy server.
 
-Fast: a policy endpoint that serves no model (every episode fails: no sample, exit 1, the
-summary still written). Slow: SmolLM2 with k = 2 on two tasks; the reported pass@k equals
-the count made by hand from the saved trajectories.
+Fast: a policy endpoint that serves no model: the checks before any sample (unknown model,
+a path for a model, an unreachable endpoint, a refused key) with their exit codes.
+Slow: SmolLM2 with k = 2 on two tasks; the reported pass@k equals the count made by hand
+from the saved trajectories.
 """
 
 from __future__ import annotations
@@ -36,18 +37,65 @@ async def cli(args: list[str], env: Mapping[str, str] | None = None) -> Result:
     return await asyncio.to_thread(lambda: runner.invoke(app, ["eval", *args], env=environ))
 
 
-async def test_an_eval_with_no_sample_back_writes_its_summary_and_exits_1(
+def _run_args(fleet: Fleet, model: str = "ghost@0", base_url: str = "") -> list[str]:
+    args = ["run", "--target", fleet.rollout_target, "--base-url", base_url or fleet.policy_url]
+    return [*args, "--model", model, "--split", "test", "--k", "2", "--max-tasks", "2"]
+
+
+async def test_a_model_the_endpoint_does_not_serve_is_exit_2_before_any_sample(
     fleet: Fleet, tmp_path: Path
 ) -> None:
-    args = ["run", "--target", fleet.rollout_target, "--base-url", fleet.policy_url]
-    args += ["--model", "ghost@0", "--split", "test", "--k", "2", "--max-tasks", "2"]
-    result = await cli([*args, "--out", str(tmp_path)])
-    assert result.exit_code == 1, result.output
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["tasks"] == 2 and summary["k"] == 2
-    assert all(r.get("samples", 0) == 0 for r in summary["results"])
-    bad = await cli(["run", *args[1:], "--split", "nope"])
+    result = await cli([*_run_args(fleet), "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "model 'ghost@0' is not served at http://127.0.0.1:" in result.stderr
+    assert "it lists: none" in result.stderr and "name@step" in result.stderr
+    assert not (tmp_path / "summary.json").exists()  # stopped before running samples
+    bad = await cli(["run", *_run_args(fleet)[1:], "--split", "nope"])
     assert bad.exit_code == 2 and "no scenario in split 'nope'" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("model", "instead"),
+    [
+        ("/data/.art/artfleet/models/agent-1a2b/checkpoints/0003", "--model agent-1a2b@3"),
+        ("./.art/artfleet/models/agent-1a2b/", "--model agent-1a2b"),
+        ("~/models/qwen-lora", "--model qwen-lora if it is a trained model"),
+        ("~/Downloads/qwen-lora", "name@step"),
+    ],
+)
+async def test_a_path_given_as_the_model_says_what_to_type(
+    fleet: Fleet, model: str, instead: str
+) -> None:
+    result = await cli(_run_args(fleet, model=model))
+    assert result.exit_code == 2, result.output
+    assert "not a path" in result.stderr and instead in result.stderr
+
+
+async def test_an_unreachable_endpoint_is_exit_1_naming_the_url_never_a_secret(
+    fleet: Fleet,
+) -> None:
+    url = "http://someone:hunter2@127.0.0.1:1/v1?key=hunter2"
+    result = await cli(_run_args(fleet, base_url=url))
+    assert result.exit_code == 1, result.output
+    assert "cannot reach the policy endpoint http://127.0.0.1:1/v1" in result.stderr
+    assert "hunter2" not in result.output and TOKEN not in result.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--base-url", "127.0.0.1:8000/v1"], "is not an http(s) URL"),
+        (["--api-key-env", "WRONG_KEY"], "refused the key in WRONG_KEY"),
+        (["--api-key-env", "NOT_SET_ANYWHERE"], "NOT_SET_ANYWHERE is not set"),
+        (["--k", "0"], "--k"),
+    ],
+)
+async def test_bad_eval_input_is_exit_2_with_the_cause(
+    fleet: Fleet, extra: list[str], message: str
+) -> None:
+    result = await cli([*_run_args(fleet), *extra])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
 
 
 def _summary(path: Path, tasks: dict[str, list[bool]], policy: str) -> Path:

@@ -96,7 +96,7 @@ async def start_rollout(
         port=0,
         metrics_port=0,
     )
-    runner = GroupRunner(settings, environ={"POLICY_KEY": TOKEN})
+    runner = GroupRunner(settings, environ={"POLICY_KEY": TOKEN, "WRONG_KEY": "not-the-key"})
     await runner.start()  # on this loop, which the server shares
     servicer = RolloutServicer(runner)
     server = GrpcServer(

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
-from openai import AsyncOpenAI
+from openai import APIConnectionError, APIStatusError, AsyncOpenAI
 
 from artfleet.rpc.client import aio_channel
 from artfleet.sandbox_client import SandboxRouter, SandboxSession, describe, is_replica_lost
@@ -133,6 +133,41 @@ class OpenAIClients:
     async def close(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+async def check_policy(
+    base_url: str, model: str, api_key: str, timeout_s: float
+) -> rollout_pb2.CheckPolicyResponse:
+    """Whether `base_url` answers, takes the key and serves `model`: its model list, then
+    a one-token request (an endpoint may serve checkpoints it does not list)."""
+    answer = rollout_pb2.CheckPolicyResponse()
+    async with AsyncOpenAI(
+        base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s
+    ) as client:
+        try:
+            listed = await client.models.list()
+            answer.models.extend(sorted(m.id for m in listed.data))
+            answer.reachable = answer.authorized = True
+            if model in answer.models:
+                answer.served = True
+                return answer
+            await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=1
+            )
+            answer.served = True
+        except APIConnectionError as exc:  # includes timeouts
+            answer.error = f"{type(exc).__name__}: {exc.__cause__ or exc}"
+        except APIStatusError as exc:
+            answer.reachable = True
+            answer.authorized = exc.status_code not in (401, 403)
+            answer.error = f"HTTP {exc.status_code}: {_status_message(exc)}"
+    return answer
+
+
+def _status_message(exc: APIStatusError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    message = body.get("message") or (body.get("error") or {}).get("message")
+    return str(message or exc.message)
 
 
 # ---------------------------------------------------------------- workspace

@@ -8,10 +8,11 @@ router, OpenAI clients per endpoint and key) across groups until it is stopped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from artfleet import codec
 from artfleet.art_types import art
@@ -39,6 +40,7 @@ Connect = Callable[[RolloutSettings], Awaitable[Connections]]
 # The fleet's own settings (Redis URL with its password, ...) are never a model key.
 _FLEET_PREFIX = "ARTFLEET_"
 EpisodeResult = tuple[art.Trajectory, pb.Episode]
+_CHECK_TIMEOUT_S = 60.0  # a checkpoint served on request loads within the first call
 
 
 def validate_task(task: rollout_pb2.GroupTask) -> None:
@@ -82,6 +84,32 @@ def policy_api_key(
     return value
 
 
+class JobLimits:
+    """Each job's `max_concurrent`: a semaphore shared by the job's groups running in this
+    worker, dropped when the last of them ends."""
+
+    def __init__(self) -> None:
+        self._limits: dict[str, tuple[asyncio.Semaphore, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def group(self, task: rollout_pb2.GroupTask) -> AsyncIterator[asyncio.Semaphore | None]:
+        if task.max_concurrent <= 0:
+            yield None
+            return
+        semaphore, users = self._limits.get(task.job_id, (None, 0))
+        if semaphore is None:
+            semaphore = asyncio.Semaphore(task.max_concurrent)
+        self._limits[task.job_id] = (semaphore, users + 1)
+        try:
+            yield semaphore
+        finally:
+            semaphore, users = self._limits[task.job_id]
+            if users == 1:
+                del self._limits[task.job_id]
+            else:
+                self._limits[task.job_id] = (semaphore, users - 1)
+
+
 class GroupRunner:
     """start() on the loop that runs the groups; run() any number of groups; stop()."""
 
@@ -98,6 +126,7 @@ class GroupRunner:
         self._environ = os.environ if environ is None else environ
         self._connections: Connections | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._limits = JobLimits()
 
     @property
     def settings(self) -> RolloutSettings:
@@ -142,14 +171,40 @@ class GroupRunner:
             token=self._token,
             tool_choice=environment.tool_choice,
         )
-        results = await asyncio.gather(
-            *(self._episode(ctx, i) for i in range(task.rollouts)), return_exceptions=True
-        )
+        async with self._limits.group(task) as limit:
+            results = await asyncio.gather(
+                *(self._episode(ctx, i, limit) for i in range(task.rollouts)),
+                return_exceptions=True,
+            )
         response = await self._score(connections, task, results)
         metrics.GROUP_SECONDS.observe(time.perf_counter() - start)
         return response
 
-    async def _episode(self, ctx: EpisodeContext, index: int) -> EpisodeResult:
+    async def check_policy(
+        self, request: rollout_pb2.CheckPolicyRequest
+    ) -> rollout_pb2.CheckPolicyResponse:
+        """What the policy endpoint answers from here, with the key a task would use."""
+        for field in ("model_base_url", "policy"):
+            if not getattr(request, field):
+                raise InvalidArgument("is required", field)
+        task = rollout_pb2.GroupTask(model_api_key_env=request.model_api_key_env)
+        api_key = policy_api_key(task, self._token, self._environ)
+        from artfleet_rollout.adapters import check_policy  # the product's OpenAI part
+
+        return await check_policy(
+            request.model_base_url, request.policy, api_key, timeout_s=_CHECK_TIMEOUT_S
+        )
+
+    async def _episode(
+        self, ctx: EpisodeContext, index: int, limit: asyncio.Semaphore | None
+    ) -> EpisodeResult:
+        """One episode (after a place under the job's limit, if it has one)."""
+        if limit is None:
+            return await self._attempts(ctx, index)
+        async with limit:
+            return await self._attempts(ctx, index)
+
+    async def _attempts(self, ctx: EpisodeContext, index: int) -> EpisodeResult:
         """One episode; started again from scratch when its workspace is lost."""
         retries = self._settings.episode_retries
         for attempt in range(retries + 1):

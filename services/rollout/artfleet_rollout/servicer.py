@@ -1,4 +1,5 @@
-"""Rollout gRPC API: describe environments, run one group synchronously.
+"""Rollout gRPC API: describe environments, run one group synchronously, check a policy
+endpoint.
 
 The servicer is given a started GroupRunner; the server shares the runner's event loop,
 so a RunGroup call reuses the runner's connections like any Celery-submitted group."""
@@ -50,3 +51,8 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServicer):
         if not request.HasField("task"):
             raise InvalidArgument("is required", "task")
         return await self._runner.run(request.task)
+
+    async def CheckPolicy(
+        self, request: rollout_pb2.CheckPolicyRequest, context: grpc.aio.ServicerContext
+    ) -> rollout_pb2.CheckPolicyResponse:
+        return await self._runner.check_policy(request)

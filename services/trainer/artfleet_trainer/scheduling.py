@@ -109,6 +109,7 @@ def group_tasks(
             reward=reward,
             seed=spec.seed,
             task_prompt=spec.task_prompt,
+            max_concurrent=spec.max_concurrent,
             policy_version=policy_version,
         )
         for i, scenario in enumerate(scenarios)

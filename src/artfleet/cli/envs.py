@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from artfleet.cli import render
 from artfleet.cli.client import fail
 
 app = typer.Typer(help="Environments (task sets) jobs can train on.", no_args_is_help=True)
@@ -39,20 +40,29 @@ def _tools(environment: Any) -> str:
 
 
 @app.command("list")
-def list_envs() -> None:
+def list_envs(
+    as_json: bool = typer.Option(False, "--json", help="print the environments as JSON"),
+) -> None:
     """Every bundled environment (name, agent, split sizes, tools) and the loaders."""
     environments = _registry()
-    table = Table("name", "agent", "train", "test", "tools")
+    records = []
     for name in environments.list_environments():
         environment = _load(name)
         sizes = environment.split_sizes()
-        table.add_row(
-            name, environment.agent, str(sizes["train"]), str(sizes["test"]), _tools(environment)
-        )
-    console = Console()
-    console.print(table)
-    loaders = ", ".join(f"{n}:<path>" for n in environments.list_loaders())
-    console.print(f"loaders: {loaders}")
+        records.append(
+            {"name": name, "agent": environment.agent, "train": sizes["train"],
+             "test": sizes["test"], "tools": list(environment.tools)}
+        )  # fmt: skip
+    loaders = [f"{n}:<path>" for n in environments.list_loaders()]
+    if as_json:
+        print(json.dumps({"environments": records, "loaders": loaders}, indent=2))
+        return
+    rows = [
+        [r["name"], r["agent"], str(r["train"]), str(r["test"]), ", ".join(r["tools"]) or "-"]
+        for r in records
+    ]
+    render.listing(("name", "agent", "train", "test", "tools"), rows, ("name",))
+    print(f"loaders: {', '.join(loaders)}")
 
 
 @app.command("show")

@@ -11,8 +11,9 @@ takes its key from a variable in the rollout service's environment (`--api-key-e
 
 from __future__ import annotations
 
+import queue
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,14 @@ from rich.table import Table
 from artfleet import evaluation, trajlog
 from artfleet.cli import render
 from artfleet.cli.client import fail, service
+from artfleet.cli.policy_check import check_base_url, check_model_name, check_policy
 from artfleet.cli.rollout import build_task, job_defaults, parse_reward
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 
 app = typer.Typer(help="Evaluate policies and compare evaluations.", no_args_is_help=True)
 SUMMARY_FILE = "summary.json"
+EARLY_STOP_TASKS = 3  # tasks that all failed alike before an eval stops early
 
 
 def eval_tasks(info: rollout_pb2.EnvironmentInfo, split: str, max_tasks: int) -> list[str]:
@@ -78,6 +81,54 @@ def summary_table(summary: pb.EvalSummary) -> Table:
     return table
 
 
+def group_error(response: rollout_pb2.RunGroupResponse) -> str | None:
+    """The one error every sample of a group failed with; None if any came back or the
+    failures differ."""
+    if response.group.trajectories:
+        return None
+    errors = {f"{e.type}: {e.message}" for e in response.group.exceptions}
+    if len(errors) == 1:
+        return errors.pop()
+    return None
+
+
+def common_error(responses: list[rollout_pb2.RunGroupResponse]) -> str | None:
+    """The one error every sample of every group failed with, else None."""
+    errors = {group_error(r) for r in responses}
+    return errors.pop() if len(errors) == 1 else None
+
+
+def run_tasks(
+    start: Callable[[str], Any], scenarios: list[str], concurrency: int
+) -> dict[str, rollout_pb2.RunGroupResponse]:
+    """Runs `concurrency` tasks at once (`start` gives a future of a RunGroupResponse).
+    Stops, cancelling the rest, once the first EARLY_STOP_TASKS tasks all failed every
+    sample with the same error: the rest would too (a policy that breaks every call)."""
+    done: queue.Queue[str] = queue.Queue()
+    running: dict[str, Any] = {}
+    responses: dict[str, rollout_pb2.RunGroupResponse] = {}
+    waiting = list(scenarios)
+    try:
+        while waiting or running:
+            while waiting and len(running) < concurrency:
+                scenario = waiting.pop(0)
+                running[scenario] = start(scenario)
+                running[scenario].add_done_callback(lambda _, s=scenario: done.put(s))
+            scenario = done.get()
+            responses[scenario] = running.pop(scenario).result()
+            error = common_error(list(responses.values()))
+            if error and len(responses) >= EARLY_STOP_TASKS and (waiting or running):
+                fail(
+                    f"stopped after {len(responses)} of {len(scenarios)} tasks: every sample "
+                    f"failed with the same error: {error}",
+                    1,
+                )
+    finally:
+        for future in running.values():
+            future.cancel()
+    return {s: responses[s] for s in scenarios}
+
+
 @app.command("run")
 def run(
     base_url: str = typer.Option(..., help="OpenAI-compatible endpoint, e.g. http://host:8000/v1"),
@@ -106,7 +157,9 @@ def run(
     ),
 ) -> None:
     """Evaluate a policy: mean reward, success rate, avg@k, pass@k and a per-task table.
-    Exits 1 when no task returned a sample."""
+    Checks first that the endpoint serves the model (exit 2 if not, 1 if it cannot be
+    reached); exits 1 with the cause when no task returned a sample, stopping early when
+    the first tasks all failed with the same error."""
     spec = job_defaults(
         dict(
             environment=env,
@@ -116,6 +169,8 @@ def run(
             reward=parse_reward(reward) if reward is not None else None,
         )
     )
+    check_model_name(model)
+    check_base_url(base_url)
     start = time.monotonic()
     with service(target, token, "rollout service") as channel:
         stub = rollout_pb2_grpc.RolloutStub(channel)
@@ -123,8 +178,9 @@ def run(
             rollout_pb2.DescribeEnvironmentRequest(name=env), timeout=30
         )
         scenarios = eval_tasks(info, split, max_tasks)
+        check_policy(stub, base_url, model, api_key_env)
 
-        def one(scenario: str) -> rollout_pb2.RunGroupResponse:
+        def one(scenario: str) -> Any:
             task = build_task(
                 spec,
                 scenario,
@@ -133,11 +189,10 @@ def run(
                 policy=model,
                 model_api_key_env=api_key_env,
             )
-            response: Any = stub.RunGroup(rollout_pb2.RunGroupRequest(task=task), timeout=timeout_s)
-            return response
+            request = rollout_pb2.RunGroupRequest(task=task)
+            return stub.RunGroup.future(request, timeout=timeout_s)
 
-        with ThreadPoolExecutor(concurrency) as pool:
-            responses = dict(zip(scenarios, pool.map(one, scenarios), strict=True))
+        responses = run_tasks(one, scenarios, concurrency)
     results = [evaluation.task_result(s, r.group) for s, r in responses.items()]
     summary = evaluation.summarize(
         results, k=k, split=split, policy=model, seconds=time.monotonic() - start
@@ -147,7 +202,7 @@ def run(
     render.console.print(summary_table(summary))
     render.console.print(render.eval_line(summary))
     if not any(r.samples for r in results):
-        raise SystemExit(1)
+        fail(f"no sample came back: {common_error(list(responses.values())) or 'see above'}", 1)
 
 
 @app.command("compare")

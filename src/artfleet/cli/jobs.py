@@ -10,8 +10,9 @@ import yaml
 
 from artfleet.cli import render
 from artfleet.cli.client import fail, trainer
+from artfleet.cli.spec_flags import derive_flags, flag_values, with_flags
 from artfleet.errors import InvalidArgument
-from artfleet.jobspec import JobSpecModel, spec_to_proto, validate_spec
+from artfleet.jobspec import GrpoModel, JobSpecModel, spec_to_proto, validate_spec
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 
@@ -52,10 +53,26 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> JobSpecModel:
         fail(f"invalid job spec: {exc}")
 
 
+# Spec keys with a hand-written flag below (their names or help differ from the key).
+_NAMED_FLAGS = frozenset(
+    {
+        "base_model", "environment", "name", "steps", "groups_per_step",
+        "rollouts_per_group", "learning_rate", "max_turns", "seed", "backend",
+        "max_steps_off_policy", "experiment", "eval_every_steps", "keep_last",
+        "log_sample_rate", "dataset_size", "num_epochs",
+    }
+)  # fmt: skip
+# Every other scalar field of the job spec and of its `grpo:` block is a flag of its own.
+DERIVED_FLAGS = derive_flags(JobSpecModel, what="job spec", skip=_NAMED_FLAGS) + derive_flags(
+    GrpoModel, what="GRPO: ART's backend.train option", prefix="grpo."
+)
+
+
 @app.command()
+@with_flags(DERIVED_FLAGS)
 def submit(
     file: Path | None = typer.Argument(None, help="job spec YAML", show_default=False),
-    model: str | None = typer.Option(None, help="base model"),
+    model: str | None = typer.Option(None, "--model", "--base-model", help="base model"),
     env: str | None = typer.Option(None, help="environment (task set)"),
     name: str | None = typer.Option(None, help="ART model name"),
     steps: int | None = typer.Option(None),
@@ -94,8 +111,10 @@ def submit(
     watch: bool = typer.Option(False, "--watch", help="follow the job until it ends"),
     target: str = TargetOpt,
     token: str = TokenOpt,
+    **derived: Any,
 ) -> None:
-    """Submit a job from a YAML file and/or flags (flags win)."""
+    """Submit a job from a YAML file and/or flags (flags win). Every spec key is a flag:
+    `max_context_tokens` is --max-context-tokens, `grpo: {epsilon: 0.2}` is --epsilon 0.2."""
     spec = load_spec(
         file,
         dict(
@@ -124,6 +143,7 @@ def submit(
                 "sft.learning_rate": sft_learning_rate,
                 "sft.batch_size": sft_batch_size,
                 "sft.max_samples": sft_max_samples,
+                **flag_values(DERIVED_FLAGS, derived),
             },
         ),
     )
@@ -140,13 +160,19 @@ def submit(
 def list_jobs(
     limit: int = typer.Option(20, min=0),
     experiment: str = typer.Option("", help="only this experiment's jobs"),
+    as_json: bool = typer.Option(False, "--json", help="print the jobs as a JSON list"),
     target: str = TargetOpt,
     token: str = TokenOpt,
 ) -> None:
-    """List jobs, newest first; queued jobs with their queue position (1 = runs next)."""
+    """List jobs, newest first; queued jobs with their queue position (1 = runs next).
+    Piped, one tab-separated line per job (ids whole)."""
     with trainer(target, token) as stub:
         reply = stub.ListJobs(trainer_pb2.ListJobsRequest(limit=limit, experiment=experiment))
-    render.console.print(render.jobs_table(reply.jobs))
+    if as_json:
+        render.print_json(render.message_records(reply.jobs))
+    else:
+        rows = [render.job_row(j) for j in reply.jobs]
+        render.listing(render.JOB_COLUMNS, rows, ("id", "policy"))
 
 
 @app.command()

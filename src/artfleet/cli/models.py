@@ -22,25 +22,31 @@ def _size(n: int) -> str:
 @app.command("list")
 def list_models(
     experiment: str = typer.Option("", help="only this experiment's models"),
+    as_json: bool = typer.Option(False, "--json", help="print the models as a JSON list"),
     target: str = TargetOpt,
     token: str = TokenOpt,
 ) -> None:
-    """Every job's model with its checkpoints (newest job first)."""
+    """Every job's model with its checkpoints (newest job first; * = best). Piped, one
+    tab-separated line per model (names and ids whole)."""
     with trainer(target, token) as stub:
         reply = stub.ModelsList(trainer_pb2.ModelsListRequest(experiment=experiment))
-    table = Table("model", "job", "state", "experiment", "config", "checkpoints", "size")
-    for m in reply.models:
-        steps = ", ".join(f"{c.step}{'*' if c.best else ''}" for c in m.checkpoints) or "-"
-        table.add_row(
+    if as_json:
+        render.print_json(render.message_records(reply.models))
+        return
+    rows = [
+        [
             m.name,
             m.job_id,
             render.state_name(m.job_state),
             m.experiment,
             m.config_hash or "-",
-            steps,
+            ", ".join(f"{c.step}{'*' if c.best else ''}" for c in m.checkpoints) or "-",
             _size(sum(c.bytes for c in m.checkpoints)),
-        )
-    render.console.print(table)
+        ]
+        for m in reply.models
+    ]
+    headers = ("model", "job", "state", "experiment", "config", "checkpoints", "size")
+    render.listing(headers, rows, ("model", "job"))
 
 
 @app.command()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 
+from google.protobuf import json_format
+from google.protobuf.message import Message
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from artfleet.v1 import common_pb2 as pb
 
@@ -31,23 +35,72 @@ def step_line(s: pb.StepSummary) -> str:
     )
 
 
-def jobs_table(jobs: Iterable[pb.Job]) -> Table:
-    table = Table("id", "name", "experiment", "config", "state", "steps", "policy", "created")
-    for job in jobs:
-        state = state_name(job.state)
-        if job.queue_position:
-            state += f" #{job.queue_position}"
-        table.add_row(
-            job.id,
-            job.spec.name,
-            job.spec.experiment or "default",
-            job.config_hash or "-",
-            state,
-            f"{job.completed_steps}/{job.spec.steps}",
-            job.policy or "-",
-            job.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"),
+JOB_COLUMNS = ("id", "name", "experiment", "config", "state", "steps", "policy", "created")
+
+
+def job_row(job: pb.Job) -> list[str]:
+    state = state_name(job.state)
+    if job.queue_position:
+        state += f" #{job.queue_position}"
+    return [
+        job.id,
+        job.spec.name,
+        job.spec.experiment or "default",
+        job.config_hash or "-",
+        state,
+        f"{job.completed_steps}/{job.spec.steps}",
+        job.policy or "-",
+        job.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"),
+    ]
+
+
+def table(headers: Sequence[str], rows: list[list[str]], ids: Collection[str]) -> Table:
+    """A rich table whose id columns are never wrapped or cut (they are copied)."""
+    columns = [
+        Column(h, no_wrap=True, min_width=max((len(r[i]) for r in rows), default=len(h)))
+        if h in ids
+        else Column(h)
+        for i, h in enumerate(headers)
+    ]
+    result = Table(*columns)
+    for row in rows:
+        result.add_row(*row)
+    return result
+
+
+def listing(
+    headers: Sequence[str],
+    rows: list[list[str]],
+    ids: Collection[str] = ("id",),
+    out: Console | None = None,
+) -> None:
+    """A table on a terminal wide enough for its whole ids; else (piped, narrow) one
+    tab-separated line per row, nothing cut."""
+    out = out or console
+    id_width = sum(len(r[i]) + 3 for r in rows[:1] for i, h in enumerate(headers) if h in ids)
+    if out.is_terminal and out.width >= id_width + 4 * (len(headers) - len(ids)):
+        out.print(table(headers, rows, ids))
+        return
+    for row in (headers, *rows):  # past rich: no tab expansion, highlighting or cropping
+        print("\t".join(cell.replace("\t", " ") for cell in row), file=out.file)
+
+
+def print_json(records: list[dict[str, Any]]) -> None:
+    print(json.dumps(records, indent=2))
+
+
+def message_records(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Proto messages as JSON objects, field names as in the proto, defaults included."""
+    return [
+        json_format.MessageToDict(
+            m, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
         )
-    return table
+        for m in messages
+    ]
+
+
+def jobs_table(jobs: Iterable[pb.Job]) -> Table:
+    return table(JOB_COLUMNS, [job_row(job) for job in jobs], ("id", "policy"))
 
 
 def summary_table(job: pb.Job) -> Table:

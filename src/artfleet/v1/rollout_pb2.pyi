@@ -58,7 +58,7 @@ class EnvironmentInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., split_sizes: _Optional[_Mapping[str, int]] = ..., scenarios: _Optional[_Iterable[_Union[ScenarioInfo, _Mapping]]] = ..., agent: _Optional[str] = ..., skipped: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class GroupTask(_message.Message):
-    __slots__ = ("job_id", "step", "group_id", "environment", "scenario_id", "rollouts", "max_turns", "model_base_url", "policy", "temperature", "max_tokens", "max_context_tokens", "reward", "seed", "model_api_key_env", "policy_version", "task_prompt")
+    __slots__ = ("job_id", "step", "group_id", "environment", "scenario_id", "rollouts", "max_turns", "model_base_url", "policy", "temperature", "max_tokens", "max_context_tokens", "reward", "seed", "model_api_key_env", "policy_version", "task_prompt", "max_concurrent")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +76,7 @@ class GroupTask(_message.Message):
     MODEL_API_KEY_ENV_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     TASK_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     step: int
     group_id: str
@@ -93,7 +94,8 @@ class GroupTask(_message.Message):
     model_api_key_env: str
     policy_version: int
     task_prompt: str
-    def __init__(self, job_id: _Optional[str] = ..., step: _Optional[int] = ..., group_id: _Optional[str] = ..., environment: _Optional[str] = ..., scenario_id: _Optional[str] = ..., rollouts: _Optional[int] = ..., max_turns: _Optional[int] = ..., model_base_url: _Optional[str] = ..., policy: _Optional[str] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., reward: _Optional[_Union[_common_pb2.RewardSpec, _Mapping]] = ..., seed: _Optional[int] = ..., model_api_key_env: _Optional[str] = ..., policy_version: _Optional[int] = ..., task_prompt: _Optional[str] = ...) -> None: ...
+    max_concurrent: int
+    def __init__(self, job_id: _Optional[str] = ..., step: _Optional[int] = ..., group_id: _Optional[str] = ..., environment: _Optional[str] = ..., scenario_id: _Optional[str] = ..., rollouts: _Optional[int] = ..., max_turns: _Optional[int] = ..., model_base_url: _Optional[str] = ..., policy: _Optional[str] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., reward: _Optional[_Union[_common_pb2.RewardSpec, _Mapping]] = ..., seed: _Optional[int] = ..., model_api_key_env: _Optional[str] = ..., policy_version: _Optional[int] = ..., task_prompt: _Optional[str] = ..., max_concurrent: _Optional[int] = ...) -> None: ...
 
 class RunGroupRequest(_message.Message):
     __slots__ = ("task",)
@@ -110,3 +112,27 @@ class RunGroupResponse(_message.Message):
     episodes: _containers.RepeatedCompositeFieldContainer[_common_pb2.Episode]
     reward: _common_pb2.RewardOutcome
     def __init__(self, group: _Optional[_Union[_common_pb2.TrajectoryGroup, _Mapping]] = ..., episodes: _Optional[_Iterable[_Union[_common_pb2.Episode, _Mapping]]] = ..., reward: _Optional[_Union[_common_pb2.RewardOutcome, _Mapping]] = ...) -> None: ...
+
+class CheckPolicyRequest(_message.Message):
+    __slots__ = ("model_base_url", "policy", "model_api_key_env")
+    MODEL_BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    MODEL_API_KEY_ENV_FIELD_NUMBER: _ClassVar[int]
+    model_base_url: str
+    policy: str
+    model_api_key_env: str
+    def __init__(self, model_base_url: _Optional[str] = ..., policy: _Optional[str] = ..., model_api_key_env: _Optional[str] = ...) -> None: ...
+
+class CheckPolicyResponse(_message.Message):
+    __slots__ = ("reachable", "authorized", "served", "models", "error")
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    AUTHORIZED_FIELD_NUMBER: _ClassVar[int]
+    SERVED_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    reachable: bool
+    authorized: bool
+    served: bool
+    models: _containers.RepeatedScalarFieldContainer[str]
+    error: str
+    def __init__(self, reachable: _Optional[bool] = ..., authorized: _Optional[bool] = ..., served: _Optional[bool] = ..., models: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ...) -> None: ...

@@ -44,6 +44,11 @@ class RolloutStub:
                 request_serializer=artfleet_dot_v1_dot_rollout__pb2.RunGroupRequest.SerializeToString,
                 response_deserializer=artfleet_dot_v1_dot_rollout__pb2.RunGroupResponse.FromString,
                 _registered_method=True)
+        self.CheckPolicy = channel.unary_unary(
+                '/artfleet.v1.Rollout/CheckPolicy',
+                request_serializer=artfleet_dot_v1_dot_rollout__pb2.CheckPolicyRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_rollout__pb2.CheckPolicyResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutServicer:
@@ -62,6 +67,14 @@ class RolloutServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckPolicy(self, request, context):
+        """Asks a policy endpoint, from where the workers reach it, whether it answers and serves
+        the model (`artfleet eval run` calls it before running samples).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +87,11 @@ def add_RolloutServicer_to_server(servicer, server):
                     servicer.RunGroup,
                     request_deserializer=artfleet_dot_v1_dot_rollout__pb2.RunGroupRequest.FromString,
                     response_serializer=artfleet_dot_v1_dot_rollout__pb2.RunGroupResponse.SerializeToString,
+            ),
+            'CheckPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckPolicy,
+                    request_deserializer=artfleet_dot_v1_dot_rollout__pb2.CheckPolicyRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_rollout__pb2.CheckPolicyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +148,33 @@ class Rollout:
             '/artfleet.v1.Rollout/RunGroup',
             artfleet_dot_v1_dot_rollout__pb2.RunGroupRequest.SerializeToString,
             artfleet_dot_v1_dot_rollout__pb2.RunGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/artfleet.v1.Rollout/CheckPolicy',
+            artfleet_dot_v1_dot_rollout__pb2.CheckPolicyRequest.SerializeToString,
+            artfleet_dot_v1_dot_rollout__pb2.CheckPolicyResponse.FromString,
             options,
             channel_credentials,
             insecure,

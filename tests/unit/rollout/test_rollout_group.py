@@ -4,7 +4,8 @@ lifecycle, API keys, lost-replica retries, and how reward scores and outcomes ap
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -23,6 +24,7 @@ from artfleet import codec
 from artfleet.errors import InvalidArgument
 from artfleet.v1 import reward_pb2
 from artfleet_rollout.group import GroupRunner
+from artfleet_rollout.ports import PolicyTurn
 from artfleet_rollout.scoring import BadScores
 
 TOKEN = "fleet-token-for-tests"
@@ -253,3 +255,41 @@ async def test_scores_that_do_not_fit_the_group_are_an_error(
     fleet.reward.answer = lambda request: reward_pb2.ScoreGroupResponse()
     with pytest.raises(BadScores, match="0 scores for 3 trajectories"):
         await runner.run(group_task())
+
+
+# ---------------------------------------------------------------- the job's max_concurrent
+class CountingPolicy(ScriptedPolicy):
+    """Records the most turns in flight at once; each turn yields once to the others."""
+
+    def __init__(self) -> None:
+        super().__init__([bash("echo hello > hello.txt"), SUBMIT])
+        self.in_flight = self.peak = 0
+
+    async def complete(
+        self,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = None,
+    ) -> PolicyTurn:
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        await asyncio.sleep(0)  # a yield, so concurrent episodes can enter
+        try:
+            return await super().complete(messages, tools=tools, tool_choice=tool_choice)
+        finally:
+            self.in_flight -= 1
+
+
+@pytest.mark.parametrize(("max_concurrent", "peak"), [(0, 6), (2, 2), (1, 1)])
+async def test_a_jobs_max_concurrent_bounds_its_episodes_across_its_groups(
+    max_concurrent: int, peak: int
+) -> None:
+    policy = CountingPolicy()
+    runner = _runner(FakeFleet(FakePolicies(policy)))
+    await runner.start()
+    tasks = [group_task(group_id=g, max_concurrent=max_concurrent) for g in ("a", "b")]
+    responses = await asyncio.gather(*(runner.run(t) for t in tasks))
+    await runner.stop()
+    assert [len(r.group.trajectories) for r in responses] == [3, 3]
+    assert policy.peak == peak
