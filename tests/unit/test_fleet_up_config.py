@@ -156,7 +156,7 @@ def test_a_bad_value_is_named_before_anything_starts(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=f"^{key}: "):
             fleet.check_settings()
     fleet = _fleet(tmp_path, settings={"ARTFLEET_JUDGE_CONCURRENCY": "0"})
-    with pytest.raises(ConfigError, match="^ARTFLEET_JUDGE_CONCURRENCY: .*reward"):
+    with pytest.raises(ConfigError, match=r"^ARTFLEET_JUDGE_CONCURRENCY: .*reward"):
         fleet.check_settings()
     _fleet(tmp_path, settings={"ARTFLEET_JUDGE_CONCURRENCY": "3"}).check_settings()
 
@@ -204,7 +204,7 @@ def test_ports_record_roundtrip_and_a_corrupt_one_is_named(tmp_path: Path) -> No
     save_ports(tmp_path, {"trainer": 7001})
     assert load_ports(tmp_path) == {"trainer": 7001}
     (tmp_path / "ports.json").write_text("[1, 2")
-    with pytest.raises(ConfigError, match="ports.json: not a ports record"):
+    with pytest.raises(ConfigError, match=r"ports\.json: not a ports record"):
         load_ports(tmp_path)
 
 

@@ -204,8 +204,8 @@ def fleet_up(
         fleet.start()
     except ServiceExited as exc:
         tail = "\n".join(exc.tail.splitlines()[-15:])
-        log = f"logs/{exc.name}.log"
-        fail(f"{exc.name} exited with {exc.code} while starting; {log} ends:\n{tail}", 2 if exc.code == 2 else 1)
+        what = f"{exc.name} exited with {exc.code} while starting; logs/{exc.name}.log ends"
+        fail(f"{what}:\n{tail}", 2 if exc.code == 2 else 1)
     except TimeoutError as exc:
         fail(f"{exc} (its log is in {fleet.workdir / 'logs'})", 1)
     env_path = fleet.workdir / ENV_FILE
