@@ -9,7 +9,6 @@ import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -237,19 +236,11 @@ def test_banner_lines_fit_80_columns_and_hold_no_token(tmp_path: Path) -> None:
     assert fleet.token not in "\n".join(lines)
 
 
-@pytest.fixture
-def fleet_up(tmp_path: Path) -> Iterator[list[str]]:
-    yield [sys.executable, "-m", "artfleet.cli.main", "fleet", "up", "--workdir", str(tmp_path)]
+def test_cli_refuses_bad_settings_with_exit_2(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
 
+    from artfleet.cli.main import app
 
-def _run(cmd: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("ARTFLEET_")}
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=120, env={**clean, **env}, check=False
-    )
-
-
-def test_cli_refuses_bad_settings_with_exit_2(fleet_up: list[str], tmp_path: Path) -> None:
     bad = tmp_path / "bad.env"
     bad.write_text("# ok\nARTFLEET_LOG_LEVEL=INFO\nnot a line\n")
     cases = [
@@ -258,21 +249,50 @@ def test_cli_refuses_bad_settings_with_exit_2(fleet_up: list[str], tmp_path: Pat
         (["--env-file", str(bad)], f"{bad}:3: expected KEY=VALUE"),
         (["--env-file", str(tmp_path / "missing.env")], "missing.env"),
         (["--set", "ARTFLEET_JUDGE_MODEL_MAP=gpt-4o"], "ARTFLEET_JUDGE_MODEL_MAP: not valid JSON"),
+        (["--set", "ARTFLEET_PORT=1"], "ARTFLEET_PORT is set by fleet up itself"),
     ]
+    up = ["fleet", "up", "--workdir", str(tmp_path), "--engine", "torch"]
     for args, message in cases:
-        result = _run([*fleet_up, "--engine", "torch", *args])
-        assert result.returncode == 2, (args, result.stderr)
-        assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+        result = CliRunner().invoke(app, [*up, *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.stderr, result.output
     assert not (tmp_path / "ports.json").exists()  # nothing recorded for a refused start
 
 
-def test_cli_says_which_recorded_port_is_taken(fleet_up: list[str], tmp_path: Path) -> None:
+def test_cli_says_which_recorded_port_is_taken(tmp_path: Path) -> None:
+    """The real command line: a message and exit 1, no traceback."""
+    cmd = [sys.executable, "-m", "artfleet.cli.main", "fleet", "up", "--workdir", str(tmp_path)]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("ARTFLEET_")}
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
         (tmp_path / "ports.json").write_text(json.dumps({"trainer": port}))
-        result = _run([*fleet_up, "--engine", "torch"])
+        result = subprocess.run(
+            [*cmd, "--engine", "torch"], capture_output=True, text=True, timeout=120, env=clean
+        )
     assert result.returncode == 1, result.stderr
     assert f"{port} (trainer)" in result.stderr and "--new-ports" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_restart_reuses_the_workdirs_token_and_new_ports_picks_again(tmp_path: Path) -> None:
+    from artfleet.cli.demo import _configured_fleet
+
+    first = _configured_fleet(tmp_path, "torch", None, [], new_ports=False)
+    (tmp_path / "token").write_text(first.token + "\n")  # as a started fleet up leaves it
+    again = _configured_fleet(tmp_path, "torch", None, [], new_ports=False)
+    assert (again.ports, again.token, again.redis_url) == (
+        first.ports,
+        first.token,
+        first.redis_url,
+    )
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", first.ports["trainer"]))
+        held.listen()
+        with pytest.raises(SystemExit) as caught:
+            _configured_fleet(tmp_path, "torch", None, [], new_ports=False)
+        assert caught.value.code == 1
+        moved = _configured_fleet(tmp_path, "torch", None, [], new_ports=True)
+    assert moved.ports["trainer"] != first.ports["trainer"] and moved.token == first.token
+    assert load_ports(tmp_path) == moved.ports
