@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import signal
 import threading
 import time
@@ -11,9 +13,34 @@ import typer
 
 from artfleet import evaluation
 from artfleet.cli import render
-from artfleet.cli.client import trainer
-from artfleet.cli.fleet import LocalFleet, isolation_notice, vllm_python
+from artfleet.cli.client import fail, trainer
+from artfleet.cli.fleet import (
+    PORT_NAMES,
+    VLLM_PYTHON,
+    LocalFleet,
+    ServiceExited,
+    isolation_notice,
+    vllm_python,
+)
+from artfleet.cli.fleet_config import (
+    ENV_FILE,
+    ConfigError,
+    PortsTaken,
+    env_file_text,
+    known_keys,
+    load_ports,
+    merge_settings,
+    parse_env_file,
+    parse_sets,
+    plan_ports,
+    port_is_free,
+    read_secret,
+    save_ports,
+    taken_ports,
+    write_private,
+)
 from artfleet.jobspec import JobSpecModel, ScorerModel, spec_to_proto
+from artfleet.service import free_port
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 
@@ -27,13 +54,13 @@ EngineOpt = typer.Option(
 ENGINES = ("auto", "vllm", "torch")
 
 
-def pick_engine(engine: str) -> str:
-    """`auto` → vllm when a vLLM environment is found (make install builds one), else torch;
-    an explicit `vllm` without one is a usage error (exit 2)."""
+def pick_engine(engine: str, python: str = "") -> str:
+    """`auto` → vllm when a vLLM environment is found (`python`, or what make install
+    builds), else torch; an explicit `vllm` without one is a usage error (exit 2)."""
     if engine not in ENGINES:
         render.console.print(f"--engine: one of {', '.join(ENGINES)}", markup=False)
         raise SystemExit(2)
-    found = bool(vllm_python())
+    found = bool(python or vllm_python())
     if engine == "vllm" and not found:
         render.console.print(
             "--engine vllm: no Python with vLLM here (make install builds .venv-vllm; or set "
@@ -139,22 +166,54 @@ def _gain_line(job: pb.Job) -> str:
     )
 
 
-def fleet_up(workdir: Path = WorkdirOpt, engine: str = EngineOpt) -> None:
-    """Start a local fleet and keep it up until Ctrl-C."""
-    fleet = LocalFleet(workdir.resolve(), engine=pick_engine(engine))
+SetOpt = typer.Option(
+    [],
+    "--set",
+    metavar="KEY=VALUE",
+    help="a setting (ARTFLEET_*, or a variable such as a judge's API key); repeatable; "
+    "wins over --env-file, which wins over this environment's ARTFLEET_* variables",
+)
+EnvFileOpt = typer.Option(
+    None,
+    "--env-file",
+    dir_okay=False,
+    help="settings as KEY=VALUE lines (# comments, optional quotes and `export`)",
+)
+
+
+def fleet_up(
+    workdir: Path = WorkdirOpt,
+    engine: str = EngineOpt,
+    env_file: Path | None = EnvFileOpt,
+    settings: list[str] = SetOpt,
+    new_ports: bool = typer.Option(
+        False, "--new-ports", help="pick new ports instead of the ones the workdir recorded"
+    ),
+) -> None:
+    """Start a local fleet and keep it up until Ctrl-C.
+
+    Settings, later ones winning: this environment's ARTFLEET_* variables, then
+    --env-file, then --set. Each reaches the services whose settings read it; an
+    ARTFLEET_* name no service reads is an error. The first start in a workdir records
+    its ports and a restart reuses them; every endpoint and the token are written to
+    WORKDIR/fleet.env (`source` it)."""
+    fleet = _configured_fleet(workdir.resolve(), engine, env_file, settings, new_ports)
     if notice := isolation_notice():
         render.console.print(notice, markup=False)
-    fleet.start()
-    token_file = fleet.workdir / "token"
-    token_file.touch(mode=0o600)
-    token_file.write_text(fleet.token)
-    # The token goes to a private file, not to the terminal or its scrollback.
-    render.console.print(
-        f"fleet up. export ARTFLEET_TRAINER_TARGET={fleet.trainer_target} "
-        f"ARTFLEET_API_TOKEN=$(cat {token_file})\n"
-        f"console and HTTP API: {fleet.api_url} (log in with the token)\n"
-        f"policy ({fleet.engine}): {fleet.policy_base_url}"
-    )
+    try:
+        fleet.start()
+    except ServiceExited as exc:
+        tail = "\n".join(exc.tail.splitlines()[-15:])
+        what = f"{exc.name} exited with {exc.code} while starting; logs/{exc.name}.log ends"
+        fail(f"{what}:\n{tail}", 2 if exc.code == 2 else 1)
+    except TimeoutError as exc:
+        fail(f"{exc} (its log is in {fleet.workdir / 'logs'})", 1)
+    env_path = fleet.workdir / ENV_FILE
+    comment = f"artfleet fleet up in {fleet.workdir} ({fleet.engine}): source this file"
+    write_private(env_path, env_file_text(fleet.endpoints(), comment))
+    write_private(fleet.workdir / "token", fleet.token + "\n")
+    # Plain print: rich would break long lines; the token stays in the private files.
+    print("\n".join(banner(fleet, env_path)), flush=True)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
@@ -162,3 +221,55 @@ def fleet_up(workdir: Path = WorkdirOpt, engine: str = EngineOpt) -> None:
         done.wait()
     finally:
         fleet.stop()
+
+
+def _configured_fleet(
+    workdir: Path, engine: str, env_file: Path | None, sets: list[str], new_ports: bool
+) -> LocalFleet:
+    """The fleet `fleet up` starts: settings merged and checked (exit 2), the workdir's
+    ports, token and Redis password reused (exit 1 when another process holds a port)."""
+    password_path = workdir / "redis-password"
+    try:
+        given = parse_env_file(_read(env_file), str(env_file)) if env_file else {}
+        fleet = LocalFleet(
+            workdir,
+            ports=plan_ports(PORT_NAMES, {} if new_ports else load_ports(workdir), free_port),
+        )
+        fleet.token = read_secret(workdir / "token") or fleet.token
+        fleet.redis_password = read_secret(password_path) or fleet.redis_password
+        fleet.settings, ignored = merge_settings(
+            os.environ, given, parse_sets(sets), known_keys(), fleet.owned_keys()
+        )
+        fleet.engine = pick_engine(engine, fleet.settings.get(VLLM_PYTHON, ""))
+        fleet.check_settings()
+    except ConfigError as exc:
+        fail(str(exc))
+    for key in ignored:
+        render.console.print(f"note: no service reads {key} (environment): ignored", markup=False)
+    if taken := taken_ports(fleet.ports, port_is_free):
+        how = "pass --new-ports to pick others" if not new_ports else "try again"
+        fail(f"{PortsTaken(taken)} (another fleet up in {workdir}?): {how}", 1)
+    save_ports(workdir, fleet.ports)
+    write_private(password_path, fleet.redis_password + "\n")
+    return fleet
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--env-file {path}: {exc}") from None
+
+
+def banner(fleet: LocalFleet, env_path: Path) -> list[str]:
+    """What `fleet up` prints once up: short lines (no token: it is in `env_path`)."""
+    try:
+        shown = env_path.relative_to(Path.cwd())
+    except ValueError:
+        shown = env_path
+    return [
+        f"fleet up: {fleet.engine} serves the policy; Ctrl-C stops the fleet.",
+        f"console and HTTP API: {fleet.api_url} (log in with the token)",
+        "endpoints and token (the same after a restart): run",
+        f"  source {shlex.quote(str(shown))}",
+    ]

