@@ -82,7 +82,7 @@ def summary_table(summary: pb.EvalSummary) -> Table:
 def run(
     base_url: str = typer.Option(..., help="OpenAI-compatible endpoint, e.g. http://host:8000/v1"),
     model: str = typer.Option(
-        ..., help="model the endpoint serves: a base model, a checkpoint name@step, ..."
+        ..., help="model the endpoint serves: a base model, a checkpoint name@step or name@best"
     ),
     env: str = typer.Option("shell-tasks", help="environment (task set)"),
     split: str = typer.Option("test", help="the split whose tasks are evaluated"),
