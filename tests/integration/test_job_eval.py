@@ -15,6 +15,7 @@ from trainer_fakes import FakeBackend, scored
 
 from artfleet.art_types import art
 from artfleet.batches import StepBatches
+from artfleet.checkpoint_layout import marked_best
 from artfleet.jobspec import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
@@ -228,3 +229,4 @@ async def test_retention_keeps_exactly_the_last_k_and_the_best(
     assert [round(e.pass_at_k, 3) for e in job.evals] == [0.333, 1.0, 0.333, 0.333, 0.333, 0.333]
     folder = tmp_path / job.spec.project / "models" / f"{job.spec.name}-{job.id}" / "checkpoints"
     assert sorted(int(p.name) for p in folder.iterdir()) == [1, 4, 5]
+    assert marked_best(folder.parent) == 1  # what name@best serves and exports

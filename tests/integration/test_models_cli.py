@@ -17,6 +17,7 @@ from pydantic import SecretStr
 from tiny_llama import tiny_llama
 from typer.testing import CliRunner, Result
 
+from artfleet.checkpoint_layout import write_best
 from artfleet.cli.main import app
 from artfleet.config import ServerSettings
 from artfleet.jobspec import config_hash, spec_to_proto, validate_spec
@@ -112,6 +113,16 @@ async def test_list_show_export_loads_with_peft_and_delete(
     missing = await cli(target, "export", f"{name}@9", "--out", str(tmp_path / "x"))
     assert missing.exit_code == 2 and "no checkpoint 9" in missing.stderr
 
+    # name@best: the checkpoint the job's retention marked; an error until one is marked.
+    unmarked = await cli(target, "export", f"{name}@best", "--out", str(tmp_path / "b"))
+    assert unmarked.exit_code == 2 and "no checkpoint marked best" in unmarked.stderr
+    write_best(art_path / "artfleet" / "models" / name, 1, "pass_at_k", 1.0)
+    best = await cli(target, "export", f"{name}@best", "--out", str(tmp_path / "b"))
+    assert best.exit_code == 0 and "(step 1)" in best.stdout, best.output
+    latest = await cli(target, "export", f"{name}@latest", "--out", str(tmp_path / "l"))
+    assert latest.exit_code == 0 and "(step 2)" in latest.stdout, latest.output
+    assert "1*, 2" in (await cli(target, "list")).stdout
+
     one = await cli(target, "delete", f"{name}@1", "--yes")
     assert one.exit_code == 0 and "[1]" in one.stdout
     assert checkpoints.checkpoint_steps(art_path / "artfleet" / "models" / name) == [2]
@@ -135,4 +146,6 @@ async def test_deleting_the_model_of_a_running_job_is_refused(
         2,
     ]
     bad = await cli(target, "show", "agent@x")
-    assert bad.exit_code == 2 and "is not a number" in bad.stderr
+    assert bad.exit_code == 2 and "name@best" in bad.stderr
+    best = await cli(target, "export", f"agent-{job.id}@bestest", "--out", "unused")
+    assert best.exit_code == 2 and "'bestest' is not a step number" in best.stderr

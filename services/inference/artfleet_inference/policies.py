@@ -1,7 +1,8 @@
 """Which weights answer a requested model name (pure logic; the front acts on it).
 
-Names, as the fleet uses them: `name@step` (a checkpoint), `name` (its latest), and the
-base model's name. vLLM holds one set of base weights; in `merged` mode the newest
+Names, as the fleet uses them: `name@step` (a checkpoint), `name` or `name@latest` (its
+latest), `name@best` (the one its job marked best; checkpoint_layout resolves the
+aliases), and the base model's name. vLLM holds one set of base weights; in `merged` mode the newest
 published policy is merged into them (served at base speed) and every other policy,
 the base model included, is a LoRA on top of them (lora_math.write_difference); in
 `lora` mode the weights stay the base model's and each policy is its own checkpoint
@@ -19,11 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from artfleet.checkpoint_layout import parse_model_name
+from artfleet.checkpoint_layout import BEST, StepRef, describe_missing, is_latest, parse_model_name
 
 
 class UnknownPolicy(LookupError):
-    """No served weights answer to the requested name."""
+    """No served weights answer to the requested name (`why`: the reason, when known)."""
+
+    def __init__(self, requested: str, why: str = "") -> None:
+        self.message = f"model {requested!r} is not served here" + (f": {why}" if why else "")
+        super().__init__(self.message)
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class Route:
 class PolicyTable:
     base_name: str
     mode: Literal["merged", "lora"]
-    find: Callable[[str, int | None], tuple[int, Path] | None]
+    find: Callable[[str, StepRef], tuple[int, Path] | None]
     base_aliases: frozenset[str] = frozenset()
     latest: dict[str, tuple[int, Path]] = field(default_factory=dict)  # published
     merged: tuple[str, int, Path] | None = None  # in vLLM's weights now
@@ -74,6 +79,7 @@ class PolicyTable:
         return requested == self.base_name or requested in self.base_aliases
 
     def route(self, requested: str) -> Route:
+        """Raises UnknownPolicy, or ModelRefError for a malformed `name@...`."""
         if self.is_base(requested):
             if self.merged is None:
                 return Route(self.base_name, self.base_name)
@@ -81,16 +87,16 @@ class PolicyTable:
         name, step = parse_model_name(requested)
         found = self._resolve(name, step)
         if found is None:
-            raise UnknownPolicy(requested)
+            raise UnknownPolicy(requested, describe_missing(name, step) if step == BEST else "")
         step, checkpoint = found
         public = f"{name}@{step}"
         if self.merged is not None and self.merged[:2] == (name, step):
             return Route(self.base_name, public)
         return self._lora(public, checkpoint)
 
-    def _resolve(self, name: str, step: int | None) -> tuple[int, Path] | None:
+    def _resolve(self, name: str, step: StepRef) -> tuple[int, Path] | None:
         latest = self.latest.get(name)
-        if latest is not None and step in (None, latest[0]):
+        if latest is not None and (is_latest(step) or step == latest[0]):
             return latest
         return self.find(name, step)
 

@@ -26,7 +26,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import Counter
 
-from artfleet.checkpoint_layout import ADAPTER_CONFIG, MODEL_NAME
+from artfleet.checkpoint_layout import ADAPTER_CONFIG, MODEL_NAME, ModelRefError
 from artfleet_inference.engine import EngineError, PolicyEngine
 from artfleet_inference.policies import UnknownPolicy
 from artfleet_inference.requests import (
@@ -100,8 +100,10 @@ class Front:
             response = _error(exc.status, exc.reason)
         except BadRequest as exc:
             response = _error(400, exc.message, exc.param)
+        except ModelRefError as exc:
+            response = _error(400, str(exc), "model")
         except UnknownPolicy as exc:
-            response = _error(404, f"model {exc.args[0]!r} is not served here", "model")
+            response = _error(404, exc.message, "model")
         except EngineError as exc:
             log.warning("%s", exc)
             response = _error(502, str(exc))

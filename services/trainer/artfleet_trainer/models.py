@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from artfleet import checkpoint_layout
+from artfleet.checkpoint_layout import StepRef
 from artfleet.errors import FailedPrecondition, InvalidArgument, NotFound
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
-from artfleet_trainer import retention
 from artfleet_trainer.store import ACTIVE, JobStore
 
 CHUNK_BYTES = 1 << 20
@@ -27,16 +27,14 @@ def model_name(job: pb.Job) -> str:
     return f"{job.spec.name}-{job.id}"
 
 
-def parse_ref(ref: str, field: str = "model") -> tuple[str, int | None]:
-    """`name` or `name@step`."""
-    name, _, step = ref.partition("@")
-    if not name:
-        raise InvalidArgument("is required (a model name, or name@step)", field)
-    if not step:
-        return name, None
-    if not step.isdigit():
-        raise InvalidArgument(f"step {step!r} is not a number (name@step)", field)
-    return name, int(step)
+def parse_ref(ref: str, field: str = "model") -> tuple[str, StepRef]:
+    """A model reference (checkpoint_layout.REF_FORMS)."""
+    if not ref.partition("@")[0]:
+        raise InvalidArgument(f"is required ({checkpoint_layout.REF_FORMS})", field)
+    try:
+        return checkpoint_layout.parse_model_name(ref)
+    except checkpoint_layout.ModelRefError as exc:
+        raise InvalidArgument(str(exc), field) from None
 
 
 class ModelCatalog:
@@ -50,8 +48,7 @@ class ModelCatalog:
     def info(self, job: pb.Job) -> trainer_pb2.ModelInfo:
         directory = self._dir(job)
         steps = checkpoint_layout.checkpoint_steps(directory)
-        metric = job.spec.keep_best_metric
-        best = retention.best_step(job.evals, metric, steps) if metric else None
+        best = checkpoint_layout.marked_best(directory)
         info = trainer_pb2.ModelInfo(
             name=model_name(job),
             project=job.spec.project,
@@ -84,12 +81,19 @@ class ModelCatalog:
             raise NotFound(f"no model named {name!r}")
         return job
 
+    def _step(self, job: pb.Job, name: str, step: StepRef) -> int:
+        """The saved step `step` names, else NotFound saying why."""
+        found = checkpoint_layout.resolve_step(self._dir(job), step)
+        if found is None:
+            raise NotFound(checkpoint_layout.describe_missing(name, step))
+        return found
+
     async def get(self, ref: str) -> trainer_pb2.ModelInfo:
         name, step = parse_ref(ref)
-        info = self.info(await self._job(name))
-        if step is not None and step not in {c.step for c in info.checkpoints}:
-            raise NotFound(f"model {name!r} has no checkpoint {step}")
-        return info
+        job = await self._job(name)
+        if step is not None:
+            self._step(job, name, step)
+        return self.info(job)
 
     async def delete(self, ref: str) -> list[int]:
         name, step = parse_ref(ref)
@@ -101,23 +105,19 @@ class ModelCatalog:
                 "cancel the job (and let it stop) before deleting its model"
             )
         directory = self._dir(job)
-        steps = checkpoint_layout.checkpoint_steps(directory)
-        if step is None:
+        if step is None:  # a plain name: the whole model
+            steps = checkpoint_layout.checkpoint_steps(directory)
             shutil.rmtree(directory)
             return steps
-        if step not in steps:
-            raise NotFound(f"model {name!r} has no checkpoint {step}")
-        shutil.rmtree(directory / "checkpoints" / f"{step:04d}")
-        return [step]
+        chosen = self._step(job, name, step)
+        shutil.rmtree(checkpoint_layout.step_dir(directory, chosen))
+        return [chosen]
 
     async def export(self, ref: str) -> AsyncIterator[trainer_pb2.ModelsExportChunk]:
         name, step = parse_ref(ref)
         job = await self._job(name)
-        steps = checkpoint_layout.checkpoint_steps(self._dir(job))
-        chosen = steps[-1] if step is None and steps else step
-        if chosen is None or chosen not in steps:
-            raise NotFound(f"model {name!r} has no checkpoint {step if step is not None else ''}")
-        folder = self._dir(job) / "checkpoints" / f"{chosen:04d}"
+        chosen = self._step(job, name, step)
+        folder = checkpoint_layout.step_dir(self._dir(job), chosen)
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             if path.name in NOT_EXPORTED:
                 continue

@@ -2,6 +2,7 @@
 by an eval metric; delete the rest. Files only, in ART's layout
 (`{art_path}/{project}/models/{name}/checkpoints/{step:04d}/`), which both backends write,
 so no backend method is needed. The latest checkpoint (the one served) is always kept.
+The best one is also marked on disk (checkpoint_layout.write_best): `name@best` there.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Iterable
+from pathlib import Path
 
-from artfleet.checkpoint_layout import checkpoint_steps, model_dir
+from artfleet.checkpoint_layout import checkpoint_steps, marked_best, model_dir, write_best
 from artfleet.jobspec import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 
@@ -37,18 +39,26 @@ def steps_to_keep(steps: list[int], keep_last: int, best: int | None) -> set[int
     return keep
 
 
+def mark_best(directory: Path, job: pb.Job, metric: str, steps: list[int]) -> int | None:
+    """The best checkpoint by `metric` ("" = none), marked on disk when it changed."""
+    if not metric:
+        return None
+    offset = job.sft.checkpoint_step if job.sft.done else 0
+    best = best_step(job.evals, metric, steps, offset)
+    if best is not None and best != marked_best(directory):
+        value = max(getattr(e, metric) for e in job.evals if e.step + offset == best)
+        write_best(directory, best, metric, float(value))
+    return best
+
+
 def apply(art_path: str, model_name: str, job: pb.Job, spec: JobSpecModel) -> list[int]:
-    """Delete what the job's retention does not keep; returns the deleted steps."""
-    if not spec.keep_last:
-        return []
+    """Mark the best checkpoint and delete what the job's retention does not keep;
+    returns the deleted steps."""
     directory = model_dir(art_path, spec.project, model_name)
     steps = checkpoint_steps(directory)
-    offset = job.sft.checkpoint_step if job.sft.done else 0
-    best = (
-        best_step(job.evals, spec.keep_best_metric, steps, offset)
-        if spec.keep_best_metric
-        else None
-    )
+    best = mark_best(directory, job, spec.keep_best_metric, steps)
+    if not spec.keep_last:
+        return []
     keep = steps_to_keep(steps, spec.keep_last, best)
     deleted = [s for s in steps if s not in keep]
     for step in deleted:

@@ -133,7 +133,7 @@ def run_tasks(
 def run(
     base_url: str = typer.Option(..., help="OpenAI-compatible endpoint, e.g. http://host:8000/v1"),
     model: str = typer.Option(
-        ..., help="model the endpoint serves: a base model, a checkpoint name@step, ..."
+        ..., help="model the endpoint serves: a base model, a checkpoint name@step or name@best"
     ),
     env: str = typer.Option("shell-tasks", help="environment (task set)"),
     split: str = typer.Option("test", help="the split whose tasks are evaluated"),

@@ -17,6 +17,7 @@ from openai import OpenAI
 from openai.types.chat.chat_completion import Choice
 from transformers import AutoTokenizer
 
+from artfleet.checkpoint_layout import write_best
 from artfleet.cli.fleet import LocalFleet, vllm_python
 from artfleet.jobspec import JobSpecModel, spec_to_proto
 from artfleet.rpc.client import sync_channel
@@ -129,6 +130,25 @@ def test_older_checkpoints_and_the_base_still_answer(
     # Each checkpoint is its own policy (the job trained at 1e-3: the weights moved).
     assert answers[f"{name}@1"] != pytest.approx(answers[f"{name}@2"], abs=1e-4)
     assert answers["base"] != pytest.approx(answers[f"{name}@1"], abs=1e-4)
+
+
+def test_best_and_latest_aliases_route_to_their_checkpoints(
+    fleet: LocalFleet, jobs: dict[str, pb.Job]
+) -> None:
+    job = jobs["shell-tasks"]
+    name = job.policy.rpartition("@")[0]
+    url = f"{fleet.policy_base_url}/chat/completions"
+    auth = {"Authorization": f"Bearer {fleet.token}"}
+    body = {"model": f"{name}@best", "messages": PROMPT, "max_tokens": 4}
+    unmarked = httpx.post(url, json=body, headers=auth, timeout=60)  # no keep_best_metric
+    assert unmarked.status_code == 404 and "marked best" in unmarked.text
+    assert unmarked.json()["error"]["param"] == "model"
+    write_best(fleet.workdir / "art" / job.spec.project / "models" / name, 1, "pass_at_k", 1.0)
+    best = _logprobs(_greedy(fleet, f"{name}@best", served=f"{name}@1"))
+    assert best == pytest.approx(_logprobs(_greedy(fleet, f"{name}@1")), abs=1e-4)
+    _greedy(fleet, f"{name}@latest", served=f"{name}@2")
+    bad = httpx.post(url, json={**body, "model": f"{name}@newest"}, headers=auth, timeout=60)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "model"
 
 
 def test_token_ids_are_what_art_trains_on(fleet: LocalFleet, jobs: dict[str, pb.Job]) -> None:

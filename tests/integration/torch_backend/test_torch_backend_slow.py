@@ -24,6 +24,7 @@ from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion import Choice
 from prometheus_client import REGISTRY
 
+from artfleet.checkpoint_layout import BEST_FILE, write_best
 from artfleet_trainer.art_compat import art
 from artfleet_trainer.torch_backend import model_loader, training
 from artfleet_trainer.torch_backend.backend import TorchBackend
@@ -246,10 +247,8 @@ async def test_train_updates_weights_saves_and_serves_step_1(fleet: Fleet) -> No
     assert fleet.model.get_inference_name() == "agent@1"
     assert await fleet.model.get_step() == 1
     assert (await _ask(fleet, "hi")).model == "agent@1"
-    with pytest.raises(openai.NotFoundError):  # step 0 is no longer served
-        await fleet.client.chat.completions.create(
-            model="agent@0", messages=[{"role": "user", "content": "hi"}], max_tokens=2
-        )
+    # Step 0 is still served (evaluations of older checkpoints): from its saved adapter.
+    assert await _answered_as(fleet, "agent@0") == "agent@0"
 
 
 async def test_equal_rewards_still_advance_the_step(fleet: Fleet) -> None:
@@ -261,6 +260,35 @@ async def test_equal_rewards_still_advance_the_step(fleet: Fleet) -> None:
     assert all(torch.equal(before[n], w) for n, w in _lora_weights(fleet).items())
     assert (fleet.path / "it" / "models" / "agent" / "checkpoints" / "0002").is_dir()
     assert fleet.model.get_inference_name() == "agent@2"
+
+
+async def _answered_as(fleet: Fleet, model: str) -> str:
+    reply = await fleet.client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
+    return reply.model
+
+
+async def test_older_steps_and_best_are_served_beside_the_training_policy(fleet: Fleet) -> None:
+    # The job trains at step 2 (live weights); step 1, older, loads from its checkpoint.
+    assert fleet.model.get_inference_name() == "agent@2"
+    assert await _answered_as(fleet, "agent@1") == "agent@1"
+    assert await _answered_as(fleet, "agent@latest") == "agent@2"
+    assert await _answered_as(fleet, "agent") == "agent@2"
+    with pytest.raises(openai.NotFoundError, match="marked best") as missing:
+        await _answered_as(fleet, "agent@best")  # no eval has marked one
+    assert missing.value.param == "model"
+    model_dir = fleet.path / "it" / "models" / "agent"
+    write_best(model_dir, 1, "pass_at_k", 1.0)
+    assert await _answered_as(fleet, "agent@best") == "agent@1"
+    # Best = the step in training: its live weights answer, no second copy is loaded.
+    write_best(model_dir, 2, "pass_at_k", 1.0)
+    assert await _answered_as(fleet, "agent@best") == "agent@2"
+    assert "agent@2" not in fleet.backend._frozen._loaded
+    with pytest.raises(openai.BadRequestError, match="name@best") as bad:
+        await _answered_as(fleet, "agent@newest")
+    assert bad.value.param == "model"
+    (model_dir / BEST_FILE).unlink()  # the tests after this one know no mark
 
 
 async def test_a_fresh_backend_resumes_from_the_latest_checkpoint(fleet: Fleet) -> None:

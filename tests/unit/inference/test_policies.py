@@ -6,27 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from artfleet.checkpoint_layout import find_checkpoint, parse_model_name
+from artfleet.checkpoint_layout import BEST, ModelRefError, StepRef, find_checkpoint, write_best
 from artfleet_inference.policies import PolicyTable, UnknownPolicy
 
 CKPT = Path("/art/p/models/pol/checkpoints")
 
 
-def _table(mode: str = "merged", on_disk: dict[tuple[str, int | None], int] | None = None):
+def _table(mode: str = "merged", on_disk: dict[tuple[str, StepRef], int] | None = None):
     disk = on_disk or {}
 
-    def find(name: str, step: int | None) -> tuple[int, Path] | None:
+    def find(name: str, step: StepRef) -> tuple[int, Path] | None:
         found = disk.get((name, step))
         return None if found is None else (found, CKPT / f"{found:04d}")
 
     return PolicyTable("base-model", mode, find, base_aliases=frozenset({"Org/Base"}))  # type: ignore[arg-type]
-
-
-def test_names_parse() -> None:
-    assert parse_model_name("pol@3") == ("pol", 3)
-    assert parse_model_name("pol") == ("pol", None)
-    assert parse_model_name("a@b@12") == ("a@b", 12)
-    assert parse_model_name("pol@x") == ("pol@x", None)
 
 
 def test_base_is_vllms_own_weights_until_a_policy_is_merged() -> None:
@@ -66,6 +59,18 @@ def test_lora_mode_serves_checkpoints_as_they_are() -> None:
     assert table.route("base-model").vllm_model == "base-model"
 
 
+def test_aliases_route_to_the_step_they_name() -> None:
+    table = _table("lora", on_disk={("pol", BEST): 1})
+    table.publish("pol", 3, CKPT / "0003")
+    best = table.route("pol@best")
+    assert (best.public, best.adapter) == ("pol@1", CKPT / "0001")
+    assert table.route("pol@latest").public == "pol@3"  # the published one, not the disk
+    with pytest.raises(UnknownPolicy, match="marked best"):
+        table.route("other@best")
+    with pytest.raises(ModelRefError):
+        table.route("pol@newest")
+
+
 def test_unknown_names_and_older_publishes_are_refused() -> None:
     table = _table()
     with pytest.raises(UnknownPolicy):
@@ -93,3 +98,8 @@ def test_find_checkpoint_reads_only_the_trainers_layout(tmp_path: Path) -> None:
     assert find_checkpoint(tmp_path, "pol", None, accept=lambda model_dir: False) is None
     assert find_checkpoint(tmp_path, "../proj/models/pol", None) is None
     assert find_checkpoint(tmp_path, "*", None) is None
+    write_best(tmp_path / "proj" / "models" / "pol", 0, "pass_at_k", 0.5)
+    assert find_checkpoint(tmp_path, "pol", BEST) == (
+        0,
+        tmp_path / "proj/models/pol/checkpoints/0000",
+    )

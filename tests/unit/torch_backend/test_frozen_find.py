@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from artfleet.checkpoint_layout import write_best
 from artfleet_trainer.torch_backend.frozen import FrozenRef, find
 
 
@@ -29,6 +30,18 @@ def test_a_step_the_latest_and_the_base_model(tmp_path: Path) -> None:
     assert find(tmp_path, "agent-j1") == FrozenRef("agent-j1", 5, base, checkpoint / "0005")
     assert find(tmp_path, base) == FrozenRef(base, 0, base, None)
     assert find(tmp_path, f"{base}@0") == FrozenRef(base, 0, base, None)
+    assert find(tmp_path, "agent-j1@latest") == FrozenRef("agent-j1", 5, base, checkpoint / "0005")
+
+
+def test_best_is_the_step_its_job_marked(tmp_path: Path) -> None:
+    folder = _model(tmp_path, "agent-j1", [0, 2, 5])
+    assert find(tmp_path, "agent-j1@best") is None  # no job has marked one yet
+    write_best(folder, 2, "pass_at_k", 1.0)
+    base = "smollm2-135m-instruct"
+    assert find(tmp_path, "agent-j1@best") == FrozenRef(
+        "agent-j1", 2, base, folder / "checkpoints" / "0002"
+    )
+    assert find(tmp_path, f"{base}@best") is None  # a base model has no marked step
 
 
 def test_unknown_names_steps_and_paths_are_none(tmp_path: Path) -> None:

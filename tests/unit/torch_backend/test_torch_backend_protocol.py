@@ -153,7 +153,7 @@ def test_model_names() -> None:
     assert parse_model_name("agent@12") == ("agent", 12)
     assert parse_model_name("agent") == ("agent", None)
     assert parse_model_name("team@agent@3") == ("team@agent", 3)
-    assert parse_model_name("agent@latest") == ("agent@latest", None)
+    assert parse_model_name("agent@latest") == ("agent", "latest")
 
 
 def test_token_entries_name_token_ids_and_carry_valid_utf8_bytes() -> None:

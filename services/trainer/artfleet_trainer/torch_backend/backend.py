@@ -116,6 +116,7 @@ class TorchBackend:
             path,
             self._worker,
             self._make_policy,
+            self._policies,
             cache_dir=cache_dir,
             device=device,
             lora_rank=lora_rank,

@@ -1,14 +1,16 @@
-"""Checkpoints served for evaluation (issue 12): `artfleet eval run` against the trainer's
-endpoint may name a policy no job is training right now:
+"""Checkpoints served for evaluation (issues 12, 22): `artfleet eval run` against the
+trainer's endpoint may name a policy no job is training at that step:
 
-- `name@step` of any model under the ART path: an older checkpoint of the running job, or
-  one of a finished job (`name` alone: its latest checkpoint);
+- `name@step` of any model under the ART path: an older checkpoint of a running job (its
+  SFT checkpoint too), or one of a finished job (`name` alone or `name@latest`: its latest
+  checkpoint; `name@best`: the one its job marked best, checkpoint_layout);
 - a base model by the name a model here was trained from (`smollm2-135m-instruct`): the
   base weights, before any training.
 
 Such a policy is loaded on its first request (base weights + the step's adapter, not
 trainable) and kept while in use; at most `max_loaded` stay loaded (least recently asked
-goes first). Only names the trainer itself wrote are loaded: a model folder found by a
+goes first); a name that resolves to a training model's current step gets its live
+policy instead. Only names the trainer itself wrote are loaded: a model folder found by a
 plain name, or a `base_model` recorded in a model's `model.json`, so a request cannot
 make the trainer read an arbitrary path.
 """
@@ -19,7 +21,7 @@ import asyncio
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,7 @@ class FrozenPolicies:
         art_path: str,
         worker: TorchWorker,
         make_policy: MakePolicy,
+        live: Mapping[str, ServedPolicy],
         *,
         cache_dir: str | None,
         device: str,
@@ -88,6 +91,7 @@ class FrozenPolicies:
         self._art_path = Path(art_path)
         self._worker = worker
         self._make_policy = make_policy
+        self._live = live  # the models in training, by name
         self._cache_dir = cache_dir
         self._device = device
         self._lora_rank = lora_rank
@@ -99,6 +103,9 @@ class FrozenPolicies:
         ref = await asyncio.to_thread(find, self._art_path, requested)
         if ref is None:
             return None
+        live = self._live.get(ref.name)
+        if live is not None and live.step == ref.step:
+            return live
         async with self._lock:
             policy = self._loaded.get(ref.key)
             if policy is None:

@@ -249,10 +249,11 @@ def _messages(value: Any) -> list[dict[str, Any]]:
         raise bad_request(exc.message, exc.param) from None
 
 
-def model_not_found(requested: str) -> RequestError:
+def model_not_found(requested: str, why: str = "") -> RequestError:
     return RequestError(
         404,
-        f"The model `{requested}` does not exist or is not served at that step.",
+        f"The model `{requested}` does not exist or is not served at that step"
+        + (f": {why}." if why else "."),
         code="model_not_found",
         param="model",
     )

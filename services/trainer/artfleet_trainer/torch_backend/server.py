@@ -3,8 +3,9 @@
 It runs on the backend's event loop: `GET /v1/models` and `POST /v1/chat/completions`
 (no streaming), every route behind `Authorization: Bearer <api_key>`. Errors are
 OpenAI-style JSON bodies, never tracebacks. The policy is addressed as `name@step`
-(or plain `name`, meaning the current step); only the current step is served, since
-the backend holds one set of LoRA weights per model.
+(or plain `name`, meaning the current step; `name@best`, the step its job marked best).
+A model in training answers from its live weights at its current step; any other saved
+step (older ones, finished jobs', base models) from a copy loaded on request (frozen.py).
 
 Structured output (`response_format` json_schema/json_object, or vLLM's
 `structured_outputs`) is constrained decoding with xgrammar (grammar.py), so a judge
@@ -33,7 +34,13 @@ from typing import Any, cast
 from aiohttp import web
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from artfleet.checkpoint_layout import parse_model_name
+from artfleet.checkpoint_layout import (
+    BEST,
+    ModelRefError,
+    describe_missing,
+    is_latest,
+    parse_model_name,
+)
 
 from .generation import GenerationRequest
 from .grammar import GrammarCompiler, GrammarError
@@ -215,16 +222,19 @@ class InferenceServer:
         )
 
     async def _resolve(self, requested: str) -> ServedPolicy:
-        name, step = parse_model_name(requested)
+        try:
+            name, step = parse_model_name(requested)
+        except ModelRefError as exc:
+            raise bad_request(str(exc), "model") from None
         policy = self._policies.get(name)
-        if policy is not None:  # training here: only its served step (rollouts pin it)
-            if step is not None and step != policy.step:
-                raise model_not_found(requested)
-            return policy
-        frozen = await self._loader(requested) if self._loader is not None else None
-        if frozen is None:
-            raise model_not_found(requested)
-        return frozen
+        if policy is not None and (is_latest(step) or step == policy.step):
+            return policy  # training here: its live weights
+        # Any other saved step, trained here or not (the loader returns the live policy
+        # when `best` names its current step).
+        loaded = await self._loader(requested) if self._loader is not None else None
+        if loaded is None:
+            raise model_not_found(requested, describe_missing(name, step) if step == BEST else "")
+        return loaded
 
 
 async def _read_json(request: web.Request) -> Any:
