@@ -61,6 +61,12 @@ def create_app(settings: ApiSettings, metrics_port: int | None = None) -> FastAP
     return app
 
 
+UNAUTHORIZED = {
+    "description": "missing or wrong bearer token",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+}
+
+
 def _document_bearer(app: FastAPI) -> None:
     """The token in the schema (the middleware checks it), so /docs can send it."""
     build = app.openapi
@@ -75,6 +81,8 @@ def _document_bearer(app: FastAPI) -> None:
                 for operation in operations.values():
                     if is_open(path):
                         operation["security"] = []
+                    else:  # every secured route answers the middleware's 401
+                        operation.setdefault("responses", {}).setdefault("401", UNAUTHORIZED)
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -106,6 +106,7 @@ def test_docs_open_in_a_browser_without_a_token(client: TestClient) -> None:
     assert body["security"] == [{"bearer": []}]
     assert body["paths"]["/health"]["get"]["security"] == []
     assert "security" not in body["paths"]["/jobs"]["get"]  # the global requirement applies
+    assert "401" in body["paths"]["/metrics"]["get"]["responses"]  # every secured route's
 
 
 def test_health_is_open_and_503_with_each_dependency_down(client: TestClient) -> None:
