@@ -1,7 +1,8 @@
 """A local fleet for the API tests and bench/api_fuzz_bench.py: torch backend with a tiny
 random Llama wearing SmolLM2's tokenizer (a step takes seconds on two cores), the local
-(bubblewrap) sandbox, and the API mapping seed 002's hosted model names onto this fleet
-(`ARTFLEET_BASE_MODEL_MAP`, `ARTFLEET_JUDGE_MODEL_MAP`: `gpt-4o` = the job's own policy)."""
+(bubblewrap) sandbox, and the HTTP training API's hosted model names mapped onto this fleet
+(the trainer's `ARTFLEET_BASE_MODEL_MAP`, the API's `ARTFLEET_JUDGE_MODEL_MAP`: `gpt-4o` =
+the job's own policy)."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, Response
@@ -14,14 +15,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from artfleet.metrics import MetricsEndpoint
 from artfleet_api import __version__, errors, routes_jobs, routes_ops, trajectories
 from artfleet_api.backends import Backends
-from artfleet_api.middleware import AuthMiddleware, MetricsMiddleware
+from artfleet_api.middleware import AuthMiddleware, MetricsMiddleware, is_open
 from artfleet_api.settings import ApiSettings
 
 STATIC = Path(__file__).parent / "static"
 DESCRIPTION = (
-    "Training jobs, rollouts and evaluation on an ArtFleet fleet (seed 002's endpoints), "
-    "and the web console at `/`. Every route but `/health` and the console's static files "
-    "needs `Authorization: Bearer <ARTFLEET_API_TOKEN>`."
+    "Training jobs, rollouts and evaluation on an ArtFleet fleet (the HTTP training API's "
+    "endpoints), and the web console at `/`. Every route but `/health`, this description and "
+    "the console's static files needs `Authorization: Bearer <ARTFLEET_API_TOKEN>` "
+    "(here: *Authorize*)."
 )
 
 
@@ -52,10 +54,39 @@ def create_app(settings: ApiSettings, metrics_port: int | None = None) -> FastAP
     app.include_router(routes_ops.router)
     app.include_router(trajectories.router)
     _console(app)
+    _document_bearer(app)
     # Added last = outermost: metrics count the 401s too.
     app.add_middleware(AuthMiddleware, token=settings.api_token.get_secret_value())
     app.add_middleware(MetricsMiddleware)
     return app
+
+
+UNAUTHORIZED = {
+    "description": "missing or wrong bearer token",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+}
+
+
+def _document_bearer(app: FastAPI) -> None:
+    """The token in the schema (the middleware checks it), so /docs can send it."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
+            schemes["bearer"] = {"type": "http", "scheme": "bearer"}
+            schema["security"] = [{"bearer": []}]
+            for path, operations in schema.get("paths", {}).items():
+                for operation in operations.values():
+                    if is_open(path):
+                        operation["security"] = []
+                    else:  # every secured route answers the middleware's 401
+                        operation.setdefault("responses", {}).setdefault("401", UNAUTHORIZED)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _console(app: FastAPI) -> None:

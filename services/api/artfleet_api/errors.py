@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from artfleet.errors import InvalidArgument
+from artfleet_api.models import TRAIN_BODY_TAGS
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ def error_body(message: str, field: str | None = None, detail: list[Any] | None 
 
 
 def _loc_field(loc: tuple[Any, ...]) -> str:
+    if len(loc) > 1 and loc[0] == "body" and loc[1] in TRAIN_BODY_TAGS:
+        loc = (loc[0], *loc[2:])  # which form of the body: not a field
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     path = ""
     for part in parts:

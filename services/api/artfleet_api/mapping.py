@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -24,6 +25,7 @@ from artfleet_api.models import (
 from artfleet_api.settings import ApiSettings
 
 DEFAULT_ROLLOUTS = 4
+DEFAULT_EXPERIMENT: str = JobSpecModel.model_fields["experiment"].default
 # Job spec fields as seed 002 names them, for error messages about a seed body.
 SEED_FIELDS = {
     "name": "model_name",
@@ -68,7 +70,7 @@ def train_spec(request: TrainRequest, settings: ApiSettings) -> JobSpecModel:
     data: dict[str, Any] = {
         "name": request.model_name,
         "project": request.project,
-        "base_model": settings.base_model_map.get(request.base_model, request.base_model),
+        "base_model": request.base_model,
         "environment": request.environment or settings.environment,
         "steps": request.num_steps,
         "groups_per_step": groups,
@@ -81,6 +83,17 @@ def train_spec(request: TrainRequest, settings: ApiSettings) -> JobSpecModel:
         if getattr(request, key) is not None:
             data[key] = getattr(request, key)
     return validate_spec(data)
+
+
+def judge_key_hint(field: str, message: str) -> str:
+    """The reward service's "key not set" with the other way out: the fleet's own policy."""
+    if not field.endswith("judge.api_key_env"):
+        return message
+    example = json.dumps({"gpt-4o": POLICY_JUDGE})
+    return (
+        f"{message}; set it there, or let the fleet's own policy judge: "
+        f"ARTFLEET_JUDGE_MODEL_MAP='{example}' in the API's environment"
+    )
 
 
 def seed_field(field: str) -> str:
@@ -112,7 +125,7 @@ def job_out(job: pb.Job) -> JobOut:
         state=_state(job.state),  # type: ignore[arg-type]
         project=job.spec.project,
         model_name=job.spec.name,
-        experiment=f"{job.spec.project}/{job.spec.name}",
+        experiment=job.spec.experiment or DEFAULT_EXPERIMENT,
         completed_steps=job.completed_steps,
         total_steps=job.spec.steps,
         latest_reward=steps[-1].reward_mean if steps else None,

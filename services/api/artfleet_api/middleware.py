@@ -1,5 +1,6 @@
 """Bearer-token auth and request metrics, as ASGI middleware (every route, SSE included,
-without per-handler code). Open without a token: /health and the console's static files."""
+without per-handler code). Open without a token: /health, the console's static files and
+the API's description (/docs, /openapi.json: no data, no secrets), so a browser opens them."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-OPEN_PATHS = frozenset({"/health", "/", "/favicon.ico"})
+OPEN_PATHS = frozenset(
+    {"/health", "/", "/favicon.ico", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+)
 OPEN_PREFIXES = ("/static/",)
 
 HTTP_REQUESTS = Counter(

@@ -37,6 +37,11 @@ class TrainRequest(Body):
     max_tokens: int | None = Field(default=None, ge=1, le=32_768)
 
 
+# The two forms of a `POST /train` body, as the tags of their union: request validation
+# leaves a tag out of the field it names (`spec.steps`, not `JobSubmit.spec.steps`).
+TRAIN_BODY_TAGS = ("TrainRequest", "JobSubmit")
+
+
 class JobSubmit(Body):
     """The full job spec (as `artfleet jobs submit` takes it), instead of seed 002's fields."""
 
@@ -98,7 +103,7 @@ class JobOut(BaseModel):
     state: JobState
     project: str
     model_name: str
-    experiment: str = Field(description="project/model_name")
+    experiment: str = Field(description="the job's experiment (job spec `experiment`)")
     completed_steps: int
     total_steps: int
     latest_reward: float | None = Field(description="reward_mean of the last step")
@@ -261,6 +266,16 @@ class DependencyOut(BaseModel):
 class HealthOut(BaseModel):
     status: Literal["healthy", "unhealthy"]
     version: str
+    art_backend: str | None = Field(
+        description="the trainer's backend (`torch`, `art`: ARTFLEET_BACKEND); null: no trainer"
+    )
+    openai_configured: bool | None = Field(
+        description="the hosted judge's key (ARTFLEET_JUDGE_API_KEY_ENV, `OPENAI_API_KEY`) is "
+        "set in the reward service's environment; null: no reward service"
+    )
+    wandb_configured: bool | None = Field(
+        description="`WANDB_API_KEY` is set in the trainer's environment; null: no trainer"
+    )
     dependencies: dict[str, DependencyOut]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import grpc
-from fastapi import APIRouter, Body, Header, Query, Request
+from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import Discriminator, Tag
 
@@ -15,7 +15,7 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 from artfleet_api.backends import Backends
 from artfleet_api.errors import ApiError
-from artfleet_api.mapping import job_out, seed_field, train_spec
+from artfleet_api.mapping import job_out, judge_key_hint, seed_field, train_spec
 from artfleet_api.models import (
     ErrorOut,
     JobList,
@@ -27,19 +27,38 @@ from artfleet_api.models import (
 from artfleet_api.sse import job_events, resume_from
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 422, 502, 503, 504)
+    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 415, 422, 502, 503, 504)
 }
 router = APIRouter(responses=ERRORS)
 
 
 def _form(value: Any) -> str:
-    return "spec" if isinstance(value, dict) and "spec" in value else "seed"
+    return "JobSubmit" if isinstance(value, dict) and "spec" in value else "TrainRequest"
 
 
 TrainBody = Annotated[
-    Annotated[TrainRequest, Tag("seed")] | Annotated[JobSubmit, Tag("spec")],
+    Annotated[TrainRequest, Tag("TrainRequest")] | Annotated[JobSubmit, Tag("JobSubmit")],
     Discriminator(_form),
 ]
+
+
+def require_json(request: Request) -> None:
+    """415 for a body that is not JSON: FastAPI would judge a form's bytes as a JSON
+    object and answer 422 about fields the sender never got wrong."""
+    given = request.headers.get("content-type")
+    if given is None:
+        return  # FastAPI reads a body without a type as JSON
+    media = given.split(";")[0].strip().lower()
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    raise ApiError(
+        415, f"the body must be JSON (Content-Type: application/json), not {media}", "Content-Type"
+    )
+
+
+JSON_BODY = [Depends(require_json)]
 
 
 def backends(request: Request) -> Backends:
@@ -64,12 +83,18 @@ async def _submit(request: Request, spec: JobSpecModel) -> pb.Job:
     )
 
 
-@router.post("/train", status_code=202, response_model=TrainResponse, tags=["training"])
+@router.post(
+    "/train",
+    status_code=202,
+    response_model=TrainResponse,
+    tags=["training"],
+    dependencies=JSON_BODY,
+)
 async def train(request: Request, body: Annotated[TrainBody, Body()]) -> TrainResponse:
-    """Start training: seed 002's fields, or `{"spec": {...}}` with the full job spec."""
+    """Start training: the HTTP training API's fields, or `{"spec": {...}}` with the full
+    job spec. The trainer refuses a base model it cannot load (422 naming `base_model`)."""
     if isinstance(body, JobSubmit):
-        mapped = request.app.state.settings.base_model_map.get(body.spec.base_model)
-        spec = body.spec if mapped is None else body.spec.model_copy(update={"base_model": mapped})
+        spec = body.spec
     else:
         try:
             spec = train_spec(body, request.app.state.settings)
@@ -78,11 +103,16 @@ async def train(request: Request, body: Annotated[TrainBody, Body()]) -> TrainRe
     try:
         job = await _submit(request, spec)
     except grpc.aio.AioRpcError as exc:
-        if exc.code() != grpc.StatusCode.INVALID_ARGUMENT or isinstance(body, JobSubmit):
+        if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
             raise
-        # The trainer names job-spec fields; a seed body's sender knows seed 002's names.
         field, _, message = (exc.details() or "").partition(": ")
-        raise ApiError(422, f"{field}: {message}", seed_field(field)) from None
+        if not message:  # a message without a field
+            field, message = "", field
+        message = f"{field}: {judge_key_hint(field, message)}" if field else message
+        if isinstance(body, JobSubmit):
+            raise ApiError(422, message, f"spec.{field}" if field else "spec") from None
+        # The trainer names job-spec fields; this body's sender knows the HTTP API's names.
+        raise ApiError(422, message, seed_field(field)) from None
     base = f"/train/{job.spec.project}/{job.spec.name}"
     return TrainResponse(
         job_id=job.id,

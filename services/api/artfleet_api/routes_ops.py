@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -17,7 +19,7 @@ from artfleet.v1 import reward_pb2, rollout_pb2, trainer_pb2
 from artfleet_api import __version__
 from artfleet_api.convert import trajectory_out, trajectory_to_proto
 from artfleet_api.errors import ApiError
-from artfleet_api.mapping import judge_param, outcome_out
+from artfleet_api.mapping import judge_key_hint, judge_param, outcome_out
 from artfleet_api.models import (
     DependencyOut,
     ErrorOut,
@@ -30,7 +32,7 @@ from artfleet_api.models import (
     RolloutResponse,
     ScoreOut,
 )
-from artfleet_api.routes_jobs import ERRORS, backends, latest_job
+from artfleet_api.routes_jobs import ERRORS, JSON_BODY, backends, latest_job
 
 router = APIRouter(responses=ERRORS)
 # RunGroup's field names in seed 002's words.
@@ -42,10 +44,16 @@ TASK_FIELDS = {
 
 
 async def _first_scenario(request: Request, environment: str) -> str:
-    info = await backends(request).rollout.DescribeEnvironment(
-        rollout_pb2.DescribeEnvironmentRequest(name=environment),
-        timeout=request.app.state.settings.rpc_timeout_s,
-    )
+    try:
+        info = await backends(request).rollout.DescribeEnvironment(
+            rollout_pb2.DescribeEnvironmentRequest(name=environment),
+            timeout=request.app.state.settings.rpc_timeout_s,
+        )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.NOT_FOUND:
+            raise
+        # A field of the body, as /train answers it: 422, not a missing resource.
+        raise ApiError(422, exc.details() or "unknown environment", "environment") from None
     for split in ("train", *sorted(info.split_sizes)):
         for scenario in info.scenarios:
             if scenario.split == split:
@@ -63,13 +71,14 @@ async def _policy(request: Request, body: RolloutRequest) -> tuple[str, str]:
     return job.policy, request.app.state.settings.policy_base_url
 
 
-@router.post("/rollout", response_model=RolloutResponse, tags=["rollouts"])
+@router.post("/rollout", response_model=RolloutResponse, tags=["rollouts"], dependencies=JSON_BODY)
 async def rollout(request: Request, body: RolloutRequest) -> RolloutResponse:
     """Runs one group of episodes (Rollout.RunGroup), scored by the default reward spec."""
     settings = request.app.state.settings
     environment = body.environment or settings.environment
+    first = await _first_scenario(request, environment)  # an unknown environment: 422 first
     model, base_url = await _policy(request, body)
-    scenario = body.scenario_id or await _first_scenario(request, environment)
+    scenario = body.scenario_id or first
     task = rollout_pb2.GroupTask(
         job_id=f"api-{uuid.uuid4().hex[:12]}",
         step=0,
@@ -142,7 +151,24 @@ async def _judge_policy(request: Request, body: EvaluateRequest) -> pb.PolicyEnd
     )
 
 
-@router.post("/evaluate", response_model=EvaluateResponse, tags=["evaluation"])
+async def _validate_judge(request: Request, spec: pb.RewardSpec) -> None:
+    """Asks the reward service first: a judge it cannot call (no key in its environment) is
+    a 422 naming the setting, not a 200 whose every score failed."""
+    try:
+        await backends(request).reward.ValidateSpec(
+            reward_pb2.ValidateSpecRequest(spec=spec),
+            timeout=request.app.state.settings.rpc_timeout_s,
+        )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+            raise
+        field, _, message = (exc.details() or "").partition(": ")
+        raise ApiError(422, judge_key_hint(field, message or field), "judge_model") from None
+
+
+@router.post(
+    "/evaluate", response_model=EvaluateResponse, tags=["evaluation"], dependencies=JSON_BODY
+)
 async def evaluate(request: Request, body: EvaluateRequest) -> EvaluateResponse:
     """Scores the trajectories with the judge (or RULER) through Reward.ScoreGroup."""
     judge = judge_param(request.app.state.settings, body.judge_model)
@@ -152,6 +178,8 @@ async def evaluate(request: Request, body: EvaluateRequest) -> EvaluateResponse:
     if judge == POLICY_JUDGE:
         spec.policy.CopyFrom(await _judge_policy(request, body))
         described = f"policy ({spec.policy.model})"
+    else:
+        await _validate_judge(request, spec)
     group = pb.TrajectoryGroup(
         trajectories=[trajectory_to_proto(t.messages, t.tools, t.reward) for t in body.trajectories]
     )
@@ -175,34 +203,56 @@ async def evaluate(request: Request, body: EvaluateRequest) -> EvaluateResponse:
     return EvaluateResponse(judge=described, scores=scores, outcome=outcome_out(reply.outcome))
 
 
-async def _models(request: Request) -> list[ModelOut]:
-    reply = await backends(request).trainer.ListJobs(
-        trainer_pb2.ListJobsRequest(limit=0), timeout=request.app.state.settings.rpc_timeout_s
+@dataclass
+class _Model:
+    out: ModelOut
+    art_names: list[str] = field(default_factory=list)  # its jobs' checkpoint folders
+
+
+ACTIVE_STATES = ("queued", "running", "cancelling")
+
+
+async def _models(request: Request) -> dict[tuple[str, str], _Model]:
+    """One entry per project/model_name: its jobs that are active or still have
+    checkpoints (what `artfleet models list` shows), so a deleted model is gone."""
+    timeout = request.app.state.settings.rpc_timeout_s
+    trainer = backends(request).trainer
+    jobs, catalog = await asyncio.gather(
+        trainer.ListJobs(trainer_pb2.ListJobsRequest(limit=0), timeout=timeout),
+        trainer.ModelsList(trainer_pb2.ModelsListRequest(), timeout=timeout),
     )
-    models: dict[tuple[str, str], ModelOut] = {}
-    for job in reply.jobs:  # newest first: the first job seen of a model is its latest
-        key = (job.spec.project, job.spec.name)
-        if key in models:
-            models[key].jobs += 1
-            continue
+    art_names = {info.job_id: info.name for info in catalog.models}
+    models: dict[tuple[str, str], _Model] = {}
+    for job in jobs.jobs:  # newest first: the first job seen of a model is its latest
         state = pb.JobState.Name(job.state).removeprefix("JOB_STATE_").lower()
-        models[key] = ModelOut(
-            project=key[0],
-            model_name=key[1],
-            base_model=job.spec.base_model,
-            jobs=1,
-            latest_job_id=job.id,
-            state=state,  # type: ignore[arg-type]
-            completed_steps=job.completed_steps,
-            policy=job.policy,
-        )
-    return list(models.values())
+        if job.id not in art_names and state not in ACTIVE_STATES:
+            continue
+        key = (job.spec.project, job.spec.name)
+        model = models.get(key)
+        if model is None:
+            model = models[key] = _Model(
+                ModelOut(
+                    project=key[0],
+                    model_name=key[1],
+                    base_model=job.spec.base_model,
+                    jobs=0,
+                    latest_job_id=job.id,
+                    state=state,  # type: ignore[arg-type]
+                    completed_steps=job.completed_steps,
+                    policy=job.policy,
+                )
+            )
+        model.out.jobs += 1
+        if job.id in art_names:
+            model.art_names.append(art_names[job.id])
+    return models
 
 
 @router.get("/models", response_model=ModelList, tags=["models"])
 async def list_models(request: Request) -> ModelList:
-    """Models, derived from the trainer's jobs (one entry per project/model_name)."""
-    return ModelList(models=await _models(request))
+    """Models, derived from the trainer's jobs (one entry per project/model_name): those
+    with a job running or checkpoints on the trainer."""
+    return ModelList(models=[m.out for m in (await _models(request)).values()])
 
 
 @router.delete(
@@ -213,34 +263,60 @@ async def list_models(request: Request) -> ModelList:
 )
 async def delete_model(request: Request, project: str, model_name: str) -> None:
     """Deletes every checkpoint of the model (each of its jobs' ART model, through
-    Trainer.ModelsDelete). 404 for an unknown model, 409 while one of its jobs is active."""
-    models = {(m.project, m.model_name): m for m in await _models(request)}
-    model = models.get((project, model_name))
+    Trainer.ModelsDelete). 404 for an unknown (or deleted) model, 409 while one of its
+    jobs is active."""
+    model = (await _models(request)).get((project, model_name))
     if model is None:
         raise ApiError(404, f"no model {project}/{model_name}", "model_name")
-    if model.state in ("queued", "running", "cancelling"):
+    if model.out.state in ACTIVE_STATES:
         raise ApiError(
             409,
-            f"job {model.latest_job_id} of this model is {model.state}: cancel it first",
+            f"job {model.out.latest_job_id} of this model is {model.out.state}: cancel it first",
             "model_name",
         )
-    timeout = request.app.state.settings.rpc_timeout_s
     trainer = backends(request).trainer
-    jobs = await trainer.ListJobs(trainer_pb2.ListJobsRequest(limit=0), timeout=timeout)
-    for job in jobs.jobs:
-        art_name = job.policy.partition("@")[0]
-        if (job.spec.project, job.spec.name) != (project, model_name) or not art_name:
-            continue
+    for art_name in model.art_names:
         try:
             await trainer.ModelsDelete(
-                trainer_pb2.ModelsDeleteRequest(model=art_name), timeout=timeout
+                trainer_pb2.ModelsDeleteRequest(model=art_name),
+                timeout=request.app.state.settings.rpc_timeout_s,
             )
         except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:  # that job left no checkpoint
+            if exc.code() == grpc.StatusCode.NOT_FOUND:  # deleted meanwhile
                 continue
             if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 raise ApiError(409, exc.details() or "model in use", "model_name") from None
             raise
+
+
+async def _trainer_info(request: Request) -> trainer_pb2.TrainerInfo | None:
+    try:
+        return await backends(request).trainer.Describe(
+            trainer_pb2.DescribeTrainerRequest(),
+            timeout=request.app.state.settings.health_timeout_s,
+        )
+    except grpc.aio.AioRpcError:
+        return None  # the dependency's own entry says why
+
+
+async def _judge_key_set(request: Request) -> bool | None:
+    """Whether the reward service can call the hosted judge the HTTP bodies name by
+    default: it refuses a spec whose judge's key variable is not set (ValidateSpec)."""
+    settings = request.app.state.settings
+    judge = {
+        "base_url": settings.judge_base_url,
+        "model": "gpt-4o",
+        "api_key_env": settings.judge_api_key_env,
+    }
+    scorer = ScorerModel(name="judge", params={"judge": judge})
+    try:
+        await backends(request).reward.ValidateSpec(
+            reward_pb2.ValidateSpecRequest(spec=reward_to_proto(RewardSpecModel(reward=[scorer]))),
+            timeout=settings.health_timeout_s,
+        )
+    except grpc.aio.AioRpcError as exc:
+        return False if exc.code() == grpc.StatusCode.INVALID_ARGUMENT else None
+    return True
 
 
 @router.get(
@@ -251,11 +327,16 @@ async def delete_model(request: Request, project: str, model_name: str) -> None:
 )
 async def health(request: Request) -> JSONResponse:
     """Each dependency's state; 503 when one is down. No token needed."""
-    states = await backends(request).health()
+    states, info, judge_key = await asyncio.gather(
+        backends(request).health(), _trainer_info(request), _judge_key_set(request)
+    )
     ok = all(s.ok for s in states.values())
     body = HealthOut(
         status="healthy" if ok else "unhealthy",
         version=__version__,
+        art_backend=info.backend if info is not None else None,
+        openai_configured=judge_key,
+        wandb_configured=info.wandb_configured if info is not None else None,
         dependencies={n: DependencyOut(ok=s.ok, detail=s.detail) for n, s in states.items()},
     )
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)

@@ -33,11 +33,9 @@ class ApiSettings(CommonSettings):
     judge_api_key_env: str = Field(
         default="OPENAI_API_KEY", description="variable, in the reward service, with its key"
     )
-    # Seed 002 names hosted models (gpt-4o, Qwen/...); a fleet maps them onto what it has.
+    # The HTTP training API names hosted judges (gpt-4o); a fleet maps them onto what it
+    # has. Base models are mapped by the trainer (its ARTFLEET_BASE_MODEL_MAP): its files.
     judge_model_map: dict[str, str] = Field(
         default_factory=dict, description='judge names -> served names; "policy" = own policy'
-    )
-    base_model_map: dict[str, str] = Field(
-        default_factory=dict, description="base_model names -> names/paths the trainer loads"
     )
     environment: str = Field(default="shell-tasks", description="environment of seed bodies")

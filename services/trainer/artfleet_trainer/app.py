@@ -42,6 +42,8 @@ class TrainerApp:
             lambda kind: backend_unavailable_reason(kind, settings.backend),
             art_path=settings.art_path,
             images=ImageChecker(rollout, settings.sandbox_target, token),
+            backend=settings.backend,
+            base_model_map=settings.base_model_map,
         )
         # Checkpoints and sampled trajectories fill these (kept on purpose, so never "stale");
         # findings never stop training.

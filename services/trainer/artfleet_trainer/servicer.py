@@ -18,7 +18,7 @@ from artfleet.jobspec import (
 from artfleet.scorer_params import MCP_EVALUATE
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
-from artfleet_trainer import grpo, metrics, sft_phase
+from artfleet_trainer import base_models, grpo, metrics, sft_phase, wandb_runs
 from artfleet_trainer.evals import check_eval_split
 from artfleet_trainer.images import ImageChecker
 from artfleet_trainer.models import ModelCatalog
@@ -36,6 +36,8 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         backend_available: Callable[[str], str],
         art_path: str = ".art",
         images: ImageChecker | None = None,
+        backend: str = "torch",
+        base_model_map: dict[str, str] | None = None,
     ) -> None:
         self._store = store
         self._rollout = rollout
@@ -44,6 +46,9 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         self._backend_available = backend_available
         self._models = ModelCatalog(store, art_path)
         self._images = images  # None: no sandbox to ask (unit tests of the API alone)
+        self._art_path = art_path
+        self._backend = backend
+        self._base_model_map = base_model_map or {}
 
     async def SubmitJob(
         self, request: trainer_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
@@ -56,6 +61,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         why_not = self._backend_available(spec.backend)
         if why_not:
             raise InvalidArgument(why_not, "backend")
+        spec = await asyncio.to_thread(self._base_model, spec)
         await self._rollout.scenario_ids(spec.environment, spec.split)
         spec = await self._written_out_reward(spec)
         await check_eval_split(self._rollout, spec)
@@ -75,6 +81,14 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         if info.agent == "mcp" and any(s.name == MCP_EVALUATE for s in spec.reward):
             await self._rollout.describe(spec.environment, probe_evaluate=True)
         return spec
+
+    def _base_model(self, spec: JobSpecModel) -> JobSpecModel:
+        """The spec with its base model mapped; refused now unless this trainer loads it
+        (not at run time). ART's backend (Unsloth) downloads hub ids itself."""
+        base_model = base_models.resolve(spec.base_model, self._base_model_map)
+        if spec.backend == "torch":
+            base_models.check_base_model(base_model, self._art_path, self._base_model_map)
+        return spec.model_copy(update={"base_model": base_model})
 
     async def GetJob(
         self, request: trainer_pb2.GetJobRequest, context: grpc.aio.ServicerContext
@@ -120,6 +134,17 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         return trainer_pb2.ModelsDeleteResponse(
             deleted_steps=await self._models.delete(request.model)
         )
+
+    async def Describe(
+        self, request: trainer_pb2.DescribeTrainerRequest, context: grpc.aio.ServicerContext
+    ) -> trainer_pb2.TrainerInfo:
+        info = trainer_pb2.TrainerInfo(backend=self._backend, wandb_configured=wandb_runs.enabled())
+        if self._backend == "torch":
+            known = await asyncio.to_thread(
+                base_models.known_base_models, self._art_path, self._base_model_map
+            )
+            info.base_models.extend(known)
+        return info
 
     async def ModelsExport(
         self, request: trainer_pb2.ModelsExportRequest, context: grpc.aio.ServicerContext

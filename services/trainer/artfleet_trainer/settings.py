@@ -16,6 +16,10 @@ class TrainerSettings(ServerSettings):
         default="logs", description="sampled trajectories (log_sample_rate) as JSON go here"
     )
     device: str = Field(default="cpu", description="torch device of the torch backend")
+    # Hub ids (what the HTTP training API's users type) onto folders this machine has.
+    base_model_map: dict[str, str] = Field(
+        default_factory=dict, description="job base_model names -> model folders (JSON)"
+    )
     model_cache_dir: str = Field(default="", description="safetensors cache of base models")
     inference_host: str = Field(default="127.0.0.1")
     inference_port: int = Field(default=0, ge=0, le=65535, description="0 picks a free one")

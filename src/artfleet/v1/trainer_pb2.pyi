@@ -126,3 +126,17 @@ class WatchJobRequest(_message.Message):
     job_id: str
     from_seq: int
     def __init__(self, job_id: _Optional[str] = ..., from_seq: _Optional[int] = ...) -> None: ...
+
+class DescribeTrainerRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TrainerInfo(_message.Message):
+    __slots__ = ("backend", "wandb_configured", "base_models")
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    WANDB_CONFIGURED_FIELD_NUMBER: _ClassVar[int]
+    BASE_MODELS_FIELD_NUMBER: _ClassVar[int]
+    backend: str
+    wandb_configured: bool
+    base_models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, backend: _Optional[str] = ..., wandb_configured: _Optional[bool] = ..., base_models: _Optional[_Iterable[str]] = ...) -> None: ...

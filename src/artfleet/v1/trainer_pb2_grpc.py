@@ -81,6 +81,11 @@ class TrainerStub:
                 request_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsExportRequest.SerializeToString,
                 response_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelsExportChunk.FromString,
                 _registered_method=True)
+        self.Describe = channel.unary_unary(
+                '/artfleet.v1.Trainer/Describe',
+                request_serializer=artfleet_dot_v1_dot_trainer__pb2.DescribeTrainerRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_trainer__pb2.TrainerInfo.FromString,
+                _registered_method=True)
 
 
 class TrainerServicer:
@@ -145,6 +150,13 @@ class TrainerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Describe(self, request, context):
+        """What this trainer runs and loads (the API's /health and its base-model errors).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TrainerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -192,6 +204,11 @@ def add_TrainerServicer_to_server(servicer, server):
                     servicer.ModelsExport,
                     request_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelsExportRequest.FromString,
                     response_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsExportChunk.SerializeToString,
+            ),
+            'Describe': grpc.unary_unary_rpc_method_handler(
+                    servicer.Describe,
+                    request_deserializer=artfleet_dot_v1_dot_trainer__pb2.DescribeTrainerRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_trainer__pb2.TrainerInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -438,6 +455,33 @@ class Trainer:
             '/artfleet.v1.Trainer/ModelsExport',
             artfleet_dot_v1_dot_trainer__pb2.ModelsExportRequest.SerializeToString,
             artfleet_dot_v1_dot_trainer__pb2.ModelsExportChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Describe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/artfleet.v1.Trainer/Describe',
+            artfleet_dot_v1_dot_trainer__pb2.DescribeTrainerRequest.SerializeToString,
+            artfleet_dot_v1_dot_trainer__pb2.TrainerInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -49,6 +49,7 @@ SEED_EVALUATE = {
     "evaluation_prompt": "Rate the accuracy of this mathematical response.",
 }
 TERMINAL = {"succeeded", "failed", "cancelled"}
+OPEN = {"/health", "/docs", "/redoc", "/openapi.json"}  # no data, no secrets
 
 
 def _stream(
@@ -88,6 +89,10 @@ def test_health_reports_every_dependency(api: httpx.Client) -> None:
         "sandbox",
         "redis",
     }
+    # The HTTP training API's fields, from the services that know them.
+    assert body["art_backend"] == "torch"
+    assert body["openai_configured"] is bool(os.environ.get("OPENAI_API_KEY"))
+    assert body["wandb_configured"] is False  # the fleet's trainer has no WANDB_API_KEY
 
 
 def test_seed_002_train_streams_every_step_and_resumes(api: httpx.Client) -> None:
@@ -122,17 +127,20 @@ def test_seed_002_train_streams_every_step_and_resumes(api: httpx.Client) -> Non
 
 def test_jobs_by_id_and_models(api: httpx.Client) -> None:
     jobs = api.get("/jobs").json()["jobs"]
-    job = next(j for j in jobs if j["experiment"] == "my-project/my-agent-v1")
+    job = next(j for j in jobs if (j["project"], j["model_name"]) == ("my-project", "my-agent-v1"))
+    assert job["experiment"] == "default"  # the job's own (job spec `experiment`)
     assert api.get(f"/jobs/{job['id']}").json()["id"] == job["id"]
     missing = api.get("/jobs/no-such-job")
     assert missing.status_code == 404 and "error" in missing.json()
     models = api.get("/models").json()["models"]
     mine = next(m for m in models if m["model_name"] == "my-agent-v1")
     assert mine["project"] == "my-project" and mine["policy"].endswith("@5")
-    # Its checkpoints go (Trainer.ModelsDelete); a second delete finds none; unknown: 404.
+    # Its checkpoints go (Trainer.ModelsDelete), and with them the model: as the CLI shows.
     deleted = api.delete("/models/my-project/my-agent-v1")
     assert deleted.status_code == 204, deleted.text
-    assert api.delete("/models/my-project/my-agent-v1").status_code == 204
+    names = {m["model_name"] for m in api.get("/models").json()["models"]}
+    assert "my-agent-v1" not in names
+    assert api.delete("/models/my-project/my-agent-v1").status_code == 404
     assert api.delete("/models/my-project/nobody").status_code == 404
 
 
@@ -170,6 +178,10 @@ def test_seed_002_rollout_runs_a_group_without_training(
     assert response.status_code == 200, response.text
     assert len(response.json()["trajectories"]) == 2
     assert api.get(f"/jobs/{job['job_id']}").json()["completed_steps"] == before  # no training
+    # A body field, as /train answers it: 422 naming it.
+    unknown = api.post("/rollout", json={**SEED_ROLLOUT, "environment": "no-such-env"})
+    assert unknown.status_code == 422, unknown.text
+    assert unknown.json()["field"] == "environment"
 
 
 def test_seed_002_evaluate_with_the_local_judge(api: httpx.Client) -> None:
@@ -210,6 +222,7 @@ def test_cancel_by_id_stops_the_job(api: httpx.Client) -> None:
     [
         ({**SEED_TRAIN, "environment": "no-such-env"}, "environment"),
         ({**SEED_TRAIN, "learning_rate": -1}, "learning_rate"),
+        ({**SEED_TRAIN, "base_model": "Qwen/Qwen2.5-72B-Instruct"}, "base_model"),
         ({"spec": {"environment": "no-such-env"}}, "environment"),
         ({**SEED_TRAIN, "model_name": "Not A Slug"}, "model_name"),
         # A hosted judge whose key the reward service lacks (the trainer's ValidateSpec).
@@ -228,9 +241,13 @@ def test_bad_bodies_get_422_naming_the_field(
     response = api.post("/train", json=body)
     assert response.status_code == 422, response.text
     assert field in (response.json()["field"] or ""), response.json()
+    if field == "judge_model":  # the other way out: the fleet's own policy as the judge
+        assert "ARTFLEET_JUDGE_MODEL_MAP" in response.json()["error"]
 
 
-def test_every_route_but_health_needs_the_token(api: httpx.Client, api_fleet: LocalFleet) -> None:
+def test_every_route_but_health_and_docs_needs_the_token(
+    api: httpx.Client, api_fleet: LocalFleet
+) -> None:
     from artfleet_api.app import create_app
     from artfleet_api.settings import ApiSettings
 
@@ -247,7 +264,7 @@ def test_every_route_but_health_needs_the_token(api: httpx.Client, api_fleet: Lo
                 response = httpx.request(
                     method, f"{api_fleet.api_url}{url}", headers=headers, json={}
                 )
-                expected = 200 if path == "/health" else 401
+                expected = 200 if path in OPEN else 401
                 assert response.status_code == expected, (method, path, response.text)
                 checked += 1
     assert checked >= 2 * 17

