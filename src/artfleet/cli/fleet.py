@@ -88,17 +88,25 @@ class LocalFleet:
     api: bool = True
     engine: str = "torch"  # who serves the policy: "torch" (the trainer) or "vllm"
 
+    def address_of(self, name: str) -> str:
+        """The address process `name` listens on (and is reached at): loopback here; a
+        fleet spread over hosts (tests/support/netns_fleet.py) names each host's."""
+        return "127.0.0.1"
+
+    def target(self, name: str) -> str:
+        return f"{self.address_of(name)}:{self.ports[name]}"
+
     @property
     def trainer_target(self) -> str:
-        return f"127.0.0.1:{self.ports['trainer']}"
+        return self.target("trainer")
 
     @property
     def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports[API]}"
+        return f"http://{self.target(API)}"
 
     @property
     def inference_root(self) -> str:
-        return f"http://127.0.0.1:{self.ports['inference']}"
+        return f"http://{self.target('inference')}"
 
     @property
     def policy_base_url(self) -> str:
@@ -142,6 +150,7 @@ class LocalFleet:
 
     def _start_redis(self) -> None:
         port = free_port()
+        host = self.address_of("redis")
         data = self.workdir / "redis"
         data.mkdir(exist_ok=True)
         password = secrets.token_urlsafe(16)
@@ -150,7 +159,7 @@ class LocalFleet:
             "--port",
             str(port),
             "--bind",
-            "127.0.0.1",
+            host,
             "--dir",
             str(data),
             "--requirepass",
@@ -161,7 +170,7 @@ class LocalFleet:
             "yes",
         ]
         self._spawn("redis", cmd, os.environ.copy())
-        self.redis_url = f"redis://:{password}@127.0.0.1:{port}/0"
+        self.redis_url = f"redis://:{password}@{host}:{port}/0"
         self._wait_redis(time.monotonic() + 30)
 
     def _wait_redis(self, deadline: float) -> None:
@@ -183,11 +192,12 @@ class LocalFleet:
         env.update(
             ARTFLEET_API_TOKEN=self.token,
             ARTFLEET_REDIS_URL=self.redis_url,
+            ARTFLEET_HOST=self.address_of(name),
             ARTFLEET_PORT=str(self.ports[name]),
             ARTFLEET_REPLICA_ID=f"{name}-local",
-            ARTFLEET_SANDBOX_TARGET=f"127.0.0.1:{self.ports['sandbox']}",
-            ARTFLEET_REWARD_TARGET=f"127.0.0.1:{self.ports['reward']}",
-            ARTFLEET_ROLLOUT_TARGET=f"127.0.0.1:{self.ports['rollout']}",
+            ARTFLEET_SANDBOX_TARGET=self.target("sandbox"),
+            ARTFLEET_REWARD_TARGET=self.target("reward"),
+            ARTFLEET_ROLLOUT_TARGET=self.target("rollout"),
             ARTFLEET_ART_PATH=str(self.workdir / "art"),
             PYTHONUNBUFFERED="1",
         )
@@ -204,6 +214,7 @@ class LocalFleet:
                 env["ARTFLEET_INFERENCE_ENGINE"] = "vllm"
                 env["ARTFLEET_INFERENCE_URL"] = self.inference_root
             else:
+                env["ARTFLEET_INFERENCE_HOST"] = self.address_of("inference")
                 env["ARTFLEET_INFERENCE_PORT"] = str(self.ports["inference"])
         if name == API:
             env.update(
@@ -241,7 +252,8 @@ class LocalFleet:
             raise RuntimeError(f"{process.name} exited with {process.proc.returncode}:\n{tail}")
 
     def _wait_serving(self, process: FleetProcess, deadline: float) -> None:
-        with grpc.insecure_channel(f"127.0.0.1:{process.grpc_port}") as channel:
+        address = f"{self.address_of(process.name)}:{process.grpc_port}"
+        with grpc.insecure_channel(address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 self._check_alive(process)
