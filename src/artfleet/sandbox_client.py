@@ -244,6 +244,20 @@ class SandboxRouter:
             await self.renew()
 
 
+# How a replica's NOT_FOUND begins for a session id it no longer holds: closed when its
+# owner's lease ran out (an owner cut off from the replica for longer than its lease looks
+# dead to it), or reaped. The caller's session is gone as with a dead replica.
+SESSION_GONE = "no open session"
+
+
+def is_session_gone(exc: BaseException) -> bool:
+    return (
+        isinstance(exc, grpc.aio.AioRpcError)
+        and exc.code() == grpc.StatusCode.NOT_FOUND
+        and (exc.details() or "").startswith(SESSION_GONE)
+    )
+
+
 def is_replica_lost(exc: BaseException) -> bool:
     """True for errors after which the episode may start again on another replica."""
     return isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE

@@ -248,3 +248,27 @@ async def test_each_session_lost_with_its_replica_counts_once(
         assert rollout_sample(lost[0], **lost[1]) == before + 2
         assert rollout_sample(held[0], **held[1]) == 0
         assert router.in_use() == []
+
+
+async def test_a_session_closed_behind_its_owners_back_counts_lost_once(
+    replicas: list[Replica], tmp_path: Path
+) -> None:
+    """A worker cut off from a replica for longer than its lease finds its session closed
+    (NOT_FOUND) once it is back: the episode starts again (WorkspaceLost), as for a dead
+    replica, instead of failing (found by tests/integration/test_multihost_netns.py)."""
+    replica = Replica(tmp_path / "ws", tmp_path / "logs").start()
+    replicas.append(replica)
+    lost = ("artfleet_rollout_failures_total", {"kind": "sandbox_lost"})
+    before = rollout_sample(lost[0], **lost[1])
+    async with SandboxRouter(replica.target, TOKEN, owner="worker", lease_s=30) as router:
+        workspace = await GrpcWorkspaces(router).open(WorkspaceSpec("job", {}))
+        session = workspace._session
+        # What the lease's end does on the replica: the session closed, the owner unaware.
+        await session.stub.CloseSession(
+            pb.CloseSessionRequest(session_id=session.session_id), timeout=30
+        )
+        for _ in range(2):
+            with pytest.raises(WorkspaceLost, match="no open session"):
+                await workspace.exec("true", timeout_s=10)
+        await workspace.close()
+        assert rollout_sample(lost[0], **lost[1]) == before + 1

@@ -58,7 +58,7 @@ RESUMES = "artfleet_trainer_job_resumes_total"
 INTERRUPTIONS = "artfleet_trainer_job_interruptions_total"
 STEPS_TRAINED = "artfleet_trainer_steps_trained_total"
 SANDBOX_LOST = 'artfleet_rollout_failures_total{kind="sandbox_lost"}'
-HELD = 'artfleet_rollout_sandbox_sessions{{replica="127.0.0.1:{port}"}}'
+HELD = 'artfleet_rollout_sandbox_sessions{{replica="{target}"}}'
 REWARD_RETRIES = 'artfleet_rollout_failures_total{kind="reward_unavailable"}'
 
 
@@ -348,7 +348,7 @@ class ChaosDriver:
 
     def _held(self, name: str) -> dict[str, int]:
         """Sessions each live worker holds on sandbox replica `name` (its own gauge)."""
-        key = HELD.format(port=self.fleet.ports[name])
+        key = HELD.format(target=self.fleet.target(name))
         return {w: int(self.fleet.scrape(w).get(key, 0.0)) for w in ROLLOUTS}
 
     def _fire_sandbox(self, fault: Fault) -> None:

@@ -87,15 +87,7 @@ class ChaosFleet(LocalFleet):
         self.deployment = self.deployment or f"artfleet-chaos-{os.getpid()}"
         try:
             self._start_redis()
-            for name in NAMES:
-                self.ports[name] = free_port()
-                self.metrics_ports[name] = free_port()
-            self.ports.update(
-                sandbox=self.ports[SANDBOXES[0]],
-                reward=self.ports["reward"],
-                rollout=self.ports[ROLLOUTS[0]],
-            )
-            self.inference_port = self.ports["inference"] = free_port()
+            self._assign_ports()
             for name in NAMES:
                 self._start_service(name)
             deadline = time.monotonic() + timeout_s
@@ -105,6 +97,21 @@ class ChaosFleet(LocalFleet):
             self.stop()
             raise
 
+    def _assign_ports(self) -> None:
+        for name in NAMES:
+            self.ports[name] = free_port()
+            self.metrics_ports[name] = free_port()
+        self.ports.update(
+            sandbox=self.ports[SANDBOXES[0]],
+            reward=self.ports["reward"],
+            rollout=self.ports[ROLLOUTS[0]],
+        )
+        self.inference_port = self.ports["inference"] = free_port()
+
+    def sandbox_target(self) -> str:
+        """What the workers and the trainer dial: every replica, as a comma list."""
+        return ",".join(self.target(s) for s in SANDBOXES)
+
     def workspace_root(self, name: str) -> Path:
         return self.workdir / "workspaces" / name
 
@@ -112,13 +119,14 @@ class ChaosFleet(LocalFleet):
         kind = kind_of(name)
         env = self.service_env(kind)
         env.update(
+            ARTFLEET_HOST=self.address_of(name),
             ARTFLEET_PORT=str(self.ports[name]),
             ARTFLEET_METRICS_PORT=str(self.metrics_ports[name]),
             ARTFLEET_REPLICA_ID=name,
             ARTFLEET_DEPLOYMENT=self.deployment,
             ARTFLEET_GROUP_LEASE_S=str(self.group_lease_s),
             ARTFLEET_SANDBOX_LEASE_S=str(self.sandbox_lease_s),
-            ARTFLEET_SANDBOX_TARGET=",".join(f"127.0.0.1:{self.ports[s]}" for s in SANDBOXES),
+            ARTFLEET_SANDBOX_TARGET=self.sandbox_target(),
         )
         if kind == "sandbox":
             root = self.workspace_root(name)
@@ -192,7 +200,7 @@ class ChaosFleet(LocalFleet):
     def serving(self, name: str) -> bool:
         if not self.alive(name):
             return False
-        with grpc.insecure_channel(f"127.0.0.1:{self.ports[name]}") as channel:
+        with grpc.insecure_channel(self.target(name)) as channel:
             try:
                 reply = health_pb2_grpc.HealthStub(channel).Check(
                     health_pb2.HealthCheckRequest(service=""), timeout=2
@@ -204,7 +212,7 @@ class ChaosFleet(LocalFleet):
     # ------------------------------------------------------------ metrics
     def scrape(self, name: str) -> Metrics:
         """`name`'s /metrics now; {} when it does not answer."""
-        url = f"http://127.0.0.1:{self.metrics_ports[name]}/metrics"
+        url = f"http://{self.address_of(name)}:{self.metrics_ports[name]}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=5) as reply:
                 return parse_metrics(reply.read().decode())

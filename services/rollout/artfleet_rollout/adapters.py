@@ -18,7 +18,13 @@ import grpc
 from openai import APIConnectionError, APIStatusError, AsyncOpenAI
 
 from artfleet.rpc.client import aio_channel
-from artfleet.sandbox_client import SandboxRouter, SandboxSession, describe, is_replica_lost
+from artfleet.sandbox_client import (
+    SandboxRouter,
+    SandboxSession,
+    describe,
+    is_replica_lost,
+    is_session_gone,
+)
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc, rollout_pb2, sandbox_pb2
 from artfleet_rollout import metrics
@@ -202,7 +208,9 @@ class GrpcWorkspace:
         try:
             yield
         except grpc.aio.AioRpcError as exc:
-            if not is_replica_lost(exc):
+            # Closed behind the episode's back (its owner lease ran out while this worker
+            # was cut off from the replica): as lost as with a dead replica.
+            if not (is_replica_lost(exc) or is_session_gone(exc)):
                 raise
             raise self._mark_lost(describe(exc)) from exc
 

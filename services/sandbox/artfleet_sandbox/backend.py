@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from artfleet.config import ENV_VAR_NAME
+from artfleet.sandbox_client import SESSION_GONE
 from artfleet_sandbox.replica import replica_of
 
 Outcome = Literal["passed", "failed", "errored", "skipped"]
@@ -202,7 +203,7 @@ def session_missing(session_id: str, replica_id: str) -> SandboxError:
             f"({replica_id}): that replica restarted or is gone, or the call was routed to "
             "the wrong replica; start the episode again on a new session"
         )
-    return SessionNotFound(f"no open session {session_id!r} (closed, reaped or unknown)")
+    return SessionNotFound(f"{SESSION_GONE} {session_id!r} (closed, reaped or unknown)")
 
 
 @runtime_checkable

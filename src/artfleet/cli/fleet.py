@@ -113,10 +113,16 @@ class LocalFleet:
 
     @property
     def redis_url(self) -> str:
-        return f"redis://:{self.redis_password}@127.0.0.1:{self.ports['redis']}/0"
+        host = self.address_of("redis")
+        return f"redis://:{self.redis_password}@{host}:{self.ports['redis']}/0"
+
+    def address_of(self, name: str) -> str:
+        """The address process `name` listens on (and is reached at): loopback here; a
+        fleet spread over hosts (tests/support/netns_fleet.py) names each host's."""
+        return "127.0.0.1"
 
     def target(self, name: str) -> str:
-        return f"127.0.0.1:{self.ports[name]}"
+        return f"{self.address_of(name)}:{self.ports[name]}"
 
     @property
     def trainer_target(self) -> str:
@@ -124,11 +130,11 @@ class LocalFleet:
 
     @property
     def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports[API]}"
+        return f"http://{self.target(API)}"
 
     @property
     def inference_root(self) -> str:
-        return f"http://127.0.0.1:{self.ports['inference']}"
+        return f"http://{self.target('inference')}"
 
     @property
     def policy_base_url(self) -> str:
@@ -149,7 +155,9 @@ class LocalFleet:
         }
         for name in self.started():
             port = self.ports[f"{name}_metrics"]
-            found[f"{PREFIX}{name.upper()}_METRICS_URL"] = f"http://127.0.0.1:{port}/metrics"
+            found[f"{PREFIX}{name.upper()}_METRICS_URL"] = (
+                f"http://{self.address_of(name)}:{port}/metrics"
+            )
         return found
 
     def started(self) -> tuple[str, ...]:
@@ -211,6 +219,7 @@ class LocalFleet:
 
     def _start_redis(self) -> None:
         port = self.ports.setdefault("redis", free_port())
+        host = self.address_of("redis")
         data = self.workdir / "redis"
         data.mkdir(exist_ok=True)
         cmd = [
@@ -218,7 +227,7 @@ class LocalFleet:
             "--port",
             str(port),
             "--bind",
-            "127.0.0.1",
+            host,
             "--dir",
             str(data),
             "--requirepass",
@@ -265,6 +274,7 @@ class LocalFleet:
         env = dict(
             ARTFLEET_API_TOKEN=self.token,
             ARTFLEET_REDIS_URL=self.redis_url,
+            ARTFLEET_HOST=self.address_of(name),
             ARTFLEET_PORT=str(self.ports[name]),
             ARTFLEET_REPLICA_ID=f"{name}-local",
             ARTFLEET_SANDBOX_TARGET=self.target("sandbox"),
@@ -284,6 +294,7 @@ class LocalFleet:
                 env["ARTFLEET_INFERENCE_ENGINE"] = "vllm"
                 env["ARTFLEET_INFERENCE_URL"] = self.inference_root
             else:
+                env["ARTFLEET_INFERENCE_HOST"] = self.address_of("inference")
                 env["ARTFLEET_INFERENCE_PORT"] = str(self.ports["inference"])
         if name == API:
             env.update(
@@ -320,7 +331,8 @@ class LocalFleet:
             raise ServiceExited(process.name, process.proc.returncode, tail)
 
     def _wait_serving(self, process: FleetProcess, deadline: float) -> None:
-        with grpc.insecure_channel(f"127.0.0.1:{process.grpc_port}") as channel:
+        address = f"{self.address_of(process.name)}:{process.grpc_port}"
+        with grpc.insecure_channel(address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 self._check_alive(process)
