@@ -26,6 +26,8 @@ from artfleet_sandbox.procs import TAG_VAR, run_process
 
 log = logging.getLogger(__name__)
 
+# The read-only root and fresh /dev and /proc of every session, and of the start probe.
+ROOT_MOUNTS = ("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc")
 DEFAULT_HIDE_PATHS = ("/root", "/home", "/run/secrets", "/var/run/secrets")
 UNISOLATED_NOTICE = (
     "ARTFLEET_SANDBOX_ALLOW_UNISOLATED=1 and no bubblewrap: the model's commands run "
@@ -114,7 +116,7 @@ class Bubblewrap:
         self, *, session_root: str, others_root: str, cwd: str, network: bool, command: list[str]
     ) -> list[str]:
         """`command` confined to `session_root`; `others_root` (all sessions) is hidden."""
-        argv = [self.executable, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        argv = [self.executable, *ROOT_MOUNTS]
         # Order matters: later mounts go on top. Empty dirs over secrets, then what must
         # stay visible, then an empty dir over all sessions, then this session itself.
         for path in ["/tmp", *self.hidden]:
@@ -141,7 +143,9 @@ class Bubblewrap:
 async def _works(bwrap: Bubblewrap, search_path: str) -> bool:
     # Installed is not enough: user namespaces may be disabled (e.g. inside Docker), and
     # root may lack the capabilities to make the others (an unprivileged container).
-    argv = [bwrap.executable, "--ro-bind", "/", "/", *bwrap.namespaces(False)]
+    # The mounts every session makes: a pod or container that masks /proc paths lets
+    # bubblewrap start but not mount a fresh /proc, and then every session would fail.
+    argv = [bwrap.executable, *ROOT_MOUNTS, *bwrap.namespaces(False)]
     argv += ["--die-with-parent", "--", *bwrap.drop, "true"]
     env = {"PATH": search_path, TAG_VAR: f"probe.{secrets.token_hex(8)}"}
     result = await run_process(argv, cwd="/", env=env, timeout_s=10, max_output_bytes=4096)

@@ -9,6 +9,7 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import REGISTRY
@@ -487,3 +488,27 @@ async def test_bubblewrap_confines_commands(backend: LocalBackend, isolation_mod
     links = await backend.exec(sid, spec("tail -n +3 /proc/net/dev | cut -d: -f1"))
     assert links.stdout.split() == [b"lo"]
     assert (await backend.exec(sid, spec("touch ok && echo $$"))).stdout == b"2\n"  # own pids
+
+
+async def test_the_start_probe_mounts_what_every_session_mounts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pod that masks /proc paths lets bubblewrap run `true` but not mount a fresh /proc:
+    the probe must make the session's mounts, or the replica serves and every session fails."""
+    from artfleet_sandbox import bwrap as bwrap_module
+
+    seen: list[list[str]] = []
+
+    async def record(argv: list[str], **_: object) -> object:
+        seen.append(list(argv))
+        return SimpleNamespace(exit_code=0, stderr=b"")
+
+    monkeypatch.setattr(bwrap_module, "run_process", record)
+    wrapper = bwrap_module.Bubblewrap("/usr/bin/bwrap", (), (), [])
+    assert await bwrap_module._works(wrapper, "/usr/bin")
+    session = wrapper.argv(session_root="/s/1", others_root="/s", cwd="/s/1", network=False,
+                           command=["true"])  # fmt: skip
+    probe = seen[0]
+    assert probe[1 : 1 + len(bwrap_module.ROOT_MOUNTS)] == list(bwrap_module.ROOT_MOUNTS)
+    assert session[1 : 1 + len(bwrap_module.ROOT_MOUNTS)] == list(bwrap_module.ROOT_MOUNTS)
+    assert "--proc" in probe and "--dev" in probe
