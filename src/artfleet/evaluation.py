@@ -104,6 +104,20 @@ class Comparison:
     losses: int
     ties: int
 
+    @property
+    def mean_a(self) -> float:
+        """A's mean score on the paired tasks."""
+        return _mean([r.a for r in self.rows])
+
+    @property
+    def mean_b(self) -> float:
+        return _mean([r.b for r in self.rows])
+
+    @property
+    def dropped(self) -> int:
+        """Tasks only one side evaluated: left out of the pairing."""
+        return len(self.only_a) + len(self.only_b)
+
 
 def task_score(result: pb.EvalTaskResult, metric: str, k: int) -> float:
     if not result.samples:
@@ -115,6 +129,11 @@ def task_score(result: pb.EvalTaskResult, metric: str, k: int) -> float:
     if metric == "reward":
         return sum(result.rewards) / result.samples
     raise ValueError(f"unknown metric {metric!r} (success, pass_at_k, reward)")
+
+
+def mean_score(summary: pb.EvalSummary, metric: str) -> float:
+    """The mean per-task score of one evaluation (every task it ran)."""
+    return _mean([task_score(r, metric, summary.k) for r in summary.results])
 
 
 def compare(

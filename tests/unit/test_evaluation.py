@@ -73,3 +73,19 @@ def test_sign_test_and_bootstrap_of_no_difference() -> None:
     assert evaluation.bootstrap_ci([0.0, 0.0, 0.0]) == (0.0, 0.0)
     with pytest.raises(ValueError, match="unknown metric"):
         evaluation.task_score(_result("a", [True]), "accuracy", 2)
+
+
+def test_a_comparison_row_scores_both_sides_on_the_paired_tasks_and_counts_the_dropped() -> None:
+    a = evaluation.summarize(
+        [_result("t0", [False, False]), _result("t1", [True, True]), _result("a", [True])],
+        k=2,
+        split="test",
+    )
+    b = evaluation.summarize(
+        [_result("t0", [True, False]), _result("t1", [True, True]), _result("b", [False])],
+        k=2,
+        split="test",
+    )
+    result = evaluation.compare(a, b)
+    assert (result.mean_a, result.mean_b) == (0.5, 0.75)  # "a" and "b" are not paired
+    assert result.dropped == 2
