@@ -13,6 +13,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from artfleet.checkpoint_layout import ModelRefError, parse_model_name
 from artfleet.v1 import common_pb2 as pb
 
 SUCCESS_METRIC = "check_passed"
@@ -71,6 +72,29 @@ def summarize(
     # Tasks with no sample back count as 0 for pass@k: the policy did not solve them.
     summary.pass_at_k = _mean([pass_at_k(r.samples, r.successes, k) for r in results])
     return summary
+
+
+def served_policy(served_as: str, trajectories: Iterable[pb.Trajectory]) -> str:
+    """The checkpoint an evaluation's answers named (EvalSummary.served_policy): where the
+    endpoint served the policy as `name@step` (so its answers name their step, the
+    trajectories' policy versions), `name@<steps answered>`, steps joined by commas when
+    they changed during the evaluation (a running job's `@latest` or `@best`); else the
+    name it served (`served_as`), "" when unknown."""
+    try:
+        name, step = parse_model_name(served_as)
+    except ModelRefError:
+        return served_as
+    if not isinstance(step, int):
+        return served_as
+    steps = sorted(
+        {
+            version
+            for t in trajectories
+            for field in ("initial_policy_version", "final_policy_version")
+            if t.HasField(field) and (version := getattr(t, field)) >= 0
+        }
+    )
+    return f"{name}@{','.join(map(str, steps))}" if steps else served_as
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -89,3 +89,24 @@ def test_a_comparison_row_scores_both_sides_on_the_paired_tasks_and_counts_the_d
     result = evaluation.compare(a, b)
     assert (result.mean_a, result.mean_b) == (0.5, 0.75)  # "a" and "b" are not paired
     assert result.dropped == 2
+
+
+def _answered(*versions: int | None) -> list[pb.Trajectory]:
+    out = []
+    for version in versions:
+        trajectory = pb.Trajectory()
+        if version is not None:
+            trajectory.initial_policy_version = trajectory.final_policy_version = version
+        out.append(trajectory)
+    return out
+
+
+def test_the_served_policy_is_the_step_the_answers_named() -> None:
+    # `agent@best` served as agent@3: every answer named step 3.
+    assert evaluation.served_policy("agent@3", _answered(3, 3, None)) == "agent@3"
+    # A running job's best moved during the evaluation: both steps answered.
+    assert evaluation.served_policy("agent@3", _answered(3, 4)) == "agent@3,4"
+    # An endpoint that names no step: its versions are the dispatch default, not answers.
+    assert evaluation.served_policy("gpt-4o-mini", _answered(0, 0)) == "gpt-4o-mini"
+    assert evaluation.served_policy("", _answered(0)) == ""
+    assert evaluation.served_policy("agent@3", []) == "agent@3"

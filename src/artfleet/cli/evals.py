@@ -178,7 +178,7 @@ def run(
             rollout_pb2.DescribeEnvironmentRequest(name=env), timeout=30
         )
         scenarios = eval_tasks(info, split, max_tasks)
-        check_policy(stub, base_url, model, api_key_env)
+        served_as = check_policy(stub, base_url, model, api_key_env)
 
         def one(scenario: str) -> Any:
             task = build_task(
@@ -197,10 +197,15 @@ def run(
     summary = evaluation.summarize(
         results, k=k, split=split, policy=model, seconds=time.monotonic() - start
     )
+    # Which checkpoint `name@best` (or a plain name) was: what the answers named.
+    trajectories = (t for r in responses.values() for t in r.group.trajectories)
+    summary.served_policy = evaluation.served_policy(served_as, trajectories)
     if out is not None:
         write_outputs(out, summary, responses)
     render.console.print(summary_table(summary))
     render.console.print(render.eval_line(summary))
+    if summary.served_policy and summary.served_policy != model:
+        render.console.print(f"{model} answered as {summary.served_policy}", markup=False)
     if not any(r.samples for r in results):
         fail(f"no sample came back: {common_error(list(responses.values())) or 'see above'}", 1)
 
