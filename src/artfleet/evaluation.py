@@ -13,6 +13,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from artfleet.checkpoint_layout import ModelRefError, parse_model_name
 from artfleet.v1 import common_pb2 as pb
 
 SUCCESS_METRIC = "check_passed"
@@ -73,6 +74,29 @@ def summarize(
     return summary
 
 
+def served_policy(served_as: str, trajectories: Iterable[pb.Trajectory]) -> str:
+    """The checkpoint an evaluation's answers named (EvalSummary.served_policy): where the
+    endpoint served the policy as `name@step` (so its answers name their step, the
+    trajectories' policy versions), `name@<steps answered>`, steps joined by commas when
+    they changed during the evaluation (a running job's `@latest` or `@best`); else the
+    name it served (`served_as`), "" when unknown."""
+    try:
+        name, step = parse_model_name(served_as)
+    except ModelRefError:
+        return served_as
+    if not isinstance(step, int):
+        return served_as
+    steps = sorted(
+        {
+            version
+            for t in trajectories
+            for field in ("initial_policy_version", "final_policy_version")
+            if t.HasField(field) and (version := getattr(t, field)) >= 0
+        }
+    )
+    return f"{name}@{','.join(map(str, steps))}" if steps else served_as
+
+
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
@@ -104,6 +128,20 @@ class Comparison:
     losses: int
     ties: int
 
+    @property
+    def mean_a(self) -> float:
+        """A's mean score on the paired tasks."""
+        return _mean([r.a for r in self.rows])
+
+    @property
+    def mean_b(self) -> float:
+        return _mean([r.b for r in self.rows])
+
+    @property
+    def dropped(self) -> int:
+        """Tasks only one side evaluated: left out of the pairing."""
+        return len(self.only_a) + len(self.only_b)
+
 
 def task_score(result: pb.EvalTaskResult, metric: str, k: int) -> float:
     if not result.samples:
@@ -115,6 +153,11 @@ def task_score(result: pb.EvalTaskResult, metric: str, k: int) -> float:
     if metric == "reward":
         return sum(result.rewards) / result.samples
     raise ValueError(f"unknown metric {metric!r} (success, pass_at_k, reward)")
+
+
+def mean_score(summary: pb.EvalSummary, metric: str) -> float:
+    """The mean per-task score of one evaluation (every task it ran)."""
+    return _mean([task_score(r, metric, summary.k) for r in summary.results])
 
 
 def compare(

@@ -1,7 +1,8 @@
 """`artfleet eval run` against the trainer's torch endpoint for policies no job is training
 (issue 12): a finished job's older checkpoint `name@step` and the base model by name, as a
 restarted trainer serves them (frozen.py), through the real Rollout, Sandbox and Reward
-services of test_rollout_cli. SmolLM2, so slow."""
+services of test_rollout_cli; summary.json records which checkpoint `name@best` or a plain
+name was (issue 22). SmolLM2, so slow."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from test_eval_cli import cli
 from test_rollout_cli import TOKEN, Fleet, reward_target, sandbox_target, start_rollout
 
 from artfleet.art_types import art
+from artfleet.checkpoint_layout import model_dir, write_best
 from artfleet_trainer.torch_backend import checkpoints
 from artfleet_trainer.torch_backend.backend import TorchBackend
 
@@ -98,3 +100,13 @@ async def test_a_finished_jobs_older_checkpoint_and_the_base_model_are_evaluated
         assert (await asyncio.to_thread(_answered_as, url, unknown))[0] == 404
     code, summary = await _eval(restarted, f"{NAME}@7", tmp_path / "missing")
     assert code == 1 and all(r.get("samples", 0) == 0 for r in summary["results"])
+
+
+async def test_the_summary_records_the_checkpoint_an_alias_named(
+    restarted: Fleet, tmp_path: Path
+) -> None:
+    write_best(model_dir(tmp_path / "art", "it", NAME), 1, "pass_at_k", 0.5)
+    for typed, served in ((f"{NAME}@best", f"{NAME}@1"), (NAME, f"{NAME}@2")):
+        code, summary = await _eval(restarted, typed, tmp_path / typed)
+        assert code == 0, summary
+        assert (summary["policy"], summary["served_policy"]) == (typed, served)

@@ -98,7 +98,9 @@ async def test_bad_eval_input_is_exit_2_with_the_cause(
     assert message in result.output
 
 
-def _summary(path: Path, tasks: dict[str, list[bool]], policy: str) -> Path:
+def _summary(
+    path: Path, tasks: dict[str, list[bool]], policy: str, served_policy: str = ""
+) -> Path:
     results = [
         {
             "scenario_id": name,
@@ -110,6 +112,8 @@ def _summary(path: Path, tasks: dict[str, list[bool]], policy: str) -> Path:
     ]
     path.mkdir()
     data = {"k": 2, "split": "test", "tasks": len(results), "results": results, "policy": policy}
+    if served_policy:
+        data["served_policy"] = served_policy
     (path / "summary.json").write_text(json.dumps(data))
     return path
 
@@ -127,6 +131,36 @@ async def test_compare_prints_per_task_deltas_and_a_paired_test(tmp_path: Path) 
     assert missing.exit_code == 2 and "cannot read an evaluation" in missing.stderr
     bad = await cli(["compare", str(a), str(b), "--metric", "accuracy"])
     assert bad.exit_code == 2 and "--metric" in bad.stderr
+
+
+async def test_compare_several_against_a_baseline_one_row_each_and_json(tmp_path: Path) -> None:
+    base = _summary(tmp_path / "base", {f"t{i}": [False, False] for i in range(6)}, "base@0")
+    b = _summary(tmp_path / "b", {f"t{i}": [True, True] for i in range(6)}, "agent@best", "agent@3")
+    # c ran 4 of the baseline's tasks and one of its own: 4 paired, 3 dropped.
+    c_tasks = {**{f"t{i}": [True, False] for i in range(4)}, "extra": [True, True]}
+    c = _summary(tmp_path / "c", c_tasks, "other@2")
+    shown = await cli(["compare", str(base), str(b), str(c)])
+    assert shown.exit_code == 0, shown.output
+    # Piped: one tab-separated line per evaluation, paths whole.
+    rows = {cells[0]: cells[1:] for cells in (x.split("\t") for x in shown.stdout.splitlines())}
+    assert rows[str(base)] == ["base@0", "0.000", "baseline", "-", "6"]
+    assert rows[str(b)] == ["agent@best (agent@3)", "1.000", "+1.000", "+1.000 .. +1.000", "6"]
+    assert rows[str(c)][:3] == ["other@2", "0.500", "+0.500"] and rows[str(c)][4] == "4"
+    assert "3 task(s) not in both" in shown.stdout
+
+    as_json = await cli(["compare", str(base), str(b), str(c), "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    first, second, third = json.loads(as_json.stdout)
+    assert first["baseline"] and first["score"] == 0.0 and first["tasks"] == 6
+    assert second["served_policy"] == "agent@3" and second["delta"] == 1.0
+    assert second["ci95"] == [1.0, 1.0] and second["paired_tasks"] == 6
+    assert (third["score"], third["delta"], third["paired_tasks"]) == (0.5, 0.5, 4)
+    assert third["dropped_tasks"] == {"only_baseline": ["t4", "t5"], "only_this": ["extra"]}
+    alone = await cli(["compare", str(base)])
+    assert alone.exit_code == 2 and "at least one evaluation" in alone.stderr
+    apart = _summary(tmp_path / "apart", {"z": [True]}, "z@1")
+    disjoint = await cli(["compare", str(base), str(b), str(apart)])
+    assert disjoint.exit_code == 2 and "shares no task with the baseline" in disjoint.stderr
 
 
 @pytest.mark.slow

@@ -1,11 +1,13 @@
 """`artfleet models ...` against the real trainer servicer (gRPC, Redis): a job's LoRA
 checkpoints written by the torch backend's checkpoint code on a tiny Llama; the export
 loads with peft and equals the saved weights; deleting the model of a running job is
-refused with a clear message (issue 12)."""
+refused with a clear message (issue 12); pruning keeps the newest N, the best and a running
+job's latest and served checkpoints, and retires what it deleted (issue 22)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -42,8 +44,16 @@ async def cli(target: str, *args: str) -> Result:
     )
 
 
+RETIRED: list[tuple[str, list[int]]] = []  # what the servicer told the backend to retire
+
+
+async def _retire(name: str, steps: list[int]) -> None:
+    RETIRED.append((name, steps))
+
+
 @pytest.fixture
 async def trainer(redis_url: str, tmp_path: Path) -> AsyncIterator[tuple[str, JobStore, Path]]:
+    RETIRED.clear()
     client = aioredis.from_url(redis_url)
     await client.flushdb()
     store = JobStore(client)
@@ -54,6 +64,7 @@ async def trainer(redis_url: str, tmp_path: Path) -> AsyncIterator[tuple[str, Jo
         RewardClient("127.0.0.1:1", TOKEN),
         lambda backend: "",
         art_path=str(art_path),
+        retire=_retire,
     )
     server = GrpcServer(
         ServerSettings(api_token=SecretStr(TOKEN), port=0, metrics_port=0),
@@ -71,13 +82,15 @@ def _base() -> torch.nn.Module:
     return tiny_llama(64, max_position_embeddings=64)
 
 
-async def _job_with_checkpoints(store: JobStore, art_path: Path, state: int) -> pb.Job:
+async def _job_with_checkpoints(
+    store: JobStore, art_path: Path, state: int, steps: tuple[int, ...] = (1, 2)
+) -> pb.Job:
     spec = validate_spec({"name": "agent", "experiment": "exp1"})
     job = await store.create(spec_to_proto(spec), config_hash=config_hash(spec))
     await store.set_state(job, state)
     output = art_path / spec.project / "models" / f"agent-{job.id}"
     peft_model = get_peft_model(_base(), training.lora_config(4))
-    for step in (1, 2):
+    for step in steps:
         with torch.no_grad():  # a distinct adapter per step
             for name, param in peft_model.named_parameters():
                 if "lora_B" in name:
@@ -126,6 +139,8 @@ async def test_list_show_export_loads_with_peft_and_delete(
     one = await cli(target, "delete", f"{name}@1", "--yes")
     assert one.exit_code == 0 and "[1]" in one.stdout
     assert checkpoints.checkpoint_steps(art_path / "artfleet" / "models" / name) == [2]
+    retired = list(RETIRED)
+    assert retired == [(name, [1])]  # served no more either
     whole = await cli(target, "delete", name, "--yes")
     assert whole.exit_code == 0, whole.output
     assert not (art_path / "artfleet" / "models" / name).exists()
@@ -149,3 +164,64 @@ async def test_deleting_the_model_of_a_running_job_is_refused(
     assert bad.exit_code == 2 and "name@best" in bad.stderr
     best = await cli(target, "export", f"agent-{job.id}@bestest", "--out", "unused")
     assert best.exit_code == 2 and "'bestest' is not a step number" in best.stderr
+
+
+async def test_prune_lists_then_deletes_all_but_the_newest_and_the_best(
+    trainer: tuple[str, JobStore, Path],
+) -> None:
+    target, store, art_path = trainer
+    job = await _job_with_checkpoints(store, art_path, pb.JOB_STATE_SUCCEEDED, (1, 2, 3, 4, 5))
+    name = f"agent-{job.id}"
+    folder = art_path / "artfleet" / "models" / name
+    write_best(folder, 2, "pass_at_k", 0.9)
+
+    dry = await cli(target, "prune", name, "--keep", "2")
+    assert dry.exit_code == 0, dry.output
+    assert f"would delete checkpoints [1, 3] of {name}" in dry.stdout and "--yes" in dry.stdout
+    assert checkpoints.checkpoint_steps(folder) == [1, 2, 3, 4, 5]  # a dry run by default
+    assert not RETIRED
+    listed = await cli(target, "prune", name, "--keep", "2", "--json")
+    assert listed.exit_code == 0, listed.output
+    (plan,) = json.loads(listed.stdout)
+    assert plan["dry_run"] is True
+    assert {c["step"]: c["reason"] for c in plan["kept"]} == {
+        2: "best",
+        4: "newest 2",
+        5: "newest 2",
+    }
+    assert [c["step"] for c in plan["deleted"]] == [1, 3]
+
+    done = await cli(target, "prune", name, "--keep", "2", "--yes")
+    assert done.exit_code == 0, done.output
+    assert f"deleted checkpoints [1, 3] of {name}" in done.stdout
+    assert checkpoints.checkpoint_steps(folder) == [2, 4, 5]
+    retired = list(RETIRED)  # the inference service forgets them, as after retention
+    assert retired == [(name, [1, 3])]
+    assert "nothing to delete" in (await cli(target, "prune", name, "--keep", "2")).stdout
+
+
+async def test_prune_of_a_running_job_keeps_its_latest_and_served_checkpoints(
+    trainer: tuple[str, JobStore, Path],
+) -> None:
+    target, store, art_path = trainer
+    job = await _job_with_checkpoints(store, art_path, pb.JOB_STATE_RUNNING, (1, 2, 3, 4))
+    name = f"agent-{job.id}"
+    job.policy = f"{name}@3"  # step 4 saved, not yet published: 3 still answers rollouts
+    await store.save(job)
+    done = await cli(target, "prune", name, "--keep", "0", "--yes")
+    assert done.exit_code == 0, done.output
+    assert checkpoints.checkpoint_steps(art_path / "artfleet" / "models" / name) == [3, 4]
+    assert "running job's latest" in done.stdout and "served to the running job" in done.stdout
+
+
+async def test_prune_refusals_name_the_cause(trainer: tuple[str, JobStore, Path]) -> None:
+    target, store, art_path = trainer
+    job = await _job_with_checkpoints(store, art_path, pb.JOB_STATE_SUCCEEDED)
+    unknown = await cli(target, "prune", "agent-nobody", "--keep", "1")
+    assert unknown.exit_code == 2 and "no model named 'agent-nobody'" in unknown.stderr
+    negative = await cli(target, "prune", f"agent-{job.id}", "--keep", "-1")
+    assert negative.exit_code == 2 and "--keep" in negative.output
+    one = await cli(target, "prune", f"agent-{job.id}@1", "--keep", "1")
+    assert one.exit_code == 2 and "models delete name@step" in one.stderr
+    away = await cli("127.0.0.1:1", "prune", f"agent-{job.id}", "--keep", "1")
+    assert away.exit_code == 1 and "cannot reach the trainer" in away.stderr

@@ -73,3 +73,40 @@ def test_sign_test_and_bootstrap_of_no_difference() -> None:
     assert evaluation.bootstrap_ci([0.0, 0.0, 0.0]) == (0.0, 0.0)
     with pytest.raises(ValueError, match="unknown metric"):
         evaluation.task_score(_result("a", [True]), "accuracy", 2)
+
+
+def test_a_comparison_row_scores_both_sides_on_the_paired_tasks_and_counts_the_dropped() -> None:
+    a = evaluation.summarize(
+        [_result("t0", [False, False]), _result("t1", [True, True]), _result("a", [True])],
+        k=2,
+        split="test",
+    )
+    b = evaluation.summarize(
+        [_result("t0", [True, False]), _result("t1", [True, True]), _result("b", [False])],
+        k=2,
+        split="test",
+    )
+    result = evaluation.compare(a, b)
+    assert (result.mean_a, result.mean_b) == (0.5, 0.75)  # "a" and "b" are not paired
+    assert result.dropped == 2
+
+
+def _answered(*versions: int | None) -> list[pb.Trajectory]:
+    out = []
+    for version in versions:
+        trajectory = pb.Trajectory()
+        if version is not None:
+            trajectory.initial_policy_version = trajectory.final_policy_version = version
+        out.append(trajectory)
+    return out
+
+
+def test_the_served_policy_is_the_step_the_answers_named() -> None:
+    # `agent@best` served as agent@3: every answer named step 3.
+    assert evaluation.served_policy("agent@3", _answered(3, 3, None)) == "agent@3"
+    # A running job's best moved during the evaluation: both steps answered.
+    assert evaluation.served_policy("agent@3", _answered(3, 4)) == "agent@3,4"
+    # An endpoint that names no step: its versions are the dispatch default, not answers.
+    assert evaluation.served_policy("gpt-4o-mini", _answered(0, 0)) == "gpt-4o-mini"
+    assert evaluation.served_policy("", _answered(0)) == ""
+    assert evaluation.served_policy("agent@3", []) == "agent@3"

@@ -48,3 +48,15 @@ def test_sft_offset_and_no_metric(tmp_path: Path) -> None:
     other = _checkpoints(tmp_path, "agent-j2", [0, 1])
     retention.apply(str(tmp_path), "agent-j2", _job({0: 0.9}), JobSpecModel.model_validate({}))
     assert marked_best(other) is None  # no keep_best_metric: nothing is ranked
+
+
+def test_prune_keeps_the_newest_the_best_and_what_a_running_job_uses() -> None:
+    steps = [0, 1, 2, 3, 4, 5]
+    assert retention.keep_reasons(steps, 2, best=1) == {1: "best", 4: "newest 2", 5: "newest 2"}
+    # keep 0: only the best, and a running job's latest and served checkpoints.
+    assert retention.keep_reasons(steps, 0, best=None) == {}
+    running = retention.keep_reasons(steps, 1, best=9, in_use={5: "latest", 3: "served", 7: "x"})
+    assert running == {5: "newest 1", 3: "served"}
+    # Retention during a run: keep_last 0 = all; the latest always.
+    assert retention.steps_to_keep(steps, 1, best=2) == {2, 5}
+    assert retention.steps_to_keep(steps, 0, best=None) == set(steps)

@@ -156,11 +156,13 @@ async def check_policy(
             answer.reachable = answer.authorized = True
             if model in answer.models:
                 answer.served = True
+                answer.served_as = model
                 return answer
-            await client.chat.completions.create(
+            reply = await client.chat.completions.create(
                 model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=1
             )
             answer.served = True
+            answer.served_as = reply.model or ""
         except APIConnectionError as exc:  # includes timeouts
             answer.error = f"{type(exc).__name__}: {exc.__cause__ or exc}"
         except APIStatusError as exc:

@@ -44,6 +44,7 @@ class TrainerApp:
             images=ImageChecker(rollout, settings.sandbox_target, token),
             backend=settings.backend,
             base_model_map=settings.base_model_map,
+            retire=getattr(self.backend, "retire_steps", None),  # torch + vLLM
         )
         # Checkpoints and sampled trajectories fill these (kept on purpose, so never "stale");
         # findings never stop training.

@@ -1,12 +1,15 @@
 """`Models*` RPCs: each job's model (ART name `<spec.name>-<job id>`) and its LoRA
-checkpoints under the trainer's ART path: list, show, delete, export.
+checkpoints under the trainer's ART path: list, show, delete, prune, export.
 
 A model whose job is queued, running or cancelling is not deleted (FAILED_PRECONDITION
-saying which job uses it): its runner reads and writes those checkpoints.
+saying which job uses it): its runner reads and writes those checkpoints. Pruning is
+allowed then, by retention's rule (never the latest or served checkpoint, never the best),
+as retention itself deletes during a run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,6 +19,7 @@ from artfleet.checkpoint_layout import StepRef
 from artfleet.errors import FailedPrecondition, InvalidArgument, NotFound
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
+from artfleet_trainer import retention
 from artfleet_trainer.store import ACTIVE, JobStore
 
 CHUNK_BYTES = 1 << 20
@@ -113,6 +117,35 @@ class ModelCatalog:
         shutil.rmtree(checkpoint_layout.step_dir(directory, chosen))
         return [chosen]
 
+    async def prune(self, name: str, keep: int, dry_run: bool) -> trainer_pb2.ModelsPruneResponse:
+        """Delete all but the newest `keep` checkpoints of `name` (retention.keep_reasons)."""
+        if keep < 0:
+            raise InvalidArgument("must be >= 0", "keep")
+        model, step = parse_ref(name)
+        if step is not None:
+            raise InvalidArgument(
+                f"{name!r}: prune takes a model name; delete one checkpoint with "
+                "`artfleet models delete name@step`",
+                "model",
+            )
+        job = await self._job(model)
+        directory = self._dir(job)
+        steps = checkpoint_layout.checkpoint_steps(directory)
+        in_use = _steps_in_use(job, steps) if job.state in ACTIVE else {}
+        kept = retention.keep_reasons(steps, keep, checkpoint_layout.marked_best(directory), in_use)
+        reply = trainer_pb2.ModelsPruneResponse(model=model, dry_run=dry_run)
+        for step in steps:
+            entry = trainer_pb2.PrunedCheckpoint(
+                step=step,
+                bytes=_bytes(checkpoint_layout.step_dir(directory, step)),
+                reason=kept.get(step, f"older than the newest {keep}"),
+            )
+            (reply.kept if step in kept else reply.deleted).append(entry)
+        if not dry_run:
+            gone = [c.step for c in reply.deleted]
+            await asyncio.to_thread(retention.delete_steps, directory, gone)
+        return reply
+
     async def export(self, ref: str) -> AsyncIterator[trainer_pb2.ModelsExportChunk]:
         name, step = parse_ref(ref)
         job = await self._job(name)
@@ -125,6 +158,19 @@ class ModelCatalog:
                 yield trainer_pb2.ModelsExportChunk(
                     file=str(path.relative_to(folder)), data=data, step=chosen
                 )
+
+
+def _steps_in_use(job: pb.Job, steps: list[int]) -> dict[int, str]:
+    """A queued or running job's latest checkpoint (it goes on from it) and the one its
+    policy names (served to its rollouts until the next step is published)."""
+    try:
+        served = checkpoint_layout.parse_model_name(job.policy)[1]
+    except checkpoint_layout.ModelRefError:
+        served = None
+    in_use = {step: "running job's latest" for step in steps[-1:]}
+    if isinstance(served, int):
+        in_use.setdefault(served, "served to the running job")
+    return in_use
 
 
 def _chunks(path: Path) -> Iterator[bytes]:

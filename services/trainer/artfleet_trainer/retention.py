@@ -3,16 +3,23 @@ by an eval metric; delete the rest. Files only, in ART's layout
 (`{art_path}/{project}/models/{name}/checkpoints/{step:04d}/`), which both backends write,
 so no backend method is needed. The latest checkpoint (the one served) is always kept.
 The best one is also marked on disk (checkpoint_layout.write_best): `name@best` there.
+`artfleet models prune` (Trainer.ModelsPrune) applies the same rule after the fact.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from artfleet.checkpoint_layout import checkpoint_steps, marked_best, model_dir, write_best
+from artfleet.checkpoint_layout import (
+    checkpoint_steps,
+    marked_best,
+    model_dir,
+    step_dir,
+    write_best,
+)
 from artfleet.jobspec import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 
@@ -30,13 +37,30 @@ def best_step(
     return max(scored)[1] if scored else None
 
 
+def keep_reasons(
+    steps: list[int], newest: int, best: int | None, in_use: Mapping[int, str] | None = None
+) -> dict[int, str]:
+    """The steps kept, each with why: the `newest` N, the one marked `best`, and those
+    `in_use` (a running job's latest and served checkpoints, with why). `steps` ascending."""
+    reasons = {step: f"newest {newest}" for step in (steps[-newest:] if newest else [])}
+    for step, why in (in_use or {}).items():
+        if step in steps:
+            reasons.setdefault(step, why)
+    if best is not None and best in steps:
+        reasons[best] = "best"
+    return reasons
+
+
 def steps_to_keep(steps: list[int], keep_last: int, best: int | None) -> set[int]:
-    keep = set(steps[-keep_last:]) if keep_last else set(steps)
-    if steps:
-        keep.add(steps[-1])
-    if best is not None:
-        keep.add(best)
-    return keep
+    """During a run: the last `keep_last` (0 = all), the best and the latest (served)."""
+    return set(
+        keep_reasons(steps, keep_last or len(steps), best, {s: "latest" for s in steps[-1:]})
+    )
+
+
+def delete_steps(directory: Path, steps: Iterable[int]) -> None:
+    for step in steps:  # a concurrent retention pass may have taken it already
+        shutil.rmtree(step_dir(directory, step), ignore_errors=True)
 
 
 def mark_best(directory: Path, job: pb.Job, metric: str, steps: list[int]) -> int | None:
@@ -61,8 +85,7 @@ def apply(art_path: str, model_name: str, job: pb.Job, spec: JobSpecModel) -> li
         return []
     keep = steps_to_keep(steps, spec.keep_last, best)
     deleted = [s for s in steps if s not in keep]
-    for step in deleted:
-        shutil.rmtree(directory / "checkpoints" / f"{step:04d}", ignore_errors=True)
+    delete_steps(directory, deleted)
     if deleted:
         log.info("job %s: deleted checkpoints %s, kept %s", job.id, deleted, sorted(keep))
     return deleted

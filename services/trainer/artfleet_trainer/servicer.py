@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
@@ -21,7 +21,7 @@ from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_trainer import base_models, grpo, metrics, sft_phase, wandb_runs
 from artfleet_trainer.evals import check_eval_split
 from artfleet_trainer.images import ImageChecker
-from artfleet_trainer.models import ModelCatalog
+from artfleet_trainer.models import ModelCatalog, parse_ref
 from artfleet_trainer.reward_client import RewardClient
 from artfleet_trainer.rollouts import RolloutClient
 from artfleet_trainer.store import JobStore
@@ -38,6 +38,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         images: ImageChecker | None = None,
         backend: str = "torch",
         base_model_map: dict[str, str] | None = None,
+        retire: Callable[[str, list[int]], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._rollout = rollout
@@ -49,6 +50,9 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         self._art_path = art_path
         self._backend = backend
         self._base_model_map = base_model_map or {}
+        # The backend's: the inference service stops serving deleted checkpoints (as after
+        # retention); None where nothing outside the ART path serves them.
+        self._retire = retire
 
     async def SubmitJob(
         self, request: trainer_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
@@ -131,9 +135,21 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
     async def ModelsDelete(
         self, request: trainer_pb2.ModelsDeleteRequest, context: grpc.aio.ServicerContext
     ) -> trainer_pb2.ModelsDeleteResponse:
-        return trainer_pb2.ModelsDeleteResponse(
-            deleted_steps=await self._models.delete(request.model)
-        )
+        deleted = await self._models.delete(request.model)
+        await self._retired(parse_ref(request.model)[0], deleted)
+        return trainer_pb2.ModelsDeleteResponse(deleted_steps=deleted)
+
+    async def ModelsPrune(
+        self, request: trainer_pb2.ModelsPruneRequest, context: grpc.aio.ServicerContext
+    ) -> trainer_pb2.ModelsPruneResponse:
+        reply = await self._models.prune(request.model, request.keep, request.dry_run)
+        if not reply.dry_run:
+            await self._retired(reply.model, [c.step for c in reply.deleted])
+        return reply
+
+    async def _retired(self, name: str, steps: list[int]) -> None:
+        if steps and self._retire is not None:
+            await self._retire(name, steps)
 
     async def Describe(
         self, request: trainer_pb2.DescribeTrainerRequest, context: grpc.aio.ServicerContext

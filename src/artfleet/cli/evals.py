@@ -178,7 +178,7 @@ def run(
             rollout_pb2.DescribeEnvironmentRequest(name=env), timeout=30
         )
         scenarios = eval_tasks(info, split, max_tasks)
-        check_policy(stub, base_url, model, api_key_env)
+        served_as = check_policy(stub, base_url, model, api_key_env)
 
         def one(scenario: str) -> Any:
             task = build_task(
@@ -197,36 +197,140 @@ def run(
     summary = evaluation.summarize(
         results, k=k, split=split, policy=model, seconds=time.monotonic() - start
     )
+    # Which checkpoint `name@best` (or a plain name) was: what the answers named.
+    trajectories = (t for r in responses.values() for t in r.group.trajectories)
+    summary.served_policy = evaluation.served_policy(served_as, trajectories)
     if out is not None:
         write_outputs(out, summary, responses)
     render.console.print(summary_table(summary))
     render.console.print(render.eval_line(summary))
+    if summary.served_policy and summary.served_policy != model:
+        render.console.print(f"{model} answered as {summary.served_policy}", markup=False)
     if not any(r.samples for r in results):
         fail(f"no sample came back: {common_error(list(responses.values())) or 'see above'}", 1)
 
 
+METRICS = ("success", "pass_at_k", "reward")
+
+
 @app.command("compare")
 def compare(
-    a: Path = typer.Argument(..., help="evaluation A: its --out folder or summary.json"),
-    b: Path = typer.Argument(..., help="evaluation B"),
+    evaluations: list[Path] = typer.Argument(
+        ..., help="2 or more evaluations (--out folders or summary.json); the first is the baseline"
+    ),
     metric: str = typer.Option("success", help="per-task score: success | pass_at_k | reward"),
     resamples: int = typer.Option(2000, min=100, max=1_000_000, help="bootstrap resamples"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON record per evaluation"),
 ) -> None:
-    """One table of per-task scores and deltas (B − A), the mean delta with a paired
-    bootstrap 95% interval, and a two-sided sign test."""
-    if metric not in ("success", "pass_at_k", "reward"):
+    """Each evaluation against the first (the baseline) on the tasks both ran: a row per
+    evaluation with its score, the mean delta and its paired bootstrap 95% interval, the
+    paired and dropped tasks. With two: the per-task deltas and a sign test too."""
+    if metric not in METRICS:
         fail(f"--metric must be success, pass_at_k or reward, not {metric!r}")
-    first, second = load_summary(a), load_summary(b)
-    result = evaluation.compare(first, second, metric=metric, resamples=resamples)
-    if not result.rows:
-        fail("the two evaluations share no task")
+    if len(evaluations) < 2:
+        fail("eval compare needs a baseline and at least one evaluation to compare with it")
+    summaries = [load_summary(path) for path in evaluations]
+    baseline = summaries[0]
+    results = [
+        evaluation.compare(baseline, other, metric=metric, resamples=resamples)
+        for other in summaries[1:]
+    ]
+    for path, result in zip(evaluations[1:], results, strict=True):
+        if not result.rows:
+            fail(f"{path} shares no task with the baseline {evaluations[0]}")
+    records = compare_records(evaluations, summaries, results)
+    if as_json:
+        render.print_json(records)
+        return
+    if len(results) == 1:
+        _pairwise(results[0], baseline, summaries[1], evaluations)
+    _models_table(records, metric)
+
+
+def _label(policy: str, served: str, path: str) -> str:
+    """What an evaluation ran: its policy as typed, with the checkpoint the answers named."""
+    shown = policy or path
+    return f"{shown} ({served})" if served and served != shown else shown
+
+
+def compare_records(
+    paths: list[Path], summaries: list[pb.EvalSummary], results: list[evaluation.Comparison]
+) -> list[dict[str, Any]]:
+    """One record per evaluation; the baseline's scored on its own tasks."""
+    base = summaries[0]
+    first = {
+        "evaluation": str(paths[0]),
+        "policy": base.policy,
+        "served_policy": base.served_policy,
+        "baseline": True,
+        "metric": results[0].metric,
+        "score": evaluation.mean_score(base, results[0].metric),
+        "tasks": len(base.results),
+    }
+    records = [first]
+    for path, summary, result in zip(paths[1:], summaries[1:], results, strict=True):
+        records.append(
+            {
+                "evaluation": str(path),
+                "policy": summary.policy,
+                "served_policy": summary.served_policy,
+                "baseline": False,
+                "metric": result.metric,
+                "score": result.mean_b,
+                "baseline_score": result.mean_a,
+                "delta": result.mean_delta,
+                "ci95": list(result.ci95),
+                "paired_tasks": len(result.rows),
+                "dropped_tasks": {"only_baseline": result.only_a, "only_this": result.only_b},
+                "wins": result.wins,
+                "losses": result.losses,
+                "ties": result.ties,
+                "sign_p": result.sign_p,
+            }
+        )
+    return records
+
+
+def _models_table(records: list[dict[str, Any]], metric: str) -> None:
+    """A row per evaluation (paths and policies whole: tab-separated when piped)."""
+    rows = []
+    for r in records:
+        label = _label(r["policy"], r["served_policy"], r["evaluation"])
+        score = f"{r['score']:.3f}"
+        if r["baseline"]:
+            rows.append([r["evaluation"], label, score, "baseline", "-", str(r["tasks"])])
+            continue
+        low, high = r["ci95"]
+        ci = f"{low:+.3f} .. {high:+.3f}"
+        delta = f"{r['delta']:+.3f}"
+        rows.append([r["evaluation"], label, score, delta, ci, str(r["paired_tasks"])])
+    headers = ("evaluation", "policy", metric, "delta vs baseline", "95% CI", "paired tasks")
+    render.listing(headers, rows, ("evaluation", "policy"))
+    for r in records[1:]:
+        only_base, only_this = (len(v) for v in r["dropped_tasks"].values())
+        if only_base + only_this:
+            render.console.print(
+                f"{r['evaluation']}: {only_base + only_this} task(s) not in both, left out "
+                f"of the pairing (only in the baseline: {only_base}, only here: {only_this})",
+                markup=False,
+                soft_wrap=True,
+            )
+
+
+def _pairwise(
+    result: evaluation.Comparison, first: pb.EvalSummary, second: pb.EvalSummary, paths: list[Path]
+) -> None:
+    """Two evaluations: the per-task deltas (B - A) and a sign test."""
+    metric = result.metric
     table = Table("task", f"A {metric}", f"B {metric}", "delta")
     for row in result.rows:
         table.add_row(row.scenario_id, f"{row.a:.3f}", f"{row.b:.3f}", f"{row.delta:+.3f}")
     render.console.print(table)
     low, high = result.ci95
     lines = (
-        f"A: {first.policy or a} · B: {second.policy or b} · {len(result.rows)} shared tasks",
+        f"A: {_label(first.policy, first.served_policy, str(paths[0]))} · "
+        f"B: {_label(second.policy, second.served_policy, str(paths[1]))} · "
+        f"{len(result.rows)} shared tasks",
         f"mean delta {result.mean_delta:+.3f} (95% CI {low:+.3f} .. {high:+.3f}, "
         "paired bootstrap over tasks)",
         f"wins {result.wins} / losses {result.losses} / ties {result.ties}",

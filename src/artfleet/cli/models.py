@@ -1,4 +1,4 @@
-"""`artfleet models list | show | delete | export`: jobs' LoRA checkpoints on the trainer."""
+"""`artfleet models list | show | delete | prune | export`: jobs' LoRA checkpoints."""
 
 from __future__ import annotations
 
@@ -78,6 +78,42 @@ def delete(
     with trainer(target, token) as stub:
         reply = stub.ModelsDelete(trainer_pb2.ModelsDeleteRequest(model=model))
     render.console.print(f"deleted checkpoints {list(reply.deleted_steps)} of {model}")
+
+
+@app.command()
+def prune(
+    model: str = typer.Argument(..., help="model name"),
+    keep: int = typer.Option(..., "--keep", min=0, help="the newest checkpoints to keep"),
+    yes: bool = typer.Option(False, "--yes", help="delete (default: only list what would go)"),
+    as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON"),
+    target: str = TargetOpt,
+    token: str = TokenOpt,
+) -> None:
+    """Delete all but the newest N checkpoints; never the one marked best, nor a running
+    job's latest (allowed while it runs). Lists what would go unless --yes."""
+    request = trainer_pb2.ModelsPruneRequest(model=model, keep=keep, dry_run=not yes)
+    with trainer(target, token) as stub:
+        reply = stub.ModelsPrune(request)
+    if as_json:
+        render.print_json(render.message_records([reply]))
+        return
+    rows = [[str(c.step), "keep", c.reason, _size(c.bytes)] for c in reply.kept]
+    rows += [[str(c.step), "delete", c.reason, _size(c.bytes)] for c in reply.deleted]
+    render.listing(("step", "action", "why", "size"), sorted(rows, key=lambda r: int(r[0])), ())
+    freed = _size(sum(c.bytes for c in reply.deleted))
+    steps = [c.step for c in reply.deleted]
+    if not steps:
+        render.console.print(f"nothing to delete in {reply.model}", markup=False)
+    elif reply.dry_run:
+        render.console.print(
+            f"would delete checkpoints {steps} of {reply.model} ({freed}); "
+            "run again with --yes to delete them",
+            markup=False,
+        )
+    else:
+        render.console.print(
+            f"deleted checkpoints {steps} of {reply.model} ({freed})", markup=False
+        )
 
 
 @app.command()

@@ -54,9 +54,10 @@ def check_model_name(model: str) -> None:
 
 def check_policy(
     stub: rollout_pb2_grpc.RolloutStub, base_url: str, model: str, api_key_env: str
-) -> None:
+) -> str:
     """Fails (exit 1 unreachable, 2 refused key or unknown model) unless the endpoint
-    serves the model, as the rollout workers see it."""
+    serves the model, as the rollout workers see it; returns the name it served it as
+    (`name@best` → `name@3`; "" when it did not say)."""
     request = rollout_pb2.CheckPolicyRequest(
         model_base_url=base_url, policy=model, model_api_key_env=api_key_env
     )
@@ -74,3 +75,4 @@ def check_policy(
             f"model {model!r} is not served at {url} ({error}); it lists: {listed}. "
             f"--model takes {MODEL_HINT}"
         )
+    return answer.served_as

@@ -589,7 +589,7 @@ class EvalTaskResult(_message.Message):
     def __init__(self, scenario_id: _Optional[str] = ..., rewards: _Optional[_Iterable[float]] = ..., successes: _Optional[int] = ..., samples: _Optional[int] = ...) -> None: ...
 
 class EvalSummary(_message.Message):
-    __slots__ = ("step", "split", "k", "tasks", "reward_mean", "success_rate", "avg_at_k", "pass_at_k", "seconds", "results", "policy")
+    __slots__ = ("step", "split", "k", "tasks", "reward_mean", "success_rate", "avg_at_k", "pass_at_k", "seconds", "results", "policy", "served_policy")
     STEP_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
@@ -601,6 +601,7 @@ class EvalSummary(_message.Message):
     SECONDS_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    SERVED_POLICY_FIELD_NUMBER: _ClassVar[int]
     step: int
     split: str
     k: int
@@ -612,7 +613,8 @@ class EvalSummary(_message.Message):
     seconds: float
     results: _containers.RepeatedCompositeFieldContainer[EvalTaskResult]
     policy: str
-    def __init__(self, step: _Optional[int] = ..., split: _Optional[str] = ..., k: _Optional[int] = ..., tasks: _Optional[int] = ..., reward_mean: _Optional[float] = ..., success_rate: _Optional[float] = ..., avg_at_k: _Optional[float] = ..., pass_at_k: _Optional[float] = ..., seconds: _Optional[float] = ..., results: _Optional[_Iterable[_Union[EvalTaskResult, _Mapping]]] = ..., policy: _Optional[str] = ...) -> None: ...
+    served_policy: str
+    def __init__(self, step: _Optional[int] = ..., split: _Optional[str] = ..., k: _Optional[int] = ..., tasks: _Optional[int] = ..., reward_mean: _Optional[float] = ..., success_rate: _Optional[float] = ..., avg_at_k: _Optional[float] = ..., pass_at_k: _Optional[float] = ..., seconds: _Optional[float] = ..., results: _Optional[_Iterable[_Union[EvalTaskResult, _Mapping]]] = ..., policy: _Optional[str] = ..., served_policy: _Optional[str] = ...) -> None: ...
 
 class StepSummary(_message.Message):
     __slots__ = ("step", "reward_mean", "reward_std", "turns_mean", "step_seconds", "trajectories", "groups", "loss", "trained_sequences", "rollout_seconds", "train_seconds", "staleness_mean", "staleness_max", "stale_groups_rerun", "trainer_idle_seconds", "rollout_idle_seconds")

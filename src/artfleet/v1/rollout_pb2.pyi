@@ -124,15 +124,17 @@ class CheckPolicyRequest(_message.Message):
     def __init__(self, model_base_url: _Optional[str] = ..., policy: _Optional[str] = ..., model_api_key_env: _Optional[str] = ...) -> None: ...
 
 class CheckPolicyResponse(_message.Message):
-    __slots__ = ("reachable", "authorized", "served", "models", "error")
+    __slots__ = ("reachable", "authorized", "served", "models", "error", "served_as")
     REACHABLE_FIELD_NUMBER: _ClassVar[int]
     AUTHORIZED_FIELD_NUMBER: _ClassVar[int]
     SERVED_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    SERVED_AS_FIELD_NUMBER: _ClassVar[int]
     reachable: bool
     authorized: bool
     served: bool
     models: _containers.RepeatedScalarFieldContainer[str]
     error: str
-    def __init__(self, reachable: _Optional[bool] = ..., authorized: _Optional[bool] = ..., served: _Optional[bool] = ..., models: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ...) -> None: ...
+    served_as: str
+    def __init__(self, reachable: _Optional[bool] = ..., authorized: _Optional[bool] = ..., served: _Optional[bool] = ..., models: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., served_as: _Optional[str] = ...) -> None: ...

@@ -71,6 +71,38 @@ class ModelsDeleteResponse(_message.Message):
     deleted_steps: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, deleted_steps: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class ModelsPruneRequest(_message.Message):
+    __slots__ = ("model", "keep", "dry_run")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    KEEP_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    keep: int
+    dry_run: bool
+    def __init__(self, model: _Optional[str] = ..., keep: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class PrunedCheckpoint(_message.Message):
+    __slots__ = ("step", "bytes", "reason")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    bytes: int
+    reason: str
+    def __init__(self, step: _Optional[int] = ..., bytes: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ModelsPruneResponse(_message.Message):
+    __slots__ = ("model", "kept", "deleted", "dry_run")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    KEPT_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    kept: _containers.RepeatedCompositeFieldContainer[PrunedCheckpoint]
+    deleted: _containers.RepeatedCompositeFieldContainer[PrunedCheckpoint]
+    dry_run: bool
+    def __init__(self, model: _Optional[str] = ..., kept: _Optional[_Iterable[_Union[PrunedCheckpoint, _Mapping]]] = ..., deleted: _Optional[_Iterable[_Union[PrunedCheckpoint, _Mapping]]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
 class ModelsExportRequest(_message.Message):
     __slots__ = ("model",)
     MODEL_FIELD_NUMBER: _ClassVar[int]

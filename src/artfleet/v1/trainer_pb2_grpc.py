@@ -76,6 +76,11 @@ class TrainerStub:
                 request_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsDeleteRequest.SerializeToString,
                 response_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelsDeleteResponse.FromString,
                 _registered_method=True)
+        self.ModelsPrune = channel.unary_unary(
+                '/artfleet.v1.Trainer/ModelsPrune',
+                request_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsPruneRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelsPruneResponse.FromString,
+                _registered_method=True)
         self.ModelsExport = channel.unary_stream(
                 '/artfleet.v1.Trainer/ModelsExport',
                 request_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsExportRequest.SerializeToString,
@@ -143,6 +148,14 @@ class TrainerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelsPrune(self, request, context):
+        """Deletes all but the newest `keep` checkpoints, never the one marked best nor a queued
+        or running job's latest (or served) one; allowed while the job runs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ModelsExport(self, request, context):
         """The checkpoint's adapter files (a peft LoRA adapter directory), in chunks.
         """
@@ -199,6 +212,11 @@ def add_TrainerServicer_to_server(servicer, server):
                     servicer.ModelsDelete,
                     request_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelsDeleteRequest.FromString,
                     response_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsDeleteResponse.SerializeToString,
+            ),
+            'ModelsPrune': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelsPrune,
+                    request_deserializer=artfleet_dot_v1_dot_trainer__pb2.ModelsPruneRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_trainer__pb2.ModelsPruneResponse.SerializeToString,
             ),
             'ModelsExport': grpc.unary_stream_rpc_method_handler(
                     servicer.ModelsExport,
@@ -428,6 +446,33 @@ class Trainer:
             '/artfleet.v1.Trainer/ModelsDelete',
             artfleet_dot_v1_dot_trainer__pb2.ModelsDeleteRequest.SerializeToString,
             artfleet_dot_v1_dot_trainer__pb2.ModelsDeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelsPrune(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/artfleet.v1.Trainer/ModelsPrune',
+            artfleet_dot_v1_dot_trainer__pb2.ModelsPruneRequest.SerializeToString,
+            artfleet_dot_v1_dot_trainer__pb2.ModelsPruneResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -294,10 +294,16 @@ class TorchBackend:
 
     async def retire_checkpoints(self, model: art.Model, steps: list[int]) -> None:
         """Checkpoints deleted by retention: the inference service stops serving them."""
+        await self.retire_steps(model.name, steps)
+
+    async def retire_steps(self, name: str, steps: list[int]) -> None:
+        """Checkpoints of the model `name` deleted (retention, `models prune|delete`): the
+        inference service stops serving them. This backend's own server finds a checkpoint
+        on disk at each request, so it needs no word."""
         if self._publisher is None:
             return
         for step in steps:
-            await self._publisher.retire(model.name, step)
+            await self._publisher.retire(name, step)
 
     async def _prepare_backend_for_training(
         self, model: art.TrainableModel, config: Any = None
