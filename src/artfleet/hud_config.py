@@ -10,7 +10,8 @@
         learning_rate: 1e-5
 
 becomes `mcp_config` (the server every scenario runs against) and `max_turns`, and
-`environment` becomes the taskset: a bundled one for a HUD environment we ship
+`environment` becomes the taskset: the entry's `taskset` (our one addition, in place of
+HUD's `dataset_map`: `hud:<path>`), else a bundled one for a HUD environment we ship
 (`2048` -> `game-2048`), else what `environment` already names (`hud:<path>`).
 """
 
@@ -24,7 +25,7 @@ from artfleet.spec_base import FieldError
 ENVIRONMENTS_KEY = "environments"
 TRAINING_KEY = "training"
 DEFAULT_PROFILE = "default"
-ENTRY_KEYS = ("mcp_config", "max_turns")
+ENTRY_KEYS = ("mcp_config", "max_turns", "taskset")
 # HUD environment names whose taskset we bundle, and the environment that holds it.
 HUD_TASKSETS = {"2048": "game-2048"}
 
@@ -51,7 +52,7 @@ def from_environments(data: dict[str, Any], check_max_turns: Callable[[Any], Any
     name = _pick(entries, data.get("environment"))
     entry = entries[name]
     if not isinstance(entry, dict):
-        raise FieldError((ENVIRONMENTS_KEY, name), "must be a mapping (mcp_config, max_turns)")
+        raise FieldError((ENVIRONMENTS_KEY, name), f"must be a mapping ({', '.join(ENTRY_KEYS)})")
     for key in entry:
         if key not in ENTRY_KEYS:
             known = ", ".join(ENTRY_KEYS)
@@ -66,14 +67,16 @@ def from_environments(data: dict[str, Any], check_max_turns: Callable[[Any], Any
         raise FieldError((ENVIRONMENTS_KEY, name, *exc.loc), exc.message) from None
     except ValueError as exc:
         raise FieldError((ENVIRONMENTS_KEY, name, "mcp_config"), str(exc)) from None
-    if str(data.get("environment", name)) == name:
-        if name not in HUD_TASKSETS:
-            raise FieldError(
-                ("environment",),
-                f"HUD environment {name!r} has no bundled taskset (bundled: "
-                f"{', '.join(sorted(HUD_TASKSETS))}); name its tasks: environment: hud:<path>",
-            )
-        data["environment"] = HUD_TASKSETS[name]
+    if str(data.get("environment", name)) != name:
+        return  # `environment` names the taskset itself
+    taskset = entry.get("taskset", HUD_TASKSETS.get(name))
+    if not isinstance(taskset, str) or not taskset:
+        raise FieldError(
+            (ENVIRONMENTS_KEY, name, "taskset"),
+            f"HUD environment {name!r} has no bundled taskset (bundled: "
+            f"{', '.join(sorted(HUD_TASKSETS))}); name its tasks: taskset: hud:<path>",
+        )
+    data["environment"] = taskset
 
 
 def from_training(data: dict[str, Any], known: Collection[str]) -> None:
