@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BeforeValidator, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from artfleet.health import HealthSettings
 
@@ -13,6 +15,22 @@ from artfleet.health import HealthSettings
 # from the environment by name and never travel).
 ENV_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER_TOKENS = frozenset({"", "changeme", "change-me", "secret", "token", "placeholder"})
+
+
+def _name_map(value: Any) -> Any:
+    # Compose passes an unset variable on as "" (`${VAR:-}`): that is no map, not bad JSON.
+    if not isinstance(value, str):
+        return value
+    if not value.strip():
+        return {}
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg}): a JSON object of names") from None
+
+
+# A JSON object of names onto names from the environment (`{"gpt-4o": "policy"}`); empty = {}.
+NameMap = Annotated[dict[str, str], NoDecode, BeforeValidator(_name_map)]
 
 
 class CommonSettings(BaseSettings, HealthSettings):

@@ -11,11 +11,25 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from artfleet.grpospec import GrpoModel, grpo_data_from_proto
+from artfleet.hud_config import (
+    ENVIRONMENTS_KEY,
+    TRAINING_KEY,
+    check_mcp_config,
+    from_environments,
+    from_training,
+)
 from artfleet.rewardspec import (
     CLIP_FIELD,
     SPEC_FIELD,
@@ -28,7 +42,7 @@ from artfleet.rewardspec import (
     reward_to_proto,
 )
 from artfleet.sftspec import SftModel, sft_data_from_proto, sft_to_proto
-from artfleet.spec_base import spec_error
+from artfleet.spec_base import nested_error, spec_error
 from artfleet.v1 import common_pb2 as pb
 
 # The reward spec's models, where job-spec code has always found them.
@@ -42,6 +56,7 @@ __all__ = [
     "SftModel",
     "config_hash",
     "default_scorers",
+    "mcp_config_json",
     "reward_spec_proto",
     "spec_from_proto",
     "spec_to_proto",
@@ -109,6 +124,30 @@ class JobSpecModel(RewardSpecModel):
     num_epochs: int = Field(default=0, ge=0, le=100_000)
     # Seed 004's offline warm-start: SFT on samples before GRPO step 1; None = no SFT phase.
     sft: SftModel | None = None
+    # The MCP server every scenario runs against instead of its own (HUD's `mcp_config`,
+    # one server); None = each scenario's own. A HUD config.yaml's `environments:` block
+    # sets it (artfleet.hud_config).
+    mcp_config: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hud_config(cls, data: Any) -> Any:
+        """A HUD config.yaml's blocks become the job spec keys they set."""
+        if isinstance(data, dict) and {ENVIRONMENTS_KEY, TRAINING_KEY} & set(data):
+            data = dict(data)
+            if ENVIRONMENTS_KEY in data:
+                from_environments(data, cls._check_max_turns)
+            if TRAINING_KEY in data:
+                from_training(data, cls.model_fields)
+        return data
+
+    @classmethod
+    def _check_max_turns(cls, value: Any) -> Any:
+        adapter = TypeAdapter(Annotated[int, cls.model_fields["max_turns"]])
+        try:
+            return adapter.validate_python(value)
+        except ValidationError as exc:
+            raise nested_error(exc, "max_turns") from None
 
     @field_validator("name", "project", "experiment")
     @classmethod
@@ -116,6 +155,11 @@ class JobSpecModel(RewardSpecModel):
         if not _NAME.match(value):
             raise ValueError("use 1-63 lowercase letters, digits, '.', '_' or '-'")
         return value
+
+    @field_validator("mcp_config")
+    @classmethod
+    def _one_server(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else check_mcp_config(value)
 
 
 def validate_spec(data: dict[str, Any]) -> JobSpecModel:
@@ -149,8 +193,9 @@ def config_hash(spec: JobSpecModel) -> str:
     """A stable id of what the job trains: sha256 of the validated spec's canonical JSON
     (defaults filled in, keys sorted) without NOT_TRAINING_FIELDS; 12 hex digits."""
     data = spec.model_dump(mode="json", exclude=set(NOT_TRAINING_FIELDS))
-    if data.get("sft") is None:  # specs without an SFT phase keep the hash they had
-        data.pop("sft", None)
+    for key in ("sft", "mcp_config"):  # specs without these keep the hash they had
+        if data.get(key) is None:
+            data.pop(key, None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
@@ -158,14 +203,25 @@ def config_hash(spec: JobSpecModel) -> str:
 def spec_to_proto(spec: JobSpecModel) -> pb.JobSpec:
     """A spec without a `reward` key goes with no scorers: the trainer fills in the defaults
     of the environment's agent kind (`with_default_reward`)."""
-    data = spec.model_dump(exclude={SPEC_FIELD, CLIP_FIELD, "grpo", "sft"})
+    data = spec.model_dump(exclude={SPEC_FIELD, CLIP_FIELD, "grpo", "sft", "mcp_config"})
     reward = reward_to_proto(spec)
     if SPEC_FIELD not in spec.model_fields_set:
         del reward.scorers[:]
-    message = pb.JobSpec(**data, reward=reward, grpo=pb.GrpoSpec(**spec.grpo.set_fields()))
+    message = pb.JobSpec(
+        **data,
+        reward=reward,
+        grpo=pb.GrpoSpec(**spec.grpo.set_fields()),
+        mcp_config=mcp_config_json(spec),
+    )
     if spec.sft is not None:
         message.sft.CopyFrom(sft_to_proto(spec.sft))
     return message
+
+
+def mcp_config_json(spec: JobSpecModel) -> str:
+    """The spec's mcp_config as the JobSpec, GroupTask and DescribeEnvironment messages carry
+    it; "" = none."""
+    return "" if spec.mcp_config is None else json.dumps(spec.mcp_config, sort_keys=True)
 
 
 def with_default_reward(spec: JobSpecModel, agent: str) -> JobSpecModel:
@@ -188,6 +244,9 @@ def spec_from_proto(message: pb.JobSpec) -> JobSpecModel:
             continue
         if field.name == "sft":
             data["sft"] = sft_data_from_proto(value)
+            continue
+        if field.name == "mcp_config":
+            data["mcp_config"] = json.loads(value)
             continue
         data[field.name] = value
     data.update(reward_data_from_proto(message.reward))

@@ -94,6 +94,40 @@ def test_gpu_trainer_and_inference_share_the_gpu_and_the_cpu_override_drops_it()
     assert text.count("deploy: !reset {}") == 2
 
 
+def test_model_maps_and_the_judge_key_come_from_env_with_empty_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    services = compose()["services"]
+    passed = {
+        ("trainer", "ARTFLEET_BASE_MODEL_MAP"),
+        ("api", "ARTFLEET_JUDGE_MODEL_MAP"),
+        ("reward", "OPENAI_API_KEY"),
+    }
+    for service, name in passed:
+        assert services[service]["environment"][name] == f"${{{name}:-}}", (service, name)
+    # The CPU override keeps the trainer's environment (it adds to it, resets nothing).
+    cpu = (ROOT / "docker-compose.cpu.yml").read_text()
+    assert "environment: !reset" not in cpu and "environment: !override" not in cpu
+    # .env.example and the README's settings table name each one.
+    example, readme = (ROOT / ".env.example").read_text(), (ROOT / "README.md").read_text()
+    for _, name in passed:
+        assert f"# {name}=" in example and f"| `{name}`" in readme, name
+    # The empty default is no map for the settings that read them.
+    from artfleet_api.settings import ApiSettings
+    from artfleet_trainer.settings import TrainerSettings
+
+    monkeypatch.setenv("ARTFLEET_API_TOKEN", "compose-test-token-0123456789")
+    monkeypatch.setenv("ARTFLEET_BASE_MODEL_MAP", "")
+    monkeypatch.setenv("ARTFLEET_JUDGE_MODEL_MAP", "")
+    assert TrainerSettings().base_model_map == {}  # type: ignore[call-arg]
+    assert ApiSettings().judge_model_map == {}  # type: ignore[call-arg]
+    monkeypatch.setenv("ARTFLEET_JUDGE_MODEL_MAP", '{"gpt-4o": "policy"}')
+    assert ApiSettings().judge_model_map == {"gpt-4o": "policy"}  # type: ignore[call-arg]
+    monkeypatch.setenv("ARTFLEET_BASE_MODEL_MAP", "not json")
+    with pytest.raises(ValidationError, match="base_model_map"):
+        TrainerSettings()  # type: ignore[call-arg]
+
+
 def test_grafana_is_behind_a_profile_that_env_example_turns_on() -> None:
     assert compose()["services"]["grafana"]["profiles"] == ["grafana"]
     assert "COMPOSE_PROFILES=grafana" in (ROOT / ".env.example").read_text()

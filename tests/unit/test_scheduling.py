@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from artfleet.jobspec import validate_spec
 from artfleet_trainer import scheduling
 
 IDS = [f"s{i}" for i in range(5)]
@@ -57,3 +60,22 @@ def test_num_epochs_ends_the_stream() -> None:
     assert len(flat) == 2 * n and all(flat.count(i) == 2 for i in IDS)
     assert scheduling.steps_with_scenarios(n, 3, 100, 2) == -(-2 * n // 3)
     assert scheduling.steps_with_scenarios(n, 3, 100, 0) == 100
+
+
+def test_group_tasks_carry_the_jobs_mcp_server() -> None:
+    server = {"local": {"command": "artfleet-mcp-2048", "args": []}}
+    spec = validate_spec({"environments": {"2048": {"mcp_config": server}}})
+    tasks = scheduling.group_tasks(
+        spec, owner="j", step=1, scenarios=["2048-00"], rollouts=2, policy="a@0", base_url="u"
+    )
+    assert json.loads(tasks[0].mcp_config) == server
+    plain = scheduling.group_tasks(
+        validate_spec({}),
+        owner="j",
+        step=1,
+        scenarios=["s"],
+        rollouts=2,
+        policy="a@0",
+        base_url="u",
+    )
+    assert plain[0].mcp_config == ""  # each scenario's own server

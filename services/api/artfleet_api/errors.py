@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from artfleet.errors import InvalidArgument
+from artfleet.spec_base import FieldError
 from artfleet_api.models import TRAIN_BODY_TAGS
 
 log = logging.getLogger(__name__)
@@ -48,20 +49,26 @@ def error_body(message: str, field: str | None = None, detail: list[Any] | None 
 def _loc_field(loc: tuple[Any, ...]) -> str:
     if len(loc) > 1 and loc[0] == "body" and loc[1] in TRAIN_BODY_TAGS:
         loc = (loc[0], *loc[2:])  # which form of the body: not a field
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    parts = [p for p in loc if p not in ("body", "query", "path", "header")]
     path = ""
-    for part in parts:
-        path += f"[{part}]" if part.isdigit() else (f".{part}" if path else part)
+    for part in parts:  # list positions are ints; a key like "2048" stays a key
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path or ".".join(str(p) for p in loc)
+
+
+def _detail(error: Any) -> dict[str, str]:
+    """One validation error as {field, message}; a spec validator's own complaint (a
+    FieldError: `environments.NAME.KEY`) names its field below the one pydantic names."""
+    loc, message = tuple(error.get("loc", ())), str(error.get("msg", ""))
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldError):
+        loc, message = loc + cause.loc, cause.message
+    return {"field": _loc_field(loc), "message": message}
 
 
 async def _validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = list(exc.errors())
-    detail = [
-        {"field": _loc_field(tuple(e.get("loc", ()))), "message": str(e.get("msg", ""))}
-        for e in errors
-    ]
+    detail = [_detail(e) for e in exc.errors()]
     field = detail[0]["field"] if detail else None
     message = f"{field}: {detail[0]['message']}" if detail else "invalid request"
     return JSONResponse(error_body(message, field, detail), status_code=422)

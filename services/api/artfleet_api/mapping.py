@@ -54,19 +54,11 @@ def batch_shape(batch_size: int, rollouts: int | None) -> tuple[int, int]:
     return math.ceil(batch_size / per_group), per_group
 
 
-def train_spec(request: TrainRequest, settings: ApiSettings) -> JobSpecModel:
-    """Seed 002's body as a job spec; raises InvalidSpec with the job spec's field name."""
+def train_spec(request: TrainRequest, settings: ApiSettings, *, agent: str) -> JobSpecModel:
+    """Seed 002's body as a job spec; raises InvalidSpec with the job spec's field name.
+    Without `use_ruler` the spec has no `reward`: the trainer writes out the environment's
+    defaults. With it, RULER joins the defaults of `agent`, the environment's agent kind."""
     groups, rollouts = batch_shape(request.batch_size, request.rollouts_per_group)
-    scorers = [s.model_dump() for s in default_scorers()]
-    if request.use_ruler:
-        ruler = ScorerModel(
-            name="ruler",
-            params={"judge": judge_param(settings, request.judge_model)},
-            # A judge that fails scores 0 instead of dropping the group: seed 002's jobs
-            # keep training on the other scorers (its `independent_reward`).
-            on_error="zero",
-        )
-        scorers.append(ruler.model_dump())
     data: dict[str, Any] = {
         "name": request.model_name,
         "project": request.project,
@@ -77,8 +69,16 @@ def train_spec(request: TrainRequest, settings: ApiSettings) -> JobSpecModel:
         "rollouts_per_group": rollouts,
         "learning_rate": request.learning_rate,
         "task_prompt": request.task_prompt,
-        "reward": scorers,
     }
+    if request.use_ruler:
+        ruler = ScorerModel(
+            name="ruler",
+            params={"judge": judge_param(settings, request.judge_model)},
+            # A judge that fails scores 0 instead of dropping the group: seed 002's jobs
+            # keep training on the other scorers (its `independent_reward`).
+            on_error="zero",
+        )
+        data["reward"] = [s.model_dump() for s in [*default_scorers(agent), ruler]]
     for key in ("max_turns", "max_tokens"):
         if getattr(request, key) is not None:
             data[key] = getattr(request, key)

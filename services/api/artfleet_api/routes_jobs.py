@@ -12,7 +12,7 @@ from pydantic import Discriminator, Tag
 from artfleet.jobspec import JobSpecModel, spec_to_proto
 from artfleet.spec_base import InvalidSpec
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import trainer_pb2
+from artfleet.v1 import rollout_pb2, trainer_pb2
 from artfleet_api.backends import Backends
 from artfleet_api.errors import ApiError
 from artfleet_api.mapping import job_out, judge_key_hint, seed_field, train_spec
@@ -76,6 +76,20 @@ async def latest_job(request: Request, project: str, model_name: str) -> pb.Job:
     raise ApiError(404, f"no job trains {project}/{model_name}", "model_name")
 
 
+async def environment_info(request: Request, name: str) -> rollout_pb2.EnvironmentInfo:
+    """The rollout service's description of an environment; an unknown one is 422 naming
+    `environment` (a field of the body), as /train answers it."""
+    try:
+        return await backends(request).rollout.DescribeEnvironment(
+            rollout_pb2.DescribeEnvironmentRequest(name=name),
+            timeout=request.app.state.settings.rpc_timeout_s,
+        )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.NOT_FOUND:
+            raise
+        raise ApiError(422, exc.details() or "unknown environment", "environment") from None
+
+
 async def _submit(request: Request, spec: JobSpecModel) -> pb.Job:
     return await backends(request).trainer.SubmitJob(
         trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)),
@@ -96,8 +110,15 @@ async def train(request: Request, body: Annotated[TrainBody, Body()]) -> TrainRe
     if isinstance(body, JobSubmit):
         spec = body.spec
     else:
+        settings = request.app.state.settings
+        # RULER joins the environment's default scorers, which depend on its agent kind;
+        # without RULER the trainer writes the defaults out itself.
+        agent = ""
+        if body.use_ruler:
+            environment = body.environment or settings.environment
+            agent = (await environment_info(request, environment)).agent
         try:
-            spec = train_spec(body, request.app.state.settings)
+            spec = train_spec(body, settings, agent=agent)
         except InvalidSpec as exc:
             raise ApiError(422, exc.message, seed_field(exc.field)) from None
     try:

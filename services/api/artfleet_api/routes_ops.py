@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from artfleet.rewardspec import RewardSpecModel, ScorerModel, reward_to_proto
+from artfleet.rewardspec import RewardSpecModel, ScorerModel, default_scorers, reward_to_proto
 from artfleet.scorer_params import POLICY_JUDGE
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, rollout_pb2, trainer_pb2
@@ -32,7 +32,13 @@ from artfleet_api.models import (
     RolloutResponse,
     ScoreOut,
 )
-from artfleet_api.routes_jobs import ERRORS, JSON_BODY, backends, latest_job
+from artfleet_api.routes_jobs import (
+    ERRORS,
+    JSON_BODY,
+    backends,
+    environment_info,
+    latest_job,
+)
 
 router = APIRouter(responses=ERRORS)
 # RunGroup's field names in seed 002's words.
@@ -43,17 +49,7 @@ TASK_FIELDS = {
 }
 
 
-async def _first_scenario(request: Request, environment: str) -> str:
-    try:
-        info = await backends(request).rollout.DescribeEnvironment(
-            rollout_pb2.DescribeEnvironmentRequest(name=environment),
-            timeout=request.app.state.settings.rpc_timeout_s,
-        )
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() != grpc.StatusCode.NOT_FOUND:
-            raise
-        # A field of the body, as /train answers it: 422, not a missing resource.
-        raise ApiError(422, exc.details() or "unknown environment", "environment") from None
+def _first_scenario(info: rollout_pb2.EnvironmentInfo, environment: str) -> str:
     for split in ("train", *sorted(info.split_sizes)):
         for scenario in info.scenarios:
             if scenario.split == split:
@@ -73,10 +69,12 @@ async def _policy(request: Request, body: RolloutRequest) -> tuple[str, str]:
 
 @router.post("/rollout", response_model=RolloutResponse, tags=["rollouts"], dependencies=JSON_BODY)
 async def rollout(request: Request, body: RolloutRequest) -> RolloutResponse:
-    """Runs one group of episodes (Rollout.RunGroup), scored by the default reward spec."""
+    """Runs one group of episodes (Rollout.RunGroup), scored by the environment's default
+    reward (its agent kind's, as a job without `reward` is)."""
     settings = request.app.state.settings
     environment = body.environment or settings.environment
-    first = await _first_scenario(request, environment)  # an unknown environment: 422 first
+    info = await environment_info(request, environment)  # an unknown environment: 422 first
+    first = _first_scenario(info, environment)
     model, base_url = await _policy(request, body)
     scenario = body.scenario_id or first
     task = rollout_pb2.GroupTask(
@@ -92,7 +90,7 @@ async def rollout(request: Request, body: RolloutRequest) -> RolloutResponse:
         temperature=body.temperature,
         max_tokens=body.max_tokens,
         max_context_tokens=4096,
-        reward=reward_to_proto(RewardSpecModel()),
+        reward=reward_to_proto(RewardSpecModel(reward=default_scorers(info.agent))),
         seed=body.seed,
         model_api_key_env=body.api_key_env or "",
         task_prompt=body.task_prompt,

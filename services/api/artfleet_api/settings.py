@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from artfleet.config import CommonSettings
+from artfleet.config import CommonSettings, NameMap
 
 
 class ApiSettings(CommonSettings):
@@ -35,7 +35,7 @@ class ApiSettings(CommonSettings):
     )
     # The HTTP training API names hosted judges (gpt-4o); a fleet maps them onto what it
     # has. Base models are mapped by the trainer (its ARTFLEET_BASE_MODEL_MAP): its files.
-    judge_model_map: dict[str, str] = Field(
+    judge_model_map: NameMap = Field(
         default_factory=dict, description='judge names -> served names; "policy" = own policy'
     )
     environment: str = Field(default="shell-tasks", description="environment of seed bodies")

@@ -10,7 +10,12 @@ import grpc
 
 from artfleet.errors import FailedPrecondition, InvalidArgument, NotFound
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
-from artfleet_rollout.agents.mcp_env import McpEndpoint, McpFailure, probe_evaluate
+from artfleet_rollout.agents.mcp_env import (
+    McpEndpoint,
+    McpFailure,
+    probe_evaluate,
+    with_job_server,
+)
 from artfleet_rollout.environments import Environment, UnknownEnvironment, get_environment
 from artfleet_rollout.group import GroupRunner
 
@@ -29,10 +34,12 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServicer):
         except UnknownEnvironment as exc:
             raise NotFound(str(exc)) from None
         if request.probe_evaluate:
-            await self._probe_evaluate(env)
+            await self._probe_evaluate(env, request.mcp_config)
         return env.describe()
 
-    async def _probe_evaluate(self, env: Environment) -> None:
+    async def _probe_evaluate(self, env: Environment, mcp_config: str) -> None:
+        """Starts the server the job's episodes will start: the job's `mcp_config` (JSON)
+        where it gives one, else the first scenario's."""
         task = next((s.mcp for s in env.scenarios() if s.mcp is not None), None)
         if task is None:
             return  # not an MCP environment: nothing to start
@@ -41,7 +48,7 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServicer):
             settings.sandbox_target, settings.api_token.get_secret_value(), settings.mcp_timeout_s
         )
         try:
-            await probe_evaluate(task, endpoint)
+            await probe_evaluate(with_job_server(task, mcp_config), endpoint)
         except McpFailure as exc:
             raise FailedPrecondition(f"environment {env.name!r}: {exc}") from None
 

@@ -27,13 +27,13 @@ class RolloutClient:
         self._token = token
 
     async def describe(
-        self, environment: str, *, probe_evaluate: bool = False
+        self, environment: str, *, probe_evaluate: bool = False, mcp_config: str = ""
     ) -> rollout_pb2.EnvironmentInfo:
-        """With `probe_evaluate`, an MCP environment's server is started and must have its
-        evaluate tool; what is wrong is an InvalidArgument on `reward`, the scorer that
-        needs it."""
+        """With `probe_evaluate`, an MCP environment's server (the job's `mcp_config`, JSON,
+        where it gives one) is started and must have its evaluate tool; what is wrong is an
+        InvalidArgument on `reward`, the scorer that needs it."""
         request = rollout_pb2.DescribeEnvironmentRequest(
-            name=environment, probe_evaluate=probe_evaluate
+            name=environment, probe_evaluate=probe_evaluate, mcp_config=mcp_config
         )
         async with aio_channel(self._target, self._token) as channel:
             stub = rollout_pb2_grpc.RolloutStub(channel)

@@ -7,7 +7,7 @@ import random
 import statistics
 from collections.abc import Sequence
 
-from artfleet.jobspec import JobSpecModel, reward_spec_proto
+from artfleet.jobspec import JobSpecModel, mcp_config_json, reward_spec_proto
 from artfleet.v1 import rollout_pb2
 
 
@@ -111,6 +111,7 @@ def group_tasks(
             task_prompt=spec.task_prompt,
             max_concurrent=spec.max_concurrent,
             policy_version=policy_version,
+            mcp_config=mcp_config_json(spec),
         )
         for i, scenario in enumerate(scenarios)
     ]

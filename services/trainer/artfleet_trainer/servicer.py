@@ -11,6 +11,7 @@ from artfleet.errors import InvalidArgument
 from artfleet.jobspec import (
     JobSpecModel,
     config_hash,
+    mcp_config_json,
     spec_from_proto,
     spec_to_proto,
     with_default_reward,
@@ -83,7 +84,9 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         info = await self._rollout.describe(spec.environment)
         spec = with_default_reward(spec, info.agent)
         if info.agent == "mcp" and any(s.name == MCP_EVALUATE for s in spec.reward):
-            await self._rollout.describe(spec.environment, probe_evaluate=True)
+            await self._rollout.describe(
+                spec.environment, probe_evaluate=True, mcp_config=mcp_config_json(spec)
+            )
         return spec
 
     def _base_model(self, spec: JobSpecModel) -> JobSpecModel:

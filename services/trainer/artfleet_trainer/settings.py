@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from artfleet.config import ServerSettings
+from artfleet.config import NameMap, ServerSettings
 
 
 class TrainerSettings(ServerSettings):
@@ -17,7 +17,7 @@ class TrainerSettings(ServerSettings):
     )
     device: str = Field(default="cpu", description="torch device of the torch backend")
     # Hub ids (what the HTTP training API's users type) onto folders this machine has.
-    base_model_map: dict[str, str] = Field(
+    base_model_map: NameMap = Field(
         default_factory=dict, description="job base_model names -> model folders (JSON)"
     )
     model_cache_dir: str = Field(default="", description="safetensors cache of base models")

@@ -187,7 +187,9 @@ def validate_env(service: str, env: Mapping[str, str]) -> None:
     except ValidationError as exc:
         error = exc.errors()[0]
         key = PREFIX + "_".join(str(p) for p in error["loc"]).upper()
-        raise ConfigError(f"{key}: {error['msg']} (the {service} service's setting)") from None
+        # A validator's own words, without pydantic's "Value error, ".
+        message = (error.get("ctx") or {}).get("error") or error["msg"]
+        raise ConfigError(f"{key}: {message} (the {service} service's setting)") from None
     except SettingsError as exc:  # a list or dict setting that is not JSON
         found = re.search(r'field "(\w+)"', str(exc))
         key = PREFIX + found.group(1).upper() if found else "a setting"

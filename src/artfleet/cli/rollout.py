@@ -15,7 +15,7 @@ from rich.table import Table
 from artfleet.cli import render
 from artfleet.cli.client import fail, service
 from artfleet.errors import InvalidArgument
-from artfleet.jobspec import JobSpecModel, reward_spec_proto, validate_spec
+from artfleet.jobspec import JobSpecModel, mcp_config_json, reward_spec_proto, validate_spec
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 
 app = typer.Typer(help="Run rollouts without training.", no_args_is_help=True)
@@ -68,6 +68,7 @@ def build_task(spec: JobSpecModel, scenario_id: str, **fields: Any) -> rollout_p
         reward=reward_spec_proto(spec),
         seed=spec.seed,
         task_prompt=spec.task_prompt,
+        mcp_config=mcp_config_json(spec),
         **fields,
     )
 

@@ -8,12 +8,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DescribeEnvironmentRequest(_message.Message):
-    __slots__ = ("name", "probe_evaluate")
+    __slots__ = ("name", "probe_evaluate", "mcp_config")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROBE_EVALUATE_FIELD_NUMBER: _ClassVar[int]
+    MCP_CONFIG_FIELD_NUMBER: _ClassVar[int]
     name: str
     probe_evaluate: bool
-    def __init__(self, name: _Optional[str] = ..., probe_evaluate: _Optional[bool] = ...) -> None: ...
+    mcp_config: str
+    def __init__(self, name: _Optional[str] = ..., probe_evaluate: _Optional[bool] = ..., mcp_config: _Optional[str] = ...) -> None: ...
 
 class ScenarioInfo(_message.Message):
     __slots__ = ("id", "split", "title", "image")
@@ -58,7 +60,7 @@ class EnvironmentInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., split_sizes: _Optional[_Mapping[str, int]] = ..., scenarios: _Optional[_Iterable[_Union[ScenarioInfo, _Mapping]]] = ..., agent: _Optional[str] = ..., skipped: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class GroupTask(_message.Message):
-    __slots__ = ("job_id", "step", "group_id", "environment", "scenario_id", "rollouts", "max_turns", "model_base_url", "policy", "temperature", "max_tokens", "max_context_tokens", "reward", "seed", "model_api_key_env", "policy_version", "task_prompt", "max_concurrent")
+    __slots__ = ("job_id", "step", "group_id", "environment", "scenario_id", "rollouts", "max_turns", "model_base_url", "policy", "temperature", "max_tokens", "max_context_tokens", "reward", "seed", "model_api_key_env", "policy_version", "task_prompt", "max_concurrent", "mcp_config")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +79,7 @@ class GroupTask(_message.Message):
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     TASK_PROMPT_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
+    MCP_CONFIG_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     step: int
     group_id: str
@@ -95,7 +98,8 @@ class GroupTask(_message.Message):
     policy_version: int
     task_prompt: str
     max_concurrent: int
-    def __init__(self, job_id: _Optional[str] = ..., step: _Optional[int] = ..., group_id: _Optional[str] = ..., environment: _Optional[str] = ..., scenario_id: _Optional[str] = ..., rollouts: _Optional[int] = ..., max_turns: _Optional[int] = ..., model_base_url: _Optional[str] = ..., policy: _Optional[str] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., reward: _Optional[_Union[_common_pb2.RewardSpec, _Mapping]] = ..., seed: _Optional[int] = ..., model_api_key_env: _Optional[str] = ..., policy_version: _Optional[int] = ..., task_prompt: _Optional[str] = ..., max_concurrent: _Optional[int] = ...) -> None: ...
+    mcp_config: str
+    def __init__(self, job_id: _Optional[str] = ..., step: _Optional[int] = ..., group_id: _Optional[str] = ..., environment: _Optional[str] = ..., scenario_id: _Optional[str] = ..., rollouts: _Optional[int] = ..., max_turns: _Optional[int] = ..., model_base_url: _Optional[str] = ..., policy: _Optional[str] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., reward: _Optional[_Union[_common_pb2.RewardSpec, _Mapping]] = ..., seed: _Optional[int] = ..., model_api_key_env: _Optional[str] = ..., policy_version: _Optional[int] = ..., task_prompt: _Optional[str] = ..., max_concurrent: _Optional[int] = ..., mcp_config: _Optional[str] = ...) -> None: ...
 
 class RunGroupRequest(_message.Message):
     __slots__ = ("task",)

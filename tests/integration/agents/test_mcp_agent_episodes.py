@@ -11,6 +11,7 @@ import json
 import shutil
 import sys
 import time
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout import metrics
 from artfleet_rollout.agents.mcp_env import McpEndpoint, McpFailure, open_environment
-from artfleet_rollout.environments import McpTask, ToolCallSpec, get_environment
+from artfleet_rollout.environments import McpTask, ToolCallSpec, bundled_agents, get_environment
 from artfleet_rollout.environments.loaders import load_hud
 from artfleet_rollout.environments.registry import register_environment
 from artfleet_rollout.group import GroupRunner
@@ -93,6 +94,33 @@ async def test_in_session_evaluate_equals_a_fresh_evaluate_call(mcp_2048_on_path
     assert untouched.structured_content is not None
     assert first.text and json.loads(first.text)["moves"] == 5
     assert untouched.structured_content["moves"] == 0
+
+
+async def test_the_jobs_mcp_config_replaces_the_scenarios_server(
+    tmp_path: Path, mcp_2048_on_path: Path
+) -> None:
+    # The bundled 2048 tasks with a server that cannot start: only the job's server (the
+    # real 2048 server, named differently) makes these episodes run.
+    bundled = resources.files(bundled_agents.__package__).joinpath(bundled_agents.GAME_2048_TASKS)
+    tasks = json.loads(bundled.read_text())
+    for record in tasks:
+        record["mcp_config"] = {"gone": {"command": "/nonexistent/mcp-server"}}
+    path = tmp_path / "gone.json"
+    path.write_text(json.dumps(tasks))
+    register_environment("gone-2048", lambda: load_hud(str(path), name="gone-2048"))
+    job_server = json.dumps({"hud-2048": {"command": str(mcp_2048_on_path), "args": []}})
+    reward = HalfReward()
+    runner = GroupRunner(_settings(), connect=connections(Script([*MOVES]), reward=reward))
+    await runner.start()
+    try:
+        response = await runner.run(task("gone-2048", "2048-00", mcp_config=job_server))
+        without = await runner.run(task("gone-2048", "2048-00"))
+    finally:
+        await runner.stop()
+    assert not response.group.exceptions, response.group.exceptions
+    assert [e.evaluated for e in response.episodes] == [True, True]
+    assert all(0.0 < e.evaluate_reward <= 1.0 for e in response.episodes)
+    assert "MCP server 'gone' did not start" in without.group.exceptions[0].message
 
 
 def _faulty(mode: str, tmp_path: Path) -> str:

@@ -130,3 +130,24 @@ async def test_a_server_that_does_not_start_is_refused_at_submit_with_why(
         await submit(environment=name)
     assert "MCP server 'remote' did not start" in str(info.value)
     assert "nohost.invalid" in str(info.value)
+
+
+async def test_a_hud_config_yaml_submits_with_its_server(submit: Submit) -> None:
+    # The HUD integration's config.yaml, the bundled 2048 server as its `local` command.
+    server = {"local": {"command": "artfleet-mcp-2048", "args": []}}
+    job = await submit(environments={2048: {"mcp_config": server, "max_turns": 7}})
+    assert job.spec.environment == "game-2048" and job.spec.max_turns == 7
+    assert json.loads(job.spec.mcp_config) == server
+    assert [s.name for s in job.spec.reward.scorers] == ["mcp_evaluate"]
+
+
+async def test_the_submit_probe_starts_the_jobs_server_not_the_scenarios(
+    submit: Submit,
+) -> None:
+    # The bundled taskset's own server starts; the job's does not, and that is what the
+    # episodes would start.
+    ssh = {"remote": {"command": "ssh", "args": ["-o", "BatchMode=yes", "nohost.invalid", "x"]}}
+    with pytest.raises(InvalidArgument) as info:
+        await submit(environments={"2048": {"mcp_config": ssh}})
+    assert info.value.field == "reward"
+    assert "MCP server 'remote' did not start" in str(info.value)

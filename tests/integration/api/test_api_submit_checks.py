@@ -154,7 +154,10 @@ async def test_an_unknown_base_model_is_refused_at_submit_with_the_known_ones(
 async def test_http_train_with_an_unknown_base_model_is_422_naming_it(
     api: httpx.AsyncClient,
 ) -> None:
-    body = {"model_name": "my-agent-v1", "project": "my-project", "base_model": HUB_ID}
+    # Without RULER the API asks nothing before the trainer (with it, the rollout service
+    # for the environment's agent kind, absent here).
+    body: dict[str, object] = {"model_name": "my-agent-v1", "project": "my-project"}
+    body |= {"base_model": HUB_ID, "use_ruler": False}
     response = await api.post("/train", json=body)
     assert response.status_code == 422, response.text
     assert response.json()["field"] == "base_model"

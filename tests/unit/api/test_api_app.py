@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from starlette.routing import Mount
 
 from artfleet.cli.fleet import free_port
+from artfleet.jobspec import spec_to_proto
 from artfleet_api.app import create_app
 from artfleet_api.mapping import batch_shape, train_spec
 from artfleet_api.models import TrainRequest
@@ -156,6 +157,15 @@ def test_bad_bodies_get_422_naming_the_field(
     assert not named.startswith(("TrainRequest", "JobSubmit", "spec.spec")), named
 
 
+def test_a_hud_config_entrys_unknown_key_is_named(client: TestClient) -> None:
+    server = {"local": {"command": "artfleet-mcp-2048"}}
+    entry = {"mcp_config": server, "max_turns": 5, "max_steps": 3}
+    response = client.post("/train", json={"spec": {"environments": {"2048": entry}}}, headers=AUTH)
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == "spec.environments.2048.max_steps"
+    assert "unknown key; known: mcp_config, max_turns, taskset" in response.json()["error"]
+
+
 def test_a_spec_bodys_unknown_key_is_named_as_sent(client: TestClient) -> None:
     response = client.post("/train", json={"spec": {"bogus": 1}}, headers=AUTH)
     assert response.status_code == 422
@@ -202,17 +212,32 @@ def test_seed_002_body_becomes_a_job_spec_with_ruler(tmp_path: Path) -> None:
             "task_prompt": "You are a helpful assistant that solves problems step by step.",
         }
     )
-    spec = train_spec(request, settings)
+    spec = train_spec(request, settings, agent="terminal")
     assert (spec.name, spec.project, spec.steps) == ("my-agent-v1", "my-project", 5)
     assert (spec.groups_per_step, spec.rollouts_per_group) == (2, 4)
     assert spec.task_prompt.startswith("You are a helpful assistant")
     assert [s.name for s in spec.reward] == ["process", "task_check", "ruler"]
     assert spec.reward[2].params == {"judge": "policy"}
-    hosted = train_spec(request, _settings(tmp_path))
+    hosted = train_spec(request, _settings(tmp_path), agent="terminal")
     assert hosted.reward[2].params["judge"]["model"] == "gpt-4o"
     assert hosted.reward[2].params["judge"]["api_key_env"] == "OPENAI_API_KEY"
     # The trainer maps and checks the base model (its files): the API passes it on.
     assert spec.base_model == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_a_body_without_ruler_leaves_the_reward_to_the_trainer(tmp_path: Path) -> None:
+    # The trainer writes out the environment's defaults (an MCP environment's evaluate
+    # tool); a reward written here would be the terminal agent's whatever the environment.
+    request = TrainRequest.model_validate(
+        {"model_name": "m", "project": "p", "environment": "game-2048", "use_ruler": False}
+    )
+    spec = train_spec(request, _settings(tmp_path), agent="mcp")
+    assert "reward" not in spec.model_fields_set
+    assert not spec_to_proto(spec).reward.scorers
+    # RULER joins the defaults of the environment's agent kind.
+    ruler = TrainRequest.model_validate({"model_name": "m", "project": "p", "use_ruler": True})
+    mcp = train_spec(ruler, _settings(tmp_path), agent="mcp")
+    assert [s.name for s in mcp.reward] == ["mcp_evaluate", "ruler"]
 
 
 @pytest.mark.parametrize(

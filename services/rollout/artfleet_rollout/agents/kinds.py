@@ -13,7 +13,7 @@ from artfleet.art_types import art
 from artfleet.v1 import common_pb2 as pb
 
 from . import prompts
-from .mcp_env import McpEndpoint, McpFailure, open_environment
+from .mcp_env import McpEndpoint, McpFailure, open_environment, with_job_server
 from .sandbox_tools import SandboxToolbox
 from .tool_loop import LoopOptions, run_tool_loop
 from .turns import Budget, ask_policy, canonical_tools, system_message
@@ -80,9 +80,9 @@ async def run_tools(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb
 
 async def run_mcp(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.Episode) -> None:
     """One MCP session: setup, the tool loop, then `evaluate` in the same session."""
-    task = ctx.scenario.mcp
-    if task is None:
+    if ctx.scenario.mcp is None:
         raise McpFailure(f"scenario {ctx.scenario.id!r} has no MCP server configured")
+    task = with_job_server(ctx.scenario.mcp, ctx.task.mcp_config)
     endpoint = McpEndpoint(ctx.settings.sandbox_target, ctx.token, ctx.settings.mcp_timeout_s)
     async with open_environment(task, endpoint) as environment:
         setup_text = await environment.start()

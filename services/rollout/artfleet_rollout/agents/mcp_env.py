@@ -20,11 +20,12 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from artfleet.hud_config import check_mcp_config
 from artfleet.mcp_local import ServerStderr, resolve_command
 from artfleet.mcp_stdio import McpStdioError, sandbox_stdio_client
 from artfleet_rollout import metrics
@@ -58,6 +59,18 @@ class McpEndpoint:
     sandbox_target: str
     token: str
     timeout_s: float  # per MCP request (start included)
+
+
+def with_job_server(task: McpTask, mcp_config: str) -> McpTask:
+    """The scenario's task with the job's server (its `mcp_config`, JSON) in place of the
+    scenario's own; the task itself when the job names none."""
+    if not mcp_config:
+        return task
+    try:
+        config = check_mcp_config(json.loads(mcp_config))
+    except ValueError as exc:  # JSONDecodeError included
+        raise McpFailure(f"the job's mcp_config: {exc}") from None
+    return replace(task, config=config)
 
 
 def _default_docker(target: str, token: str, image: str, args: list[str]) -> Any:

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from artfleet.hud_config import check_mcp_config
+
 from .base import SPLITS, Environment, McpTask, Scenario, ToolCallSpec
 
 R = TypeVar("R")
@@ -95,8 +97,7 @@ def _hud_scenario(record: dict[str, Any], position: int) -> Scenario:
     prompt, config = record.get("prompt"), record.get("mcp_config")
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("no prompt")
-    if not isinstance(config, dict) or len(config) != 1:
-        raise ValueError("mcp_config must hold exactly one server")
+    config = check_mcp_config(config)
     evaluate = _tool_call(record.get("evaluate_tool", "evaluate"), "evaluate")
     assert evaluate is not None
     system = record.get("system_prompt")
