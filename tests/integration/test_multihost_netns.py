@@ -4,9 +4,13 @@ server, and reward; two worker hosts, each a rollout worker and a sandbox replic
 process bound to its own host's address, the sandbox name resolving to both replicas
 (tests/support/netns_fleet.py). A real job (SmolLM2) runs across them to SUCCEEDED; the
 chaos suite's checks (tests/support/chaos.py) count every step trained once and every
-group once. Then a worker host is cut off mid-step (its link down) for longer than the
-group and sandbox leases and healed: the job still succeeds, its groups ran elsewhere,
-nothing trained or counted twice, its sandbox sessions closed. Needs root and iproute2:
+group once. Then a 2-step job under one of each network fault, in an order drawn from a
+seed (tests/support/partition.py): a worker host cut off mid-step past the group and
+sandbox leases and healed, a worker host whose every process dies at once and boots
+again, the Redis host restarted (same AOF directory), the trainer host cut off during
+gather and healed: the job still succeeds, the lost groups ran elsewhere, nothing trained
+or counted twice, no trajectory lost, every sandbox session closed after the heals. The
+CI-sized variant of bench/partition_bench.py (about 5 minutes). Needs root and iproute2:
 skips without them, fails under CI=true."""
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from chaos import ChaosDriver, ChaosPlan, verify
 from chaos_fleet import become_subreaper, leftover_workspaces, wait_sessions_closed
 from netns_fleet import PLACEMENT, WORKER_HOSTS, NetnsFleet
 from netns_hosts import can_make_namespaces
-from partition import PartitionDriver, late_results_ignored
+from partition import NetFaultDriver
 
 from artfleet.v1 import common_pb2 as pb
 
@@ -27,6 +31,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 GROUPS = "artfleet_rollout_groups_total"
 SESSIONS_CREATED = "artfleet_sandbox_sessions_created_total"
+# One of each network fault, CI-sized; bench/partition_bench.py runs more of them.
+CI_FAULTS = {"worker_cut": 1, "host_down": 1, "redis_restart": 1, "trainer_cut": 1}
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +76,13 @@ def test_job_runs_across_four_hosts(fleet: NetnsFleet) -> None:
     assert fleet.listening("redis") == [fleet.redis_url.rsplit("@", 1)[1].removesuffix("/0")]
     assert fleet.address_of("redis") != fleet.address_of("trainer")
 
-    plan = ChaosPlan(seed=23, steps=2, counts={})
+    plan = ChaosPlan(seed=23, steps=1, counts={})
     driver = ChaosDriver(fleet, plan, print)
     job = driver.run(timeout_s=1500)
     report = verify(driver, job, [])
     print("\n".join(report.lines()))
     assert report.job_state == "JOB_STATE_SUCCEEDED"
-    assert [s.step for s in job.steps] == [1, 2] and job.state == pb.JOB_STATE_SUCCEEDED
+    assert [s.step for s in job.steps] == [1] and job.state == pb.JOB_STATE_SUCCEEDED
     assert report.missing_steps == [] and report.duplicate_steps == 0
     assert report.duplicate_groups == 0 and report.lost_trajectories == 0
     # The inference server the workers called is the trainer host's.
@@ -91,34 +97,26 @@ def test_job_runs_across_four_hosts(fleet: NetnsFleet) -> None:
     print(f"multihost job: {time.monotonic() - started:.0f}s, steps {report.step_seconds}")
 
 
-def test_worker_host_cut_off_past_its_leases(fleet: NetnsFleet) -> None:
+def test_network_faults_from_a_seed(fleet: NetnsFleet) -> None:
     started = time.monotonic()
-    hold_s = max(fleet.group_lease_s, fleet.sandbox_lease_s) + 10
     plan = ChaosPlan(seed=24, steps=2, counts={})
-    driver = PartitionDriver(fleet, plan, print, host="worker2", step=1, hold_s=hold_s)
-    try:
-        job = driver.run(timeout_s=1500)
-    finally:
-        driver.heal_all()  # whatever happened: the fixture's stop needs every host back
-    report = verify(driver, job, [])
-    # Every session closed: the cut-off worker's on the other replica went with its lease.
-    report.sessions_left = wait_sessions_closed(fleet, fleet.sandbox_lease_s + 30)
-    log_path = fleet.process("rollout-2").log_path
-    assert log_path is not None
-    late = late_results_ignored(log_path)
+    driver = NetFaultDriver(fleet, plan, print, counts=CI_FAULTS)
+    report = driver.run_and_verify(timeout_s=1500)
     print("\n".join(report.lines()))
-    cuts = [(c.host, c.step, sorted(c.groups)) for c in driver.cuts]
-    print(f"late_results_ignored={late} cuts={cuts}")
-    print(f"partition job: {time.monotonic() - started:.0f}s")
-    assert [c.host for c in driver.cuts] == ["worker2"], "worker2 never held a group to cut"
-    cut = driver.cuts[0]
-    assert cut.healed_at is not None and cut.healed_at - cut.at >= hold_s
-    assert report.job_state == "JOB_STATE_SUCCEEDED"
-    assert report.checks == dict.fromkeys(report.checks, True), report.checks
-    assert report.missing_steps == [] and report.duplicate_steps == 0
-    assert report.duplicate_groups == 0 and report.lost_trajectories == 0
-    assert report.recoveries and all(r.recovered_s is not None for r in report.recoveries)
-    print(
-        f"partition_recovery_s_max={report.recovery_s_max:.1f}"
-    )  # target <= 60: a figure, not a timed assert
-    assert report.sessions_left == 0
+    print(f"faults job: {time.monotonic() - started:.0f}s")
+    chaos = report.chaos
+    assert {k: n for k, n in chaos.injected.items() if n} == CI_FAULTS, "a fault never fired"
+    assert chaos.job_state == "JOB_STATE_SUCCEEDED"
+    assert chaos.checks == dict.fromkeys(chaos.checks, True), chaos.checks
+    assert chaos.missing_steps == [] and chaos.duplicate_steps == 0
+    assert chaos.duplicate_groups == 0 and chaos.lost_trajectories == 0
+    # The cut and the dead worker host's groups ran again elsewhere (recovery_s: a
+    # figure, not a timed assert), and every cut lasted its hold before it healed.
+    assert chaos.recoveries and all(r.recovered_s is not None for r in chaos.recoveries)
+    cut_hosts = [c.host for c in report.cuts]
+    assert len(cut_hosts) == 2 and "trainer" in cut_hosts
+    assert set(cut_hosts) - {"trainer"} <= set(WORKER_HOSTS)
+    assert all(c.healed_at is not None and c.healed_at - c.at >= c.hold_s for c in report.cuts)
+    # Late publishes of the cut worker are logged as not stored; the ledger above counted
+    # each group once whatever they were. Every session closed after the heal.
+    assert chaos.sessions_left == 0
