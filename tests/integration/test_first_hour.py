@@ -360,7 +360,7 @@ def test_listings_as_json_have_whole_ids(tour: Tour) -> None:
     models = {m["name"]: m for m in json.loads(_ok(tour.artfleet("models", "list", "--json")))}
     if "tour" in tour.jobs:
         trained = models[f"tour-{tour.jobs['tour']}"]
-        assert [c["step"] for c in trained["checkpoints"]] == [1, 2, 3]
+        assert {1, 2, 3} <= {c["step"] for c in trained["checkpoints"]}  # 0: the base's
         assert sum(c["best"] for c in trained["checkpoints"]) == 1
     piped = _ok(tour.artfleet("jobs", "list"))
     assert all(job_id in piped for job_id in tour.jobs.values())  # piped: ids whole
