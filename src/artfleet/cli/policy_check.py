@@ -40,7 +40,10 @@ def check_model_name(model: str) -> None:
     """A path (what `--model_path` users type) is not a model name: say what to type."""
     looks_like_path = model.startswith(_PATH_STARTS) or model.endswith("/")
     if not looks_like_path and "/" in model:
-        looks_like_path = Path(model).expanduser().exists()  # a hub id is not on this disk
+        # A hub id is not on this disk; a checkpoint path copied from the trainer's machine
+        # is not either, but it has the checkpoint layout (a hub id has two parts).
+        at_step = "@" in (served_name_of(model) or "")
+        looks_like_path = at_step or Path(model).expanduser().exists()
     if not looks_like_path:
         return
     name = served_name_of(model.rstrip("/"))
