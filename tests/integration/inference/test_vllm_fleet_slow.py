@@ -13,17 +13,21 @@ from typing import Any
 
 import httpx
 import pytest
+from job_wait import wait_ended
 from openai import OpenAI
 from openai.types.chat.chat_completion import Choice
+from trained_tokens import mismatches, sampled_turns
 from transformers import AutoTokenizer
 
+from artfleet import codec
 from artfleet.checkpoint_layout import write_best
 from artfleet.cli.fleet import LocalFleet, vllm_python
 from artfleet.jobspec import JobSpecModel, spec_to_proto
 from artfleet.rpc.client import sync_channel
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet.v1 import rollout_pb2, rollout_pb2_grpc, trainer_pb2, trainer_pb2_grpc
 from artfleet_trainer.art_compat import art
+from artfleet_trainer.torch_backend import training
 from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -69,8 +73,7 @@ def jobs(trainer: trainer_pb2_grpc.TrainerStub) -> dict[str, pb.Job]:
              "reward": reward}
         )  # fmt: skip
         job = trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
-        list(trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500))
-        done[environment] = trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
+        done[environment] = wait_ended(trainer, job.id, timeout_s=1500)
     return done
 
 
@@ -213,3 +216,46 @@ def test_bad_requests_get_clear_errors(fleet: LocalFleet, jobs: dict[str, pb.Job
     )
     assert other_base.status_code == 400
     assert other_base.json()["error"]["param"] == "base_model"
+
+
+def test_multi_turn_groups_train_exactly_what_vllm_sampled(
+    fleet: LocalFleet, jobs: dict[str, pb.Job]
+) -> None:
+    """A real multi-turn group from the fleet's rollout service on vLLM (2048 over MCP: a
+    turn without a call gets help and the game goes on, so every episode has 3 turns
+    with observations between): the trainer's tokenization trains each turn's sampled
+    ids, with vLLM's logprobs, after exactly the prompt vLLM sampled it from
+    (tests/support/trained_tokens.py)."""
+    environment = "game-2048"
+    channel = sync_channel(fleet.target("rollout"), fleet.token)
+    rollout = rollout_pb2_grpc.RolloutStub(channel)
+    try:
+        info = rollout.DescribeEnvironment(
+            rollout_pb2.DescribeEnvironmentRequest(name=environment), timeout=120
+        )
+        task = rollout_pb2.GroupTask(
+            job_id="multi-turn-tokens", step=1, group_id=f"tokens-{environment}",
+            environment=environment, scenario_id=info.scenarios[0].id, rollouts=2, max_turns=3,
+            model_base_url=fleet.policy_base_url, policy=jobs["tool-shell"].policy,
+            temperature=1.0, max_tokens=48, max_context_tokens=2048, seed=7,
+        )  # fmt: skip
+        response = rollout.RunGroup(rollout_pb2.RunGroupRequest(task=task), timeout=600)
+    finally:
+        channel.close()
+    group = codec.group_from_proto(response.group)
+    assert len(group.trajectories) == 2, response.group.exceptions
+    for i, trajectory in enumerate(group.trajectories):
+        trajectory.reward = float(i)  # distinct rewards: ART drops zero-advantage groups
+    tokenizer = AutoTokenizer.from_pretrained(ensure_embedded_cache())
+    results = training.tokenize_groups(tokenizer, [group], {})
+    by_trajectory: dict[int, list[Any]] = {}
+    for result in results:
+        by_trajectory.setdefault(id(result.trajectory), []).append(result)
+    assert len(by_trajectory) == 2
+    turns_seen = []
+    for own in by_trajectory.values():
+        turns = sampled_turns(own[0].trajectory.messages_and_choices)
+        turns_seen.append(len(turns))
+        assert mismatches(own, turns) == []
+    assert min(turns_seen) == 3, turns_seen
+    print(f"{environment}: turns {turns_seen}, sequences {len(results)}")
