@@ -113,6 +113,8 @@ class JobSpecModel(RewardSpecModel):
     eval_split: str = "test"
     eval_k: int = Field(default=2, ge=1, le=256)
     eval_max_tasks: int = Field(default=0, ge=0, le=100_000)  # 0 = every task of the split
+    # None = `temperature`; 0 = greedy (no sampling noise between the before/after evals).
+    eval_temperature: float | None = Field(default=None, ge=0, le=5.0)
     # Checkpoint retention (seed 000 keeps the latest 3): last K (0 = all) + best by an eval
     # metric ("" = none).
     keep_last: int = Field(default=0, ge=0, le=100_000)
@@ -181,6 +183,7 @@ NOT_TRAINING_FIELDS = frozenset(
         "eval_split",
         "eval_k",
         "eval_max_tasks",
+        "eval_temperature",
         "keep_last",
         "keep_best_metric",
         "log_sample_rate",

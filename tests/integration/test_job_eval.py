@@ -149,6 +149,27 @@ async def test_a_job_with_eval_every_steps_logs_val_metrics(
     assert (model_dir / "trajectories" / "val" / "0002.parquet").is_file()
 
 
+async def test_eval_samples_at_eval_temperature_and_training_at_the_jobs(
+    redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    spec = JobSpecModel.model_validate(
+        dict(
+            steps=1,
+            groups_per_step=2,
+            rollouts_per_group=2,
+            temperature=0.7,
+            eval_every_steps=1,
+            eval_k=2,
+            eval_temperature=0.0,  # greedy: 0 must not fall back to the job's 0.7
+            gather_timeout_s=60,
+        )
+    )
+    job, _, rollouts = await asyncio.wait_for(run_job(redis, LoggingBackend(tmp_path), spec), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    by_kind = {(t.job_id == eval_job_id(job.id), t.temperature) for t in rollouts.tasks}
+    assert by_kind == {(True, 0.0), (False, 0.7)}  # doubles on the wire: exact
+
+
 async def test_no_eval_without_eval_every_steps_and_sampled_rollouts_on_disk(
     redis: aioredis.Redis, tmp_path: Path
 ) -> None:

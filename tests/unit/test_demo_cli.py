@@ -5,14 +5,55 @@ from __future__ import annotations
 import pytest
 
 from artfleet.cli.demo import _gain_line, demo_spec
+from artfleet.cli.render import bar_chart, reward_chart
+from artfleet.jobspec import spec_from_proto, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 
 
 def test_demo_job_evaluates_the_test_split_before_and_after_training() -> None:
-    spec = demo_spec(steps=3, groups=8, rollouts=8, eval_k=2, seed=7)
+    spec = demo_spec(
+        steps=3, groups=8, rollouts=8, eval_k=1, seed=7, learning_rate=5e-4, eval_temperature=0
+    )
     assert (spec.environment, spec.max_turns, spec.eval_split) == ("math-single", 1, "test")
     assert spec.eval_every_steps == spec.steps == 3  # evals at step 0 and step 3 only
     assert [s.name for s in spec.reward] == ["answer_check"]
+    # Greedy held-out samples while training samples at the job's temperature; the 0
+    # survives the trip to the trainer (unset would mean "the job's temperature").
+    sent = spec_from_proto(spec_to_proto(spec))
+    assert (sent.eval_temperature, sent.temperature) == (0.0, spec.temperature)
+    assert spec.temperature > 0 and spec.learning_rate == 5e-4
+
+
+def test_eval_temperature_unset_stays_unset() -> None:
+    spec = spec_from_proto(pb.JobSpec(eval_every_steps=1))
+    assert spec.eval_temperature is None
+    assert not spec_to_proto(spec).HasField("eval_temperature")
+
+
+def test_bar_chart_draws_one_bar_per_value_in_eighth_blocks() -> None:
+    lines = bar_chart([0.0, 0.25, 0.5, 1.0], height=2)
+    # Two rows of 2-wide bars a space apart; 1.0 fills both rows, 0.5 one, 0.25 half of one.
+    assert lines == ["+1.00 ┤         ██", "+0.00 ┤   ▄▄ ██ ██"]
+
+
+def test_bar_chart_starts_bars_at_the_lowest_negative_value() -> None:
+    assert bar_chart([-1.0, 1.0], height=2) == ["+1.00 ┤   ██", "-1.00 ┤   ██"]
+
+
+def test_bar_chart_averages_runs_past_its_width_and_draws_nothing_for_no_values() -> None:
+    assert bar_chart([]) == []
+    lines = bar_chart([0.0, 0.0, 1.0, 1.0], height=1, width=2)
+    assert lines == ["+1.00 ┤   ██"]  # two columns: mean(0, 0) and mean(1, 1)
+    # 48 values in 24 columns (pairs averaged), 1 wide past 12 columns.
+    assert bar_chart([1.0] * 24 + [0.0] * 24, height=1) == ["+1.00 ┤" + "█" * 12]
+
+
+def test_reward_chart_titles_the_first_and_last_step() -> None:
+    steps = [pb.StepSummary(step=i + 1, reward_mean=r) for i, r in enumerate([0.1, 0.3, 0.5])]
+    lines = reward_chart(steps)
+    assert lines[0] == "training reward per step (1-3): 0.10 -> 0.50"
+    assert len(lines) == 5 and lines[1].startswith("+0.50 ┤")
+    assert reward_chart([]) == []
 
 
 def test_gain_line_pairs_the_first_and_last_eval_by_task() -> None:

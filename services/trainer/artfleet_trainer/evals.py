@@ -1,6 +1,7 @@
 """Evaluation inside a training job: before step 1 and every `eval_every_steps` steps, k
-samples per task of `eval_split`, through the same rollout machinery as training (one
-group task per task, published through a step batch of its own).
+samples per task of `eval_split` at `eval_temperature` (default: the job's), through the
+same rollout machinery as training (one group task per task, published through a step
+batch of its own).
 
 The eval's groups live under the job id `<job>-eval` and the policy's step, so they never
 mix with a training step's batch; they are never trained on. Results: `Job.evals`, an
@@ -148,6 +149,7 @@ class Evaluator:
             rollouts=spec.eval_k,
             policy=model.get_inference_name(),
             base_url=inference_url,
+            temperature=spec.eval_temperature,
         )
 
 

@@ -86,9 +86,11 @@ def group_tasks(
     policy: str,
     base_url: str,
     policy_version: int = 0,
+    temperature: float | None = None,
 ) -> list[rollout_pb2.GroupTask]:
-    """One task per scenario, the job's sampling settings bound; a judge given as "policy"
-    in the reward spec calls `policy` at `base_url`."""
+    """One task per scenario, the job's sampling settings bound (`temperature` overrides
+    the spec's, as an evaluation's may); a judge given as "policy" in the reward spec calls
+    `policy` at `base_url`."""
     reward = reward_spec_proto(spec)
     reward.policy.model = policy
     reward.policy.base_url = base_url
@@ -103,7 +105,7 @@ def group_tasks(
             max_turns=spec.max_turns,
             model_base_url=base_url,
             policy=policy,
-            temperature=spec.temperature,
+            temperature=spec.temperature if temperature is None else temperature,
             max_tokens=spec.max_tokens,
             max_context_tokens=spec.max_context_tokens,
             reward=reward,

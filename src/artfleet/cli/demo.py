@@ -79,7 +79,16 @@ def pick_engine(engine: str, python: str = "") -> str:
     return engine
 
 
-def demo_spec(steps: int, groups: int, rollouts: int, eval_k: int, seed: int) -> JobSpecModel:
+def demo_spec(
+    steps: int,
+    groups: int,
+    rollouts: int,
+    eval_k: int,
+    seed: int,
+    *,
+    learning_rate: float,
+    eval_temperature: float,
+) -> JobSpecModel:
     """The demo's job: math-single, answer_check reward, evaluated on the whole test split
     before step 1 and after the last step. bench/learning_bench.py measures this setting
     (docs/learning.md): the 135M policy learns to answer briefly, ending with the result."""
@@ -89,7 +98,7 @@ def demo_spec(steps: int, groups: int, rollouts: int, eval_k: int, seed: int) ->
         steps=steps,
         groups_per_step=groups,
         rollouts_per_group=rollouts,
-        learning_rate=5e-4,
+        learning_rate=learning_rate,
         max_turns=1,
         max_tokens=48,
         seed=seed,
@@ -97,6 +106,7 @@ def demo_spec(steps: int, groups: int, rollouts: int, eval_k: int, seed: int) ->
         eval_every_steps=steps,
         eval_split="test",
         eval_k=eval_k,
+        eval_temperature=eval_temperature,
     )
 
 
@@ -104,15 +114,27 @@ def demo(
     steps: int = typer.Option(4, min=1),
     groups_per_step: int = typer.Option(8, min=1),
     rollouts_per_group: int = typer.Option(8, min=2),
-    eval_k: int = typer.Option(2, min=1, help="samples per held-out task, before and after"),
-    seed: int = typer.Option(7, min=0),
+    learning_rate: float = typer.Option(5e-4, min=0.0, max=1.0),
+    eval_k: int = typer.Option(1, min=1, help="samples per held-out task, before and after"),
+    eval_temperature: float = typer.Option(
+        0.0, min=0.0, max=5.0, help="of the held-out samples (0 = greedy)"
+    ),
+    seed: int = typer.Option(7, min=0, help="training task order and sampling"),
     workdir: Path = WorkdirOpt,
     engine: str = EngineOpt,
 ) -> None:
     """Start a local fleet (Redis + the four services), train SmolLM2 with LoRA GRPO on the
     bundled math-single problems, evaluate it on held-out problems before and after, show
     progress and a summary, then stop everything."""
-    spec = demo_spec(steps, groups_per_step, rollouts_per_group, eval_k, seed)
+    spec = demo_spec(
+        steps,
+        groups_per_step,
+        rollouts_per_group,
+        eval_k,
+        seed,
+        learning_rate=learning_rate,
+        eval_temperature=eval_temperature,
+    )
     fleet = LocalFleet(workdir.resolve(), engine=pick_engine(engine))
     start = time.monotonic()
     render.console.print(f"starting the fleet in {fleet.workdir} (logs in logs/) ...")
@@ -145,6 +167,7 @@ def _run_job(fleet: LocalFleet, spec: JobSpecModel) -> pb.Job:
         render.follow(stub.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id)), spec.steps)
         job = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
     render.console.print(render.summary_table(job))
+    render.console.print("\n".join(render.reward_chart(job.steps)), markup=False)
     if job.evals:
         render.console.print(render.evals_table(job.evals))
         render.console.print(_gain_line(job), markup=False)

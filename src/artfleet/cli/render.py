@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Sequence
+from itertools import pairwise
 from typing import Any
 
 from google.protobuf import json_format
@@ -127,6 +128,54 @@ def summary_table(job: pb.Job) -> Table:
             f"{s.step_seconds:.0f}s",
         )
     return table
+
+
+_EIGHTHS = " ▁▂▃▄▅▆▇█"
+
+
+def _columns(values: Sequence[float], width: int) -> list[float]:
+    """At most `width` values: consecutive runs averaged when there are more."""
+    if len(values) <= width:
+        return list(values)
+    edges = [round(i * len(values) / width) for i in range(width + 1)]
+    return [sum(values[a:b]) / (b - a) for a, b in pairwise(edges)]
+
+
+def bar_chart(values: Sequence[float], *, height: int = 4, width: int = 24) -> list[str]:
+    """A small bar chart in block characters, one column per value (runs averaged past
+    `width` columns); bars rise from min(0, lowest) to the highest value, labelled on the
+    left. [] for no values."""
+    if not values:
+        return []
+    cols = _columns(values, width)
+    low, high = min(0.0, *cols), max(0.0, *cols)
+    span = (high - low) or 1.0
+    eighths = [round((v - low) / span * height * 8) for v in cols]
+    labels = [f"{high:+.2f}", f"{low:+.2f}"]
+    pad = max(map(len, labels))
+    # Few values: 2-wide bars a space apart; many: 1-wide, touching.
+    bar, gap = (2, " ") if len(cols) <= 12 else (1, "")
+    lines = []
+    for row in range(height):
+        base = (height - 1 - row) * 8
+        cells = gap.join(_EIGHTHS[max(0, min(8, e - base))] * bar for e in eighths)
+        label = labels[0] if row == 0 else labels[1] if row == height - 1 else ""
+        lines.append(f"{label:>{pad}} {'┤' if label else '│'}{cells}".rstrip())
+    return lines
+
+
+def reward_chart(steps: Sequence[pb.StepSummary]) -> list[str]:
+    """The training reward per step as a few lines of bars (the console draws the larger
+    chart)."""
+    values = [s.reward_mean for s in steps]
+    if not values:
+        return []
+    first, last = steps[0], steps[-1]
+    title = (
+        f"training reward per step ({first.step}-{last.step}): "
+        f"{first.reward_mean:.2f} -> {last.reward_mean:.2f}"
+    )
+    return [title, *bar_chart(values)]
 
 
 def job_details(job: pb.Job) -> None:
