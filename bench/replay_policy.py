@@ -6,8 +6,8 @@
 The script is a JSON list of replies, one per assistant turn; each reply is a tool call
 `{"tool": "bash", "arguments": {"command": "ls"}}` or a text answer `{"content": "..."}`.
 Every reply but the last must be a tool call: its call id carries the episode's id, which
-is how later requests of the same episode are recognised (turn k = the assistant turns in
-the request + 1; turns past the script repeat its last reply).
+is how later requests of the same episode are recognised (turn k = this server's answers
+in the request + 1; turns past the script repeat its last reply).
 
 The answers carry what the rollout and the trainer read from vLLM: logprob entries named
 `token_id:<id>`, `token_ids` on the choice and `prompt_token_ids` when the request asks
@@ -44,7 +44,7 @@ DEFAULT_SCRIPT: list[dict[str, Any]] = [
 _VOCAB_BASE = 1000  # made-up ids: 1000 + byte, inside any real vocabulary
 _PROMPT_IDS = [_VOCAB_BASE + b for b in b"<system+task>"]
 _OBSERVATION_IDS = [_VOCAB_BASE + b for b in b"<observation>"]
-_CALL_PREFIX = "call_"
+_CALL_PREFIX = "call_replay_"
 
 
 class ScriptError(ValueError):
@@ -110,15 +110,20 @@ def reply_for(replies: list[Reply], turn: int) -> Reply:
 
 
 def episode_of(messages: list[dict[str, Any]]) -> tuple[str, int]:
-    """(episode id, turn) of a request: the id the first answer's call carried ("" on a
-    first turn), and the assistant turns so far + 1."""
-    assistants = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
-    episode = ""
-    if assistants:
-        calls = assistants[0].get("tool_calls") or []
-        call_id = str(calls[0].get("id", "")) if calls else ""
-        episode = call_id.removeprefix(_CALL_PREFIX).rsplit("_", 1)[0]
-    return episode, len(assistants) + 1
+    """(episode id, turn) of a request: the id this server's first answer carried ("" on a
+    first turn), and this server's answers so far + 1. Assistant messages it did not write
+    (an agent's demonstration turns) do not count."""
+    ours = [call_id for m in messages if (call_id := _our_call_id(m))]
+    episode = ours[0].removeprefix(_CALL_PREFIX).rsplit("_", 1)[0] if ours else ""
+    return episode, len(ours) + 1
+
+
+def _our_call_id(message: Any) -> str:
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return ""
+    calls = message.get("tool_calls") or []
+    call_id = str(calls[0].get("id", "")) if calls and isinstance(calls[0], dict) else ""
+    return call_id if call_id.startswith(_CALL_PREFIX) else ""
 
 
 def completion(

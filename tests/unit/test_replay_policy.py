@@ -50,11 +50,9 @@ def test_answers_carry_vllm_token_fields_and_extend_the_previous_prompt() -> Non
     choice = first["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
     call = choice["message"]["tool_calls"][0]
-    assert call["id"] == "call_ep1_1" and call["function"]["name"] == "bash"
+    assert call["id"] == "call_replay_ep1_1" and call["function"]["name"] == "bash"
     sampled = choice["token_ids"]
-    assert [e["token"] for e in choice["logprobs"]["content"]] == [
-        f"token_id:{i}" for i in sampled
-    ]
+    assert [e["token"] for e in choice["logprobs"]["content"]] == [f"token_id:{i}" for i in sampled]
     # turn 2 is sampled after turn 1's prompt, its tokens and an observation
     assert second["prompt_token_ids"][: len(first["prompt_token_ids"]) + len(sampled)] == (
         first["prompt_token_ids"] + sampled
@@ -72,16 +70,19 @@ def test_turns_past_the_script_repeat_its_last_reply() -> None:
     assert late["choices"][0]["finish_reason"] == "stop"
 
 
-def test_episode_and_turn_come_from_the_first_answers_call_id() -> None:
+def test_episode_and_turn_come_from_this_servers_call_ids() -> None:
     assert replay.episode_of([{"role": "user", "content": "go"}]) == ("", 1)
     messages = [
         {"role": "user", "content": "go"},
-        {"role": "assistant", "tool_calls": [{"id": "call_ab_cd_1", "type": "function"}]},
-        {"role": "tool", "tool_call_id": "call_ab_cd_1", "content": "x"},
-        {"role": "assistant", "tool_calls": [{"id": "call_ab_cd_2", "type": "function"}]},
-        {"role": "tool", "tool_call_id": "call_ab_cd_2", "content": "y"},
+        # a demonstration turn the agent wrote: not one of ours
+        {"role": "assistant", "content": "<tool_call>{}</tool_call>"},
+        {"role": "assistant", "tool_calls": [{"id": "call_7", "type": "function"}]},
+        {"role": "assistant", "tool_calls": [{"id": "call_replay_ab_1", "type": "function"}]},
+        {"role": "tool", "tool_call_id": "call_replay_ab_1", "content": "x"},
+        {"role": "assistant", "tool_calls": [{"id": "call_replay_ab_2", "type": "function"}]},
+        {"role": "tool", "tool_call_id": "call_replay_ab_2", "content": "y"},
     ]
-    assert replay.episode_of(messages) == ("ab_cd", 3)
+    assert replay.episode_of(messages) == ("ab", 3)
 
 
 def test_turn_gaps_leave_out_the_policys_own_time_and_pair_turns_per_episode() -> None:
