@@ -13,7 +13,9 @@ with a second one started beside it.
 Figures:
 - per-turn overhead: from the replay server's answer leaving to the same episode's next
   request arriving (the sandbox exec, the agent's bookkeeping, both HTTP legs): a turn's
-  wall time minus the policy's own time; p50 and p95 over every turn of the 1-worker job.
+  wall time minus the policy's own time. The headline p50/p95 come from a job that runs
+  one episode at a time (`max_concurrent: 1`): the cost of a turn, not of a queue; the
+  1-worker job's figure (every episode at once) is printed as `..._loaded`.
 - fleet turns/s: policy turns served ÷ the steps' rollout seconds (dispatch to gathered).
 - trainer gather CPU per group: the trainer's `artfleet_trainer_gather_cpu_seconds_total`
   ÷ `artfleet_trainer_gathered_groups_total` over the job (its process CPU from dispatch
@@ -219,16 +221,25 @@ def main() -> None:
             for k in ("trainer", "rollout", "sandbox", "reward")
         }
         bench = Bench(fleet, policy, urls)
+        # One episode at a time (max_concurrent=1): the cost of a turn, not of a queue.
+        alone = bench.run_job(
+            "serial",
+            JobSpecModel.model_validate(
+                {**spec, "name": "overhead-serial", "groups_per_step": 4, "max_concurrent": 1}
+            ),
+        )
         one = bench.run_job("1w", JobSpecModel.model_validate({**spec, "name": "overhead-1w"}))
         urls["rollout"].append(add_rollout_worker(fleet, "rollout-2"))
         two = bench.run_job("2w", JobSpecModel.model_validate({**spec, "name": "overhead-2w"}))
     finally:
         fleet.stop()
         policy.stop()
-    print(f"logs in {fleet.workdir / 'logs'}")
+    print(f"logs in {fleet.workdir / 'logs'}; uptime: {uptime()}")
+    print(f"concurrent_episodes_1w={args.groups * args.rollouts}")
+    print(f"overhead_ms_per_turn_p50_loaded={one['overhead_p50']:.1f}")
     print(f"redis_calls_per_group={one['redis_calls_per_group']:.1f}")
-    print(f"overhead_ms_per_turn_p50={one['overhead_p50']:.1f}")
-    print(f"overhead_ms_per_turn_p95={one['overhead_p95']:.1f}")
+    print(f"overhead_ms_per_turn_p50={alone['overhead_p50']:.1f}")
+    print(f"overhead_ms_per_turn_p95={alone['overhead_p95']:.1f}")
     print(f"fleet_turns_per_s_1w={one['turns_per_s']:.2f}")
     print(f"fleet_turns_per_s_2w={two['turns_per_s']:.2f}")
     print(f"trainer_gather_cpu_s_per_group={one['gather_cpu_per_group']:.4f}")
