@@ -34,6 +34,7 @@ Last lines: `overhead_ms_per_turn_p50=`, `overhead_ms_per_turn_p95=` (target p50
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -47,7 +48,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from replay_policy import ReplayPolicy, load_script, percentile, turn_gaps
+from replay_policy import ReplayPolicy, gaps_by_turn, load_script, percentile, turn_gaps
 
 from artfleet.cli.fleet import LocalFleet
 from artfleet.jobspec import JobSpecModel, spec_to_proto
@@ -83,6 +84,22 @@ def scrape(url: str) -> Metrics:
     return found
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds of `pid` and its reaped children (a sandbox's shells), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def fleet_cpu(fleet: LocalFleet) -> dict[str, float]:
+    """CPU seconds so far of each fleet process, by its kind (rollout-2 counts as rollout)."""
+    found: dict[str, float] = {}
+    for process in fleet.processes:
+        kind = process.name.split("-")[0]
+        found[kind] = found.get(kind, 0.0) + process_cpu_s(process.proc.pid)
+    return found
+
+
 def command_calls(client: redis.Redis) -> dict[str, int]:
     stats = client.info("commandstats")
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
@@ -107,6 +124,7 @@ class Bench:
     def run_job(self, label: str, spec: JobSpecModel) -> dict[str, float]:
         redis_client = redis.Redis.from_url(self.fleet.redis_url)
         calls_before, metrics_before = command_calls(redis_client), self.scrape_all()
+        cpu_before = fleet_cpu(self.fleet)
         served_before = len(self.policy.served)
         print(f"{label}: start, uptime: {uptime()}", flush=True)
         channel = sync_channel(self.fleet.trainer_target, self.fleet.token)
@@ -120,11 +138,17 @@ class Bench:
             raise RuntimeError(f"job {label} ended {pb.JobState.Name(job.state)}: {job.error}")
         calls = command_calls(redis_client)
         after = self.scrape_all()
+        cpu = {k: v - cpu_before.get(k, 0.0) for k, v in fleet_cpu(self.fleet).items()}
         redis_client.close()
         served = self.policy.served[served_before:]
         gaps_ms = [g * 1000 for g in turn_gaps(served)]
         if not gaps_ms:
             raise RuntimeError(f"{label}: no episode made two turns; served: {served[:6]}")
+        for turn, gaps in sorted(gaps_by_turn(served).items()):
+            print(
+                f"{label} after turn {turn}: p50_ms={percentile(gaps, 50) * 1000:.1f} "
+                f"p95_ms={percentile(gaps, 95) * 1000:.1f} n={len(gaps)}"
+            )
         policy_ms = [(s.answered - s.arrived) * 1000 for s in served]
         groups = sum(s.groups for s in job.steps)
         rollout_s = sum(s.rollout_seconds for s in job.steps)
@@ -149,6 +173,9 @@ class Bench:
         )
         delta = {k: calls.get(k, 0) - calls_before.get(k, 0) for k in calls}
         out["redis_calls_per_group"] = sum(delta.values()) / groups
+        out["redis_cpu_us_per_call"] = cpu["redis"] / max(1, sum(delta.values())) * 1e6
+        for kind, seconds in sorted(cpu.items()):
+            out[f"cpu_ms_per_turn_{kind}"] = seconds / len(served) * 1000
         top = sorted(delta.items(), key=lambda kv: -kv[1])[:8]
         print(f"{label}: uptime after: {uptime()}")
         for s in job.steps:

@@ -183,15 +183,21 @@ def turn_gaps(served: list[Served]) -> list[float]:
     """Seconds from each answer to the same episode's next request: the platform's own
     time for one turn (tool call in the sandbox, bookkeeping, both HTTP legs), the
     policy's time (answered - arrived) left out."""
+    return [gap for gaps in gaps_by_turn(served).values() for gap in gaps]
+
+
+def gaps_by_turn(served: list[Served]) -> dict[int, list[float]]:
+    """`turn_gaps` keyed by the turn whose answer starts the gap (turn 1's gap holds the
+    session's first command, which starts its shell)."""
     by_episode: dict[str, dict[int, Served]] = {}
     for record in served:
         by_episode.setdefault(record.episode, {})[record.turn] = record
-    gaps = []
+    gaps: dict[int, list[float]] = {}
     for turns in by_episode.values():
-        for turn, record in turns.items():
+        for turn, record in sorted(turns.items()):
             following = turns.get(turn + 1)
             if following is not None:
-                gaps.append(following.arrived - record.answered)
+                gaps.setdefault(turn, []).append(following.arrived - record.answered)
     return gaps
 
 

@@ -94,6 +94,9 @@ def test_turn_gaps_leave_out_the_policys_own_time_and_pair_turns_per_episode() -
         replay.Served("a", 3, arrived=1.5, answered=1.6),
     ]
     assert sorted(replay.turn_gaps(served)) == pytest.approx([0.25, 0.5, 1.0])
+    by_turn = replay.gaps_by_turn(served)
+    assert sorted(by_turn) == [1, 2]
+    assert sorted(by_turn[1]) == pytest.approx([0.25, 1.0]) and by_turn[2] == pytest.approx([0.5])
 
 
 def test_percentile_interpolates_between_ranks() -> None:
