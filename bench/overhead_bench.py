@@ -48,7 +48,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from replay_policy import ReplayPolicy, gaps_by_turn, load_script, percentile, turn_gaps
+from replay_policy import (
+    ReplayPolicy,
+    Served,
+    gaps_by_turn,
+    load_script,
+    percentile,
+    turn_gaps,
+)
 
 from artfleet.cli.fleet import LocalFleet
 from artfleet.jobspec import JobSpecModel, spec_to_proto
@@ -105,13 +112,36 @@ def command_calls(client: redis.Redis) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The fleet's counters at one moment: Redis command calls, each kind's /metrics,
+    each kind's process CPU, and how many requests the replay policy had served."""
+
+    calls: dict[str, int]
+    metrics: dict[str, Metrics]
+    cpu: dict[str, float]
+    served: int
+
+    def histogram_mean_ms(self, before: Snapshot, kind: str, name: str) -> tuple[float, int]:
+        count = self.metrics[kind].get(f"{name}_count", 0) - before.metrics[kind].get(
+            f"{name}_count", 0
+        )
+        total = self.metrics[kind].get(f"{name}_sum", 0) - before.metrics[kind].get(
+            f"{name}_sum", 0
+        )
+        return (total / count * 1000 if count else 0.0), int(count)
+
+    def counter(self, before: Snapshot, kind: str, name: str) -> float:
+        return self.metrics[kind].get(name, 0.0) - before.metrics[kind].get(name, 0.0)
+
+
 @dataclass
 class Bench:
     fleet: LocalFleet
     policy: ReplayPolicy
     metrics_urls: dict[str, list[str]]  # service kind -> its processes' /metrics
 
-    def scrape_all(self) -> dict[str, Metrics]:
+    def snapshot(self) -> Snapshot:
         totals: dict[str, Metrics] = {}
         for kind, urls in self.metrics_urls.items():
             merged: Metrics = {}
@@ -119,90 +149,94 @@ class Bench:
                 for key, value in scrape(url).items():
                     merged[key] = merged.get(key, 0.0) + value
             totals[kind] = merged
-        return totals
+        client = redis.Redis.from_url(self.fleet.redis_url)
+        try:
+            calls = command_calls(client)
+        finally:
+            client.close()
+        return Snapshot(calls, totals, fleet_cpu(self.fleet), len(self.policy.served))
 
-    def run_job(self, label: str, spec: JobSpecModel) -> dict[str, float]:
-        redis_client = redis.Redis.from_url(self.fleet.redis_url)
-        calls_before, metrics_before = command_calls(redis_client), self.scrape_all()
-        cpu_before = fleet_cpu(self.fleet)
-        served_before = len(self.policy.served)
-        print(f"{label}: start, uptime: {uptime()}", flush=True)
+    def submit_and_wait(self, label: str, spec: JobSpecModel) -> pb.Job:
         channel = sync_channel(self.fleet.trainer_target, self.fleet.token)
-        stub = trainer_pb2_grpc.TrainerStub(channel)
-        job = stub.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
-        for _ in stub.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=3600):
-            pass
-        job = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
-        channel.close()
+        try:
+            stub = trainer_pb2_grpc.TrainerStub(channel)
+            job = stub.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+            for _ in stub.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=3600):
+                pass
+            job = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
+        finally:
+            channel.close()
         if job.state != pb.JOB_STATE_SUCCEEDED:
             raise RuntimeError(f"job {label} ended {pb.JobState.Name(job.state)}: {job.error}")
-        calls = command_calls(redis_client)
-        after = self.scrape_all()
-        cpu = {k: v - cpu_before.get(k, 0.0) for k, v in fleet_cpu(self.fleet).items()}
-        redis_client.close()
-        served = self.policy.served[served_before:]
-        gaps_ms = [g * 1000 for g in turn_gaps(served)]
-        if not gaps_ms:
-            raise RuntimeError(f"{label}: no episode made two turns; served: {served[:6]}")
-        for turn, gaps in sorted(gaps_by_turn(served).items()):
-            print(
-                f"{label} after turn {turn}: p50_ms={percentile(gaps, 50) * 1000:.1f} "
-                f"p95_ms={percentile(gaps, 95) * 1000:.1f} n={len(gaps)}"
-            )
-        policy_ms = [(s.answered - s.arrived) * 1000 for s in served]
-        groups = sum(s.groups for s in job.steps)
-        rollout_s = sum(s.rollout_seconds for s in job.steps)
-        trainer = {
-            k: after["trainer"].get(k, 0) - metrics_before["trainer"].get(k, 0)
-            for k in (
-                "artfleet_trainer_gather_cpu_seconds_total",
-                "artfleet_trainer_gathered_groups_total",
-            )
-        }
-        out = dict(
-            turns=len(served),
-            groups=groups,
-            episodes=sum(s.trajectories for s in job.steps),
-            rollout_s=rollout_s,
-            turns_per_s=len(served) / rollout_s,
-            overhead_p50=percentile(gaps_ms, 50),
-            overhead_p95=percentile(gaps_ms, 95),
-            policy_ms_p50=percentile(policy_ms, 50),
-            gather_cpu_per_group=trainer["artfleet_trainer_gather_cpu_seconds_total"]
-            / max(1.0, trainer["artfleet_trainer_gathered_groups_total"]),
-        )
-        delta = {k: calls.get(k, 0) - calls_before.get(k, 0) for k in calls}
-        out["redis_calls_per_group"] = sum(delta.values()) / groups
-        out["redis_cpu_us_per_call"] = cpu["redis"] / max(1, sum(delta.values())) * 1e6
-        for kind, seconds in sorted(cpu.items()):
-            out[f"cpu_ms_per_turn_{kind}"] = seconds / len(served) * 1000
-        top = sorted(delta.items(), key=lambda kv: -kv[1])[:8]
+        return job
+
+    def run_job(self, label: str, spec: JobSpecModel) -> dict[str, float]:
+        before = self.snapshot()
+        print(f"{label}: start, uptime: {uptime()}", flush=True)
+        job = self.submit_and_wait(label, spec)
+        after = self.snapshot()
         print(f"{label}: uptime after: {uptime()}")
-        for s in job.steps:
-            print(
-                f"{label} step={s.step} groups={s.groups} trajectories={s.trajectories} "
-                f"turns_mean={s.turns_mean:.2f} rollout_s={s.rollout_seconds:.2f} "
-                f"train_s={s.train_seconds:.2f} reward_mean={s.reward_mean:.2f}"
-            )
-        print(
-            f"{label} redis commands per group: "
-            + ", ".join(f"{k}={v / groups:.1f}" for k, v in top)
-        )
-        for kind, name in BREAKDOWN:
-            count = after[kind].get(f"{name}_count", 0) - metrics_before[kind].get(
-                f"{name}_count", 0
-            )
-            total = after[kind].get(f"{name}_sum", 0) - metrics_before[kind].get(f"{name}_sum", 0)
-            if count:
-                print(f"{label} {name} mean_ms={total / count * 1000:.1f} n={int(count)}")
-        print(
-            f"{label} "
-            + " ".join(
-                f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in out.items()
-            ),
-            flush=True,
-        )
+        served = self.policy.served[before.served : after.served]
+        out = figures(label, job, served, before, after)
+        report(label, job, served, before, after)
+        print(f"{label} " + " ".join(f"{k}={v:.3f}" for k, v in out.items()), flush=True)
         return out
+
+
+def figures(
+    label: str, job: pb.Job, served: list[Served], before: Snapshot, after: Snapshot
+) -> dict[str, float]:
+    gaps_ms = [g * 1000 for g in turn_gaps(served)]
+    if not gaps_ms:
+        raise RuntimeError(f"{label}: no episode made two turns; served: {served[:6]}")
+    groups = sum(s.groups for s in job.steps)
+    rollout_s = sum(s.rollout_seconds for s in job.steps)
+    calls = sum(after.calls.values()) - sum(before.calls.values())
+    out = dict(
+        turns=float(len(served)),
+        groups=float(groups),
+        rollout_s=rollout_s,
+        turns_per_s=len(served) / rollout_s,
+        overhead_p50=percentile(gaps_ms, 50),
+        overhead_p95=percentile(gaps_ms, 95),
+        policy_ms_p50=percentile([(s.answered - s.arrived) * 1000 for s in served], 50),
+        gather_cpu_per_group=after.counter(
+            before, "trainer", "artfleet_trainer_gather_cpu_seconds_total"
+        )
+        / max(1.0, after.counter(before, "trainer", "artfleet_trainer_gathered_groups_total")),
+        redis_calls_per_group=calls / groups,
+        redis_cpu_us_per_call=(after.cpu["redis"] - before.cpu["redis"]) / max(1, calls) * 1e6,
+    )
+    for kind, seconds in sorted(after.cpu.items()):
+        out[f"cpu_ms_per_turn_{kind}"] = (seconds - before.cpu.get(kind, 0.0)) / len(served) * 1e3
+    return out
+
+
+def report(
+    label: str, job: pb.Job, served: list[Served], before: Snapshot, after: Snapshot
+) -> None:
+    """The details behind the figures: gaps by turn, steps, Redis commands, histograms."""
+    for turn, gaps in sorted(gaps_by_turn(served).items()):
+        print(
+            f"{label} after turn {turn}: p50_ms={percentile(gaps, 50) * 1000:.1f} "
+            f"p95_ms={percentile(gaps, 95) * 1000:.1f} n={len(gaps)}"
+        )
+    for s in job.steps:
+        print(
+            f"{label} step={s.step} groups={s.groups} trajectories={s.trajectories} "
+            f"turns_mean={s.turns_mean:.2f} rollout_s={s.rollout_seconds:.2f} "
+            f"train_s={s.train_seconds:.2f} reward_mean={s.reward_mean:.2f}"
+        )
+    groups = sum(s.groups for s in job.steps)
+    delta = {k: v - before.calls.get(k, 0) for k, v in after.calls.items()}
+    top = sorted(delta.items(), key=lambda kv: -kv[1])[:8]
+    print(
+        f"{label} redis commands per group: " + ", ".join(f"{k}={v / groups:.1f}" for k, v in top)
+    )
+    for kind, name in BREAKDOWN:
+        mean_ms, count = after.histogram_mean_ms(before, kind, name)
+        if count:
+            print(f"{label} {name} mean_ms={mean_ms:.1f} n={count}")
 
 
 def add_rollout_worker(fleet: LocalFleet, name: str) -> str:
