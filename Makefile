@@ -83,6 +83,7 @@ bench:
 	$(BIN)/python bench/step_bench.py
 	$(BIN)/python bench/chaos_bench.py
 	$(BIN)/python bench/partition_bench.py
+	$(BIN)/python bench/overhead_bench.py
 	$(BIN)/python bench/fuzz_bench.py
 
 # The test command README.md gives: contracts, lint, types, every test, then the e2e run.

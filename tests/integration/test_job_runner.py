@@ -85,10 +85,14 @@ def _spec(**fields: object) -> pb.JobSpec:
 
 
 async def test_a_two_step_job_succeeds_and_its_batches_are_deleted(fleet: Fleet) -> None:
+    groups, cpu = metrics.GATHERED_GROUPS._value.get(), metrics.GATHER_CPU_SECONDS._value.get()
     job = await fleet.store.create(_spec())
     job = await asyncio.wait_for(fleet.run(job), 120)
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
     assert job.completed_steps == 2 and [s.groups for s in job.steps] == [3, 3]
+    # the trainer's CPU per gathered group (docs/scaling.md) counts each step's groups once
+    assert metrics.GATHERED_GROUPS._value.get() == groups + 6
+    assert metrics.GATHER_CPU_SECONDS._value.get() > cpu
     assert fleet.backend.trained == [3, 3]
     for step in (1, 2):
         keys = StepKeys(job.id, step)

@@ -41,6 +41,16 @@ JOB_INTERRUPTIONS = Counter(
     "Job runs interrupted by an outage (Redis, rollout service); the job resumed",
 )
 TRAINING = Gauge("artfleet_trainer_training", "1 while backend.train runs for a step")
+# Per gathered group, what the trainer's own process spends to get a step's groups (the
+# fleet's scaling figure; docs/scaling.md): CPU from dispatch until the groups are decoded.
+GATHER_CPU_SECONDS = Counter(
+    "artfleet_trainer_gather_cpu_seconds_total",
+    "Trainer process CPU seconds from a step's dispatch until its groups were gathered and"
+    " decoded (before training; includes the built-in policy server's generation, if any)",
+)
+GATHERED_GROUPS = Counter(
+    "artfleet_trainer_gathered_groups_total", "Groups read from step batches for training"
+)
 TRAJECTORIES = Counter("artfleet_trainer_trajectories_total", "Trajectories trained on")
 LEARNING_RATE = Gauge("artfleet_trainer_learning_rate", "Learning rate of the last training step")
 TRAINED_TOKENS = Counter(

@@ -231,7 +231,7 @@ class JobRunner:
         steps: pipeline.StepPipeline,
         step: int,
     ) -> None:
-        start = time.monotonic()
+        start, cpu_start = time.monotonic(), time.process_time()
         await self._emit_step(job, pb.EVENT_KIND_STEP_STARTED, step, spec.steps)
         # Steps step+1 .. step+k (max_steps_off_policy) roll out while this one trains.
         await steps.dispatch_through(step, version=job.completed_steps + steps.version_offset)
@@ -243,6 +243,8 @@ class JobRunner:
         groups = build_groups(gathered.groups)
         if not groups:
             raise RuntimeError(rollout_failure(step, gathered.groups))
+        metrics.GATHER_CPU_SECONDS.inc(time.process_time() - cpu_start)
+        metrics.GATHERED_GROUPS.inc(len(gathered.groups))
         train_start = time.monotonic()
         metrics.TRAINING.set(1)
         try:
