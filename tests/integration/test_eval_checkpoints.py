@@ -98,8 +98,14 @@ async def test_a_finished_jobs_older_checkpoint_and_the_base_model_are_evaluated
     assert await asyncio.to_thread(_answered_as, url, f"{NAME}@1") == (200, f"{NAME}@1")
     for unknown in (f"{NAME}@7", "ghost", "/etc"):
         assert (await asyncio.to_thread(_answered_as, url, unknown))[0] == 404
-    code, summary = await _eval(restarted, f"{NAME}@7", tmp_path / "missing")
-    assert code == 1 and all(r.get("samples", 0) == 0 for r in summary["results"])
+    # A step never written is refused before any sample (exit 2), with no summary left.
+    args = ["run", "--target", restarted.rollout_target, "--base-url", url]
+    args += ["--model", f"{NAME}@7", "--api-key-env", "POLICY_KEY"]
+    args += ["--out", str(tmp_path / "missing")]
+    result = await cli(args)
+    assert result.exit_code == 2, result.output
+    assert f"'{NAME}@7' is not served" in result.stderr
+    assert not (tmp_path / "missing" / "summary.json").exists()
 
 
 async def test_the_summary_records_the_checkpoint_an_alias_named(
