@@ -90,7 +90,7 @@ class JobSpecModel(RewardSpecModel):
     temperature: float = Field(default=0.7, ge=0, le=5.0)  # seed 004's default
     max_tokens: int = Field(default=96, ge=1, le=32_768)
     max_context_tokens: int = Field(default=2048, ge=256, le=1_048_576)
-    # Seed 001's --max-concurrent: episodes of this job running at once in each rollout
+    # The training scripts' --max-concurrent: episodes of this job running at once in each rollout
     # worker (0 = no limit beyond the worker's own groups_concurrency).
     max_concurrent: int = Field(
         default=0, ge=0, le=100_000, description="episodes of this job at once per rollout worker"

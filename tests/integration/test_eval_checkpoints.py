@@ -2,7 +2,7 @@
 (issue 12): a finished job's older checkpoint `name@step` and the base model by name, as a
 restarted trainer serves them (frozen.py), through the real Rollout, Sandbox and Reward
 services of test_rollout_cli; summary.json records which checkpoint `name@best` or a plain
-name was (issue 22). SmolLM2, so slow."""
+name was. SmolLM2, so slow."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A new user's first hour (issue 22), scripted: one local fleet started as the README says
+"""A new user's first hour, scripted: one local fleet started as the README says
 (`artfleet fleet up --workdir fleet --env-file … --set …` in a shell whose PATH lacks the
 virtualenv, as `.venv/bin/artfleet fleet up` runs), `source fleet/fleet.env`, then each
 documented workflow typed as `artfleet …` commands (and the HTTP API's requests), on tiny
