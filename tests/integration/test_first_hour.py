@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fleet_shell import sourced
 from waiting import wait_for
 
 from artfleet.jobspec import DEFAULT_BASE_MODEL
@@ -75,18 +76,6 @@ class Tour:
 
     def verdict(self, item: str, text: str) -> None:
         self.verdicts.append(f"first hour, {item}: ok ({text})")
-
-
-def _sourced(env_file: Path) -> dict[str, str]:
-    """The ARTFLEET_* variables a shell has after `source fleet.env`."""
-    out = subprocess.run(
-        ["bash", "-c", f"source {env_file} && env -0"],
-        capture_output=True,
-        check=True,
-        env={"PATH": "/usr/bin:/bin"},
-    ).stdout.decode()
-    pairs = (item.partition("=") for item in out.split("\0") if item)
-    return {k: v for k, _, v in pairs if k.startswith("ARTFLEET_")}
 
 
 def _user_shell() -> dict[str, str]:
@@ -160,7 +149,7 @@ def tour(
     shell = _user_shell()
     proc, out = _start(home, shell, "fleet-up.out")
     tour = Tour(home, proc, out, shell)
-    tour.endpoints = _sourced(home / "fleet" / "fleet.env")
+    tour.endpoints = sourced(home / "fleet" / "fleet.env")
     try:
         yield tour
     finally:

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fleet_shell import sourced
 from log_scan import leaked_secrets
 from waiting import wait_for
 
@@ -64,18 +65,6 @@ def run_fleet(tmp_path: Path) -> Iterator[list[FleetUp]]:
         fleet.stop()
 
 
-def _sourced(env_file: Path) -> dict[str, str]:
-    """The ARTFLEET_* variables a shell has after `source fleet.env`."""
-    out = subprocess.run(
-        ["bash", "-c", f"source {env_file} && env -0"],
-        capture_output=True,
-        check=True,
-        env={"PATH": "/usr/bin:/bin"},
-    ).stdout.decode()
-    pairs = (item.partition("=") for item in out.split("\0") if item)
-    return {k: v for k, _, v in pairs if k.startswith("ARTFLEET_")}
-
-
 def test_fleet_up_takes_settings_and_keeps_its_endpoints(
     tmp_path: Path, run_fleet: list[FleetUp]
 ) -> None:
@@ -106,7 +95,7 @@ def test_fleet_up_takes_settings_and_keeps_its_endpoints(
     first.wait_up()
     env_file = workdir / "fleet.env"
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
-    before = _sourced(env_file)
+    before = sourced(env_file)
     token = before["ARTFLEET_API_TOKEN"]
     assert token != env["ARTFLEET_API_TOKEN"] and token not in first.text()
     banner = first.text().splitlines()[-4:]
@@ -124,7 +113,7 @@ def test_fleet_up_takes_settings_and_keeps_its_endpoints(
     second = FleetUp(cmd, env, tmp_path / "up-2.out")
     run_fleet.append(second)
     second.wait_up()
-    assert _sourced(env_file) == before  # same ports, same token, same Redis
+    assert sourced(env_file) == before  # same ports, same token, same Redis
     headers = {"Authorization": f"Bearer {token}"}
     jobs = httpx.get(f"{before['ARTFLEET_API_URL']}/jobs", headers=headers, timeout=60)
     assert job["id"] in {j["id"] for j in jobs.json()["jobs"]}  # the same fleet, restarted
