@@ -86,16 +86,12 @@ def exact(results: Iterable[Any], tokenizer: Any) -> list[Any]:
     by_group = groupby(results, key=lambda r: r.prompt_id)  # ART yields a group at a time
     for _, group in by_group:
         rebuilt: list[Any] = []
-        done: set[int] = set()
         for result in group:
-            key = id(result.trajectory)
-            if key in done:
-                continue  # its other histories were replaced with the first one
+            # Without additional histories ART gives a trajectory exactly one result.
             turns = turns_of(result.trajectory.messages_and_choices)
             if turns is None or result.trajectory.additional_histories:
                 rebuilt.append(result)
                 continue
-            done.add(key)
             rebuilt.extend(_results(result, sequences(turns), tokenizer))
         out.extend(_with_shared_prompt(rebuilt))
     return out
