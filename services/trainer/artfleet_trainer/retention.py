@@ -26,15 +26,15 @@ from artfleet.v1 import common_pb2 as pb
 log = logging.getLogger(__name__)
 
 
-def best_step(
+def best_scored(
     evals: Iterable[pb.EvalSummary], metric: str, steps: Iterable[int], offset: int = 0
-) -> int | None:
-    """The evaluated checkpoint with the highest `metric` among `steps`; ties go to the
-    later. An eval's step is the job's step; its checkpoint is that plus `offset` (the
-    checkpoints before step 1: an SFT phase's adapter)."""
+) -> tuple[float, int] | None:
+    """(value, step) of the evaluated checkpoint with the highest `metric` among `steps`;
+    ties go to the later. An eval's step is the job's step; its checkpoint is that plus
+    `offset` (the checkpoints before step 1: an SFT phase's adapter)."""
     present = set(steps)
     scored = [(getattr(e, metric), e.step + offset) for e in evals if e.step + offset in present]
-    return max(scored)[1] if scored else None
+    return max(scored) if scored else None
 
 
 def keep_reasons(
@@ -68,9 +68,11 @@ def mark_best(directory: Path, job: pb.Job, metric: str, steps: list[int]) -> in
     if not metric:
         return None
     offset = job.sft.checkpoint_step if job.sft.done else 0
-    best = best_step(job.evals, metric, steps, offset)
-    if best is not None and best != marked_best(directory):
-        value = max(getattr(e, metric) for e in job.evals if e.step + offset == best)
+    scored = best_scored(job.evals, metric, steps, offset)
+    if scored is None:
+        return None
+    value, best = scored
+    if best != marked_best(directory):
         write_best(directory, best, metric, float(value))
     return best
 
