@@ -50,15 +50,19 @@ class RolloutClient:
                 raise Unavailable(f"rollout service {self._target}: {exc.details()}") from None
 
     async def scenario_ids(self, environment: str, split: str) -> list[str]:
-        info = await self.describe(environment)
-        ids = [s.id for s in info.scenarios if s.split == split]
-        if not ids:
-            known = sorted(info.split_sizes)
-            raise InvalidArgument(
-                f"environment {environment!r} has no split {split!r} (splits: {', '.join(known)})",
-                "split",
-            )
-        return ids
+        return split_ids(await self.describe(environment), environment, split)
+
+
+def split_ids(info: rollout_pb2.EnvironmentInfo, environment: str, split: str) -> list[str]:
+    """The scenario ids of `split`, else InvalidArgument on `split` naming the splits."""
+    ids = [s.id for s in info.scenarios if s.split == split]
+    if not ids:
+        known = sorted(info.split_sizes)
+        raise InvalidArgument(
+            f"environment {environment!r} has no split {split!r} (splits: {', '.join(known)})",
+            "split",
+        )
+    return ids
 
 
 class ScenarioSource(Protocol):

@@ -18,13 +18,13 @@ from artfleet.jobspec import (
 )
 from artfleet.scorer_params import MCP_EVALUATE
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet.v1 import rollout_pb2, trainer_pb2, trainer_pb2_grpc
 from artfleet_trainer import base_models, grpo, metrics, sft_phase, wandb_runs
 from artfleet_trainer.evals import check_eval_split
 from artfleet_trainer.images import ImageChecker
 from artfleet_trainer.models import ModelCatalog, parse_ref
 from artfleet_trainer.reward_client import RewardClient
-from artfleet_trainer.rollouts import RolloutClient
+from artfleet_trainer.rollouts import RolloutClient, split_ids
 from artfleet_trainer.store import JobStore
 
 
@@ -67,8 +67,9 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         if why_not:
             raise InvalidArgument(why_not, "backend")
         spec = await asyncio.to_thread(self._base_model, spec)
-        await self._rollout.scenario_ids(spec.environment, spec.split)
-        spec = await self._written_out_reward(spec)
+        info = await self._rollout.describe(spec.environment)
+        split_ids(info, spec.environment, spec.split)
+        spec = await self._written_out_reward(spec, info)
         await check_eval_split(self._rollout, spec)
         if self._images is not None:
             await self._images.check(spec)
@@ -78,10 +79,11 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         metrics.JOBS_SUBMITTED.inc()
         return job
 
-    async def _written_out_reward(self, spec: JobSpecModel) -> JobSpecModel:
+    async def _written_out_reward(
+        self, spec: JobSpecModel, info: rollout_pb2.EnvironmentInfo
+    ) -> JobSpecModel:
         """The agent kind's default reward where the spec has none; a job scored by an MCP
         environment's evaluate tool is refused now when its server cannot give one."""
-        info = await self._rollout.describe(spec.environment)
         spec = with_default_reward(spec, info.agent)
         if info.agent == "mcp" and any(s.name == MCP_EVALUATE for s in spec.reward):
             await self._rollout.describe(
