@@ -10,8 +10,11 @@ import shutil
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+
+from mcp import StdioServerParameters
 
 STDERR_TAIL_CHARS = 400
 
@@ -28,6 +31,17 @@ def resolve_command(command: str, path: str | None = None) -> str:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return command
+
+
+def server_params(
+    command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | None
+) -> StdioServerParameters:
+    """A local stdio server as the MCP SDK starts it; its command resolved (resolve_command)
+    on the PATH it will run with."""
+    env = dict(env) if env else None
+    return StdioServerParameters(
+        command=resolve_command(command, (env or {}).get("PATH")), args=list(args), env=env, cwd=cwd
+    )
 
 
 class ServerStderr:

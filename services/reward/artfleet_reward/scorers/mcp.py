@@ -23,7 +23,7 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from artfleet import codec
-from artfleet.mcp_local import ServerStderr, resolve_command
+from artfleet.mcp_local import ServerStderr, server_params
 from artfleet.scorer_params import McpEvaluateParams, ToolCall
 
 from .base import (
@@ -54,13 +54,7 @@ def parse_options(params: McpEvaluateParams) -> MCPOptions:
     server = None
     if params.has_server:
         command = params.command
-        env = command.env or None
-        server = StdioServerParameters(
-            command=resolve_command(command.command, (env or {}).get("PATH")),
-            args=command.args,
-            env=env,
-            cwd=command.cwd,
-        )
+        server = server_params(command.command, command.args, command.env, command.cwd)
     return MCPOptions(
         server=server,
         setup=params.setup,

@@ -23,10 +23,10 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, stdio_client
 
 from artfleet.hud_config import check_mcp_config
-from artfleet.mcp_local import ServerStderr, resolve_command
+from artfleet.mcp_local import ServerStderr, server_params
 from artfleet.mcp_stdio import McpStdioError, sandbox_stdio_client
 from artfleet_rollout import metrics
 from artfleet_rollout.environments import McpTask
@@ -122,13 +122,7 @@ def transport(
     container = docker_run(command, args)
     if container is not None:
         return _docker_transport(endpoint.sandbox_target, endpoint.token, *container)
-    env = server.get("env") or None
-    params = StdioServerParameters(
-        command=resolve_command(command, (env or {}).get("PATH")),
-        args=args,
-        env=env,
-        cwd=server.get("cwd"),
-    )
+    params = server_params(command, args, server.get("env"), server.get("cwd"))
     if stderr is None:
         return stdio_client(params)
     return stdio_client(params, errlog=stderr.file)
