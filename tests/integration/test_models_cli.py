@@ -1,7 +1,7 @@
 """`artfleet models ...` against the real trainer servicer (gRPC, Redis): a job's LoRA
 checkpoints written by the torch backend's checkpoint code on a tiny Llama; the export
 loads with peft and equals the saved weights; deleting the model of a running job is
-refused with a clear message (issue 12); pruning keeps the newest N, the best and a running
+refused with a clear message; pruning keeps the newest N, the best and a running
 job's latest and served checkpoints, and retires what it deleted."""
 
 from __future__ import annotations

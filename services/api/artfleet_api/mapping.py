@@ -1,4 +1,4 @@
-"""Seed 002's fields onto our job spec, and the trainer's messages onto HTTP bodies."""
+"""The HTTP training API's fields onto our job spec, and the trainer's messages onto HTTP bodies."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from artfleet_api.settings import ApiSettings
 
 DEFAULT_ROLLOUTS = 4
 DEFAULT_EXPERIMENT: str = JobSpecModel.model_fields["experiment"].default
-# Job spec fields as seed 002 names them, for error messages about a seed body.
+# Job spec fields as the HTTP training API names them, for error messages about its body.
 SEED_FIELDS = {
     "name": "model_name",
     "steps": "num_steps",
@@ -55,7 +55,8 @@ def batch_shape(batch_size: int, rollouts: int | None) -> tuple[int, int]:
 
 
 def train_spec(request: TrainRequest, settings: ApiSettings, *, agent: str) -> JobSpecModel:
-    """Seed 002's body as a job spec; raises InvalidSpec with the job spec's field name.
+    """The HTTP training API's body as a job spec; raises InvalidSpec with the job spec's
+    field name.
     Without `use_ruler` the spec has no `reward`: the trainer writes out the environment's
     defaults. With it, RULER joins the defaults of `agent`, the environment's agent kind."""
     groups, rollouts = batch_shape(request.batch_size, request.rollouts_per_group)
@@ -74,7 +75,7 @@ def train_spec(request: TrainRequest, settings: ApiSettings, *, agent: str) -> J
         ruler = ScorerModel(
             name="ruler",
             params={"judge": judge_param(settings, request.judge_model)},
-            # A judge that fails scores 0 instead of dropping the group: seed 002's jobs
+            # A judge that fails scores 0 instead of dropping the group: that API's jobs
             # keep training on the other scorers (its `independent_reward`).
             on_error="zero",
         )
@@ -97,7 +98,8 @@ def judge_key_hint(field: str, message: str) -> str:
 
 
 def seed_field(field: str) -> str:
-    """A job spec field path (from the trainer or validate_spec) in seed 002's words."""
+    """A job spec field path (from the trainer or validate_spec) in the HTTP training
+    API's words."""
     head = field.split(".")[0].split("[")[0]
     return SEED_FIELDS.get(head, field)
 
