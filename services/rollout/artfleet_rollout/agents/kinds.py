@@ -88,17 +88,10 @@ async def run_mcp(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.E
         setup_text = await environment.start()
         tools = canonical_tools(environment.tools())
         trajectory.tools = tools  # type: ignore[assignment]
-        # The state first, the task last: right before its turn, a small model continues
-        # whatever text it just read (a board, measured), not the instruction above it.
-        state = f"{setup_text}\n" if setup_text else ""
-        user = f"{state}{ctx.scenario.instruction}\n{prompts.MCP_NUDGE}"
-        system = prompts.system_text("mcp", tools, ctx.task.task_prompt or ctx.scenario.system)
-        messages: list[Any] = [
-            {"role": "system", "content": system},
-            *prompts.mcp_demonstration(tools),
-            {"role": "user", "content": user},
-        ]
-        trajectory.messages_and_choices = messages
+        system = ctx.task.task_prompt or ctx.scenario.system
+        trajectory.messages_and_choices = prompts.mcp_messages(
+            tools, system, setup_text, ctx.scenario.instruction
+        )
         episode.finish = await run_tool_loop(
             ctx.policy, environment, trajectory, episode, _options(ctx, "mcp", text_ends=True)
         )
@@ -109,6 +102,10 @@ async def run_mcp(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.E
         episode.evaluate_done = evaluation.done
     episode.evaluate_text = evaluation.text[:500]
     trajectory.metrics["mcp_evaluate_reward"] = evaluation.reward
+    # Success, as evaluations count it: the environment's full reward (2048: the target
+    # tile reached; the calculator: the right answer).
+    episode.check_ran = True
+    episode.check_passed = evaluation.reward >= 1.0
 
 
 async def run_single(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.Episode) -> None:

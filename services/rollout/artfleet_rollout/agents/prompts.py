@@ -76,6 +76,21 @@ def mcp_demonstration(tools: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def mcp_messages(
+    tools: Sequence[dict[str, Any]], system: str, setup_text: str, instruction: str
+) -> list[Any]:
+    """An MCP episode's opening messages (the agent's, and the scripted expert's
+    demonstrations, which must open exactly as the agent's episodes do)."""
+    # The state first, the task last: right before its turn, a small model continues
+    # whatever text it just read (a board, measured), not the instruction above it.
+    state = f"{setup_text}\n" if setup_text else ""
+    return [
+        {"role": "system", "content": system_text("mcp", tools, system)},
+        *mcp_demonstration(tools),
+        {"role": "user", "content": f"{state}{instruction}\n{MCP_NUDGE}"},
+    ]
+
+
 def call_text(name: str, arguments: dict[str, Any]) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from . import bundled_agents, code_fix, math_single, repo_loaders, shell_tasks
+from . import bundled_agents, calculator, code_fix, math_single, repo_loaders, shell_tasks
 from .base import Environment, UnknownEnvironment
 from .loaders import load_hud, load_jsonl
 
@@ -21,6 +21,7 @@ _FACTORIES: dict[str, Callable[[], Environment]] = {
     bundled_agents.GAME_2048: bundled_agents.load_game_2048,
     math_single.NAME: math_single.load_math_single,
     code_fix.NAME: code_fix.load_code_fix,
+    calculator.NAME: calculator.load_calculator,
 }
 # loader name -> (source path or dataset name) -> Environment named "<loader>:<source>"
 _LOADERS: dict[str, Callable[[str], Environment]] = {
