@@ -42,17 +42,41 @@ def load_settings(cls: type[S]) -> S:
 
 
 async def serve(app: Lifecycle) -> None:
-    """Starts `app`, waits for SIGTERM/SIGINT, then stops it (its stop() bounds the wait)."""
+    """Starts `app`, waits for SIGTERM/SIGINT, then stops it (its stop() bounds the wait).
+
+    A signal while it starts cancels the start and stops what had started: a start can take
+    minutes (vLLM), and a supervisor that gives up on it must not leave its children behind
+    (they run in their own sessions). A start that fails stops what it started too."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await app.start()
+    starting = asyncio.ensure_future(app.start())
+    stopping = asyncio.ensure_future(stop.wait())
     try:
-        await stop.wait()
-        log.info("shutting down")
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            starting.result()  # a failed start raises here, after the stop below
+            await stopping
+            log.info("shutting down")
+        else:
+            log.info("stopping while starting")
     finally:
+        stopping.cancel()
+        starting.cancel()  # no-op once it is done
+        await asyncio.gather(starting, return_exceptions=True)
+        failed = not starting.cancelled() and starting.exception() is not None
+        await _stop(app, failed=failed)
+
+
+async def _stop(app: Lifecycle, *, failed: bool) -> None:
+    if not failed:
         await app.stop()
+        return
+    try:  # after a failed start: the start's error is the one to report
+        await app.stop()
+    except Exception:
+        log.exception("stopping after a failed start")
 
 
 def run(app: Lifecycle) -> None:
