@@ -1,4 +1,4 @@
-"""RPC fuzzing at size: hostile messages for every RPC of every service (issue #15).
+"""RPC fuzzing at size: hostile messages for every RPC of every service.
 
     python bench/fuzz_bench.py [--cases N] [--seed S]
 

@@ -7,7 +7,7 @@
 2. CreateSession served from the warm pool vs a cold `containers.run` with the same
    options (target: p50 ratio <= 0.1).
 3. Throughput: 32 sessions running trivial commands concurrently through the API.
-4. The same in the session REPL (issue #16): its exec latency over the raw SDK's, on the
+4. The same in the session REPL: its exec latency over the raw SDK's, on the
    same container, interleaved (target <= 0.2), and 32 sessions' REPL throughput
    (target >= 3x the raw SDK's figure measured in the same run).
 

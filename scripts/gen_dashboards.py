@@ -85,7 +85,7 @@ OVERVIEW = [
         [q(f"sum(rate(artfleet_trainer_trajectories_total{W}))", "trajectories/s")],
         unit="ops",
     ),
-    # Evaluation (issue 12): ids in 150-179, so panels added elsewhere never collide.
+    # Evaluation: ids in 150-179, so panels added elsewhere never collide.
     panel(
         "Held-out eval: pass@k and success rate (last eval)",
         [
@@ -214,7 +214,7 @@ ROLLOUT = [
         description="How many versions behind the trained model the rollouts sampled.",
         id=211,
     ),
-    # Agent kinds (issue 10): ids 100-119.
+    # Agent kinds: ids 100-119.
     panel(
         "Episodes/s by agent kind",
         [q(f"sum by (agent) (rate(artfleet_rollout_agent_episodes_total{W}))", "{{agent}}")],

@@ -1,5 +1,5 @@
-"""A service's health monitor (seed 001's HealthMonitor): on an interval it checks its
-child processes against a limit, the free space of /tmp and of its work directories,
+"""A service's health monitor (the R2E-Gym training script's HealthMonitor): on an interval
+it checks its child processes against a limit, the free space of /tmp and of its work directories,
 their size against a limit, and stale session/rollout directories (untouched for an
 hour). Findings become Prometheus gauges and log warnings; a critical finding is logged
 as an error and never stops the service (training goes on).

@@ -87,7 +87,7 @@ class JobSpecModel(RewardSpecModel):
     learning_rate: float = Field(default=5e-5, gt=0, le=1.0)
     max_turns: int = Field(default=4, ge=1, le=200)
     seed: int = Field(default=0, ge=0)
-    temperature: float = Field(default=0.7, ge=0, le=5.0)  # seed 004's default
+    temperature: float = Field(default=0.7, ge=0, le=5.0)  # the terminal agent's default
     max_tokens: int = Field(default=96, ge=1, le=32_768)
     max_context_tokens: int = Field(default=2048, ge=256, le=1_048_576)
     # The training scripts' --max-concurrent: episodes of this job running at once in each rollout
@@ -98,33 +98,36 @@ class JobSpecModel(RewardSpecModel):
     lora_rank: int = Field(default=8, ge=1, le=512)
     gather_timeout_s: float = Field(default=900.0, gt=0, le=86_400)
     min_group_fraction: float = Field(default=0.5, gt=0, le=1.0)
-    # GPU memory knobs of the art backend (seed 003); None = ART's defaults.
+    # GPU memory knobs of the art backend (as HUD's ART trainer sets them); None = ART's defaults.
     max_seq_length: int | None = Field(default=None, ge=256, le=1_048_576)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1.0)
-    # Replaces the environment's system prompt (seed 002's `task_prompt`); "" = its own.
+    # Replaces the environment's system prompt (the HTTP training API's `task_prompt`);
+    # "" = its own.
     task_prompt: str = Field(default="", max_length=32_768)
     # Asynchronous steps: step s+1 .. s+k roll out while step s trains (0 = synchronous).
     max_steps_off_policy: int = Field(default=0, ge=0, le=MAX_STEPS_OFF_POLICY)
-    # Experiment identity (seed 001's --experiment-name); jobs list --experiment filters on it.
+    # Experiment identity (the training scripts' --experiment-name); `jobs list --experiment`
+    # filters on it.
     experiment: str = "default"
     grpo: GrpoModel = Field(default_factory=GrpoModel)
-    # Evaluation inside the job (seed 004): before step 1 and every N steps; 0 = never.
+    # Evaluation inside the job: before step 1 and every N steps; 0 = never.
     eval_every_steps: int = Field(default=0, ge=0, le=100_000)
     eval_split: str = "test"
     eval_k: int = Field(default=2, ge=1, le=256)
     eval_max_tasks: int = Field(default=0, ge=0, le=100_000)  # 0 = every task of the split
     # None = `temperature`; 0 = greedy (no sampling noise between the before/after evals).
     eval_temperature: float | None = Field(default=None, ge=0, le=5.0)
-    # Checkpoint retention (seed 000 keeps the latest 3): last K (0 = all) + best by an eval
-    # metric ("" = none).
+    # Checkpoint retention (ART's training scripts keep the latest 3): last K (0 = all) + best
+    # by an eval metric ("" = none).
     keep_last: int = Field(default=0, ge=0, le=100_000)
     keep_best_metric: Literal["", "pass_at_k", "success_rate", "avg_at_k", "reward_mean"] = ""
-    # Seed 001's --log-sample-rate: this fraction of rollouts as readable JSON on disk.
+    # The training scripts' --log-sample-rate: this fraction of rollouts as readable JSON on disk.
     log_sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    # Seed 001's --dataset-size / --num-epochs; 0 = all scenarios / as many as steps need.
+    # The training scripts' --dataset-size / --num-epochs; 0 = all scenarios / as many as
+    # steps need.
     dataset_size: int = Field(default=0, ge=0, le=10_000_000)
     num_epochs: int = Field(default=0, ge=0, le=100_000)
-    # Seed 004's offline warm-start: SFT on samples before GRPO step 1; None = no SFT phase.
+    # The offline warm-start: SFT on samples before GRPO step 1; None = no SFT phase.
     sft: SftModel | None = None
     # The MCP server every scenario runs against instead of its own (HUD's `mcp_config`,
     # one server); None = each scenario's own. A HUD config.yaml's `environments:` block

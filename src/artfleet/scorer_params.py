@@ -33,7 +33,7 @@ POLICY_JUDGE = "policy"
 
 
 class ProcessParams(Params):
-    """The process-reward table (seed 004); any value may be overridden."""
+    """The terminal agent's process-reward table; any value may be overridden."""
 
     valid_command: Number = 0.01
     command_succeeds: Number = 0.02
@@ -124,7 +124,7 @@ class Command(Params):
 
 
 class McpConfig(Params):
-    """Seed 003's form: `{local: {...}}` or `{ssh: {...}}`."""
+    """HUD's form: `{local: {...}}` or `{ssh: {...}}`."""
 
     local: Command | None = None
     ssh: Command | None = None

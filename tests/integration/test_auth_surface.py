@@ -1,4 +1,4 @@
-"""Every gRPC method and HTTP route refuses a missing or wrong token (issue #15).
+"""Every gRPC method and HTTP route refuses a missing or wrong token.
 
 Methods are enumerated from the running servers' reflection and compared with the services
 the proto declares, so a new service, method or route is checked without editing this

@@ -1,5 +1,5 @@
-"""`artfleet eval run` against the trainer's torch endpoint for policies no job is training
-(issue 12): a finished job's older checkpoint `name@step` and the base model by name, as a
+"""`artfleet eval run` against the trainer's torch endpoint for policies no job is training:
+a finished job's older checkpoint `name@step` and the base model by name, as a
 restarted trainer serves them (frozen.py), through the real Rollout, Sandbox and Reward
 services of test_rollout_cli; summary.json records which checkpoint `name@best` or a plain
 name was. SmolLM2, so slow."""

@@ -1,6 +1,6 @@
-"""SFT warm-start through a real fleet (issue 12's "Done when"): redis-server, the trainer
+"""SFT warm-start through a real fleet, end to end: redis-server, the trainer
 with the torch backend and the real SmolLM2-135M-Instruct, Celery rollout worker, reward
-and sandbox processes. A job with an `sft` phase on seed-004-format samples lowers their
+and sandbox processes. A job with an `sft` phase on offline-format samples lowers their
 loss, GRPO steps then run from the SFT adapter, and the job SUCCEEDS; `jobs watch` prints
 the phase's batches as it prints steps. About 100 s on two cores (SFT 34 s of it)."""
 
@@ -25,7 +25,7 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-SEED004 = Path(__file__).parents[1] / "fixtures" / "sft" / "seed004_samples.json"
+OFFLINE_SAMPLES = Path(__file__).parents[1] / "fixtures" / "sft" / "offline_samples.json"
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,11 @@ def test_sft_phase_lowers_the_loss_and_grpo_continues_from_its_adapter(
             gather_timeout_s=600,
             log_sample_rate=1.0,  # every rollout on disk, with the policy that sampled it
             sft=dict(
-                data_path=str(SEED004), min_score=0.5, epochs=4, learning_rate=1e-2, batch_size=1
+                data_path=str(OFFLINE_SAMPLES),
+                min_score=0.5,
+                epochs=4,
+                learning_rate=1e-2,
+                batch_size=1,
             ),
         )
     )

@@ -1,4 +1,4 @@
-"""The health monitor (issue 12): its gauges and log warnings when a test fills a work
+"""The health monitor: its gauges and log warnings when a test fills a work
 directory past the threshold, child processes counted from /proc, stale directories."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The health monitor in a real service process (issue 12): a sandbox replica
+"""The health monitor in a real service process: a sandbox replica
 (`python -m artfleet_sandbox`, local backend) whose session fills its work directory past
 ARTFLEET_HEALTH_MAX_DIR_BYTES raises the finding gauge on its /metrics and logs the
 finding, keeps serving, and reports an hour-old session dir as stale. A real Prometheus

@@ -1,4 +1,4 @@
-"""Evaluation inside a training job (issue 12): the real JobRunner on a real redis-server,
+"""Evaluation inside a training job: the real JobRunner on a real redis-server,
 with in-process rollouts publishing through the step-batch contract as workers do."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Experiment identity, queue positions and knob rejection at submit, on a real Redis and a
-real gRPC server (issue 12)."""
+real gRPC server."""
 
 from __future__ import annotations
 

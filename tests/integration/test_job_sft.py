@@ -1,4 +1,4 @@
-"""A job's SFT phase under the real JobRunner on a real redis-server (issue 12): it runs
+"""A job's SFT phase under the real JobRunner on a real redis-server: it runs
 once before step 1 and streams its batches, GRPO steps are numbered after its checkpoint,
 a restart never runs a finished phase again; bad SFT specs are refused at submit through
 gRPC and the CLI, naming the field. The backend here is the test TrainerBackend (the
@@ -33,7 +33,7 @@ from artfleet_trainer.servicer import TrainerServicer
 from artfleet_trainer.store import JobStore
 
 pytestmark = pytest.mark.integration
-SEED004 = Path(__file__).parents[1] / "fixtures" / "sft" / "seed004_samples.json"
+OFFLINE_SAMPLES = Path(__file__).parents[1] / "fixtures" / "sft" / "offline_samples.json"
 TOKEN = "sft-test-token"
 
 
@@ -71,7 +71,7 @@ def _spec(**sft: object) -> JobSpecModel:
             groups_per_step=1,
             rollouts_per_group=2,
             gather_timeout_s=60,
-            sft=dict(data_path=str(SEED004), min_score=0.5, batch_size=1, **sft),
+            sft=dict(data_path=str(OFFLINE_SAMPLES), min_score=0.5, batch_size=1, **sft),
         )
     )
 
@@ -180,9 +180,9 @@ async def trainer_target(redis: aioredis.Redis) -> AsyncIterator[str]:
     ("job_yaml", "expected"),
     [
         ("sft:\n  data_path: /nonexistent/samples.json\n", "sft.data_path: no such file"),
-        (f"sft:\n  data_path: {SEED004}\n  min_score: 9\n", "sft.data_path: no usable SFT"),
+        (f"sft:\n  data_path: {OFFLINE_SAMPLES}\n  min_score: 9\n", "sft.data_path: no usable SFT"),
         (
-            f"backend: art\nsft:\n  data_path: {SEED004}\n  max_length: 512\n",
+            f"backend: art\nsft:\n  data_path: {OFFLINE_SAMPLES}\n  max_length: 512\n",
             "sft.max_length: not supported by the art backend",
         ),
     ],

@@ -1,4 +1,4 @@
-"""W&B, optional (issue 12): with WANDB_API_KEY set, a real job's ART logging (train steps
+"""W&B, optional: with WANDB_API_KEY set, a real job's ART logging (train steps
 and in-training evals) reaches W&B. W&B runs in offline mode into a temp WANDB_DIR; the
 test reads the run's records back from its `.wandb` file (a LevelDB-style log of
 wandb_internal_pb2.Record) and checks that the key appears in no file and no log."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from artfleet.cli.fleet import LocalFleet
 from artfleet.jobspec import DEFAULT_BASE_MODEL
 
-SEED_BASE_MODEL = "Qwen/Qwen2.5-7B-Instruct"
+EXAMPLES_BASE_MODEL = "Qwen/Qwen2.5-7B-Instruct"  # what the HTTP training API's examples name
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "trajectories"
 
 
@@ -43,7 +43,7 @@ def api_fleet(work: Path) -> LocalFleet:
             "ARTFLEET_SANDBOX_BACKEND": "local",
             # The default too: a fuzzed job spec never loads the real model.
             "ARTFLEET_BASE_MODEL_MAP": json.dumps(
-                {SEED_BASE_MODEL: str(model), DEFAULT_BASE_MODEL: str(model)}
+                {EXAMPLES_BASE_MODEL: str(model), DEFAULT_BASE_MODEL: str(model)}
             ),
             "ARTFLEET_JUDGE_MODEL_MAP": json.dumps({"gpt-4o": "policy"}),
             "ARTFLEET_TRAJECTORIES_DIR": str(trajectories),

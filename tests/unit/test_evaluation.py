@@ -1,4 +1,4 @@
-"""pass@k, avg@k and the paired comparison of two evaluations (issue 12)."""
+"""pass@k, avg@k and the paired comparison of two evaluations."""
 
 from __future__ import annotations
 

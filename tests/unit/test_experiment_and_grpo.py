@@ -1,4 +1,4 @@
-"""Experiment identity (config hash) and the GRPO knobs of the job spec (issue 12)."""
+"""Experiment identity (config hash) and the GRPO knobs of the job spec."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 003's GPU memory knobs travel from the job spec into ART's model config, and each
+"""HUD's GPU memory knobs travel from the job spec into ART's model config, and each
 training step updates the trainer metrics the dashboards read."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """How evals and queue positions look in the CLI, and the torch backend's
-num_trajectories_learning_rate_multiplier_power (issue 12)."""
+num_trajectories_learning_rate_multiplier_power."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SFT samples: seed 004's offline format and OpenAI-messages JSONL; records that cannot
+"""SFT samples: the offline-sample format and OpenAI-messages JSONL; records that cannot
 be used are counted by named reason; a file with none usable is refused naming the field."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import pytest
 
 from artfleet.errors import InvalidArgument
 from artfleet.jobspec import validate_spec
-from artfleet.sftspec import SftModel
+from artfleet.sftspec import FORMAT_ALIASES, SftModel
 from artfleet_trainer.sft_data import epoch_order, load_samples
 
-SEED004 = Path(__file__).parents[1] / "fixtures" / "sft" / "seed004_samples.json"
+OFFLINE_SAMPLES = Path(__file__).parents[1] / "fixtures" / "sft" / "offline_samples.json"
 
 
-def test_seed004_samples_above_the_score_keep_their_conversation() -> None:
-    data = load_samples(SftModel(data_path=str(SEED004), min_score=0.5))
+def test_offline_samples_above_the_score_keep_their_conversation() -> None:
+    data = load_samples(SftModel(data_path=str(OFFLINE_SAMPLES), min_score=0.5))
     assert data.records == 5
     assert len(data.samples) == 2  # tasks 1034 (1.0) and 1035 (0.8)
     assert data.skipped == {
@@ -31,7 +31,7 @@ def test_seed004_samples_above_the_score_keep_their_conversation() -> None:
 
 
 def test_without_min_score_every_conversation_is_kept() -> None:
-    data = load_samples(SftModel(data_path=str(SEED004), format="seed004"))
+    data = load_samples(SftModel(data_path=str(OFFLINE_SAMPLES), format="offline"))
     assert len(data.samples) == 3
     assert data.skipped == {"no assistant turn": 1, "no extra.conversation": 1}
 
@@ -69,7 +69,7 @@ def test_openai_messages_jsonl_with_malformed_lines(tmp_path: Path) -> None:
 
 
 def test_auto_reads_each_record_by_its_keys_and_max_samples_cuts(tmp_path: Path) -> None:
-    seed = json.loads(SEED004.read_text())[0]
+    seed = json.loads(OFFLINE_SAMPLES.read_text())[0]
     messages = {"messages": [{"role": "assistant", "content": "hello"}], "score": 2}
     path = tmp_path / "mixed.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in (seed, messages, seed)))
@@ -83,7 +83,7 @@ def test_missing_file_and_no_usable_sample_name_the_field(tmp_path: Path) -> Non
         load_samples(SftModel(data_path=str(tmp_path / "nope.json")))
     assert info.value.field == "sft.data_path" and "no such file" in str(info.value)
     with pytest.raises(InvalidArgument) as info:
-        load_samples(SftModel(data_path=str(SEED004), min_score=5.0))
+        load_samples(SftModel(data_path=str(OFFLINE_SAMPLES), min_score=5.0))
     assert info.value.field == "sft.data_path"
     assert "0 of 5 records kept" in str(info.value)
     assert "5 score below min_score" in str(info.value)  # score is checked first
@@ -97,8 +97,8 @@ def test_missing_file_and_no_usable_sample_name_the_field(tmp_path: Path) -> Non
 
 
 def test_epochs_repeat_and_shuffle_by_seed() -> None:
-    data = load_samples(SftModel(data_path=str(SEED004)))
-    spec = SftModel(data_path=str(SEED004), epochs=3)
+    data = load_samples(SftModel(data_path=str(OFFLINE_SAMPLES)))
+    spec = SftModel(data_path=str(OFFLINE_SAMPLES), epochs=3)
     order = epoch_order(data.samples, spec, seed=7)
     assert len(order) == 9
     assert order == epoch_order(data.samples, spec, seed=7)  # deterministic
@@ -125,3 +125,17 @@ def test_job_spec_sft_block_validates_and_round_trips() -> None:
         with pytest.raises(InvalidArgument) as info:
             validate_spec(bad)
         assert info.value.field == field
+
+
+def test_a_stored_spec_with_the_earlier_format_name_loads_as_offline() -> None:
+    from artfleet.jobspec import config_hash, spec_from_proto, spec_to_proto
+
+    (earlier,) = FORMAT_ALIASES
+    old = validate_spec({"sft": {"data_path": str(OFFLINE_SAMPLES), "format": earlier}})
+    new = validate_spec({"sft": {"data_path": str(OFFLINE_SAMPLES), "format": "offline"}})
+    assert old == new and old.sft is not None and old.sft.format == "offline"
+    assert config_hash(old) == config_hash(new)
+    stored = spec_to_proto(new)
+    stored.sft.format = earlier  # as a job submitted before the rename sits in Redis
+    assert spec_from_proto(stored) == new
+    assert len(load_samples(old.sft).samples) == 3

@@ -1,5 +1,5 @@
-"""Seed 001's log_sample_rate: sampled rollouts as readable JSON under
-logs/<experiment>/step_<n>/ in the web console's shape (issue 12)."""
+"""log_sample_rate (the R2E-Gym training script's flag): sampled rollouts as readable
+JSON under logs/<experiment>/step_<n>/ in the web console's shape."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from artfleet_api.settings import ApiSettings
 DEFAULT_ROLLOUTS = 4
 DEFAULT_EXPERIMENT: str = JobSpecModel.model_fields["experiment"].default
 # Job spec fields as the HTTP training API names them, for error messages about its body.
-SEED_FIELDS = {
+TRAINING_API_FIELDS = {
     "name": "model_name",
     "steps": "num_steps",
     "groups_per_step": "batch_size",
@@ -97,11 +97,11 @@ def judge_key_hint(field: str, message: str) -> str:
     )
 
 
-def seed_field(field: str) -> str:
+def training_api_field(field: str) -> str:
     """A job spec field path (from the trainer or validate_spec) in the HTTP training
     API's words."""
     head = field.split(".")[0].split("[")[0]
-    return SEED_FIELDS.get(head, field)
+    return TRAINING_API_FIELDS.get(head, field)
 
 
 def _state(value: int) -> str:

@@ -1,5 +1,5 @@
-"""The HTTP bodies: seed 002's request fields as it spells them, and our responses. Every
-model and field is documented here (it is what /openapi.json shows)."""
+"""The HTTP bodies: the HTTP training API's request fields as it spells them, and our
+responses. Every model and field is documented here (it is what /openapi.json shows)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class Body(BaseModel):
 
 
 class TrainRequest(Body):
-    """Seed 002's `POST /train` body. `batch_size` trajectories per step become
+    """The HTTP training API's `POST /train` body. `batch_size` trajectories per step become
     `ceil(batch_size / rollouts_per_group)` groups of `rollouts_per_group` rollouts
     (default `min(4, batch_size)`); `use_ruler` + `judge_model` add a RULER scorer."""
 
@@ -43,7 +43,8 @@ TRAIN_BODY_TAGS = ("TrainRequest", "JobSubmit")
 
 
 class JobSubmit(Body):
-    """The full job spec (as `artfleet jobs submit` takes it), instead of seed 002's fields."""
+    """The full job spec (as `artfleet jobs submit` takes it), instead of the HTTP training
+    API's fields."""
 
     spec: JobSpecModel
 
@@ -148,8 +149,9 @@ class EventOut(BaseModel):
 
 
 class RolloutRequest(Body):
-    """Seed 002's `POST /rollout`: one group of `num_rollouts` episodes, no training. The
-    policy is the model's current checkpoint on the fleet, or `model` at `base_url`."""
+    """The HTTP training API's `POST /rollout`: one group of `num_rollouts` episodes, no
+    training. The policy is the model's current checkpoint on the fleet, or `model` at
+    `base_url`."""
 
     model_name: str = Field(pattern=SLUG)
     project: str = Field(pattern=SLUG)
@@ -215,7 +217,7 @@ class EvalTrajectory(Body):
 
 
 class EvaluateRequest(Body):
-    """Seed 002's `POST /evaluate`: the judge scores each trajectory on its own; with
+    """The HTTP training API's `POST /evaluate`: the judge scores each trajectory on its own; with
     `use_ruler`, RULER ranks them as one group."""
 
     trajectories: list[EvalTrajectory] = Field(min_length=1, max_length=64)

@@ -1,4 +1,4 @@
-"""Training: seed 002's /train endpoints and the /jobs endpoints by id."""
+"""Training: the HTTP training API's /train endpoints and the /jobs endpoints by id."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, trainer_pb2
 from artfleet_api.backends import Backends
 from artfleet_api.errors import ApiError
-from artfleet_api.mapping import job_out, judge_key_hint, seed_field, train_spec
+from artfleet_api.mapping import job_out, judge_key_hint, train_spec, training_api_field
 from artfleet_api.models import (
     ErrorOut,
     JobList,
@@ -120,7 +120,7 @@ async def train(request: Request, body: Annotated[TrainBody, Body()]) -> TrainRe
         try:
             spec = train_spec(body, settings, agent=agent)
         except InvalidSpec as exc:
-            raise ApiError(422, exc.message, seed_field(exc.field)) from None
+            raise ApiError(422, exc.message, training_api_field(exc.field)) from None
     try:
         job = await _submit(request, spec)
     except grpc.aio.AioRpcError as exc:
@@ -133,7 +133,7 @@ async def train(request: Request, body: Annotated[TrainBody, Body()]) -> TrainRe
         if isinstance(body, JobSubmit):
             raise ApiError(422, message, f"spec.{field}" if field else "spec") from None
         # The trainer names job-spec fields; this body's sender knows the HTTP API's names.
-        raise ApiError(422, message, seed_field(field)) from None
+        raise ApiError(422, message, training_api_field(field)) from None
     base = f"/train/{job.spec.project}/{job.spec.name}"
     return TrainResponse(
         job_id=job.id,

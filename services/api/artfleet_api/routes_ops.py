@@ -41,7 +41,7 @@ from artfleet_api.routes_jobs import (
 )
 
 router = APIRouter(responses=ERRORS)
-# RunGroup's field names in seed 002's words.
+# RunGroup's field names in the HTTP training API's words.
 TASK_FIELDS = {
     "task.rollouts": "num_rollouts",
     "task.policy": "model",

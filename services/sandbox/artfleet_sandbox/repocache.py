@@ -1,10 +1,11 @@
 """Repositories prepared once per replica and seeded into each workspace from a tarball.
 
-A repo task names a repository under the cache dir (seed 001's `--cache-dir`: repos cached
-there beforehand) and, optionally, a commit. The first session that asks builds one tar
-of it (`git archive` at the commit, or the directory as it is, `.git` left out) under
-`<cache dir>/.artfleet-repos/`; every session after that only unpacks the tar (local:
-`tar -x`; docker: one `put_archive`), instead of the client uploading it file by file.
+A repo task names a repository under the cache dir (the R2E-Gym training script's
+`--cache-dir`: repos cached there beforehand) and, optionally, a commit. The first session
+that asks builds one tar of it (`git archive` at the commit, or the directory as it is,
+`.git` left out) under `<cache dir>/.artfleet-repos/`; every session after that only
+unpacks the tar (local: `tar -x`; docker: one `put_archive`), instead of the client
+uploading it file by file.
 """
 
 from __future__ import annotations

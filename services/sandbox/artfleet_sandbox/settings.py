@@ -44,7 +44,8 @@ class SandboxSettings(ServerSettings):
     max_sessions: int = Field(default=256, gt=0, description="Per replica")
 
     workspace_root: str = Field(default="", description="Parent of workspaces; '' = temp dir")
-    # Seed 001's --cache-dir: the local test runtime and repos prepared once per replica.
+    # The R2E-Gym training script's --cache-dir: the local test runtime and repos prepared
+    # once per replica.
     cache_dir: str = Field(default="", description="Prepared once, reused; '' = temp dir")
     test_runtime: bool = Field(default=True, description="local: a Python with pytest")
     use_bwrap: Literal["auto", "never", "require"] = "auto"

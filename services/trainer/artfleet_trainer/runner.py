@@ -181,7 +181,7 @@ class JobRunner:
         await self._backend.register_model(model)
         if await self._store.cancel_requested(job.id):
             raise JobCancelled()
-        # Seed 004's warm-start: once per job, before step 1; GRPO goes on from its adapter.
+        # The offline warm-start: once per job, before step 1; GRPO goes on from its adapter.
         await self._sft.run(job, spec, model)
         # The checkpoint is the truth: a trainer that died after saving step s but before
         # recording it must not train step s again (nor keep its batch). The SFT adapter
@@ -213,7 +213,7 @@ class JobRunner:
             if step > scheduling.steps_with_scenarios(
                 n, spec.groups_per_step, step, spec.num_epochs
             ):
-                break  # seed 001's --num-epochs: the scenario stream has ended
+                break  # --num-epochs (R2E-Gym training script): the scenario stream has ended
             await self._run_step(job, spec, model, steps, step)
             await self._evaluator.maybe_run(job, spec, model, step, self._inference_url(model))
             deleted = retention.apply(self._settings.art_path, model.name, job, spec)
@@ -336,7 +336,7 @@ def trained_entry(step: int, gathered: Gathered, groups: list[art.TrajectoryGrou
 
 
 def internal_config(spec: JobSpecModel) -> art.dev.InternalModelConfig:
-    """LoRA shape, plus seed 003's GPU memory knobs when the spec sets them (art backend)."""
+    """LoRA shape, plus HUD's GPU memory knobs when the spec sets them (art backend)."""
     config = art.dev.InternalModelConfig(
         peft_args=art.dev.PeftArgs(r=spec.lora_rank, lora_alpha=2 * spec.lora_rank)
     )

@@ -1,6 +1,7 @@
-"""Seed 001's `--log-sample-rate`: a fraction of each step's rollouts written as readable
-JSON (artfleet.trajlog's shape) under `<log dir>/<experiment>/step_<n>/`, beside ART's
-parquet trajectory logs, for people (and the web console) to inspect.
+"""The R2E-Gym training script's `--log-sample-rate`: a fraction of each step's rollouts
+written as readable JSON (artfleet.trajlog's shape) under
+`<log dir>/<experiment>/step_<n>/`, beside ART's parquet trajectory logs, for people (and
+the web console) to inspect.
 
 Which trajectories are sampled is decided by a hash of (job, step, group, index), so a
 step that runs again after a restart writes the same files, not a second sample.

@@ -18,7 +18,8 @@ def epoch_order(scenario_ids: Sequence[str], seed: int, epoch: int) -> list[str]
 
 
 def dataset(scenario_ids: Sequence[str], seed: int, dataset_size: int = 0) -> list[str]:
-    """Seed 001's --dataset-size: a subset fixed by the seed (0 = every scenario)."""
+    """The R2E-Gym training script's --dataset-size: a subset fixed by the seed (0 = every
+    scenario)."""
     if dataset_size <= 0 or dataset_size >= len(scenario_ids):
         return list(scenario_ids)
     return sorted(epoch_order(scenario_ids, seed, -1)[:dataset_size])

@@ -1,6 +1,6 @@
-"""SFT samples from disk: seed 004's offline format or OpenAI-messages JSONL.
+"""SFT samples from disk: the offline-sample format or OpenAI-messages JSONL.
 
-Seed 004 (`data/convert_samples.py` there): one record per episode,
+Offline samples (the terminal agent's `data/convert_samples.py`): one record per episode,
 `{"task_id", "score", "extra": {"conversation": [{"role", "content"}, ...], ...}}`, in a
 JSON array or one per line; samples above a score are kept and the assistant turns of
 `extra.conversation` are trained on. OpenAI messages: `{"messages": [...], "tools"?: [...]}`
@@ -117,7 +117,7 @@ def _sample(record: Any, spec: SftModel) -> SftSample:
         raise Skip("not an object")
     kind = spec.format
     if kind == "auto":
-        kind = "messages" if "messages" in record else "seed004"
+        kind = "messages" if "messages" in record else "offline"
     if spec.min_score is not None:
         score = record.get("score")
         if isinstance(score, bool) or not isinstance(score, int | float):

@@ -1,4 +1,4 @@
-"""A job's SFT phase (seed 004's offline warm-start): before GRPO step 1, supervised
+"""A job's SFT phase (the offline warm-start): before GRPO step 1, supervised
 training on offline samples; GRPO then continues from the adapter it saved.
 
 - Once per job: `Job.sft` records the phase (started, base step, done, the checkpoint it

@@ -1,4 +1,4 @@
-"""W&B, optional (issue 12): with `WANDB_API_KEY` in the trainer's environment, ART's own
+"""W&B, optional: with `WANDB_API_KEY` in the trainer's environment, ART's own
 `model.log` (train steps, in-training evals as `val/...`) reaches W&B; without it nothing
 W&B happens (`artfleet.art_types` then sets `WANDB_MODE=disabled`).
 

@@ -99,10 +99,10 @@ def submit(
         None,
         "--offline-data",
         "--sft-data",
-        help="SFT warm-start before GRPO: seed 004 samples (.json) or OpenAI-messages JSONL, "
+        help="SFT warm-start before GRPO: offline samples (.json) or OpenAI-messages JSONL, "
         "a path on the trainer",
     ),
-    sft_format: str | None = typer.Option(None, help="auto | seed004 | messages"),
+    sft_format: str | None = typer.Option(None, help="auto | offline | messages"),
     sft_min_score: float | None = typer.Option(None, help="keep samples with score >= this"),
     sft_epochs: int | None = typer.Option(None, help="SFT passes over the samples (1)"),
     sft_learning_rate: float | None = typer.Option(None, help="SFT learning rate (5e-5)"),

@@ -1,6 +1,7 @@
-"""Every endpoint of the API against a real fleet (torch backend, tiny model): seed 002's
-requests as its README writes them, the SSE stream with a reconnect, jobs by id, models,
-health, auth on every route. The trainer runs one job at a time: the tests run in order."""
+"""Every endpoint of the API against a real fleet (torch backend, tiny model): the HTTP
+training API's requests as its README writes them, the SSE stream with a reconnect, jobs by
+id, models, health, auth on every route. The trainer runs one job at a time: the tests run
+in order."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from artfleet.cli.fleet import LocalFleet
 
 pytestmark = [pytest.mark.integration]
 
-# Seed 002's README, verbatim.
-SEED_TRAIN = {
+# The HTTP training API's README examples, verbatim.
+TRAIN_BODY = {
     "model_name": "my-agent-v1",
     "project": "my-project",
     "base_model": "Qwen/Qwen2.5-7B-Instruct",
@@ -29,14 +30,14 @@ SEED_TRAIN = {
     "judge_model": "gpt-4o",
     "task_prompt": "You are a helpful assistant that solves problems step by step.",
 }
-SEED_ROLLOUT = {
+ROLLOUT_BODY = {
     "model_name": "data-gen",
     "project": "examples",
     "num_rollouts": 10,
     "task_prompt": "Generate diverse question-answer pairs for training.",
     "temperature": 0.8,
 }
-SEED_EVALUATE = {
+EVALUATE_BODY = {
     "trajectories": [
         {
             "messages": [
@@ -95,15 +96,15 @@ def test_health_reports_every_dependency(api: httpx.Client) -> None:
     assert body["wandb_configured"] is False  # the fleet's trainer has no WANDB_API_KEY
 
 
-def test_seed_002_train_streams_every_step_and_resumes(api: httpx.Client) -> None:
-    response = api.post("/train", json=SEED_TRAIN)
+def test_training_api_train_streams_every_step_and_resumes(api: httpx.Client) -> None:
+    response = api.post("/train", json=TRAIN_BODY)
     assert response.status_code == 202, response.text
     started = response.json()
     job_id = started["job_id"]
     assert started["stream_url"] == "/train/my-project/my-agent-v1/stream"
     spec = started["job"]["spec"]
     assert (spec["groups_per_step"], spec["rollouts_per_group"], spec["steps"]) == (2, 4, 5)
-    assert spec["task_prompt"] == SEED_TRAIN["task_prompt"]
+    assert spec["task_prompt"] == TRAIN_BODY["task_prompt"]
     assert [s["name"] for s in spec["reward"]["scorers"]][-1] == "ruler"
 
     first = _stream(api, started["stream_url"], stop_after_step=2)
@@ -144,24 +145,24 @@ def test_jobs_by_id_and_models(api: httpx.Client) -> None:
     assert api.delete("/models/my-project/nobody").status_code == 404
 
 
-def test_seed_002_rollout_runs_a_group_without_training(
+def test_training_api_rollout_runs_a_group_without_training(
     api: httpx.Client, api_fleet: LocalFleet
 ) -> None:
-    # The seed's model must exist on the fleet first: one short training job makes it.
+    # The example's model must exist on the fleet first: one short training job makes it.
     small = {"model_name": "data-gen", "project": "examples", "num_steps": 1, "batch_size": 2}
     job = api.post("/train", json={**small, "use_ruler": False, "max_turns": 1}).json()
     assert _wait_state(api, job["job_id"], TERMINAL)["state"] == "succeeded"
     before = api.get(f"/jobs/{job['job_id']}").json()["completed_steps"]
 
-    response = api.post("/rollout", json=SEED_ROLLOUT)
+    response = api.post("/rollout", json=ROLLOUT_BODY)
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["model"].endswith("@1") and body["scenario_id"]
     assert len(body["trajectories"]) + len(body["errors"]) == 10
     assert all(t["messages"][0]["role"] == "system" for t in body["trajectories"])
-    # Seed 002's task_prompt is the system prompt of every episode.
+    # The body's task_prompt is the system prompt of every episode.
     prompts = {t["messages"][0]["content"] for t in body["trajectories"]}
-    assert prompts <= {SEED_ROLLOUT["task_prompt"]} and body["notes"] == []
+    assert prompts <= {ROLLOUT_BODY["task_prompt"]} and body["notes"] == []
     # Any OpenAI-compatible endpoint: here the trainer's, named explicitly.
     external = {
         "model_name": "data-gen",
@@ -179,13 +180,13 @@ def test_seed_002_rollout_runs_a_group_without_training(
     assert len(response.json()["trajectories"]) == 2
     assert api.get(f"/jobs/{job['job_id']}").json()["completed_steps"] == before  # no training
     # A body field, as /train answers it: 422 naming it.
-    unknown = api.post("/rollout", json={**SEED_ROLLOUT, "environment": "no-such-env"})
+    unknown = api.post("/rollout", json={**ROLLOUT_BODY, "environment": "no-such-env"})
     assert unknown.status_code == 422, unknown.text
     assert unknown.json()["field"] == "environment"
 
 
-def test_seed_002_evaluate_with_the_local_judge(api: httpx.Client) -> None:
-    response = api.post("/evaluate", json=SEED_EVALUATE)
+def test_training_api_evaluate_with_the_local_judge(api: httpx.Client) -> None:
+    response = api.post("/evaluate", json=EVALUATE_BODY)
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["judge"].startswith("policy (")
@@ -193,15 +194,15 @@ def test_seed_002_evaluate_with_the_local_judge(api: httpx.Client) -> None:
     score = body["scores"][0]
     # A random tiny judge may answer nonsense: then the failure is reported, not hidden.
     assert "judge" in score["components"] or body["outcome"]["failures"]
-    ruler = {**SEED_EVALUATE, "use_ruler": True}
-    ruler["trajectories"] = SEED_EVALUATE["trajectories"] * 2  # type: ignore[operator]
+    ruler = {**EVALUATE_BODY, "use_ruler": True}
+    ruler["trajectories"] = EVALUATE_BODY["trajectories"] * 2  # type: ignore[operator]
     response = api.post("/evaluate", json=ruler)
     assert response.status_code == 200, response.text
     assert len(response.json()["scores"]) == 2
 
 
 def test_cancel_by_id_stops_the_job(api: httpx.Client) -> None:
-    job = api.post("/train", json={**SEED_TRAIN, "model_name": "cancel-me", "num_steps": 50})
+    job = api.post("/train", json={**TRAIN_BODY, "model_name": "cancel-me", "num_steps": 50})
     job_id = job.json()["job_id"]
     events = []
     with api.stream("GET", f"/jobs/{job_id}/stream") as response:
@@ -220,14 +221,14 @@ def test_cancel_by_id_stops_the_job(api: httpx.Client) -> None:
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({**SEED_TRAIN, "environment": "no-such-env"}, "environment"),
-        ({**SEED_TRAIN, "learning_rate": -1}, "learning_rate"),
-        ({**SEED_TRAIN, "base_model": "Qwen/Qwen2.5-72B-Instruct"}, "base_model"),
+        ({**TRAIN_BODY, "environment": "no-such-env"}, "environment"),
+        ({**TRAIN_BODY, "learning_rate": -1}, "learning_rate"),
+        ({**TRAIN_BODY, "base_model": "Qwen/Qwen2.5-72B-Instruct"}, "base_model"),
         ({"spec": {"environment": "no-such-env"}}, "environment"),
-        ({**SEED_TRAIN, "model_name": "Not A Slug"}, "model_name"),
+        ({**TRAIN_BODY, "model_name": "Not A Slug"}, "model_name"),
         # A hosted judge whose key the reward service lacks (the trainer's ValidateSpec).
         pytest.param(
-            {**SEED_TRAIN, "judge_model": "gpt-4o-mini"},
+            {**TRAIN_BODY, "judge_model": "gpt-4o-mini"},
             "judge_model",
             marks=pytest.mark.skipif(
                 "OPENAI_API_KEY" in os.environ, reason="OPENAI_API_KEY is set here"

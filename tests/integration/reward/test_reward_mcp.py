@@ -85,7 +85,7 @@ async def test_replayed_tool_calls_are_evaluated(servicer: RewardServicer, regis
     assert registry.get_sample_value("artfleet_reward_mcp_seconds_count") == 3
 
 
-async def test_seed_003_config_and_the_answer_as_argument(servicer: RewardServicer) -> None:
+async def test_hud_config_and_the_answer_as_argument(servicer: RewardServicer) -> None:
     params = {
         "mcp_config": {"local": LOCAL},
         "setup": {"arguments": {"target": 7}},

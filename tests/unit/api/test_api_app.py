@@ -1,5 +1,5 @@
 """The API app without a fleet behind it: auth on every route, errors naming the field,
-health answering 503, seed 002's fields mapped onto the job spec, trajectory files."""
+health answering 503, the HTTP training API's fields mapped onto the job spec, trajectory files."""
 
 from __future__ import annotations
 
@@ -197,7 +197,7 @@ def test_bad_last_event_id_is_422(client: TestClient) -> None:
         assert response.json()["field"] == "Last-Event-ID"
 
 
-def test_seed_002_body_becomes_a_job_spec_with_ruler(tmp_path: Path) -> None:
+def test_training_api_body_becomes_a_job_spec_with_ruler(tmp_path: Path) -> None:
     settings = _settings(tmp_path, judge_model_map={"gpt-4o": "policy"})
     request = TrainRequest.model_validate(
         {

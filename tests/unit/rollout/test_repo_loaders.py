@@ -76,7 +76,7 @@ def test_swesynth_records() -> None:
     assert shop is not None and shop.cached_repo == "acme/shop" and shop.commit == "0123abc"
     assert shop.fail_to_pass == ("tests/test_total.py::test_total",) and shop.repo_dir == ""
     assert env.skipped == {
-        "no repository (docker_image, or repo + base_commit)": 1,  # seed 004's offline sample
+        "no repository (docker_image, or repo + base_commit)": 1,  # an offline sample (SWE-SYNTH)
         "all_result is not passed/total": 1,
         "bug_types is not a list of names": 1,
         "no tests (FAIL_TO_PASS or test_command)": 1,

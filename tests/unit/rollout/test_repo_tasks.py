@@ -1,4 +1,4 @@
-"""Repo tasks: the F2P/P2P count, the tests scorer's rule (seed-004 table), code-fix data."""
+"""Repo tasks: the F2P/P2P count, the tests scorer's rule (terminal-agent table), code-fix data."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_r2e_names_without_module_match() -> None:
     assert grouped_summary(task, cases).resolved
 
 
-def test_tests_scorer_follows_the_seed_004_table() -> None:
+def test_tests_scorer_follows_the_terminal_agent_table() -> None:
     resolved = pb.TestSummary(grouped=True, resolved=True, passed=4, total=4, f2p_passed=2)
     assert pass_rate_score(resolved, 1.0, 0.5) == 1.0
     # All tests that ran passed, but an F2P test never ran: not resolved, pass-rate reward.

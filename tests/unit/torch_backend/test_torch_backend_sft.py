@@ -18,7 +18,7 @@ from artfleet_trainer.sft_data import load_samples
 from artfleet_trainer.sft_phase import to_trajectories
 from artfleet_trainer.torch_backend import TorchBackend, checkpoints, sft
 
-SEED004 = Path(__file__).parents[2] / "fixtures" / "sft" / "seed004_samples.json"
+OFFLINE_SAMPLES = Path(__file__).parents[2] / "fixtures" / "sft" / "offline_samples.json"
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,9 @@ async def registered(
 
 
 def _trajectories() -> list[art.Trajectory]:
-    return to_trajectories(load_samples(SftModel(data_path=str(SEED004), min_score=0.5)).samples)
+    return to_trajectories(
+        load_samples(SftModel(data_path=str(OFFLINE_SAMPLES), min_score=0.5)).samples
+    )
 
 
 def test_only_assistant_turns_are_labels(model_dir: Path) -> None:

@@ -1,4 +1,5 @@
-"""`answer_check`: a single-turn task's answer against the expected one (seed 002's math).
+"""`answer_check`: a single-turn task's answer against the expected one (the HTTP training API's
+math example).
 
 The expected answer travels with the episode (`Episode.expected_answer`, set by the rollout
 from the scenario) unless the params fix one. Modes: `exact` (trimmed, case-folded, a final

@@ -1,6 +1,6 @@
 """`mcp_evaluate`: HUD-style rewards from an environment's own MCP `evaluate` tool.
 
-For each trajectory the scorer starts the environment's MCP server (the seed-003 config
+For each trajectory the scorer starts the environment's MCP server (HUD's config
 forms: a local command such as `docker run -i ...`, or `ssh user@host docker run ...`,
 both spoken to over stdio with the official `mcp` SDK), calls `setup`, replays the
 trajectory's tool calls that name the server's tools (so the environment reaches the

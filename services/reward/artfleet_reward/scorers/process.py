@@ -1,6 +1,6 @@
 """Episode scorers (pure, no I/O): the process-reward table, test results, the task check.
 
-Process rewards follow the terminal-agent table our users know (seed README):
+Process rewards follow the terminal-agent table our users know (its README):
 
 | event              | reward           |   | event          | reward            |
 | valid bash command | +0.01            |   | invalid format | -0.05             |
@@ -63,7 +63,7 @@ def tests_reward(
 
 
 def process_reward(episode: Episode, table: ProcessRewardTable = DEFAULT_PROCESS_TABLE) -> float:
-    """Σ per-step rewards + the episode's test reward (seed-004 table)."""
+    """Σ per-step rewards + the episode's test reward (the terminal-agent table)."""
     return sum(step_reward(s, table) for s in episode.steps) + tests_reward(episode.tests, table)
 
 
@@ -121,7 +121,7 @@ def _configure_task_check(params: TaskCheckParams, field: str) -> EpisodeScorer:
 EPISODE_SCORERS = (
     ScorerDef(
         "process",
-        "per-step process rewards + test pass rate (seed 004)",
+        "per-step process rewards + test pass rate (terminal-agent table)",
         _configure_process,
         ProcessParams,
     ),

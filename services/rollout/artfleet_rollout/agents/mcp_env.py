@@ -1,6 +1,6 @@
 """One MCP session per episode (official `mcp` SDK): open, set up, offer tools, evaluate.
 
-Server configs take seed 003's forms, one server per config: `{name: {command, args, env,
+Server configs take HUD's forms, one server per config: `{name: {command, args, env,
 cwd}}` spoken to over stdio (`local`, `ssh ... docker run ...`), `{name: {url, headers}}`
 over streamable HTTP, and container servers (`{docker: {image, args}}`, or a `docker run`
 command) started inside the sandbox service, the only service with the Docker socket. That

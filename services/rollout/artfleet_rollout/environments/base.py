@@ -25,7 +25,7 @@ class ToolCallSpec:
 
 @dataclass(frozen=True)
 class McpTask:
-    """An MCP scenario: the server (seed 003's `mcp_config`), its setup and evaluate calls.
+    """An MCP scenario: the server (HUD's `mcp_config`), its setup and evaluate calls.
 
     `config` holds one server: `{name: {command, args, env, cwd}}` (stdio; a `docker run`
     command starts in the sandbox service), `{name: {url, headers}}` (streamable HTTP) or

@@ -1,6 +1,6 @@
 """Loaders anyone can point a job at: `hud:<path>` and `jsonl:<path>`.
 
-- `hud:` a HUD-style taskset (seed 003): a JSON list (or `{"tasks": [...]}`) or JSONL of
+- `hud:` a HUD taskset: a JSON list (or `{"tasks": [...]}`) or JSONL of
   task configs `{id?, prompt, mcp_config, setup_tool?, evaluate_tool, split?,
   system_prompt?}`; the MCP agent runs them.
 - `jsonl:` prompts for the single-turn agent: `{prompt, answer?, system?, id?, split?,

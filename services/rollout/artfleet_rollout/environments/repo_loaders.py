@@ -15,7 +15,7 @@ listed by `artfleet envs show`), never a crash.
   PASSED/FAILED, names without their module as R2E's log parser writes them); the tests
   expected to pass are the fail-to-pass set; `parsed_commit_content` is kept as the
   reference fix source. Tests run as R2E runs them: pytest over `r2e_tests`.
-- SWE-SYNTH (seed 004's sample format): `task_id`, `extra.problem_statement`,
+- SWE-SYNTH (the terminal agent's sample format): `task_id`, `extra.problem_statement`,
   `extra.fix_patch`, `extra.bug_types`, `extra.all_result` ("234/236"); a task also needs
   a repository (`extra.docker_image`/`image`, or `extra.repo` + `extra.base_commit`) and
   tests (`extra.FAIL_TO_PASS` or `extra.test_command`): offline samples without them are

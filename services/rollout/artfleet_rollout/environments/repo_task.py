@@ -47,7 +47,8 @@ class RepoTask:
     test_command: str = ""
     # "" = the workspace itself; an absolute path where a per-task image holds the repo.
     repo_dir: str = ""
-    cached_repo: str = ""  # a repo under the sandbox's cache dir (seed 001's --cache-dir)
+    # A repo under the sandbox's cache dir (the R2E-Gym training script's --cache-dir).
+    cached_repo: str = ""
     commit: str = ""
     reference_fix: str = field(default="", repr=False)  # a patch; never shown to the agent
     bug_types: tuple[str, ...] = ()

@@ -1,4 +1,4 @@
-"""Checkpoints served for evaluation (issues 12, 22): `artfleet eval run` against the
+"""Checkpoints served for evaluation: `artfleet eval run` against the
 trainer's endpoint may name a policy no job is training at that step:
 
 - `name@step` of any model under the ART path: an older checkpoint of a running job (its
