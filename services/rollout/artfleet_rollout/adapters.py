@@ -100,7 +100,7 @@ class OpenAIPolicy:
     ) -> dict[str, Any]:
         """What `chat.completions.create` would send, built without its request transform:
         that walks every message of the history against the SDK's TypedDicts on each call
-        (~1.5 ms a turn, growing with the history) and changes nothing in JSON messages.
+        (~1.2 ms at turn 3, growing with the history) and changes nothing in JSON messages.
         Retries, auth, timeout and the answer's parsing stay the client's."""
         body: dict[str, Any] = {
             "messages": list(messages),
