@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 from openai import APIConnectionError, APIStatusError, AsyncOpenAI
+from openai.types.chat import ChatCompletion
 
 from artfleet.rpc.client import aio_channel
 from artfleet.sandbox_client import (
@@ -73,18 +74,11 @@ class OpenAIPolicy:
         tools: Sequence[Any] | None = None,
         tool_choice: Any = None,
     ) -> PolicyTurn:
-        extra: dict[str, Any] = {"tools": list(tools)} if tools else {}
-        if tools and tool_choice is not None:
-            extra["tool_choice"] = tool_choice
-        completion = await self._client.chat.completions.create(
-            model=self._model,
-            messages=list(messages),
-            temperature=self._temperature,
-            max_tokens=self._max_tokens,
-            logprobs=True,
-            timeout=self._timeout_s,
-            extra_body=_TOKEN_IDS_BODY,
-            **extra,
+        completion = await self._client.post(
+            "/chat/completions",
+            cast_to=ChatCompletion,
+            body=self._body(messages, tools, tool_choice),
+            options={"timeout": self._timeout_s},
         )
         if not completion.choices:
             raise RuntimeError(f"the policy {self._model!r} answered no choice")
@@ -100,6 +94,27 @@ class OpenAIPolicy:
             Usage(usage.prompt_tokens, usage.completion_tokens) if usage else None,
             served_version(completion.model),
         )
+
+    def _body(
+        self, messages: Sequence[Any], tools: Sequence[Any] | None, tool_choice: Any
+    ) -> dict[str, Any]:
+        """What `chat.completions.create` would send, built without its request transform:
+        that walks every message of the history against the SDK's TypedDicts on each call
+        (~1.2 ms at turn 3, growing with the history) and changes nothing in JSON messages.
+        Retries, auth, timeout and the answer's parsing stay the client's."""
+        body: dict[str, Any] = {
+            "messages": list(messages),
+            "model": self._model,
+            "logprobs": True,
+            "max_tokens": self._max_tokens,
+            "temperature": self._temperature,
+        }
+        if tools:
+            if tool_choice is not None:
+                body["tool_choice"] = tool_choice
+            body["tools"] = list(tools)
+        body.update(_TOKEN_IDS_BODY)
+        return body
 
 
 def served_version(model: str | None) -> int | None:

@@ -210,6 +210,10 @@ class LocalBackend:
             repl_default=spec.repl,
         )
         self._sessions.add(session.id, session)
+        if session.repl_default:
+            # The shell (bash under bubblewrap: most of a first command's time) starts
+            # while the client asks its model for the first command.
+            session.warming = asyncio.create_task(self._warm_repl(session))
         metrics.CREATE_SECONDS.labels("process").observe(time.perf_counter() - started)
         metrics.SESSIONS_CREATED.inc()
         return SessionInfo(
@@ -231,6 +235,8 @@ class LocalBackend:
         while session.busy and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
             await asyncio.to_thread(kill_tagged, session.tag + ".")
+        if session.warming is not None:
+            await session.warming  # a shell it starts from now on is the stop's to end
         if session.repl is not None:
             await session.repl.stop()
         await asyncio.to_thread(remove_tree, session.root)
@@ -387,6 +393,12 @@ class LocalBackend:
                 self.name,
             )
         return session.repl
+
+    async def _warm_repl(self, session: LocalSession) -> None:
+        try:
+            await self._repl_of(session).start()
+        except Exception as exc:  # the first call starts it again and reports the error
+            log.debug("session %s: shell not started at open: %s", session.id, exc)
 
     async def _spawn_repl(self, session: LocalSession, sink: ReplSink) -> LocalChannel:
         # A tag of its own: a timeout kills the shell's tree, not the session's other calls.

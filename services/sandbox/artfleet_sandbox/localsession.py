@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import os
@@ -26,6 +27,7 @@ class LocalSession:
     repl: ReplShell | None = None  # made on the first REPL call
     repl_tag: str = ""  # TAG_VAR value of the REPL shell's tree
     repl_pid: int = 0
+    warming: asyncio.Task[None] | None = None  # the REPL shell starting at session open
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
 

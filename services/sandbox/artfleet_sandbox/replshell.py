@@ -152,6 +152,12 @@ class ReplShell:
             await channel.close()
         metrics.REPL_COMMANDS_PER_SESSION.observe(self.commands)
 
+    async def start(self) -> None:
+        """Starts the shell now rather than at the first call (which then finds it running
+        or, while it is still starting, waits for it)."""
+        async with self._lock:
+            await self._ensure()
+
     async def _ensure(self) -> tuple[ReplChannel, bool]:
         restarted = self._lost
         if self._lost and self._channel is not None:

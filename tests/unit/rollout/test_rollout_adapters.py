@@ -9,9 +9,12 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 from openai import AsyncOpenAI
+from openai.resources.chat.completions import completions as completions_module
 from pydantic import SecretStr
 
+from artfleet.art_types import art
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout.adapters import OpenAIClients, OpenAIPolicy
 from artfleet_rollout.ports import Usage
@@ -77,3 +80,102 @@ async def test_clients_are_cached_per_endpoint_and_key() -> None:
     other = rollout_pb2.GroupTask(model_base_url="http://b/v1", policy="p@1", max_tokens=8)
     assert clients.policy(other, "k1")._client is not one._client
     await clients.close()
+
+
+TOOL_ANSWER = {
+    **ANSWER,
+    "choices": [
+        {
+            **ANSWER["choices"][0],  # type: ignore[index]
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"command": "ls"}'},
+                    }
+                ],
+            },
+        }
+    ],
+}
+TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run one command.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+        },
+    }
+]
+
+
+def recording_client(seen: list[httpx.Request]) -> AsyncOpenAI:
+    def endpoint(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=TOOL_ANSWER)
+
+    return AsyncOpenAI(
+        base_url="http://policy/v1",
+        api_key="the-key",
+        max_retries=0,
+        http_client=httpx.AsyncClient(transport=httpx.MockTransport(endpoint)),
+    )
+
+
+async def test_sends_what_the_sdks_create_sends_for_a_tool_history() -> None:
+    seen: list[httpx.Request] = []
+    client = recording_client(seen)
+    policy = OpenAIPolicy(client, model="agent@1", temperature=0.7, max_tokens=32, timeout_s=5)
+    first = await policy.complete([{"role": "user", "content": "x"}], tools=TOOLS)
+    history = art.Trajectory(
+        messages_and_choices=[
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "x"},
+            first.choice,
+            {"role": "tool", "tool_call_id": "call_1", "content": "a\nb"},
+        ],
+        tools=TOOLS,
+    ).messages()
+    ours = await policy.complete(history, tools=TOOLS, tool_choice="required")
+    await client.chat.completions.create(
+        model="agent@1",
+        messages=history,
+        temperature=0.7,
+        max_tokens=32,
+        logprobs=True,
+        timeout=5,
+        extra_body={"return_token_ids": True},
+        tools=TOOLS,
+        tool_choice="required",
+    )
+    await client.close()
+
+    sent, by_sdk = seen[1], seen[2]
+    assert json.loads(sent.content) == json.loads(by_sdk.content)
+    assert sent.url == by_sdk.url and sent.method == "POST"
+    assert sent.headers["authorization"] == by_sdk.headers["authorization"] == "Bearer the-key"
+    assert sent.headers["content-type"] == by_sdk.headers["content-type"]
+    assert sent.extensions["timeout"] == by_sdk.extensions["timeout"]
+    assert ours.choice.message.tool_calls and ours.choice.message.tool_calls[0].id == "call_1"
+    assert (ours.choice.model_extra or {})["prompt_token_ids"] == [1, 2, 3]
+
+
+async def test_the_request_skips_the_sdks_per_call_transform(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The transform walks the whole history on every turn and changes nothing in it.
+    async def walked(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the request went through the SDK's param transform")
+
+    monkeypatch.setattr(completions_module, "async_maybe_transform", walked)
+    seen: list[httpx.Request] = []
+    client = recording_client(seen)
+    policy = OpenAIPolicy(client, model="agent@1", temperature=0.7, max_tokens=32, timeout_s=5)
+    turn = await policy.complete([{"role": "user", "content": "x"}], tools=TOOLS)
+    await client.close()
+    assert turn.choice.finish_reason == "tool_calls" and len(seen) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import pytest
@@ -120,3 +121,40 @@ async def test_close_ends_the_shell_and_its_jobs(backend: LocalBackend) -> None:
     pid = int((await run(backend, sid, "sleep 1000 & echo $$")).stdout)
     assert await backend.close_session(sid)
     assert pid > 0
+
+
+async def test_the_shell_starts_when_the_session_opens(backend: LocalBackend) -> None:
+    # A first command then finds bash (under bubblewrap: most of its time) already running.
+    sid = await session(backend)
+    held = backend._sessions.get(sid)
+    deadline = time.monotonic() + 60
+    while held.repl is None or not held.repl.running:
+        assert time.monotonic() < deadline, "no shell started without a command"
+        await asyncio.sleep(0.01)
+    pid = held.repl_pid
+    first = await run(backend, sid, "echo $$")
+    assert first.exit_code == 0 and not first.shell_restarted
+    assert held.repl.commands == 1 and held.repl_pid == pid  # that shell ran it
+
+
+async def test_a_stateless_session_starts_no_shell(backend: LocalBackend) -> None:
+    sid = (await backend.create_session(SessionSpec(repl=False))).session_id
+    assert backend._sessions.get(sid).warming is None
+    out = await run(backend, sid, "echo ok")
+    assert out.stateless and out.stdout == b"ok\n"
+
+
+async def test_a_session_closed_while_its_shell_starts_leaves_no_shell(
+    backend: LocalBackend,
+) -> None:
+    sid = await session(backend)
+    held = backend._sessions.get(sid)
+    assert held.warming is not None and not held.warming.done()  # closed before it ran
+    assert await backend.close_session(sid)
+    assert held.repl is not None and not held.repl.running
+    assert held.repl_pid > 0
+    with pytest.raises(ProcessLookupError):  # killed, and reaped by the loop
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            os.kill(held.repl_pid, 0)
+            await asyncio.sleep(0.01)

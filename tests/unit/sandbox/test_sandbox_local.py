@@ -6,6 +6,7 @@ import asyncio
 import os
 import resource
 import secrets
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ from artfleet_sandbox.backend import (
 )
 from artfleet_sandbox.local import LocalBackend
 from artfleet_sandbox.localconfig import ISOLATION_BWRAP, ISOLATION_NONE, LocalConfig
+from artfleet_sandbox.procs import TAG_VAR, rlimit_prefix, run_process
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -198,6 +200,41 @@ async def test_rlimit_fsize_stops_huge_files(backend_factory: Callable[..., Loca
         out = await backend.exec(sid, spec("head -c 2000000 /dev/zero > big"))
         assert out.exit_code != 0
         assert (await backend.exec(sid, spec("stat -c %s big"))).stdout == b"1048576\n"
+
+
+PRLIMIT = shutil.which("prlimit")
+needs_prlimit = pytest.mark.skipif(PRLIMIT is None, reason="util-linux prlimit missing")
+
+
+@pytest.mark.parametrize(
+    "prlimit",
+    [
+        pytest.param(None, id="python-launcher"),
+        pytest.param(PRLIMIT, id="prlimit", marks=needs_prlimit),
+    ],
+)
+async def test_each_launcher_sets_soft_and_hard_limits(prlimit: str | None, tmp_path: Path) -> None:
+    # RLIMIT_NOFILE also has an alias, RLIMIT_OFILE, that prlimit does not know.
+    prefix = rlimit_prefix({resource.RLIMIT_NOFILE: 1000, resource.RLIMIT_CPU: 99}, prlimit)
+    out = await run_process(
+        [
+            "/bin/sh",
+            "-c",
+            "echo $(ulimit -Sn) $(ulimit -Hn) $(ulimit -St) $(ulimit -Ht) $(ulimit -c)",
+        ],
+        cwd=str(tmp_path),
+        env={"PATH": "/usr/bin:/bin", TAG_VAR: f"{secrets.token_hex(8)}.x"},
+        timeout_s=20,
+        max_output_bytes=1024,
+        argv_prefix=prefix,
+    )
+    assert out.stdout == b"1000 1000 99 99 0\n", out.stderr
+
+
+@needs_prlimit
+def test_limits_go_through_prlimit_where_the_host_has_it() -> None:
+    # An interpreter start per command (and per REPL shell) costs ~7 ms more than prlimit.
+    assert rlimit_prefix({resource.RLIMIT_NOFILE: 1000})[0] == PRLIMIT
 
 
 # -- files ---------------------------------------------------------------------------
