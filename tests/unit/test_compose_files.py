@@ -108,10 +108,11 @@ def test_model_maps_and_the_judge_key_come_from_env_with_empty_defaults(
     # The CPU override keeps the trainer's environment (it adds to it, resets nothing).
     cpu = (ROOT / "docker-compose.cpu.yml").read_text()
     assert "environment: !reset" not in cpu and "environment: !override" not in cpu
-    # .env.example and the README's settings table name each one.
-    example, readme = (ROOT / ".env.example").read_text(), (ROOT / "README.md").read_text()
+    # .env.example and the deployment document's settings table name each one.
+    example = (ROOT / ".env.example").read_text()
+    deployment = (ROOT / "docs" / "deployment.md").read_text()
     for _, name in passed:
-        assert f"# {name}=" in example and f"| `{name}`" in readme, name
+        assert f"# {name}=" in example and f"| `{name}`" in deployment, name
     # The empty default is no map for the settings that read them.
     from artfleet_api.settings import ApiSettings
     from artfleet_trainer.settings import TrainerSettings

@@ -1,5 +1,5 @@
 """The GPU path's tool calling: ART starts vLLM with the Hermes tool parser, the format
-the torch server speaks too (docs/architecture.md, "Tool calling on the policy server")."""
+the torch server speaks too (docs/inference.md, "Tool calling on the policy server")."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 240 problems, 48 per difficulty: `d1` one-digit addition, `d2` two-digit addition, `d3`
 one-digit multiplication, `d4` one-step word problems, `d5` two-operation expressions.
 Each has its answer (an integer) for the answer_check scorer (numeric mode). The base
-SmolLM2-135M solves some d1-d2 problems and few of the rest (see docs/architecture.md,
-"Agent kinds"), so GRPO sees reward variance without the task being solved already.
+SmolLM2-135M solves some d1-d2 problems and few of the rest (see docs/environments.md,
+"Base rates"), so GRPO sees reward variance without the task being solved already.
 """
 
 from __future__ import annotations
