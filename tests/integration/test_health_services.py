@@ -108,7 +108,11 @@ def replica(tmp_path: Path) -> Iterator[Replica]:
 
 def test_a_session_filling_its_work_dir_raises_the_gauge_and_a_warning(replica: Replica) -> None:
     finding = {"service": "sandbox", "check": "dir_size", "severity": "critical"}
-    assert sample(scrape(replica.metrics_url), "artfleet_health_findings", **finding) == 0
+    # The series exists once the monitor's first check ran (later on a loaded machine).
+    wait_for(
+        "the first health check",
+        lambda: sample(scrape(replica.metrics_url), "artfleet_health_findings", **finding) == 0,
+    )
     with grpc.insecure_channel(replica.target) as channel:
         stub = sandbox_pb2_grpc.SandboxStub(channel)
         meta = auth_metadata(TOKEN)
