@@ -41,8 +41,7 @@ from artfleet_rollout.agents.tool_loop import LoopOptions, run_tool_loop
 from artfleet_rollout.agents.turns import canonical_tools
 from artfleet_rollout.ports import SuiteRun
 from artfleet_sandbox.backend import ExecSpec, FileSpec, SessionSpec
-from artfleet_sandbox.local import LocalBackend
-from artfleet_sandbox.localconfig import LocalConfig
+from artfleet_sandbox.local_backend import LocalBackend, LocalConfig
 
 _OUTPUT_BYTES = 256 * 1024
 
