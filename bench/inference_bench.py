@@ -169,7 +169,7 @@ async def turn8_ttft(base_url: str, token: str, model: str, turns: int) -> float
 
 
 async def torch_server(art: Path, token: str) -> tuple[Any, Any, str]:
-    from artfleet_trainer.art_compat import art as art_module
+    from artfleet_trainer.backends.art_compat import art as art_module
     from artfleet_trainer.torch_backend import TorchBackend
 
     backend = TorchBackend(path=str(art), api_key=token)

@@ -27,8 +27,7 @@ from pathlib import Path
 
 from artfleet_sandbox.backend import FileSpec, RepoSpec, SandboxBackend, SessionSpec
 from artfleet_sandbox.docker_backend import DockerBackend, DockerConfig
-from artfleet_sandbox.local import LocalBackend
-from artfleet_sandbox.localconfig import LocalConfig
+from artfleet_sandbox.local_backend import LocalBackend, LocalConfig
 
 FILE_BYTES = 25_000
 

@@ -29,7 +29,7 @@ from typing import Any
 import jsonschema
 from openai import AsyncOpenAI
 
-from artfleet_trainer.art_compat import art
+from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend.backend import TorchBackend
 
 KEY = "tool-call-bench"

@@ -35,7 +35,7 @@ from openai.types.chat.chat_completion_message import ChatCompletionMessage
 from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob
 from peft import get_peft_model
 
-from artfleet_trainer.art_compat import art
+from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import TorchBackend, training
 from artfleet_trainer.torch_backend.adapter_versions import AdapterSnapshot
 from artfleet_trainer.torch_backend.model_loader import DEFAULT_MODEL_NAME, load_base_model

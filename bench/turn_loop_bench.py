@@ -35,14 +35,13 @@ from artfleet.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import sandbox_pb2
 from artfleet_rollout.adapters import OpenAIPolicy
-from artfleet_rollout.agents import prompts
+from artfleet_rollout.agents import tool_prompts
 from artfleet_rollout.agents.sandbox_tools import SandboxToolbox
 from artfleet_rollout.agents.tool_loop import LoopOptions, run_tool_loop
 from artfleet_rollout.agents.turns import canonical_tools
 from artfleet_rollout.ports import SuiteRun
 from artfleet_sandbox.backend import ExecSpec, FileSpec, SessionSpec
-from artfleet_sandbox.local import LocalBackend
-from artfleet_sandbox.localconfig import LocalConfig
+from artfleet_sandbox.local_backend import LocalBackend, LocalConfig
 
 _OUTPUT_BYTES = 256 * 1024
 
@@ -84,8 +83,8 @@ async def episode(backend: LocalBackend, policy: OpenAIPolicy, options: LoopOpti
     toolbox = SandboxToolbox(workspace, exec_timeout_s=30)
     tools = canonical_tools(toolbox.tools())
     messages: list[Any] = [
-        {"role": "system", "content": prompts.system_text("tools", tools, "")},
-        *prompts.shell_demonstration(),
+        {"role": "system", "content": tool_prompts.system_text("tools", tools, "")},
+        *tool_prompts.shell_demonstration(),
         {"role": "user", "content": "Task: say hello\nFiles: (none)"},
     ]
     trajectory = art.Trajectory(messages_and_choices=messages, tools=tools)  # type: ignore[arg-type]

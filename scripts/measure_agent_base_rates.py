@@ -36,7 +36,7 @@ from artfleet_rollout.ports import Connections
 from artfleet_rollout.settings import RolloutSettings
 from artfleet_sandbox.factory import build_servicer
 from artfleet_sandbox.settings import DEFAULT_SANDBOX_PATH, SandboxSettings
-from artfleet_trainer.art_compat import art
+from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend.backend import TorchBackend
 
 KEY = "measure-key"

@@ -6,7 +6,7 @@ But `import art` imports transformers whenever it is importable (to patch it), a
 transformers imports torch: in a development environment that has both, every service
 would load libtorch just to encode a trajectory. So ART is imported here with
 transformers hidden, unless transformers is already imported (then hiding it is moot:
-a trainer process; `artfleet_trainer.art_compat` undoes ART's patch there).
+a trainer process; `artfleet_trainer.backends.art_compat` undoes ART's patch there).
 
 The slim service images do not install torch or transformers at all; this module keeps
 development environments (where everything is installed) honest about the same thing.
@@ -25,7 +25,7 @@ import sys
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # weights ship with packages; never download
 if not os.environ.get("WANDB_API_KEY"):
-    # W&B is optional: ART logs to it when a key is set (artfleet_trainer.wandb_runs).
+    # W&B is optional: ART logs to it when a key is set (artfleet_trainer.jobs.wandb_runs).
     # An empty key (compose passes `${WANDB_API_KEY:-}`) is no key: ART tests presence
     # only, and would call W&B's disabled no-op run, which breaks its `model.log`.
     os.environ.pop("WANDB_API_KEY", None)

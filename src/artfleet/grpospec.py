@@ -4,7 +4,7 @@ Every field is optional: unset means ART's default, and only set fields reach
 `backend.train`, so a spec without `grpo:` trains exactly as before. Names are ART's
 (`LocalBackend.train` keyword arguments; `grad_accumulation_sequences` is TrainConfig's).
 Which backend honours which option is the trainer's business
-(`artfleet_trainer.grpo`), checked at submit.
+(`artfleet_trainer.jobs.grpo`), checked at submit.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from service_fleet import FuzzFleet, running_fleet
 
 import artfleet.v1
-from artfleet_trainer.inference_proxy import InferenceProxy
+from artfleet_trainer.backends.inference_proxy import InferenceProxy
 from artfleet_trainer.torch_backend.server import InferenceServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -30,9 +30,9 @@ from artfleet.batches import StepBatches
 from artfleet.jobspec import JobSpecModel, spec_to_proto
 from artfleet.queue import make_celery
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer.rollouts import GroupDispatcher
-from artfleet_trainer.runner import JobRunner
-from artfleet_trainer.store import JobStore
+from artfleet_trainer.clients.rollouts import GroupDispatcher
+from artfleet_trainer.jobs.runner import JobRunner
+from artfleet_trainer.jobs.store import JobStore
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ from artfleet.checkpoint_layout import marked_best
 from artfleet.jobspec import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
-from artfleet_trainer.evals import eval_job_id
-from artfleet_trainer.runner import JobRunner
-from artfleet_trainer.store import JobStore
+from artfleet_trainer.jobs.evals import eval_job_id
+from artfleet_trainer.jobs.runner import JobRunner
+from artfleet_trainer.jobs.store import JobStore
 
 pytestmark = pytest.mark.integration
 

@@ -16,10 +16,10 @@ from artfleet.rpc.client import aio_channel
 from artfleet.rpc.server import GrpcServer
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
-from artfleet_trainer.reward_client import RewardClient
-from artfleet_trainer.rollouts import RolloutClient
+from artfleet_trainer.clients.reward_client import RewardClient
+from artfleet_trainer.clients.rollouts import RolloutClient
+from artfleet_trainer.jobs.store import JobStore
 from artfleet_trainer.servicer import TrainerServicer
-from artfleet_trainer.store import JobStore
 
 pytestmark = pytest.mark.integration
 TOKEN = "identity-test-token"

@@ -26,11 +26,11 @@ from artfleet.jobspec import JobSpecModel, spec_to_proto
 from artfleet.rpc.server import GrpcServer
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, trainer_pb2_grpc
-from artfleet_trainer.reward_client import RewardClient
-from artfleet_trainer.rollouts import RolloutClient
-from artfleet_trainer.runner import JobRunner
+from artfleet_trainer.clients.reward_client import RewardClient
+from artfleet_trainer.clients.rollouts import RolloutClient
+from artfleet_trainer.jobs.runner import JobRunner
+from artfleet_trainer.jobs.store import JobStore
 from artfleet_trainer.servicer import TrainerServicer
-from artfleet_trainer.store import JobStore
 
 pytestmark = pytest.mark.integration
 OFFLINE_SAMPLES = Path(__file__).parents[1] / "fixtures" / "sft" / "offline_samples.json"

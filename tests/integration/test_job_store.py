@@ -9,7 +9,7 @@ import redis.asyncio as aioredis
 
 from artfleet.errors import NotFound
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer.store import JobStore
+from artfleet_trainer.jobs.store import JobStore
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,7 @@ from artfleet.v1 import sandbox_pb2 as pb
 from artfleet.v1 import sandbox_pb2_grpc
 from artfleet_rollout.adapters import GrpcWorkspaces
 from artfleet_rollout.ports import WorkspaceLost, WorkspaceSpec
-from artfleet_sandbox.stale import OWNER_FILE
+from artfleet_sandbox.local_backend.stale import OWNER_FILE
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 TOKEN = "owner-lease-token"

@@ -165,7 +165,7 @@ def test_the_trainer_still_gets_art_with_transformers_unpatched(tmp_path: Path) 
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "services" / "trainer"), env["PYTHONPATH"]])
     code = (
         "import artfleet.codec\n"
-        "from artfleet_trainer.art_compat import art\n"
+        "from artfleet_trainer.backends.art_compat import art\n"
         "from transformers import masking_utils\n"
         "assert art.loss.loss_fn and art.preprocessing.tokenize.tokenize_trajectory_groups\n"
         "assert masking_utils._preprocess_mask_arguments.__module__ == masking_utils.__name__\n"

@@ -8,9 +8,9 @@ from typing import Any
 from pydantic import SecretStr
 
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer.runner import JobRunner
+from artfleet_trainer.jobs.runner import JobRunner
+from artfleet_trainer.jobs.store import TERMINAL, JobStore
 from artfleet_trainer.settings import TrainerSettings
-from artfleet_trainer.store import TERMINAL, JobStore
 
 STOP_TIMEOUT_S = 10
 

@@ -65,7 +65,7 @@ async def _start(fleet: FuzzFleet, redis_url: str, workdir: str) -> None:
     from artfleet_rollout.app import RolloutRuntime
     from artfleet_rollout.settings import RolloutSettings
     from artfleet_sandbox.__main__ import SandboxApp
-    from artfleet_sandbox.localconfig import DEFAULT_SANDBOX_PATH
+    from artfleet_sandbox.local_backend.config import DEFAULT_SANDBOX_PATH
     from artfleet_sandbox.settings import SandboxSettings
     from artfleet_trainer.app import TrainerApp
     from artfleet_trainer.settings import TrainerSettings

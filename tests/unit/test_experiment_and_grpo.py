@@ -14,7 +14,7 @@ from artfleet.jobspec import (
     validate_spec,
 )
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer import experiment, grpo
+from artfleet_trainer.jobs import experiment, grpo
 
 
 def test_config_hash_is_stable_and_ignores_only_labels() -> None:
@@ -163,7 +163,7 @@ class _Splits:
 
 
 async def test_a_missing_eval_split_is_refused_at_submit_by_its_name() -> None:
-    from artfleet_trainer.evals import check_eval_split
+    from artfleet_trainer.jobs.evals import check_eval_split
 
     await check_eval_split(_Splits(), validate_spec({"eval_split": "nope"}))  # no eval: fine
     with pytest.raises(InvalidArgument) as info:

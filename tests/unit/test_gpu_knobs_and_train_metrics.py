@@ -9,7 +9,7 @@ from prometheus_client import REGISTRY
 from artfleet.errors import InvalidArgument
 from artfleet.jobspec import spec_from_proto, spec_to_proto, validate_spec
 from artfleet_trainer import metrics
-from artfleet_trainer.runner import internal_config
+from artfleet_trainer.jobs.runner import internal_config
 
 
 def test_knobs_round_trip_through_the_proto() -> None:

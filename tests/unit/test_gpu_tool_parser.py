@@ -5,7 +5,7 @@ from __future__ import annotations
 
 # Through art_compat: importing ART alone patches transformers' masking for the whole
 # test process (see art_compat).
-from artfleet_trainer.art_compat import art
+from artfleet_trainer.backends.art_compat import art
 
 get_openai_server_config = art.dev.get_openai_server_config
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from artfleet_trainer.inference_client import (
+from artfleet_trainer.clients.inference_client import (
     InferenceClient,
     InferenceRefused,
     InferenceUnavailable,

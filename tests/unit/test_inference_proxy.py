@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from artfleet.cli.fleet import free_port
-from artfleet_trainer.inference_proxy import InferenceProxy
+from artfleet_trainer.backends.inference_proxy import InferenceProxy
 from artfleet_trainer.torch_backend.server import InferenceServer
 
 FLEET_TOKEN = "fleet-token-for-tests"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from artfleet.jobspec import validate_spec
 from artfleet.v1 import rollout_pb2, sandbox_pb2
-from artfleet_trainer import scheduling
-from artfleet_trainer.images import job_images, refusal
+from artfleet_trainer.jobs import scheduling
+from artfleet_trainer.jobs.images import job_images, refusal
 
 
 def info() -> rollout_pb2.EnvironmentInfo:

@@ -10,7 +10,7 @@ from artfleet.jobspec import JobSpecModel, spec_from_proto, spec_to_proto, valid
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout.adapters import served_version
-from artfleet_trainer.pipeline import group_version, stale_groups, staleness_of
+from artfleet_trainer.jobs.pipeline import group_version, stale_groups, staleness_of
 
 
 def test_max_steps_off_policy_defaults_to_sync_and_round_trips() -> None:

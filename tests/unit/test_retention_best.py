@@ -1,5 +1,5 @@
 """The checkpoint a job's `keep_best_metric` ranks first is marked on disk after each step
-(artfleet_trainer.retention), so `name@best` resolves the same on every server."""
+(artfleet_trainer.jobs.retention), so `name@best` resolves the same on every server."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from artfleet.checkpoint_layout import BEST, marked_best, resolve_step
 from artfleet.jobspec import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer import retention
+from artfleet_trainer.jobs import retention
 
 
 def _checkpoints(art: Path, name: str, steps: list[int]) -> Path:

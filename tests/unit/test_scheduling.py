@@ -5,7 +5,7 @@ import json
 import pytest
 
 from artfleet.jobspec import validate_spec
-from artfleet_trainer import scheduling
+from artfleet_trainer.jobs import scheduling
 
 IDS = [f"s{i}" for i in range(5)]
 

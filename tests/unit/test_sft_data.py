@@ -11,7 +11,7 @@ import pytest
 from artfleet.errors import InvalidArgument
 from artfleet.jobspec import validate_spec
 from artfleet.sftspec import FORMAT_ALIASES, SftModel
-from artfleet_trainer.sft_data import epoch_order, load_samples
+from artfleet_trainer.sft.data import epoch_order, load_samples
 
 OFFLINE_SAMPLES = Path(__file__).parents[1] / "fixtures" / "sft" / "offline_samples.json"
 

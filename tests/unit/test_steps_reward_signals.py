@@ -6,7 +6,7 @@ import pytest
 
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer.steps import RewardFailedJob, check_reward_signals, rollout_failure
+from artfleet_trainer.jobs.steps import RewardFailedJob, check_reward_signals, rollout_failure
 
 
 def _entry(

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from artfleet_trainer.art_backend import make_art_backend
-from artfleet_trainer.art_compat import art  # noqa: F401  (ART's import-time patches first)
 from artfleet_trainer.backends import TrainerBackend
+from artfleet_trainer.backends.art_backend import make_art_backend
+from artfleet_trainer.backends.art_compat import art  # noqa: F401  (ART's import-time patches first)
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.torch_backend import TorchBackend
 

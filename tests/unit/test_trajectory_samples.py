@@ -9,7 +9,7 @@ from pathlib import Path
 from artfleet.jobspec import validate_spec
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer import samples
+from artfleet_trainer.jobs import samples
 
 
 def _group(group_id: str, n: int) -> batch_pb2.BatchGroup:

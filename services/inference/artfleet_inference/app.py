@@ -18,7 +18,7 @@ from artfleet_inference.policies import PolicyTable
 from artfleet_inference.server import Front
 from artfleet_inference.settings import InferenceSettings
 from artfleet_inference.vllm_server import VllmServer
-from artfleet_trainer.base_models import MODEL_ALIASES
+from artfleet_trainer.backends.base_models import MODEL_ALIASES
 
 log = logging.getLogger(__name__)
 

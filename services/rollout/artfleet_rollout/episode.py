@@ -17,14 +17,14 @@ from artfleet.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout import metrics
-from artfleet_rollout.agent import (
+from artfleet_rollout.agents import kinds
+from artfleet_rollout.agents.terminal import (
     ExecResultLike,
     build_initial_messages,
     format_observation,
     parse_action,
     step_event,
 )
-from artfleet_rollout.agents import kinds
 from artfleet_rollout.agents.turns import Budget, ask_policy
 from artfleet_rollout.environments import Scenario
 from artfleet_rollout.ports import Policy, Workspace, Workspaces, WorkspaceSpec

@@ -6,7 +6,7 @@ Writes one JSON line per episode in the OpenAI messages format the trainer's SFT
 reads (`sft: {data_path: demos.jsonl}`): `{"task_id", "score", "messages", "tools"}`.
 Each line is a real episode, not a made-up transcript: the environment's MCP server starts
 as the agent starts it, the episode opens with the agent's own messages
-(`prompts.mcp_messages`, the same tools in the same order), the expert's calls run on the
+(`tool_prompts.mcp_messages`, the same tools in the same order), the expert's calls run on the
 server and its answers are the observations, and the server's evaluate tool gives `score`
 (so `sft.min_score: 1` keeps solved episodes only). Only the train split is demonstrated
 by default: SFT must not see the held-out tasks.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from artfleet_rollout import calculator
-from artfleet_rollout.agents import prompts
+from artfleet_rollout.agents import tool_prompts
 from artfleet_rollout.agents.mcp_env import McpEndpoint, McpEnvironment, open_environment
 from artfleet_rollout.agents.turns import canonical_tools
 from artfleet_rollout.environments import Scenario, get_environment
@@ -82,7 +82,9 @@ async def demonstrate(scenario: Scenario, plan: Plan, timeout_s: float = 60.0) -
     async with open_environment(scenario.mcp, McpEndpoint("", "", timeout_s)) as environment:
         setup_text = await environment.start()
         tools = canonical_tools(environment.tools())
-        messages = prompts.mcp_messages(tools, scenario.system, setup_text, scenario.instruction)
+        messages = tool_prompts.mcp_messages(
+            tools, scenario.system, setup_text, scenario.instruction
+        )
         await _play(environment, plan, messages)
         evaluation = await environment.evaluate()
     score = evaluation.reward

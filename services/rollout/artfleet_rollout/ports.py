@@ -14,7 +14,7 @@ from openai.types.chat.chat_completion import Choice
 
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, rollout_pb2
-from artfleet_rollout.agent import ExecResultLike
+from artfleet_rollout.agents.terminal import ExecResultLike
 
 # ---------------------------------------------------------------- policy
 

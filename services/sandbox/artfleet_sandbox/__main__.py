@@ -33,7 +33,7 @@ class SandboxApp:
         )
 
     async def start(self) -> None:
-        from artfleet_sandbox.local import LocalBackend
+        from artfleet_sandbox.local_backend import LocalBackend
 
         await self.backend.start()
         if isinstance(self.backend, LocalBackend):

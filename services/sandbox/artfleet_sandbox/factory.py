@@ -7,8 +7,7 @@ import resource
 
 from artfleet_sandbox.backend import Resources, SandboxBackend
 from artfleet_sandbox.docker_backend import DockerBackend, DockerConfig
-from artfleet_sandbox.local import LocalBackend
-from artfleet_sandbox.localconfig import LocalConfig
+from artfleet_sandbox.local_backend import LocalBackend, LocalConfig
 from artfleet_sandbox.replica import new_replica_id
 from artfleet_sandbox.servicer import Limits, SandboxServicer
 from artfleet_sandbox.settings import SandboxSettings

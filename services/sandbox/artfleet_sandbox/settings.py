@@ -11,8 +11,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from artfleet.config import ServerSettings
-from artfleet_sandbox.bwrap import DEFAULT_HIDE_PATHS
-from artfleet_sandbox.localconfig import DEFAULT_SANDBOX_PATH, DEFAULT_TEST_COMMAND
+from artfleet_sandbox.local_backend.bwrap import DEFAULT_HIDE_PATHS
+from artfleet_sandbox.local_backend.config import DEFAULT_SANDBOX_PATH, DEFAULT_TEST_COMMAND
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB

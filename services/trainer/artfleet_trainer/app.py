@@ -12,13 +12,13 @@ from artfleet.queue import make_celery
 from artfleet.rpc.server import GrpcServer
 from artfleet.v1 import trainer_pb2_grpc
 from artfleet_trainer.backends import backend_unavailable_reason, make_backend
-from artfleet_trainer.images import ImageChecker
-from artfleet_trainer.reward_client import RewardClient
-from artfleet_trainer.rollouts import GroupDispatcher, RolloutClient
-from artfleet_trainer.runner import JobRunner
+from artfleet_trainer.clients.reward_client import RewardClient
+from artfleet_trainer.clients.rollouts import GroupDispatcher, RolloutClient
+from artfleet_trainer.jobs.images import ImageChecker
+from artfleet_trainer.jobs.runner import JobRunner
+from artfleet_trainer.jobs.store import JobStore
 from artfleet_trainer.servicer import TrainerServicer
 from artfleet_trainer.settings import TrainerSettings
-from artfleet_trainer.store import JobStore
 
 log = logging.getLogger(__name__)
 

@@ -79,7 +79,7 @@ GPU_MEMORY = Gauge(
     ["device", "kind"],
 )
 
-# Asynchronous steps (max_steps_off_policy): see artfleet_trainer.pipeline.
+# Asynchronous steps (max_steps_off_policy): see artfleet_trainer.jobs.pipeline.
 POLICY_STALENESS = Histogram(
     "artfleet_trainer_policy_staleness",
     "Policy versions between the policy that sampled a trained trajectory and the model"

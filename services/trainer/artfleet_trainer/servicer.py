@@ -19,13 +19,16 @@ from artfleet.jobspec import (
 from artfleet.scorer_params import MCP_EVALUATE
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, trainer_pb2, trainer_pb2_grpc
-from artfleet_trainer import base_models, grpo, metrics, sft_phase, wandb_runs
-from artfleet_trainer.evals import check_eval_split
-from artfleet_trainer.images import ImageChecker
-from artfleet_trainer.models import ModelCatalog, parse_ref
-from artfleet_trainer.reward_client import RewardClient
-from artfleet_trainer.rollouts import RolloutClient, split_ids
-from artfleet_trainer.store import JobStore
+from artfleet_trainer import metrics
+from artfleet_trainer.backends import base_models
+from artfleet_trainer.clients.reward_client import RewardClient
+from artfleet_trainer.clients.rollouts import RolloutClient, split_ids
+from artfleet_trainer.jobs import grpo, wandb_runs
+from artfleet_trainer.jobs.evals import check_eval_split
+from artfleet_trainer.jobs.images import ImageChecker
+from artfleet_trainer.jobs.models import ModelCatalog, parse_ref
+from artfleet_trainer.jobs.store import JobStore
+from artfleet_trainer.sft import phase as sft_phase
 
 
 class TrainerServicer(trainer_pb2_grpc.TrainerServicer):

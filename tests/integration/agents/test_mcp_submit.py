@@ -27,10 +27,10 @@ from artfleet_rollout.environments.registry import register_environment
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.servicer import RolloutServicer
 from artfleet_rollout.settings import RolloutSettings
-from artfleet_trainer.reward_client import RewardClient
-from artfleet_trainer.rollouts import RolloutClient
+from artfleet_trainer.clients.reward_client import RewardClient
+from artfleet_trainer.clients.rollouts import RolloutClient
+from artfleet_trainer.jobs.store import JobStore
 from artfleet_trainer.servicer import TrainerServicer
-from artfleet_trainer.store import JobStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -27,10 +27,10 @@ from artfleet.v1 import reward_pb2_grpc, trainer_pb2, trainer_pb2_grpc
 from artfleet_api.app import create_app
 from artfleet_api.settings import ApiSettings
 from artfleet_reward.servicer import RewardServicer
-from artfleet_trainer.reward_client import RewardClient
-from artfleet_trainer.rollouts import RolloutClient
+from artfleet_trainer.clients.reward_client import RewardClient
+from artfleet_trainer.clients.rollouts import RolloutClient
+from artfleet_trainer.jobs.store import JobStore
 from artfleet_trainer.servicer import TrainerServicer
-from artfleet_trainer.store import JobStore
 
 pytestmark = pytest.mark.integration
 TOKEN = "submit-checks-token"

@@ -26,7 +26,7 @@ from artfleet.jobspec import JobSpecModel, spec_to_proto
 from artfleet.rpc.client import sync_channel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc, trainer_pb2, trainer_pb2_grpc
-from artfleet_trainer.art_compat import art
+from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import training
 from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
 

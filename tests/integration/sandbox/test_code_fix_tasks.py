@@ -23,8 +23,7 @@ from artfleet_sandbox.backend import (
     SandboxBackend,
     SessionSpec,
 )
-from artfleet_sandbox.local import LocalBackend
-from artfleet_sandbox.localconfig import LocalConfig
+from artfleet_sandbox.local_backend import LocalBackend, LocalConfig
 
 BARE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # no host python/pytest beyond the system's
 

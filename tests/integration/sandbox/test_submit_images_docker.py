@@ -34,11 +34,11 @@ from artfleet_rollout.app import RolloutRuntime
 from artfleet_rollout.settings import RolloutSettings
 from artfleet_sandbox.__main__ import SandboxApp
 from artfleet_sandbox.settings import SandboxSettings
-from artfleet_trainer.images import ImageChecker
-from artfleet_trainer.reward_client import RewardClient
-from artfleet_trainer.rollouts import RolloutClient
+from artfleet_trainer.clients.reward_client import RewardClient
+from artfleet_trainer.clients.rollouts import RolloutClient
+from artfleet_trainer.jobs.images import ImageChecker
+from artfleet_trainer.jobs.store import JobStore
 from artfleet_trainer.servicer import TrainerServicer
-from artfleet_trainer.store import JobStore
 
 pytestmark = pytest.mark.integration
 MISSING = ("artfleet-test/no-such-image:1", "artfleet-test/no-such-image:2")

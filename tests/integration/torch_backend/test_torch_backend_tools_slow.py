@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 from openai import AsyncOpenAI
 
-from artfleet_trainer.art_compat import art
+from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import training
 from artfleet_trainer.torch_backend.backend import TorchBackend
 

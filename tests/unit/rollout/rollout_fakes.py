@@ -14,7 +14,7 @@ from openai.types.chat.chat_completion import Choice
 
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, rollout_pb2
-from artfleet_rollout.agent import ExecOutcome
+from artfleet_rollout.agents.terminal import ExecOutcome
 from artfleet_rollout.ports import Connections, PolicyTurn, SuiteRun, Usage, WorkspaceLost
 from artfleet_rollout.ports import WorkspaceSpec as Spec
 

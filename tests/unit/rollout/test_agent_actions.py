@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from artfleet_rollout.agent import FORMAT_HELP, parse_action
+from artfleet_rollout.agents.terminal import FORMAT_HELP, parse_action
 
 
 def test_valid_bash_action() -> None:

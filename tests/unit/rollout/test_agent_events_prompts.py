@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from artfleet.v1 import sandbox_pb2
-from artfleet_rollout.agent import (
+from artfleet_rollout.agents.terminal import (
     ExecOutcome,
     build_initial_messages,
     demonstration,

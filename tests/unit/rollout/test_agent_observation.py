@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from artfleet_rollout.agent import format_observation, truncate_middle
+from artfleet_rollout.agents.terminal import format_observation, truncate_middle
 
 
 def test_short_outputs_are_shown_whole() -> None:

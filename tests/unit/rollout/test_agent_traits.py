@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from artfleet_rollout.agent import classify_command
+from artfleet_rollout.agents.terminal import classify_command
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from artfleet_rollout.agent import build_initial_messages
+from artfleet_rollout.agents.terminal import build_initial_messages
 from artfleet_rollout.environments import get_environment
 from artfleet_rollout.environments.code_fix import parse_code_fix
 from artfleet_rollout.environments.shell_tasks import ScenarioDataError

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from artfleet_rollout.agent import build_initial_messages, classify_command
+from artfleet_rollout.agents.terminal import build_initial_messages, classify_command
 from artfleet_rollout.environments import (
     Environment,
     Scenario,

@@ -9,7 +9,7 @@ from rollout_fakes import SUBMIT, FakeWorkspaces, ScriptedPolicy, bash, group_ta
 
 from artfleet.art_types import art
 from artfleet.v1 import rollout_pb2
-from artfleet_rollout.agent import FORMAT_HELP, build_initial_messages
+from artfleet_rollout.agents.terminal import FORMAT_HELP, build_initial_messages
 from artfleet_rollout.environments import get_environment
 from artfleet_rollout.episode import EpisodeContext, run_episode
 from artfleet_rollout.ports import Usage

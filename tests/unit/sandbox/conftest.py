@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from artfleet_sandbox.backend import SandboxError
-from artfleet_sandbox.local import LocalBackend
-from artfleet_sandbox.localconfig import DEFAULT_SANDBOX_PATH, LocalConfig
+from artfleet_sandbox.local_backend import LocalBackend
+from artfleet_sandbox.local_backend.config import DEFAULT_SANDBOX_PATH, LocalConfig
 
 # Sandboxed commands get a clean PATH; put this interpreter (which has pytest) first, and
 # keep its installation visible inside bubblewrap even when it lives under /root.

@@ -3,7 +3,7 @@ reachable by the unprivileged session user: their re-made parents are 0755, not 
 
 from __future__ import annotations
 
-from artfleet_sandbox.bwrap import Bubblewrap
+from artfleet_sandbox.local_backend.bwrap import Bubblewrap
 
 
 def _dirs_made_0755(argv: list[str]) -> list[str]:

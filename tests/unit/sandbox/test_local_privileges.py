@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from artfleet_sandbox.backend import ExecMode, ExecSpec, FileSpec, SandboxError, SessionSpec
-from artfleet_sandbox.bwrap import UNISOLATED_NOTICE
-from artfleet_sandbox.local import LocalBackend
-from artfleet_sandbox.localconfig import ISOLATION_NONE, LocalConfig
+from artfleet_sandbox.local_backend import LocalBackend
+from artfleet_sandbox.local_backend.bwrap import UNISOLATED_NOTICE
+from artfleet_sandbox.local_backend.config import ISOLATION_NONE, LocalConfig
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,7 +44,7 @@ async def test_without_bubblewrap_the_start_is_refused_with_the_ways_out(
 async def test_unisolated_is_an_explicit_choice_with_a_notice(
     config_factory: Callable[..., LocalConfig], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="artfleet_sandbox.local")
+    caplog.set_level(logging.WARNING, logger="artfleet_sandbox.local_backend.backend")
     async with LocalBackend(config_factory(use_bwrap="never", allow_unisolated=True)) as backend:
         info = await backend.create_session(SessionSpec())
         assert info.isolation.startswith(ISOLATION_NONE)

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from artfleet_sandbox.backend import ExecOutcome, ExecSpec, SessionSpec
-from artfleet_sandbox.local import LocalBackend
+from artfleet_sandbox.local_backend import LocalBackend
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,8 +19,7 @@ from artfleet_sandbox.backend import (
     RepoSpec,
     SessionSpec,
 )
-from artfleet_sandbox.local import LocalBackend
-from artfleet_sandbox.localconfig import LocalConfig
+from artfleet_sandbox.local_backend import LocalBackend, LocalConfig
 
 
 def _git(repo: Path, *args: str) -> str:

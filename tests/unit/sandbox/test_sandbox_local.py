@@ -27,8 +27,8 @@ from artfleet_sandbox.backend import (
     SessionNotFound,
     SessionSpec,
 )
-from artfleet_sandbox.local import LocalBackend
-from artfleet_sandbox.localconfig import ISOLATION_BWRAP, ISOLATION_NONE, LocalConfig
+from artfleet_sandbox.local_backend import LocalBackend
+from artfleet_sandbox.local_backend.config import ISOLATION_BWRAP, ISOLATION_NONE, LocalConfig
 from artfleet_sandbox.procs import TAG_VAR, rlimit_prefix, run_process
 
 pytestmark = pytest.mark.timeout(120)
@@ -532,7 +532,7 @@ async def test_the_start_probe_mounts_what_every_session_mounts(
 ) -> None:
     """A pod that masks /proc paths lets bubblewrap run `true` but not mount a fresh /proc:
     the probe must make the session's mounts, or the replica serves and every session fails."""
-    from artfleet_sandbox import bwrap as bwrap_module
+    from artfleet_sandbox.local_backend import bwrap as bwrap_module
 
     seen: list[list[str]] = []
 

@@ -8,7 +8,7 @@ from pydantic import SecretStr, ValidationError
 from artfleet_sandbox.backend import InvalidArgument, InvalidPath
 from artfleet_sandbox.factory import build_servicer
 from artfleet_sandbox.junit import parse_junit
-from artfleet_sandbox.local import LocalBackend
+from artfleet_sandbox.local_backend import LocalBackend
 from artfleet_sandbox.paths import clean_relpath
 from artfleet_sandbox.procs import Capture
 from artfleet_sandbox.servicer import _clamp

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from artfleet_sandbox.backend import ExecSpec, FileSpec, SessionSpec
-from artfleet_sandbox.local import LocalBackend
-from artfleet_sandbox.localconfig import LocalConfig
+from artfleet_sandbox.local_backend import LocalBackend, LocalConfig
 from artfleet_sandbox.pyruntime import prepare_runtime
 
 # Only the system dirs: whatever python/pytest the host has there must not be what runs.

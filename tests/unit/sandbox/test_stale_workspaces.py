@@ -10,8 +10,8 @@ import json
 import os
 from pathlib import Path
 
+from artfleet_sandbox.local_backend.stale import OWNER_FILE, remove_stale, write_owner
 from artfleet_sandbox.replica import ReplicaIdentity, process_start_ticks
-from artfleet_sandbox.stale import OWNER_FILE, remove_stale, write_owner
 
 
 def _owned(parent: Path, name: str, record: object) -> Path:

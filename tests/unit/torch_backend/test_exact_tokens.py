@@ -18,7 +18,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from trained_tokens import mismatches, sampled_turns
 from transformers import PreTrainedTokenizerFast
 
-from artfleet_trainer.art_compat import art
+from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend.training import tokenize_groups
 
 HEADERS = "{'system': 'w05', 'user': 'w06', 'assistant': 'w04', 'tool': 'w07'}"

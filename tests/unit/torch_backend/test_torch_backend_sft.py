@@ -13,9 +13,9 @@ import torch
 from api_fleet import tiny_model
 
 from artfleet.sftspec import SftModel
-from artfleet_trainer.art_compat import art
-from artfleet_trainer.sft_data import load_samples
-from artfleet_trainer.sft_phase import to_trajectories
+from artfleet_trainer.backends.art_compat import art
+from artfleet_trainer.sft.data import load_samples
+from artfleet_trainer.sft.phase import to_trajectories
 from artfleet_trainer.torch_backend import TorchBackend, checkpoints, sft
 
 OFFLINE_SAMPLES = Path(__file__).parents[2] / "fixtures" / "sft" / "offline_samples.json"

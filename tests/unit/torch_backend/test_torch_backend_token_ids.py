@@ -21,7 +21,7 @@ from tiny_llama import tiny_llama
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from artfleet_trainer.inference_proxy import InferenceProxy
+from artfleet_trainer.backends.inference_proxy import InferenceProxy
 from artfleet_trainer.torch_backend.generation import BatchEngine
 from artfleet_trainer.torch_backend.scheduler import GenerationScheduler
 from artfleet_trainer.torch_backend.server import InferenceServer, ServedPolicy

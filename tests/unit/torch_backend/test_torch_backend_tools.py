@@ -21,7 +21,7 @@ from tiny_llama import tiny_llama
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
-from artfleet_trainer.art_compat import art
+from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend.chat_template import TOOLS_CHATML_TEMPLATE
 from artfleet_trainer.torch_backend.generation import BatchEngine
 from artfleet_trainer.torch_backend.model_loader import CHATML_TEMPLATE

@@ -1,2 +1,2 @@
-"""Agent kinds beyond the terminal agent: OpenAI tool calling, MCP environments,
-single-turn prompts."""
+"""The agents: the terminal agent (`terminal/`), and the kinds beyond it (`kinds.py`):
+OpenAI tool calling, MCP environments, single-turn prompts."""

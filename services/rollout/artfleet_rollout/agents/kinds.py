@@ -12,7 +12,7 @@ from artfleet import answers
 from artfleet.art_types import art
 from artfleet.v1 import common_pb2 as pb
 
-from . import prompts
+from . import tool_prompts
 from .mcp_env import McpEndpoint, McpFailure, open_environment, with_job_server
 from .sandbox_tools import SandboxToolbox
 from .tool_loop import LoopOptions, run_tool_loop
@@ -59,9 +59,9 @@ async def run_tools(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb
         messages: list[Any] = [
             {
                 "role": "system",
-                "content": prompts.system_text("tools", tools, ctx.task.task_prompt),
+                "content": tool_prompts.system_text("tools", tools, ctx.task.task_prompt),
             },
-            *prompts.shell_demonstration(),
+            *tool_prompts.shell_demonstration(),
             {"role": "user", "content": f"Task: {scenario.instruction}\nFiles: {files}"},
         ]
         trajectory.messages_and_choices = messages
@@ -89,7 +89,7 @@ async def run_mcp(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.E
         tools = canonical_tools(environment.tools())
         trajectory.tools = tools  # type: ignore[assignment]
         system = ctx.task.task_prompt or ctx.scenario.system
-        trajectory.messages_and_choices = prompts.mcp_messages(
+        trajectory.messages_and_choices = tool_prompts.mcp_messages(
             tools, system, setup_text, ctx.scenario.instruction
         )
         episode.finish = await run_tool_loop(

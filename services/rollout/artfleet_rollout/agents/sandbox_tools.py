@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from artfleet_rollout import metrics
-from artfleet_rollout.agent import format_observation
+from artfleet_rollout.agents.terminal import format_observation
 from artfleet_rollout.ports import ToolResult, Workspace, WorkspaceLost
 
 from .toolcalls import parse_arguments

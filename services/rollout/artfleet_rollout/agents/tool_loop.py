@@ -14,7 +14,7 @@ from typing import Any
 from artfleet.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout import metrics
-from artfleet_rollout.agent import Action, step_event, truncate_middle
+from artfleet_rollout.agents.terminal import Action, step_event, truncate_middle
 from artfleet_rollout.ports import Policy, Toolbox, ToolResult
 
 from .toolcalls import RequestedCall, requested_calls

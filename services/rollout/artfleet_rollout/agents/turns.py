@@ -42,7 +42,7 @@ async def ask_policy(
             trajectory.messages(), tools=trajectory.tools, tool_choice=tool_choice
         )
     metrics.MODEL_SECONDS.observe(time.perf_counter() - start)
-    # The policy versions the trainer's staleness rule reads (artfleet_trainer.pipeline):
+    # The policy versions the trainer's staleness rule reads (artfleet_trainer.jobs.pipeline):
     # the version the answer names, else the one served when the task was dispatched.
     version = turn.policy_version if turn.policy_version is not None else default_version
     if trajectory.initial_policy_version is None:

@@ -30,8 +30,8 @@ import torch
 from peft import PeftModel, get_peft_model
 
 from artfleet.checkpoint_layout import ADAPTER_CONFIG
-from artfleet_trainer.art_compat import art
-from artfleet_trainer.inference_client import InferenceClient, InferenceUnavailable
+from artfleet_trainer.backends.art_compat import art
+from artfleet_trainer.clients.inference_client import InferenceClient, InferenceUnavailable
 
 from . import checkpoints, sft, training
 from .activation_memory import DEFAULT_ACTIVATION_BUDGET_BYTES

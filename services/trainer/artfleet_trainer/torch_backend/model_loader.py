@@ -21,7 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from artfleet_trainer.base_models import (
+from artfleet_trainer.backends.base_models import (
     DEFAULT_MODEL_NAME,
     is_embedded_default,
     model_folder,
@@ -88,7 +88,7 @@ def load_base_model(
         source = ensure_embedded_cache(cache_dir)
     elif folder is not None:
         source = folder
-    else:  # refused at submit (artfleet_trainer.base_models); a folder removed since
+    else:  # refused at submit (artfleet_trainer.backends.base_models); a folder removed since
         raise ModelLoadError(
             f"unknown base model {base_model!r}: use {DEFAULT_MODEL_NAME!r} "
             "or the path of a local Hugging Face model folder (no downloads here)"

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from artfleet_trainer.art_compat import art
+from artfleet_trainer.backends.art_compat import art
 
 from .training import compute_logprobs
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from openai.types.chat.chat_completion import Choice
 
-from artfleet_trainer.art_compat import art
+from artfleet_trainer.backends.art_compat import art
 
 
 def _strip(items: list[Any]) -> list[Any]:

@@ -25,7 +25,7 @@ import torch
 from peft import LoraConfig
 from torch.utils.checkpoint import checkpoint
 
-from artfleet_trainer.art_compat import art
+from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import activation_memory, exact_tokens
 from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
 

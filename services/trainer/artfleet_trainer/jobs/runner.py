@@ -17,29 +17,29 @@ from artfleet.errors import Unavailable
 from artfleet.jobspec import JobSpecModel, spec_from_proto
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer import (
+from artfleet_trainer import metrics
+from artfleet_trainer.backends import TrainerBackend
+from artfleet_trainer.clients.rollouts import Dispatcher, ScenarioSource
+from artfleet_trainer.jobs import (
     experiment,
     grpo,
-    metrics,
     pipeline,
     retention,
     samples,
     scheduling,
     wandb_runs,
 )
-from artfleet_trainer.backends import TrainerBackend
-from artfleet_trainer.evals import Evaluator
-from artfleet_trainer.rollouts import Dispatcher, ScenarioSource
-from artfleet_trainer.settings import TrainerSettings
-from artfleet_trainer.sft_phase import SftPhase
-from artfleet_trainer.sft_phase import offset as sft_offset
-from artfleet_trainer.steps import (
+from artfleet_trainer.jobs.evals import Evaluator
+from artfleet_trainer.jobs.steps import (
     build_groups,
     check_reward_signals,
     rollout_failure,
     summarize_step,
 )
-from artfleet_trainer.store import JobStore, TrainedStep
+from artfleet_trainer.jobs.store import JobStore, TrainedStep
+from artfleet_trainer.settings import TrainerSettings
+from artfleet_trainer.sft.phase import SftPhase
+from artfleet_trainer.sft.phase import offset as sft_offset
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ class JobRunner:
         await self._sft.run(job, spec, model)
         # The checkpoint is the truth: a trainer that died after saving step s but before
         # recording it must not train step s again (nor keep its batch). The SFT adapter
-        # is a checkpoint before step 1 (sft_phase.offset).
+        # is a checkpoint before step 1 (sft.phase.offset).
         offset = sft_offset(job)
         done = max(job.completed_steps, await self._backend.current_step(model) - offset)
         if done != job.completed_steps:

@@ -35,8 +35,9 @@ from artfleet.batches import Gathered, QuorumNotReached, StepBatches
 from artfleet.jobspec import JobSpecModel
 from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer import metrics, scheduling
-from artfleet_trainer.rollouts import Dispatcher
+from artfleet_trainer import metrics
+from artfleet_trainer.clients.rollouts import Dispatcher
+from artfleet_trainer.jobs import scheduling
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from artfleet_sandbox.bwrap import DEFAULT_HIDE_PATHS
+from artfleet_sandbox.local_backend.bwrap import DEFAULT_HIDE_PATHS
 
 DEFAULT_SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_TEST_COMMAND = "python -m pytest -q --junitxml={junitxml}"
@@ -47,7 +47,7 @@ class LocalConfig:
     stop_timeout_s: float = 10.0
     cache_dir: str = ""  # the test runtime and cached repos; "" = default_cache_dir()
     test_runtime: bool = True  # prepare the Python + pytest runtime for sessions
-    repo_pool_size: int = 2  # session dirs kept unpacked per recently used repo (localseed)
+    repo_pool_size: int = 2  # session dirs kept unpacked per recently used repo (prepared_dirs)
     # McpStdio: run the request's args as a local command (no container: dev and tests).
     allow_stdio: bool = False
     # Without bubblewrap, run commands as the server's user on the host? An explicit choice.

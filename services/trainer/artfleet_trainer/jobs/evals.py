@@ -21,10 +21,11 @@ from artfleet.errors import InvalidArgument
 from artfleet.jobspec import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
-from artfleet_trainer import metrics, scheduling
-from artfleet_trainer.rollouts import Dispatcher, ScenarioSource
-from artfleet_trainer.steps import build_groups
-from artfleet_trainer.store import JobStore
+from artfleet_trainer import metrics
+from artfleet_trainer.clients.rollouts import Dispatcher, ScenarioSource
+from artfleet_trainer.jobs import scheduling
+from artfleet_trainer.jobs.steps import build_groups
+from artfleet_trainer.jobs.store import JobStore
 
 log = logging.getLogger(__name__)
 

@@ -60,7 +60,7 @@ def backend_unavailable_reason(kind: str, configured: str) -> str:
 
 def make_backend(kind: str, settings: TrainerSettings) -> TrainerBackend:
     if kind == "torch":
-        from artfleet_trainer.inference_client import InferenceClient
+        from artfleet_trainer.clients.inference_client import InferenceClient
         from artfleet_trainer.torch_backend import TorchBackend
 
         publisher = None
@@ -87,7 +87,7 @@ def make_backend(kind: str, settings: TrainerSettings) -> TrainerBackend:
                 "the 'art' backend needs a GPU image with openpipe-art[backend] "
                 "(Unsloth + vLLM); use ARTFLEET_BACKEND=torch on CPU"
             )
-        from artfleet_trainer.art_backend import make_art_backend
+        from artfleet_trainer.backends.art_backend import make_art_backend
 
         return make_art_backend(settings)
     raise ValueError(f"unknown backend {kind!r} (torch, art)")

@@ -1,4 +1,5 @@
-"""ART for the trainer, training parts included: `from artfleet_trainer.art_compat import art`.
+"""ART for the trainer, training parts included:
+`from artfleet_trainer.backends.art_compat import art`.
 
 The trainer is the one process that needs ART's torch side (its loss, preprocessing and
 output directories); every other process imports only ART's types

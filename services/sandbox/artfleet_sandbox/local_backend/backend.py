@@ -43,18 +43,20 @@ from artfleet_sandbox.backend import (
     check_command,
     check_env,
 )
-from artfleet_sandbox.bwrap import (
+from artfleet_sandbox.junit import collect_report
+from artfleet_sandbox.local_backend.bwrap import (
     UNISOLATED_NOTICE,
     Bubblewrap,
     find_bubblewrap,
     unisolated_refusal,
 )
-from artfleet_sandbox.junit import collect_report
-from artfleet_sandbox.localconfig import ISOLATION_BWRAP, ISOLATION_NONE, LocalConfig
-from artfleet_sandbox.localrepl import LocalChannel
-from artfleet_sandbox.localseed import SeededDirs
-from artfleet_sandbox.localsession import LocalSession, spawn_errors
-from artfleet_sandbox.localstdio import LocalStdio
+from artfleet_sandbox.local_backend.config import ISOLATION_BWRAP, ISOLATION_NONE, LocalConfig
+from artfleet_sandbox.local_backend.prepared_dirs import SeededDirs
+from artfleet_sandbox.local_backend.replio import LocalChannel
+from artfleet_sandbox.local_backend.session import LocalSession, spawn_errors
+from artfleet_sandbox.local_backend.stale import PREFIX as STALE_PREFIX
+from artfleet_sandbox.local_backend.stale import remove_stale, write_owner
+from artfleet_sandbox.local_backend.stdio import LocalStdio
 from artfleet_sandbox.paths import chown_tree, read_file, remove_tree, resolve_dir, write_file
 from artfleet_sandbox.procs import TAG_VAR, kill_group, kill_tagged, rlimit_prefix, run_process
 from artfleet_sandbox.pyruntime import PyRuntime, default_cache_dir, prepare_runtime
@@ -63,8 +65,6 @@ from artfleet_sandbox.replica import ReplicaIdentity, new_replica_id, new_sessio
 from artfleet_sandbox.replshell import ReplCall, ReplShell, ReplSink
 from artfleet_sandbox.repocache import RepoCache, extract
 from artfleet_sandbox.sessions import SessionTable
-from artfleet_sandbox.stale import PREFIX as STALE_PREFIX
-from artfleet_sandbox.stale import remove_stale, write_owner
 from artfleet_sandbox.stdio import StdioProcess, StdioSpec
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Any
 from artfleet.art_types import art
 from artfleet.jobspec import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer import experiment
+from artfleet_trainer.jobs import experiment
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from artfleet.jobspec import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer import metrics
 from artfleet_trainer.backends import TrainerBackend
-from artfleet_trainer.sft_data import SftSample, describe, epoch_order, load_samples
-from artfleet_trainer.store import JobStore
+from artfleet_trainer.jobs.store import JobStore
+from artfleet_trainer.sft.data import SftSample, describe, epoch_order, load_samples
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from artfleet.errors import FailedPrecondition, Unavailable
 from artfleet.jobspec import JobSpecModel
 from artfleet.rpc.client import aio_channel
 from artfleet.v1 import rollout_pb2, sandbox_pb2, sandbox_pb2_grpc
-from artfleet_trainer import scheduling
-from artfleet_trainer.rollouts import RolloutClient
+from artfleet_trainer.clients.rollouts import RolloutClient
+from artfleet_trainer.jobs import scheduling
 
 _LISTED = 20  # missing images named in the message; the rest are counted
 

@@ -10,7 +10,7 @@ from artfleet import codec
 from artfleet.art_types import art
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer.scheduling import mean_std
+from artfleet_trainer.jobs.scheduling import mean_std
 
 
 def build_groups(entries: Sequence[batch_pb2.BatchGroup]) -> list[art.TrajectoryGroup]:

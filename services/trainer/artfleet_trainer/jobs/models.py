@@ -19,8 +19,8 @@ from artfleet.checkpoint_layout import StepRef
 from artfleet.errors import FailedPrecondition, InvalidArgument, NotFound
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
-from artfleet_trainer import retention
-from artfleet_trainer.store import ACTIVE, JobStore
+from artfleet_trainer.jobs import retention
+from artfleet_trainer.jobs.store import ACTIVE, JobStore
 
 CHUNK_BYTES = 1 << 20
 # Training state, not part of an adapter a person loads.

@@ -10,7 +10,7 @@ from .events import (
     step_event,
 )
 from .observation import format_observation, truncate_middle
-from .prompts import TaskLike, build_initial_messages, demonstration, system_prompt
+from .terminal_prompts import TaskLike, build_initial_messages, demonstration, system_prompt
 from .traits import CommandTraits, classify_command
 
 AGENT_NAME = "terminal"

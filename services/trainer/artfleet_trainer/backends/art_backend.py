@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from artfleet_trainer.inference_proxy import InferenceProxy
+from artfleet_trainer.backends.inference_proxy import InferenceProxy
 from artfleet_trainer.settings import TrainerSettings
 
 
@@ -57,7 +57,7 @@ def make_art_backend(settings: TrainerSettings) -> Any:
             max_length: int = 0,
         ) -> AsyncIterator[dict[str, float]]:
             # ART's own SFT (Unsloth), batch by batch; `max_length` is refused at submit
-            # (artfleet_trainer.sft_phase.ART_UNSUPPORTED): ART drops by max_seq_length.
+            # (artfleet_trainer.sft.phase.ART_UNSUPPORTED): ART drops by max_seq_length.
             from art.types import TrainSFTConfig
 
             config = TrainSFTConfig(learning_rate=learning_rate, batch_size=batch_size)

@@ -1,0 +1,1 @@
+"""The trainer's clients of the other services: inference, reward, rollout."""

@@ -1,0 +1,1 @@
+"""A job's SFT phase (the offline warm-start) and the samples it reads."""
