@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_bench import run_job
+from learning_bench import gain_by_prefix, run_job
 
 from artfleet import evaluation
 from artfleet.cli.demo import pick_engine
@@ -126,11 +126,8 @@ def report(
     sft, grpo = evals[0], evals[args.steps]
     over_base = evaluation.compare(base, sft, metric="success", resamples=args.resamples)
     result = evaluation.compare(sft, grpo, metric="success", resamples=args.resamples)
-    by_form: dict[str, list[float]] = {}
-    for row in result.rows:
-        by_form.setdefault(row.scenario_id.split("-")[0], []).append(row.delta)
-    for form, deltas in sorted(by_form.items()):
-        print(f"grpo_over_sft_gain_{form}={100 * sum(deltas) / len(deltas):+.1f}")
+    for form, gain in gain_by_prefix(result).items():
+        print(f"grpo_over_sft_gain_{form}={gain:+.1f}")
     low, high = over_base.ci95
     print(f"sft_over_base_gain={100 * over_base.mean_delta:+.1f}")
     print(f"sft_over_base_gain_ci95={100 * low:+.1f},{100 * high:+.1f}")

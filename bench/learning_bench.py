@@ -106,15 +106,20 @@ def run_job(stub: trainer_pb2_grpc.TrainerStub, spec: JobSpecModel) -> pb.Job:
     return job
 
 
+def gain_by_prefix(result: evaluation.Comparison) -> dict[str, float]:
+    """Mean paired gain (points) per scenario-id prefix (`d1-007` -> `d1`), sorted."""
+    deltas: dict[str, list[float]] = {}
+    for row in result.rows:
+        deltas.setdefault(row.scenario_id.split("-")[0], []).append(row.delta)
+    return {key: 100 * sum(d) / len(d) for key, d in sorted(deltas.items())}
+
+
 def report(job: pb.Job, args: argparse.Namespace, wall_s: float) -> None:
     evals = {e.step: e for e in job.evals}
     base, trained = evals[0], evals[args.steps]
     result = evaluation.compare(base, trained, metric="success", resamples=args.resamples)
-    by_difficulty: dict[str, list[float]] = {}
-    for row in result.rows:
-        by_difficulty.setdefault(row.scenario_id.split("-")[0], []).append(row.delta)
-    for difficulty, deltas in sorted(by_difficulty.items()):
-        print(f"heldout_gain_{difficulty}={100 * sum(deltas) / len(deltas):+.1f}")
+    for difficulty, gain in gain_by_prefix(result).items():
+        print(f"heldout_gain_{difficulty}={gain:+.1f}")
     low, high = result.ci95
     print(f"heldout_tasks={len(result.rows)} heldout_k={args.eval_k}")
     print(f"heldout_base_pass_at_k={100 * base.pass_at_k:.1f}")

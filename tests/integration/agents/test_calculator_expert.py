@@ -10,6 +10,7 @@ parser reads back (Hermes), so SFT teaches what rollouts sample.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any, cast
@@ -36,8 +37,6 @@ ENV = "calculator"
 
 @pytest.fixture(scope="module")
 def demos() -> list[dict[str, Any]]:
-    import asyncio
-
     return asyncio.run(demonstrations(ENV, "train", limit=8))
 
 
