@@ -36,14 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from learning_bench import gain_by_prefix, run_job
 
-from artfleet import evaluation
-from artfleet.cli.demo import pick_engine
-from artfleet.cli.evals import load_summary
-from artfleet.cli.fleet import LocalFleet
-from artfleet.jobspec import JobSpecModel
-from artfleet.rpc.client import sync_channel
+from artfleet.contracts import evaluation
+from artfleet.runtime.rpc.client import sync_channel
+from artfleet.specs.job import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2_grpc
+from artfleet_cli.demo import pick_engine
+from artfleet_cli.evals import load_summary
+from artfleet_cli.fleet import LocalFleet
 from artfleet_rollout.expert import demonstrations, write_jsonl
 
 ENVIRONMENT = "calculator"

@@ -30,7 +30,7 @@ from typing import cast
 
 import redis.asyncio as aioredis
 
-from artfleet.batches import StepBatches, to_batch_group
+from artfleet.contracts.batches import StepBatches, to_batch_group
 from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
 
@@ -102,7 +102,7 @@ async def raw(client: aioredis.Redis, groups: dict[str, rollout_pb2.RunGroupResp
 
 @contextmanager
 def redis_server() -> Iterator[str]:
-    from artfleet.cli.fleet import free_port, redis_server_binary
+    from artfleet_cli.fleet import free_port, redis_server_binary
 
     port = free_port()
     proc = subprocess.Popen(

@@ -30,7 +30,7 @@ sys.path[:0] = [str(ROOT / "tests" / "integration" / "fuzz"), str(ROOT / "tests"
 from fuzz_kit import SPECIAL_STRINGS, Verdict, fuzz_service, serving  # noqa: E402
 from service_fleet import SERVICES, FuzzFleet, live_ids, running_fleet, seeds  # noqa: E402
 
-from artfleet.cli.fleet import free_port, redis_server_binary  # noqa: E402
+from artfleet_cli.fleet import free_port, redis_server_binary  # noqa: E402
 
 
 @contextmanager

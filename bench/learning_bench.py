@@ -30,12 +30,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from artfleet import evaluation
-from artfleet.cli.fleet import LocalFleet
-from artfleet.jobspec import JobSpecModel, spec_to_proto
-from artfleet.rpc.client import sync_channel
+from artfleet.contracts import evaluation
+from artfleet.runtime.rpc.client import sync_channel
+from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet_cli.fleet import LocalFleet
 
 
 def parse_args() -> argparse.Namespace:

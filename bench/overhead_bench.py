@@ -57,12 +57,12 @@ from replay_policy import (
     turn_gaps,
 )
 
-from artfleet.cli.fleet import LocalFleet
-from artfleet.jobspec import JobSpecModel, spec_to_proto
-from artfleet.rpc.client import sync_channel
-from artfleet.service import free_port
+from artfleet.runtime.rpc.client import sync_channel
+from artfleet.runtime.service import free_port
+from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet_cli.fleet import LocalFleet
 
 Metrics = dict[str, float]
 # (service, histogram) whose mean over a job says where a turn's time went

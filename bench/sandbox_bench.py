@@ -29,7 +29,7 @@ from typing import Any
 import docker
 from pydantic import SecretStr
 
-from artfleet.rpc.client import aio_channel
+from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import sandbox_pb2 as pb
 from artfleet.v1 import sandbox_pb2_grpc
 from artfleet_sandbox.__main__ import SandboxApp

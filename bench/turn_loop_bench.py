@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay_policy import ReplayPolicy, gaps_by_turn, load_script, percentile
 
-from artfleet.art_types import art
+from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import sandbox_pb2
 from artfleet_rollout.adapters import OpenAIPolicy

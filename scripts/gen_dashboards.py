@@ -109,7 +109,8 @@ OVERVIEW = [
         [q("max by (service, check, severity) (artfleet_health_findings)",
            "{{service}} {{check}} {{severity}}")],
         id=152,
-        description="artfleet.health: child processes, free space, work dir size, stale dirs.",
+        description="artfleet.runtime.health: child processes, free space, work dir size, stale"
+        " dirs.",
     ),
     # The HTTP API (services/api): ids 180-199.
     panel(
@@ -130,7 +131,7 @@ OVERVIEW = [
         id=181,
         description="Streams (/stream) count until they end: their time is the job's.",
     ),
-    # The health monitor of every service (artfleet.health): ids 300-309.
+    # The health monitor of every service (artfleet.runtime.health): ids 300-309.
     panel(
         "Health: free space",
         [q("min by (service, path) (artfleet_health_free_bytes)", "{{service}} {{path}}")],

@@ -25,8 +25,8 @@ import grpc
 from openai import AsyncOpenAI
 from pydantic import SecretStr
 
-from artfleet.sandbox_client import SandboxRouter
-from artfleet.scorer_params import AnswerCheckParams
+from artfleet.clients.sandbox import SandboxRouter
+from artfleet.specs.scorer_params import AnswerCheckParams
 from artfleet.v1 import rollout_pb2, sandbox_pb2_grpc
 from artfleet_reward.scorers.answer import check
 from artfleet_rollout.adapters import GrpcWorkspaces, OpenAIClients

@@ -28,8 +28,8 @@ from typing import Any
 import grpc
 from pydantic import SecretStr
 
-from artfleet.sandbox_client import SandboxRouter
-from artfleet.trajlog import messages_of
+from artfleet.clients.sandbox import SandboxRouter
+from artfleet.contracts.trajlog import messages_of
 from artfleet.v1 import reward_pb2, rollout_pb2, sandbox_pb2_grpc
 from artfleet_rollout.adapters import GrpcWorkspaces, OpenAIClients
 from artfleet_rollout.environments import get_environment

@@ -1,4 +1,4 @@
-"""The step-batch contract (artfleet.batches) against a real redis-server."""
+"""The step-batch contract (artfleet.contracts.batches) against a real redis-server."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from artfleet import batches
-from artfleet.batches import Claim, Published, QuorumNotReached, StepBatches, StepKeys
+from artfleet.contracts import batches
+from artfleet.contracts.batches import Claim, Published, QuorumNotReached, StepBatches, StepKeys
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 

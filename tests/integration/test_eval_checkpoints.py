@@ -19,8 +19,8 @@ import torch
 from test_eval_cli import cli
 from test_rollout_cli import TOKEN, Fleet, reward_target, sandbox_target, start_rollout
 
-from artfleet.art_types import art
-from artfleet.checkpoint_layout import model_dir, write_best
+from artfleet.contracts.art_types import art
+from artfleet.contracts.checkpoint_layout import model_dir, write_best
 from artfleet_trainer.torch_backend import checkpoints
 from artfleet_trainer.torch_backend.backend import TorchBackend
 

@@ -25,7 +25,7 @@ from test_rollout_cli import (  # the same real services, reused
 )
 from typer.testing import CliRunner, Result
 
-from artfleet.cli.main import app
+from artfleet_cli.main import app
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 __all__ = ["fleet", "model_fleet", "reward_target", "sandbox_target"]

@@ -23,7 +23,7 @@ import pytest
 from fleet_shell import sourced
 from waiting import wait_for
 
-from artfleet.jobspec import DEFAULT_BASE_MODEL
+from artfleet.specs.job import DEFAULT_BASE_MODEL
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -51,7 +51,7 @@ class Tour:
     def artfleet(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         """`artfleet ARGS` in the shell that sourced fleet.env (piped: plain lines)."""
         return subprocess.run(
-            [sys.executable, "-m", "artfleet.cli.main", *args],
+            [sys.executable, "-m", "artfleet_cli.main", *args],
             env={**self.shell_env, **self.endpoints},
             capture_output=True,
             text=True,
@@ -88,7 +88,7 @@ def _user_shell() -> dict[str, str]:
 
 
 def _infra_ready() -> tuple[bool, str]:
-    from artfleet.cli.fleet import redis_server_binary
+    from artfleet_cli.fleet import redis_server_binary
 
     try:
         redis_server_binary()
@@ -109,7 +109,7 @@ def _start(
 ) -> tuple[subprocess.Popen[bytes], Path]:
     settings = home / "fleet-settings.env"
     cmd = [
-        *(sys.executable, "-m", "artfleet.cli.main", "fleet", "up", "--workdir", "fleet"),
+        *(sys.executable, "-m", "artfleet_cli.main", "fleet", "up", "--workdir", "fleet"),
         *("--env-file", settings.name),
         *("--set", f"ARTFLEET_BASE_MODEL_MAP={json.dumps({HUB_ALIAS: DEFAULT_BASE_MODEL})}"),
     ]

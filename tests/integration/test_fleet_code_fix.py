@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from artfleet.cli.fleet import LocalFleet
-from artfleet.jobspec import JobSpecModel, spec_to_proto
-from artfleet.rpc.client import sync_channel
+from artfleet.runtime.rpc.client import sync_channel
+from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet_cli.fleet import LocalFleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -18,12 +18,12 @@ from log_scan import leaked_secrets, log_files
 from safetensors.torch import load_file
 from waiting import poll
 
-from artfleet.batches import StepKeys
-from artfleet.cli.fleet import LocalFleet
-from artfleet.jobspec import JobSpecModel, spec_to_proto
-from artfleet.rpc.client import sync_channel
+from artfleet.contracts.batches import StepKeys
+from artfleet.runtime.rpc.client import sync_channel
+from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, rollout_pb2, sandbox_pb2, trainer_pb2, trainer_pb2_grpc
+from artfleet_cli.fleet import LocalFleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -179,7 +179,7 @@ def test_invalid_spec_is_rejected_with_the_field(
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert info.value.details().startswith("reward[1].name: unknown scorer 'nope'")
     cli = subprocess.run(
-        [sys.executable, "-m", "artfleet.cli.main", "jobs", "submit", "--env", "nope"],
+        [sys.executable, "-m", "artfleet_cli.main", "jobs", "submit", "--env", "nope"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -18,11 +18,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from artfleet.cli.fleet import LocalFleet
-from artfleet.jobspec import JobSpecModel, spec_to_proto
-from artfleet.rpc.client import sync_channel
+from artfleet.runtime.rpc.client import sync_channel
+from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet_cli.fleet import LocalFleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 OFFLINE_SAMPLES = Path(__file__).parents[1] / "fixtures" / "sft" / "offline_samples.json"
@@ -119,7 +119,7 @@ def test_sft_phase_lowers_the_loss_and_grpo_continues_from_its_adapter(
         assert {(m["job_id"], m["policy_version"]) for m in meta} == {(job.id, version)}
 
     watched = subprocess.run(
-        [sys.executable, "-m", "artfleet.cli.main", "jobs", "watch", job.id],
+        [sys.executable, "-m", "artfleet_cli.main", "jobs", "watch", job.id],
         capture_output=True,
         text=True,
         timeout=120,

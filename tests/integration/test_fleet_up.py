@@ -20,7 +20,7 @@ from fleet_shell import sourced
 from log_scan import leaked_secrets
 from waiting import wait_for
 
-from artfleet.jobspec import DEFAULT_BASE_MODEL
+from artfleet.specs.job import DEFAULT_BASE_MODEL
 
 pytestmark = [pytest.mark.integration]
 
@@ -86,7 +86,7 @@ def test_fleet_up_takes_settings_and_keeps_its_endpoints(
         "ARTFLEET_TRAINER_TARGET": "127.0.0.1:1",
     }
     cmd = [
-        *(sys.executable, "-m", "artfleet.cli.main", "fleet", "up"),
+        *(sys.executable, "-m", "artfleet_cli.main", "fleet", "up"),
         *("--workdir", str(workdir), "--engine", "torch", "--env-file", str(settings)),
         *("--set", f"ARTFLEET_BASE_MODEL_MAP={json.dumps({HOSTED: DEFAULT_BASE_MODEL})}"),
     ]

@@ -26,9 +26,9 @@ from prometheus_client import REGISTRY
 from runner_harness import events_until_done, runner_settings
 from trainer_fakes import FakeBackend
 
-from artfleet.batches import StepBatches
-from artfleet.jobspec import JobSpecModel, spec_to_proto
-from artfleet.queue import make_celery
+from artfleet.contracts.batches import StepBatches
+from artfleet.contracts.queue import make_celery
+from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer.clients.rollouts import GroupDispatcher
 from artfleet_trainer.jobs.runner import JobRunner

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from artfleet.health import DIR_BYTES, FINDINGS, STALE_DIRS, HealthLimits, HealthMonitor
+from artfleet.runtime.health import DIR_BYTES, FINDINGS, STALE_DIRS, HealthLimits, HealthMonitor
 
 pytestmark = pytest.mark.integration
 
@@ -28,14 +28,14 @@ def test_a_work_dir_filled_past_the_threshold_raises_gauge_and_warning(
     assert FINDINGS.labels("test-fill", "dir_size", "critical")._value.get() == 0
     (work / "s1").mkdir()
     (work / "s1" / "blob").write_bytes(b"x" * 850_000)  # past 80%: a warning
-    with caplog.at_level(logging.WARNING, logger="artfleet.health"):
+    with caplog.at_level(logging.WARNING, logger="artfleet.runtime.health"):
         findings = monitor.check()
     assert [(f.check, f.severity) for f in findings] == [("dir_size", "warning")]
     assert FINDINGS.labels("test-fill", "dir_size", "warning")._value.get() == 1
     assert "near the limit" in caplog.text
     (work / "s1" / "more").write_bytes(b"x" * 300_000)  # past the limit: critical
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="artfleet.health"):
+    with caplog.at_level(logging.WARNING, logger="artfleet.runtime.health"):
         findings = monitor.check()
     assert [(f.check, f.severity) for f in findings] == [("dir_size", "critical")]
     assert FINDINGS.labels("test-fill", "dir_size", "critical")._value.get() == 1

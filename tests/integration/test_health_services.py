@@ -29,9 +29,9 @@ import yaml
 from pydantic import SecretStr
 from waiting import wait_for
 
-from artfleet.cli.fleet import free_port
-from artfleet.rpc.client import auth_metadata
+from artfleet.runtime.rpc.client import auth_metadata
 from artfleet.v1 import sandbox_pb2, sandbox_pb2_grpc
+from artfleet_cli.fleet import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""`python -m artfleet.healthcheck`, the compose healthcheck, against a real gRPC server."""
+"""`python -m artfleet.runtime.healthcheck`, the compose healthcheck, against a real gRPC server."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 import pytest
 from pydantic import SecretStr
 
-from artfleet.cli.fleet import free_port
-from artfleet.config import ServerSettings
-from artfleet.rpc.server import GrpcServer
+from artfleet.runtime.config import ServerSettings
+from artfleet.runtime.rpc.server import GrpcServer
+from artfleet_cli.fleet import free_port
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ async def _probe(*args: str, port: int | None = None) -> subprocess.CompletedPro
     # The probe is blocking gRPC in its own process: the server's loop must keep running.
     return await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "artfleet.healthcheck", *args],
+        [sys.executable, "-m", "artfleet.runtime.healthcheck", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -13,10 +13,10 @@ import redis.asyncio as aioredis
 from runner_harness import run_to_end, runner_settings
 from trainer_fakes import FakeBackend, scored
 
-from artfleet.art_types import art
-from artfleet.batches import StepBatches
-from artfleet.checkpoint_layout import marked_best
-from artfleet.jobspec import JobSpecModel, spec_to_proto
+from artfleet.contracts.art_types import art
+from artfleet.contracts.batches import StepBatches
+from artfleet.contracts.checkpoint_layout import marked_best
+from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_trainer.jobs.evals import eval_job_id

@@ -10,10 +10,10 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
 
-from artfleet.config import ServerSettings
-from artfleet.jobspec import spec_to_proto, validate_spec
-from artfleet.rpc.client import aio_channel
-from artfleet.rpc.server import GrpcServer
+from artfleet.runtime.config import ServerSettings
+from artfleet.runtime.rpc.client import aio_channel
+from artfleet.runtime.rpc.server import GrpcServer
+from artfleet.specs.job import spec_to_proto, validate_spec
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_trainer.clients.reward_client import RewardClient

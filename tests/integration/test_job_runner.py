@@ -14,8 +14,8 @@ import redis.asyncio as aioredis
 from runner_harness import run_to_end, runner_settings
 from trainer_fakes import FakeBackend, scored
 
-from artfleet.batches import StepBatches, StepKeys
-from artfleet.jobspec import JobSpecModel, spec_to_proto
+from artfleet.contracts.batches import StepBatches, StepKeys
+from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_trainer import metrics

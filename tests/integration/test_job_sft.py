@@ -19,13 +19,13 @@ from runner_harness import run_to_end, runner_settings
 from trainer_fakes import FakeBackend, scored
 from typer.testing import CliRunner
 
-from artfleet.batches import StepBatches
-from artfleet.cli.main import app
-from artfleet.config import ServerSettings
-from artfleet.jobspec import JobSpecModel, spec_to_proto
-from artfleet.rpc.server import GrpcServer
+from artfleet.contracts.batches import StepBatches
+from artfleet.runtime.config import ServerSettings
+from artfleet.runtime.rpc.server import GrpcServer
+from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, trainer_pb2_grpc
+from artfleet_cli.main import app
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import RolloutClient
 from artfleet_trainer.jobs.runner import JobRunner

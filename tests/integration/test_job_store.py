@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from artfleet.errors import NotFound
+from artfleet.contracts.errors import NotFound
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer.jobs.store import JobStore
 

@@ -19,13 +19,13 @@ from pydantic import SecretStr
 from tiny_llama import tiny_llama
 from typer.testing import CliRunner, Result
 
-from artfleet.checkpoint_layout import write_best
-from artfleet.cli.main import app
-from artfleet.config import ServerSettings
-from artfleet.jobspec import config_hash, spec_to_proto, validate_spec
-from artfleet.rpc.server import GrpcServer
+from artfleet.contracts.checkpoint_layout import write_best
+from artfleet.runtime.config import ServerSettings
+from artfleet.runtime.rpc.server import GrpcServer
+from artfleet.specs.job import config_hash, spec_to_proto, validate_spec
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2_grpc
+from artfleet_cli.main import app
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import RolloutClient
 from artfleet_trainer.jobs.store import JobStore

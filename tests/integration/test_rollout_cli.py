@@ -22,9 +22,9 @@ import pytest_asyncio
 from pydantic import SecretStr
 from typer.testing import CliRunner, Result
 
-from artfleet.cli.main import app
-from artfleet.rpc.server import GrpcServer
+from artfleet.runtime.rpc.server import GrpcServer
 from artfleet.v1 import reward_pb2_grpc, rollout_pb2_grpc, sandbox_pb2_grpc
+from artfleet_cli.main import app
 from artfleet_reward.servicer import RewardServicer
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.servicer import RolloutServicer
@@ -196,7 +196,7 @@ async def test_unreachable_rollout_service_is_exit_1(fleet: Fleet) -> None:
 async def model_fleet(
     sandbox_target: str, reward_target: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[tuple[Fleet, str]]:
-    from artfleet.art_types import art
+    from artfleet.contracts.art_types import art
     from artfleet_trainer.torch_backend.backend import TorchBackend
 
     backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), api_key=TOKEN)

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis.asyncio as aioredis
 
-from artfleet import batches
-from artfleet.batches import Published, StepBatches
+from artfleet.contracts import batches
+from artfleet.contracts.batches import Published, StepBatches
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout.app import LoopThread

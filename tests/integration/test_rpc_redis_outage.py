@@ -17,12 +17,12 @@ import redis
 import redis.asyncio as aioredis
 from pydantic import SecretStr
 
-from artfleet.cli.fleet import free_port, redis_server_binary
-from artfleet.config import ServerSettings
-from artfleet.jobspec import config_hash, spec_to_proto, validate_spec
-from artfleet.rpc.client import aio_channel
-from artfleet.rpc.server import GrpcServer
+from artfleet.runtime.config import ServerSettings
+from artfleet.runtime.rpc.client import aio_channel
+from artfleet.runtime.rpc.server import GrpcServer
+from artfleet.specs.job import config_hash, spec_to_proto, validate_spec
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet_cli.fleet import free_port, redis_server_binary
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import RolloutClient
 from artfleet_trainer.jobs.store import JobStore

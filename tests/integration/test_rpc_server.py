@@ -12,10 +12,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import SecretStr
 
-from artfleet.config import ServerSettings
-from artfleet.errors import InvalidArgument, NotFound
-from artfleet.rpc.client import aio_channel
-from artfleet.rpc.server import GrpcServer
+from artfleet.contracts.errors import InvalidArgument, NotFound
+from artfleet.runtime.config import ServerSettings
+from artfleet.runtime.rpc.client import aio_channel
+from artfleet.runtime.rpc.server import GrpcServer
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 

@@ -23,11 +23,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY
 from waiting import wait_for
 
-from artfleet.cli.fleet import free_port
-from artfleet.rpc.client import aio_channel
-from artfleet.sandbox_client import SandboxRouter
+from artfleet.clients.sandbox import SandboxRouter
+from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import sandbox_pb2 as pb
 from artfleet.v1 import sandbox_pb2_grpc
+from artfleet_cli.fleet import free_port
 from artfleet_rollout.adapters import GrpcWorkspaces
 from artfleet_rollout.ports import WorkspaceLost, WorkspaceSpec
 from artfleet_sandbox.local_backend.stale import OWNER_FILE
@@ -41,7 +41,7 @@ LEASE_S = 6.0
 # A client that holds one session under its owner lease until it is killed.
 CLIENT = """
 import asyncio, sys
-from artfleet.sandbox_client import SandboxRouter
+from artfleet.clients.sandbox import SandboxRouter
 from artfleet.v1 import sandbox_pb2 as pb
 
 async def main():

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from artfleet.cli.fleet import free_port
-from artfleet.healthcheck import check
+from artfleet.runtime.healthcheck import check
+from artfleet_cli.fleet import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -142,7 +142,12 @@ def test_rollout_loads_art_but_no_torch(start_service, redis_url: str) -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["artfleet.codec", "artfleet_rollout.worker", "artfleet_reward.servicer", "artfleet.cli.main"],
+    [
+        "artfleet.contracts.codec",
+        "artfleet_rollout.worker",
+        "artfleet_reward.servicer",
+        "artfleet_cli.main",
+    ],
 )
 def test_light_modules_import_no_torch(module: str, tmp_path: Path) -> None:
     # A fresh interpreter: this one may have torch already. transformers is installed in a
@@ -164,7 +169,7 @@ def test_the_trainer_still_gets_art_with_transformers_unpatched(tmp_path: Path) 
     env = _env(0, "redis://127.0.0.1:1/0", tmp_path)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "services" / "trainer"), env["PYTHONPATH"]])
     code = (
-        "import artfleet.codec\n"
+        "import artfleet.contracts.codec\n"
         "from artfleet_trainer.backends.art_compat import art\n"
         "from transformers import masking_utils\n"
         "assert art.loss.loss_fn and art.preprocessing.tokenize.tokenize_trajectory_groups\n"

@@ -17,7 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 from test_job_eval import LoggingBackend, redis, run_job
 
-from artfleet.jobspec import JobSpecModel, config_hash
+from artfleet.specs.job import JobSpecModel, config_hash
 from artfleet.v1 import common_pb2 as pb
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -125,7 +125,7 @@ def test_a_key_leaves_wandb_on_and_no_key_turns_it_off(tmp_path: Path) -> None:
     import sys
 
     probe = (
-        "import os, artfleet.art_types; "
+        "import os, artfleet.contracts.art_types; "
         "print(os.environ.get('WANDB_MODE', '-'), 'WANDB_API_KEY' in os.environ)"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}

@@ -10,8 +10,8 @@ import json
 import shutil
 from pathlib import Path
 
-from artfleet.cli.fleet import LocalFleet
-from artfleet.jobspec import DEFAULT_BASE_MODEL
+from artfleet.specs.job import DEFAULT_BASE_MODEL
+from artfleet_cli.fleet import LocalFleet
 
 EXAMPLES_BASE_MODEL = "Qwen/Qwen2.5-7B-Instruct"  # what the HTTP training API's examples name
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "trajectories"

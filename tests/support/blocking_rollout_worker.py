@@ -23,8 +23,8 @@ import redis.asyncio as aioredis
 from celery.signals import worker_ready
 from trainer_fakes import scored
 
-from artfleet.batches import StepBatches
-from artfleet.queue import ROLLOUT_QUEUE
+from artfleet.contracts.batches import StepBatches
+from artfleet.contracts.queue import ROLLOUT_QUEUE
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout.app import LoopThread, bound_warm_shutdown
 from artfleet_rollout.worker import GroupWorker, create_worker_app

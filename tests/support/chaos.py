@@ -42,9 +42,9 @@ from chaos_fleet import (
     wait_sessions_closed,
 )
 
-from artfleet.batches import StepKeys
-from artfleet.jobspec import JobSpecModel, spec_to_proto
-from artfleet.rpc.client import sync_channel
+from artfleet.contracts.batches import StepKeys
+from artfleet.runtime.rpc.client import sync_channel
+from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import batch_pb2, trainer_pb2, trainer_pb2_grpc
 from artfleet.v1 import common_pb2 as pb
 

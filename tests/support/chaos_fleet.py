@@ -27,7 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import poll
 
-from artfleet.cli.fleet import FleetProcess, LocalFleet, free_port
+from artfleet_cli.fleet import FleetProcess, LocalFleet, free_port
 
 ROLLOUTS = ("rollout-1", "rollout-2")
 SANDBOXES = ("sandbox-1", "sandbox-2")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from chaos_fleet import ROLLOUTS, SANDBOXES, ChaosFleet, Metrics
 from netns_hosts import NetnsHosts
 
-from artfleet.cli.fleet import LocalFleet
+from artfleet_cli.fleet import LocalFleet
 
 HOSTS = ("redis", "trainer", "worker1", "worker2")
 SANDBOX_NAME = "sandbox"

@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import SecretStr
 
-from artfleet.cli.fleet import free_port
+from artfleet_cli.fleet import free_port
 
 T = TypeVar("T")
 TOKEN = "fuzz-" + secrets.token_hex(12)
@@ -144,7 +144,7 @@ def running_fleet(redis_url: str) -> Iterator[FuzzFleet]:
 
 
 async def _live_ids(fleet: FuzzFleet) -> list[str]:
-    from artfleet.rpc.client import aio_channel
+    from artfleet.runtime.rpc.client import aio_channel
     from artfleet.v1 import sandbox_pb2, sandbox_pb2_grpc
 
     async with aio_channel(fleet.target("artfleet.v1.Sandbox"), fleet.token) as channel:

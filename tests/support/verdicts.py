@@ -7,7 +7,7 @@ service check a reply by applying it through that same code.
 
 from __future__ import annotations
 
-from artfleet import codec
+from artfleet.contracts import codec
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2
 from artfleet_rollout.scoring import apply_scores

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from artfleet.chat_messages import MessageError, check_messages
+from artfleet.contracts.chat_messages import MessageError, check_messages
 
 
 def test_text_parts_are_joined_and_other_fields_kept() -> None:

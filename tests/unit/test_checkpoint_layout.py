@@ -1,6 +1,6 @@
 """Model references (`name`, `name@step`, `name@latest`, `name@best`) and what they resolve
 to on disk: the one reading every server and the trainer's model commands use
-(artfleet.checkpoint_layout)."""
+(artfleet.contracts.checkpoint_layout)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from artfleet.checkpoint_layout import (
+from artfleet.contracts.checkpoint_layout import (
     BEST,
     BEST_FILE,
     LATEST,

@@ -13,10 +13,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from artfleet.cli import render
-from artfleet.cli.main import app
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet_cli import render
+from artfleet_cli.main import app
 
 JOB_ID = "0f3a9c1e2b7d4e8f9a0b1c2d3e4f5a6b-long-job-id"
 MODEL = f"agent-{JOB_ID}"

@@ -9,8 +9,8 @@ from typing import Any, cast
 import pytest
 from openai.types.chat.chat_completion import Choice
 
-from artfleet import codec
-from artfleet.art_types import art
+from artfleet.contracts import codec
+from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2
 
 MakeChoice = Callable[[str, list[int], list[float]], Choice]

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from pydantic import SecretStr, ValidationError
 
-from artfleet.config import CommonSettings
+from artfleet.runtime.config import CommonSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("trainer", "inference", "rollout", "reward", "sandbox", "api")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from artfleet.cli.demo import _gain_line, demo_spec
-from artfleet.cli.render import bar_chart, reward_chart
-from artfleet.jobspec import spec_from_proto, spec_to_proto
+from artfleet.specs.job import spec_from_proto, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
+from artfleet_cli.demo import _gain_line, demo_spec
+from artfleet_cli.render import bar_chart, reward_chart
 
 
 def test_demo_job_evaluates_the_test_split_before_and_after_training() -> None:
@@ -72,7 +72,7 @@ def test_gain_line_pairs_the_first_and_last_eval_by_task() -> None:
 
 
 def test_engine_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    from artfleet.cli import demo
+    from artfleet_cli import demo
 
     monkeypatch.setattr(demo, "vllm_python", lambda: "")
     assert demo.pick_engine("auto") == "torch"  # says why, on the console

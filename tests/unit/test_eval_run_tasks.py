@@ -8,9 +8,9 @@ from concurrent.futures import Future
 
 import pytest
 
-from artfleet.cli.evals import EARLY_STOP_TASKS, run_tasks
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
+from artfleet_cli.evals import EARLY_STOP_TASKS, run_tasks
 
 
 def _failed(message: str) -> rollout_pb2.RunGroupResponse:

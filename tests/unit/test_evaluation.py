@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from artfleet import evaluation
+from artfleet.contracts import evaluation
 from artfleet.v1 import common_pb2 as pb
 
 

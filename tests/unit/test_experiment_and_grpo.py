@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from artfleet.errors import InvalidArgument
-from artfleet.grpospec import GrpoModel
-from artfleet.jobspec import (
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.grpo import GrpoModel
+from artfleet.specs.job import (
     JobSpecModel,
     config_hash,
     spec_from_proto,

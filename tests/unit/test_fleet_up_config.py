@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from artfleet.cli.demo import banner
-from artfleet.cli.fleet import PORT_NAMES, LocalFleet
-from artfleet.cli.fleet_config import (
+from artfleet_cli.demo import banner
+from artfleet_cli.fleet import PORT_NAMES, LocalFleet
+from artfleet_cli.fleet_config import (
     ConfigError,
     env_file_text,
     known_keys,
@@ -239,7 +239,7 @@ def test_banner_lines_fit_80_columns_and_hold_no_token(tmp_path: Path) -> None:
 def test_cli_refuses_bad_settings_with_exit_2(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from artfleet.cli.main import app
+    from artfleet_cli.main import app
 
     bad = tmp_path / "bad.env"
     bad.write_text("# ok\nARTFLEET_LOG_LEVEL=INFO\nnot a line\n")
@@ -261,7 +261,7 @@ def test_cli_refuses_bad_settings_with_exit_2(tmp_path: Path) -> None:
 
 def test_cli_says_which_recorded_port_is_taken(tmp_path: Path) -> None:
     """The real command line: a message and exit 1, no traceback."""
-    cmd = [sys.executable, "-m", "artfleet.cli.main", "fleet", "up", "--workdir", str(tmp_path)]
+    cmd = [sys.executable, "-m", "artfleet_cli.main", "fleet", "up", "--workdir", str(tmp_path)]
     clean = {k: v for k, v in os.environ.items() if not k.startswith("ARTFLEET_")}
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
@@ -277,7 +277,7 @@ def test_cli_says_which_recorded_port_is_taken(tmp_path: Path) -> None:
 
 
 def test_a_restart_reuses_the_workdirs_token_and_new_ports_picks_again(tmp_path: Path) -> None:
-    from artfleet.cli.demo import _configured_fleet
+    from artfleet_cli.demo import _configured_fleet
 
     first = _configured_fleet(tmp_path, "torch", None, [], new_ports=False)
     (tmp_path / "token").write_text(first.token + "\n")  # as a started fleet up leaves it

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import REGISTRY
 
-from artfleet.errors import InvalidArgument
-from artfleet.jobspec import spec_from_proto, spec_to_proto, validate_spec
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.job import spec_from_proto, spec_to_proto, validate_spec
 from artfleet_trainer import metrics
 from artfleet_trainer.jobs.runner import internal_config
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from artfleet.cli.jobs import load_spec
-from artfleet.cli.main import app
-from artfleet.errors import InvalidArgument
-from artfleet.jobspec import config_hash, spec_from_proto, spec_to_proto, validate_spec
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.job import config_hash, spec_from_proto, spec_to_proto, validate_spec
+from artfleet_cli.jobs import load_spec
+from artfleet_cli.main import app
 
 # The HUD integration's README, with the bundled 2048 server (YAML reads `2048:` as an int).
 CONFIG_YAML = """\

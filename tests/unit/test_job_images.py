@@ -3,7 +3,7 @@ split) and why the trainer refuses it."""
 
 from __future__ import annotations
 
-from artfleet.jobspec import validate_spec
+from artfleet.specs.job import validate_spec
 from artfleet.v1 import rollout_pb2, sandbox_pb2
 from artfleet_trainer.jobs import scheduling
 from artfleet_trainer.jobs.images import job_images, refusal

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from artfleet.cli.jobs import load_spec
-from artfleet.errors import InvalidArgument
-from artfleet.jobspec import (
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.job import (
     JobSpecModel,
     ScorerModel,
     spec_from_proto,
@@ -17,8 +16,9 @@ from artfleet.jobspec import (
     validate_spec,
     with_default_reward,
 )
-from artfleet.scorer_params import JudgeParams, ProcessParams, RulerParams
+from artfleet.specs.scorer_params import JudgeParams, ProcessParams, RulerParams
 from artfleet.v1 import common_pb2 as pb
+from artfleet_cli.jobs import load_spec
 
 
 def test_proto_round_trip_keeps_every_field() -> None:
@@ -89,7 +89,7 @@ def test_bad_params_json_names_the_field() -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "artfleet.cli.main", *args],
+        [sys.executable, "-m", "artfleet_cli.main", *args],
         capture_output=True,
         text=True,
         timeout=120,

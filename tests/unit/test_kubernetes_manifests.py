@@ -341,7 +341,9 @@ def test_grpc_services_are_probed_over_grpc_health_and_http_ones_over_http(
             for container in containers(workload):
                 ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
                 probes = [container[k] for k in container if k.endswith("Probe")]
-                if "grpc" in ports:  # our gRPC services: grpc.health.v1 (artfleet.rpc.server)
+                if (
+                    "grpc" in ports
+                ):  # our gRPC services: grpc.health.v1 (artfleet.runtime.rpc.server)
                     assert all(p.get("grpc", {}).get("port") == ports["grpc"] for p in probes)
                 if "http" in ports:
                     assert all(p.get("httpGet", {}).get("port") == "http" for p in probes)

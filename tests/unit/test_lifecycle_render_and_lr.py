@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from artfleet.cli import render
 from artfleet.v1 import common_pb2 as pb
+from artfleet_cli import render
 from artfleet_trainer.torch_backend.training import _set_learning_rate
 
 

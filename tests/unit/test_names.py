@@ -18,7 +18,7 @@ FORBIDDEN = re.compile(
     re.IGNORECASE,
 )
 # The one allowed line: the old SFT format value, still accepted for stored job specs.
-ALLOWED = {("src/artfleet/sftspec.py", 'FORMAT_ALIASES = {"seed004": "offline"}')}
+ALLOWED = {("src/artfleet/specs/sft.py", 'FORMAT_ALIASES = {"seed004": "offline"}')}
 GENERATED = re.compile(r"_pb2(_grpc)?\.pyi?$")
 SELF = str(Path(__file__).resolve().relative_to(ROOT))  # it spells the patterns out
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from artfleet.errors import InvalidArgument
-from artfleet.jobspec import JobSpecModel, spec_from_proto, spec_to_proto, validate_spec
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.job import JobSpecModel, spec_from_proto, spec_to_proto, validate_spec
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout.adapters import served_version

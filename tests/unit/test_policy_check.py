@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from artfleet.cli.policy_check import check_model_name
+from artfleet_cli.policy_check import check_model_name
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from artfleet.checkpoint_layout import BEST, marked_best, resolve_step
-from artfleet.jobspec import JobSpecModel
+from artfleet.contracts.checkpoint_layout import BEST, marked_best, resolve_step
+from artfleet.specs.job import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer.jobs import retention
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from artfleet.jobspec import validate_spec
+from artfleet.specs.job import validate_spec
 from artfleet_trainer.jobs import scheduling
 
 IDS = [f"s{i}" for i in range(5)]

@@ -1,4 +1,4 @@
-"""`artfleet.service.serve`: a signal while the app starts stops what had started."""
+"""`artfleet.runtime.service.serve`: a signal while the app starts stops what had started."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from artfleet.service import serve
+from artfleet.runtime.service import serve
 
 
 class SlowStart:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from artfleet.errors import InvalidArgument
-from artfleet.jobspec import validate_spec
-from artfleet.sftspec import FORMAT_ALIASES, SftModel
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.job import validate_spec
+from artfleet.specs.sft import FORMAT_ALIASES, SftModel
 from artfleet_trainer.sft.data import epoch_order, load_samples
 
 OFFLINE_SAMPLES = Path(__file__).parents[1] / "fixtures" / "sft" / "offline_samples.json"
@@ -109,7 +109,7 @@ def test_epochs_repeat_and_shuffle_by_seed() -> None:
 
 
 def test_job_spec_sft_block_validates_and_round_trips() -> None:
-    from artfleet.jobspec import spec_from_proto, spec_to_proto
+    from artfleet.specs.job import spec_from_proto, spec_to_proto
 
     spec = validate_spec({"sft": {"data_path": "/d.jsonl", "min_score": 0.0, "shuffle": False}})
     back = spec_from_proto(spec_to_proto(spec))
@@ -128,7 +128,7 @@ def test_job_spec_sft_block_validates_and_round_trips() -> None:
 
 
 def test_a_stored_spec_with_the_earlier_format_name_loads_as_offline() -> None:
-    from artfleet.jobspec import config_hash, spec_from_proto, spec_to_proto
+    from artfleet.specs.job import config_hash, spec_from_proto, spec_to_proto
 
     (earlier,) = FORMAT_ALIASES
     old = validate_spec({"sft": {"data_path": str(OFFLINE_SAMPLES), "format": earlier}})

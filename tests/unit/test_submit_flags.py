@@ -11,10 +11,10 @@ import grpc
 import pytest
 from typer.testing import CliRunner
 
-from artfleet.cli.main import app
-from artfleet.jobspec import JobSpecModel, spec_from_proto
+from artfleet.specs.job import JobSpecModel, spec_from_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet_cli.main import app
 
 TOKEN = "submit-flags-token"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from artfleet.jobspec import validate_spec
+from artfleet.specs.job import validate_spec
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer.jobs import samples

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from artfleet.logs import setup_logging
-from artfleet.service import load_settings, run
+from artfleet.runtime.logs import setup_logging
+from artfleet.runtime.service import load_settings, run
 from artfleet_api.settings import ApiSettings
 
 
@@ -12,7 +12,7 @@ def main() -> None:
     setup_logging(settings.log_level, "api")
     from artfleet_api.server import ApiServer
 
-    # Our own signal handling (artfleet.service.run): SIGTERM stops the server, which
+    # Our own signal handling (artfleet.runtime.service.run): SIGTERM stops the server, which
     # finishes requests in flight, and the process exits 0 like every other service.
     run(ApiServer(settings))
 

@@ -12,7 +12,7 @@ from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from artfleet.metrics import MetricsEndpoint
+from artfleet.runtime.metrics import MetricsEndpoint
 from artfleet_api import __version__, errors, routes_jobs, routes_ops, trajectories
 from artfleet_api.backends import Backends
 from artfleet_api.middleware import AuthMiddleware, MetricsMiddleware, is_open

@@ -10,7 +10,7 @@ import grpc
 import redis.asyncio as aioredis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from artfleet.rpc.client import aio_channel
+from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import reward_pb2_grpc, rollout_pb2_grpc, trainer_pb2_grpc
 from artfleet_api.settings import ApiSettings
 

@@ -1,5 +1,5 @@
 """Trajectories between JSON and proto without importing ART (the API stays light: the
-codec in artfleet.codec needs ART's types; plain messages need none)."""
+codec in artfleet.contracts.codec needs ART's types; plain messages need none)."""
 
 from __future__ import annotations
 

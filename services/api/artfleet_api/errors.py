@@ -12,8 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from artfleet.errors import InvalidArgument
-from artfleet.spec_base import FieldError
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.base import FieldError
 from artfleet_api.models import TRAIN_BODY_TAGS
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from artfleet.jobspec import JobSpecModel, default_scorers, validate_spec
-from artfleet.rewardspec import ScorerModel
-from artfleet.scorer_params import POLICY_JUDGE
+from artfleet.specs.job import JobSpecModel, default_scorers, validate_spec
+from artfleet.specs.reward import ScorerModel
+from artfleet.specs.scorer_params import POLICY_JUDGE
 from artfleet.v1 import common_pb2 as pb
 from artfleet_api.models import (
     EvalOut,

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from artfleet.jobspec import DEFAULT_BASE_MODEL, JobSpecModel
+from artfleet.specs.job import DEFAULT_BASE_MODEL, JobSpecModel
 
 SLUG = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 Scalar = float | int | str | bool | None

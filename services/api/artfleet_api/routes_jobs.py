@@ -9,8 +9,8 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import Discriminator, Tag
 
-from artfleet.jobspec import JobSpecModel, spec_to_proto
-from artfleet.spec_base import InvalidSpec
+from artfleet.specs.base import InvalidSpec
+from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, trainer_pb2
 from artfleet_api.backends import Backends

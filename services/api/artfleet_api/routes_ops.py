@@ -12,8 +12,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from artfleet.rewardspec import RewardSpecModel, ScorerModel, default_scorers, reward_to_proto
-from artfleet.scorer_params import POLICY_JUDGE
+from artfleet.specs.reward import RewardSpecModel, ScorerModel, default_scorers, reward_to_proto
+from artfleet.specs.scorer_params import POLICY_JUDGE
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, rollout_pb2, trainer_pb2
 from artfleet_api import __version__

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from artfleet.health import HealthMonitor
+from artfleet.runtime.health import HealthMonitor
 from artfleet_api.app import create_app
 from artfleet_api.settings import ApiSettings
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from artfleet.config import CommonSettings, NameMap
+from artfleet.runtime.config import CommonSettings, NameMap
 
 
 class ApiSettings(CommonSettings):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from artfleet.logs import setup_logging
-from artfleet.service import load_settings, run
+from artfleet.runtime.logs import setup_logging
+from artfleet.runtime.service import load_settings, run
 from artfleet_inference.settings import InferenceSettings
 
 

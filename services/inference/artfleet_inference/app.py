@@ -11,8 +11,8 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import start_http_server
 
-from artfleet.checkpoint_layout import find_checkpoint
-from artfleet.health import HealthMonitor
+from artfleet.contracts.checkpoint_layout import find_checkpoint
+from artfleet.runtime.health import HealthMonitor
 from artfleet_inference.engine import PolicyEngine
 from artfleet_inference.policies import PolicyTable
 from artfleet_inference.server import Front

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from artfleet.checkpoint_layout import ADAPTER_CONFIG
+from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 _PEFT_PREFIX = "base_model.model."

@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from artfleet.checkpoint_layout import BEST, StepRef, describe_missing, is_latest, parse_model_name
+from artfleet.contracts.checkpoint_layout import (
+    BEST,
+    StepRef,
+    describe_missing,
+    is_latest,
+    parse_model_name,
+)
 
 
 class UnknownPolicy(LookupError):

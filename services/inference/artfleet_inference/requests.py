@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from artfleet.chat_messages import MessageError, check_messages
+from artfleet.contracts.chat_messages import MessageError, check_messages
 
 
 @dataclass(frozen=True)

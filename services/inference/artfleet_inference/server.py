@@ -26,7 +26,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import Counter
 
-from artfleet.checkpoint_layout import ADAPTER_CONFIG, MODEL_NAME, ModelRefError
+from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG, MODEL_NAME, ModelRefError
 from artfleet_inference.engine import EngineError, PolicyEngine
 from artfleet_inference.policies import UnknownPolicy
 from artfleet_inference.requests import (

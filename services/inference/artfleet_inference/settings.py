@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from artfleet.config import ServerSettings
+from artfleet.runtime.config import ServerSettings
 
 
 class InferenceSettings(ServerSettings):

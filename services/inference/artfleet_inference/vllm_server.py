@@ -20,7 +20,7 @@ from pathlib import Path
 
 import aiohttp
 
-from artfleet.service import free_port
+from artfleet.runtime.service import free_port
 from artfleet_inference.settings import InferenceSettings
 
 log = logging.getLogger(__name__)

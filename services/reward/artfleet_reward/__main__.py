@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from artfleet.health import HealthMonitor
-from artfleet.logs import setup_logging
-from artfleet.rpc.server import GrpcServer
-from artfleet.service import load_settings, run
+from artfleet.runtime.health import HealthMonitor
+from artfleet.runtime.logs import setup_logging
+from artfleet.runtime.rpc.server import GrpcServer
+from artfleet.runtime.service import load_settings, run
 from artfleet_reward.settings import RewardSettings
 
 

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from artfleet.rewardspec import DROP_GROUP, DROP_TRAJECTORY, FAIL_JOB
+from artfleet.specs.reward import DROP_GROUP, DROP_TRAJECTORY, FAIL_JOB
 from artfleet.v1 import common_pb2 as pb
 
 from .scorers.base import (

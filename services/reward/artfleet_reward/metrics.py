@@ -1,4 +1,5 @@
-"""Prometheus metrics of the reward service (the shared RPC metrics live in artfleet.metrics)."""
+"""Prometheus metrics of the reward service (the shared RPC metrics live in
+artfleet.runtime.metrics)."""
 
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ from typing import Any, NoReturn
 
 import grpc
 
-from artfleet.errors import InvalidArgument
-from artfleet.rewardspec import DROP_GROUP, DROP_TRAJECTORY, FAIL_JOB
-from artfleet.spec_base import InvalidSpec
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.base import InvalidSpec
+from artfleet.specs.reward import DROP_GROUP, DROP_TRAJECTORY, FAIL_JOB
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc
 
@@ -154,7 +154,7 @@ def build_servicer(
 
 
 def register(servicer: RewardServicer) -> Any:
-    """A registrar for `artfleet.rpc.server.GrpcServer(registrars=[...])`."""
+    """A registrar for `artfleet.runtime.rpc.server.GrpcServer(registrars=[...])`."""
 
     def add(server: grpc.aio.Server) -> None:
         reward_pb2_grpc.add_RewardServicer_to_server(servicer, server)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from artfleet.config import ServerSettings
+from artfleet.runtime.config import ServerSettings
 
 
 class RewardSettings(ServerSettings):

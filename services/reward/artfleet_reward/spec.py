@@ -1,6 +1,6 @@
 """A job's reward spec, resolved into scorers. The spec itself (defaults, built-in
 params, gates, clips, failure policies) is validated by the shared model
-(artfleet.rewardspec); this adds what only the service knows: the scorers its registry
+(artfleet.specs.reward); this adds what only the service knows: the scorers its registry
 holds (custom entry points included) and its environment (a judge's key variable). Every
 mistake raises InvalidSpec naming the field as the job spec spells it
 (`reward[1].params.judge.model`, `reward[2].gate.scorer`, `reward_clip`)."""
@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from artfleet.rewardspec import (
+from artfleet.specs.base import InvalidSpec
+from artfleet.specs.reward import (
     DEFAULT_GATE_MIN,
     DEFAULT_ON_ERROR,
     SPEC_FIELD,
@@ -19,7 +20,6 @@ from artfleet.rewardspec import (
     ScorerModel,
     reward_from_proto,
 )
-from artfleet.spec_base import InvalidSpec
 from artfleet.v1 import common_pb2 as pb
 
 from .scorers import registry

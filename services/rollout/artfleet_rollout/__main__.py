@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from artfleet.logs import setup_logging
-from artfleet.service import load_settings
+from artfleet.runtime.logs import setup_logging
+from artfleet.runtime.service import load_settings
 from artfleet_rollout.settings import RolloutSettings
 
 

@@ -18,14 +18,14 @@ import grpc
 from openai import APIConnectionError, APIStatusError, AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
-from artfleet.rpc.client import aio_channel
-from artfleet.sandbox_client import (
+from artfleet.clients.sandbox import (
     SandboxRouter,
     SandboxSession,
     describe,
     is_replica_lost,
     is_session_gone,
 )
+from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc, rollout_pb2, sandbox_pb2
 from artfleet_rollout import metrics

@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from celery.signals import worker_shutting_down
 
-from artfleet.batches import StepBatches
-from artfleet.health import HealthMonitor
-from artfleet.queue import ROLLOUT_QUEUE
-from artfleet.rpc.server import GrpcServer
+from artfleet.contracts.batches import StepBatches
+from artfleet.contracts.queue import ROLLOUT_QUEUE
+from artfleet.runtime.health import HealthMonitor
+from artfleet.runtime.rpc.server import GrpcServer
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.servicer import RolloutServicer

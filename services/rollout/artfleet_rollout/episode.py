@@ -13,7 +13,7 @@ from typing import Any
 
 from openai.types.chat.chat_completion import Choice
 
-from artfleet.art_types import art
+from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout import metrics

@@ -14,11 +14,11 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
-from artfleet import codec
-from artfleet.art_types import art
-from artfleet.config import ENV_VAR_NAME
-from artfleet.errors import InvalidArgument
-from artfleet.sandbox_client import describe
+from artfleet.clients.sandbox import describe
+from artfleet.contracts import codec
+from artfleet.contracts.art_types import art
+from artfleet.contracts.env_names import ENV_VAR_NAME
+from artfleet.contracts.errors import InvalidArgument
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout import metrics

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import grpc
 
-from artfleet.errors import FailedPrecondition, InvalidArgument, NotFound
+from artfleet.contracts.errors import FailedPrecondition, InvalidArgument, NotFound
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 from artfleet_rollout.agents.mcp_env import (
     McpEndpoint,

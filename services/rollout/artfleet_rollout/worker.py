@@ -1,7 +1,7 @@
 """The Celery side: take a group task from the `rollout` queue, run it, publish the result.
 
 Groups run on the process's one event loop (see app.py): a Celery task thread only hands
-the task over and waits. Publishing follows the step-batch contract (`artfleet.batches`):
+the task over and waits. Publishing follows the step-batch contract (`artfleet.contracts.batches`):
 a group is claimed before it runs (a redelivered task (acks_late) whose group is final, or
 held by a live run, is skipped), its lease is renewed every lease/3 while it runs (so the
 trainer sees within a lease that a worker died and dispatches its groups again), and a
@@ -23,8 +23,8 @@ from typing import Any, Protocol, TypeVar
 import redis.exceptions
 from celery import Celery
 
-from artfleet.batches import Claim, Published, StepBatches, classify
-from artfleet.queue import RUN_GROUP_TASK, decode_payload, make_celery
+from artfleet.contracts.batches import Claim, Published, StepBatches, classify
+from artfleet.contracts.queue import RUN_GROUP_TASK, decode_payload, make_celery
 from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout import metrics

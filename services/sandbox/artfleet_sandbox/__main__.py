@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from artfleet.health import HealthMonitor
-from artfleet.logs import setup_logging
-from artfleet.rpc.server import GrpcServer
-from artfleet.service import load_settings, run
+from artfleet.runtime.health import HealthMonitor
+from artfleet.runtime.logs import setup_logging
+from artfleet.runtime.rpc.server import GrpcServer
+from artfleet.runtime.service import load_settings, run
 from artfleet.v1 import sandbox_pb2_grpc
 from artfleet_sandbox.backend import SandboxError
 from artfleet_sandbox.settings import SandboxSettings

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from artfleet.config import ENV_VAR_NAME
-from artfleet.sandbox_client import SESSION_GONE
+from artfleet.clients.sandbox import SESSION_GONE
+from artfleet.contracts.env_names import ENV_VAR_NAME
 from artfleet_sandbox.replica import replica_of
 
 Outcome = Literal["passed", "failed", "errored", "skipped"]

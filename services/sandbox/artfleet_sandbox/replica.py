@@ -3,7 +3,7 @@
 Sticky sessions work by naming: a session id is `<replica id>.<random>`, so any replica
 can tell a call that is not for it (the client misrouted it, or this replica restarted
 and lost the session) and answer UNAVAILABLE instead of a confusing NOT_FOUND. Clients
-pin each session to the address that created it (`artfleet.sandbox_client`).
+pin each session to the address that created it (`artfleet.clients.sandbox`).
 
 The replica id is new at every start. Containers carry the owner's identity as labels:
 the id, and either the Docker container the replica runs in or its host, pid and pid

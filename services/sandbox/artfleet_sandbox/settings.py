@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from artfleet.config import ServerSettings
+from artfleet.runtime.config import ServerSettings
 from artfleet_sandbox.local_backend.bwrap import DEFAULT_HIDE_PATHS
 from artfleet_sandbox.local_backend.config import DEFAULT_SANDBOX_PATH, DEFAULT_TEST_COMMAND
 

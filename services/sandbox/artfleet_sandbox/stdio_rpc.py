@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 
-from artfleet.errors import ArtfleetError
+from artfleet.contracts.errors import ArtfleetError
 from artfleet.v1 import sandbox_pb2 as pb
 from artfleet_sandbox import metrics
 from artfleet_sandbox.backend import ImageMissing, InvalidArgument, Resources, SandboxError

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from artfleet.logs import setup_logging
-from artfleet.service import load_settings, run
+from artfleet.runtime.logs import setup_logging
+from artfleet.runtime.service import load_settings, run
 from artfleet_trainer.settings import TrainerSettings
 
 

@@ -6,10 +6,10 @@ import logging
 
 import redis.asyncio as aioredis
 
-from artfleet.batches import StepBatches
-from artfleet.health import HealthMonitor
-from artfleet.queue import make_celery
-from artfleet.rpc.server import GrpcServer
+from artfleet.contracts.batches import StepBatches
+from artfleet.contracts.queue import make_celery
+from artfleet.runtime.health import HealthMonitor
+from artfleet.runtime.rpc.server import GrpcServer
 from artfleet.v1 import trainer_pb2_grpc
 from artfleet_trainer.backends import backend_unavailable_reason, make_backend
 from artfleet_trainer.clients.reward_client import RewardClient

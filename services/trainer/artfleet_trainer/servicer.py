@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
-from artfleet.errors import InvalidArgument
-from artfleet.jobspec import (
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.job import (
     JobSpecModel,
     config_hash,
     mcp_config_json,
@@ -16,7 +16,7 @@ from artfleet.jobspec import (
     spec_to_proto,
     with_default_reward,
 )
-from artfleet.scorer_params import MCP_EVALUATE
+from artfleet.specs.scorer_params import MCP_EVALUATE
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, trainer_pb2, trainer_pb2_grpc
 from artfleet_trainer import metrics

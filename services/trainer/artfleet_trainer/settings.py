@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from artfleet.config import NameMap, ServerSettings
+from artfleet.runtime.config import NameMap, ServerSettings
 
 
 class TrainerSettings(ServerSettings):

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from mcp_2048_script import write_mcp_2048_script
 
-from artfleet.cli.fleet import LocalFleet
-from artfleet.jobspec import JobSpecModel, spec_to_proto
-from artfleet.rpc.client import sync_channel
+from artfleet.runtime.rpc.client import sync_channel
+from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet_cli.fleet import LocalFleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

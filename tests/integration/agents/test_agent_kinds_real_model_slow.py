@@ -22,8 +22,8 @@ from pydantic import SecretStr
 from trained_tokens import mismatches, sampled_turns
 from transformers import AutoTokenizer
 
-from artfleet import codec
-from artfleet.sandbox_client import SandboxRouter
+from artfleet.clients.sandbox import SandboxRouter
+from artfleet.contracts import codec
 from artfleet.v1 import rollout_pb2, sandbox_pb2_grpc
 from artfleet_rollout.adapters import GrpcWorkspaces, OpenAIClients
 from artfleet_rollout.group import GroupRunner

@@ -20,8 +20,8 @@ from agent_fakes import HalfReward, Script, connections, task, tool_call_text
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
-from artfleet import codec
-from artfleet.sftspec import SftModel
+from artfleet.contracts import codec
+from artfleet.specs.sft import SftModel
 from artfleet_rollout.environments import get_environment
 from artfleet_rollout.expert import demonstrations, main, write_jsonl
 from artfleet_rollout.group import GroupRunner

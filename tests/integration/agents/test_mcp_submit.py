@@ -17,9 +17,9 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
 
-from artfleet.errors import InvalidArgument
-from artfleet.jobspec import spec_to_proto, validate_spec
-from artfleet.rpc.server import GrpcServer
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.runtime.rpc.server import GrpcServer
+from artfleet.specs.job import spec_to_proto, validate_spec
 from artfleet.v1 import reward_pb2_grpc, rollout_pb2_grpc, trainer_pb2
 from artfleet_reward.servicer import RewardServicer
 from artfleet_rollout.environments.loaders import load_hud

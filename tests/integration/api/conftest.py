@@ -10,7 +10,7 @@ import httpx
 import pytest
 from api_fleet import api_fleet as make_fleet
 
-from artfleet.cli.fleet import LocalFleet
+from artfleet_cli.fleet import LocalFleet
 
 
 @pytest.fixture(scope="session")

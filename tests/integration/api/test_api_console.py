@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from artfleet.cli.fleet import LocalFleet
+from artfleet_cli.fleet import LocalFleet
 
 pytestmark = [pytest.mark.integration]
 CHROMIUM = os.environ.get("ARTFLEET_CHROMIUM", "/usr/bin/chromium")

@@ -14,7 +14,7 @@ import pytest
 from sse import SseEvent, sse_events
 from waiting import poll
 
-from artfleet.cli.fleet import LocalFleet
+from artfleet_cli.fleet import LocalFleet
 
 pytestmark = [pytest.mark.integration]
 

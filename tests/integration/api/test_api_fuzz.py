@@ -10,7 +10,7 @@ import httpx
 import pytest
 from api_fuzz import fuzz
 
-from artfleet.cli.fleet import LocalFleet
+from artfleet_cli.fleet import LocalFleet
 
 pytestmark = [pytest.mark.integration]
 ACTIVE = {"queued", "running", "cancelling"}

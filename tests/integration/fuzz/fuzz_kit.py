@@ -326,7 +326,7 @@ async def serving(target: str) -> bool:
 
 
 async def _open(target: str) -> grpc.aio.Channel:
-    from artfleet.rpc.client import CHANNEL_OPTIONS
+    from artfleet.runtime.rpc.client import CHANNEL_OPTIONS
 
     return grpc.aio.insecure_channel(target, options=list(CHANNEL_OPTIONS))
 

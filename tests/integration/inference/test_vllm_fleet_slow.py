@@ -19,13 +19,13 @@ from openai.types.chat.chat_completion import Choice
 from trained_tokens import mismatches, sampled_turns
 from transformers import AutoTokenizer
 
-from artfleet import codec
-from artfleet.checkpoint_layout import write_best
-from artfleet.cli.fleet import LocalFleet, vllm_python
-from artfleet.jobspec import JobSpecModel, spec_to_proto
-from artfleet.rpc.client import sync_channel
+from artfleet.contracts import codec
+from artfleet.contracts.checkpoint_layout import write_best
+from artfleet.runtime.rpc.client import sync_channel
+from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc, trainer_pb2, trainer_pb2_grpc
+from artfleet_cli.fleet import LocalFleet, vllm_python
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import training
 from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache

@@ -22,8 +22,8 @@ import pytest_asyncio
 from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry
 
-from artfleet import codec
-from artfleet.art_types import art
+from artfleet.contracts import codec
+from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc
 from artfleet_reward.metrics import RewardMetrics

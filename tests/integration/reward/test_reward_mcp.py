@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from verdicts import with_verdict
 
-from artfleet import codec
-from artfleet.art_types import art
+from artfleet.contracts import codec
+from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2
 from artfleet_reward.metrics import RewardMetrics

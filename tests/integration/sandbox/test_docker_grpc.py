@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import REGISTRY
 from sandbox_docker_kit import TOKEN, AppFactory, our_containers
 
-from artfleet.rpc.client import aio_channel
+from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import sandbox_pb2 as pb
 from artfleet.v1 import sandbox_pb2_grpc
 from artfleet_sandbox.__main__ import SandboxApp

@@ -18,7 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sandbox_docker_kit import TOKEN, AppFactory, our_containers
 
-from artfleet.rpc.client import aio_channel
+from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import sandbox_pb2 as pb
 from artfleet.v1 import sandbox_pb2_grpc
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sandbox_docker_kit import TOKEN, AppFactory, our_containers
 
-from artfleet.rpc.client import aio_channel
+from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import sandbox_pb2 as pb
 from artfleet.v1 import sandbox_pb2_grpc
 from artfleet_sandbox.docker_backend.config import LABEL_SESSION

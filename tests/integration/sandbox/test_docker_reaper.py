@@ -13,10 +13,10 @@ import pytest
 from prometheus_client import REGISTRY
 from sandbox_docker_kit import TEST_IMAGE, TOKEN, BackendFactory, our_containers
 
-from artfleet.cli.fleet import free_port
-from artfleet.rpc.client import aio_channel
+from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import sandbox_pb2 as pb
 from artfleet.v1 import sandbox_pb2_grpc
+from artfleet_cli.fleet import free_port
 from artfleet_sandbox.backend import ExecSpec, SessionSpec
 from artfleet_sandbox.docker_backend.config import (
     LABEL_CREATED_AT,

@@ -1,6 +1,6 @@
 """`Sandbox.McpStdio` end to end: a real MCP server (official SDK) in a real container,
 started by a real sandbox service and driven by `mcp.ClientSession` through
-`artfleet.mcp_stdio.sandbox_stdio_client`.
+`artfleet.clients.mcp_stdio.sandbox_stdio_client`.
 
 The server image is built by scripts/build_mcp_image.sh from tests/fixtures'
 counter server (FROM the base image; mcp installed from PyPI wheels) when missing.
@@ -24,7 +24,7 @@ from mcp import ClientSession
 from prometheus_client import REGISTRY
 from sandbox_docker_kit import TOKEN, AppFactory, our_containers
 
-from artfleet.mcp_stdio import McpStdioError, StdioLimits, sandbox_stdio_client
+from artfleet.clients.mcp_stdio import McpStdioError, StdioLimits, sandbox_stdio_client
 from artfleet_sandbox.__main__ import SandboxApp
 from artfleet_sandbox.docker_backend.config import LABEL_JOB, LABEL_SESSION
 

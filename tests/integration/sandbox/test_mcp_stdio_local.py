@@ -12,7 +12,7 @@ import pytest
 from mcp import ClientSession
 from pydantic import SecretStr
 
-from artfleet.mcp_stdio import McpStdioError, sandbox_stdio_client
+from artfleet.clients.mcp_stdio import McpStdioError, sandbox_stdio_client
 from artfleet_sandbox.__main__ import SandboxApp
 from artfleet_sandbox.settings import DEFAULT_SANDBOX_PATH, SandboxSettings
 

@@ -8,7 +8,7 @@ import grpc
 import pytest
 from sandbox_docker_kit import TOKEN, AppFactory
 
-from artfleet.sandbox_client import SandboxRouter, is_replica_lost
+from artfleet.clients.sandbox import SandboxRouter, is_replica_lost
 from artfleet.v1 import sandbox_pb2 as pb
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

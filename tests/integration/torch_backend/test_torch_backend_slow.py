@@ -24,7 +24,7 @@ from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion import Choice
 from prometheus_client import REGISTRY
 
-from artfleet.checkpoint_layout import BEST_FILE, write_best
+from artfleet.contracts.checkpoint_layout import BEST_FILE, write_best
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import model_loader, training
 from artfleet_trainer.torch_backend.backend import TorchBackend

@@ -14,12 +14,12 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from starlette.routing import Mount
 
-from artfleet.cli.fleet import free_port
-from artfleet.jobspec import spec_to_proto
+from artfleet.specs.job import spec_to_proto
 from artfleet_api.app import create_app
 from artfleet_api.mapping import batch_shape, train_spec
 from artfleet_api.models import TrainRequest
 from artfleet_api.settings import ApiSettings
+from artfleet_cli.fleet import free_port
 
 TOKEN = "unit-test-token-0123456789"
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "trajectories"

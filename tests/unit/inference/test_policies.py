@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from artfleet.checkpoint_layout import BEST, ModelRefError, StepRef, find_checkpoint, write_best
+from artfleet.contracts.checkpoint_layout import (
+    BEST,
+    ModelRefError,
+    StepRef,
+    find_checkpoint,
+    write_best,
+)
 from artfleet_inference.policies import PolicyTable, UnknownPolicy
 
 CKPT = Path("/art/p/models/pol/checkpoints")

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from artfleet import codec
-from artfleet.art_types import art
-from artfleet.scorer_params import AnswerCheckParams, McpEvaluateParams
+from artfleet.contracts import codec
+from artfleet.contracts.art_types import art
+from artfleet.specs.scorer_params import AnswerCheckParams, McpEvaluateParams
 from artfleet.v1 import common_pb2 as pb
 from artfleet_reward.metrics import RewardMetrics
 from artfleet_reward.scorers.answer import AnswerCheckScorer, check, numbers
@@ -88,7 +88,7 @@ async def test_mcp_evaluate_uses_the_in_session_result_without_a_server() -> Non
 
 
 def test_task_check_is_numeric_for_a_number_and_exact_otherwise() -> None:
-    from artfleet.answers import task_check
+    from artfleet.specs.answers import task_check
 
     assert task_check("so 8 + 3 = 11.", "11")
     assert not task_check("11, no wait, 12", "11")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from artfleet.errors import InvalidArgument
+from artfleet.contracts.errors import InvalidArgument
 from artfleet.v1 import common_pb2 as pb
 from artfleet_reward.scorers.base import InvalidSpec
 from artfleet_reward.scorers.mcp import reward_of

@@ -10,10 +10,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 from verdicts import with_verdict
 
-from artfleet.cli.jobs import load_spec
-from artfleet.jobspec import reward_spec_proto, spec_from_proto, spec_to_proto
+from artfleet.specs.job import reward_spec_proto, spec_from_proto, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2
+from artfleet_cli.jobs import load_spec
 from artfleet_reward.metrics import RewardMetrics
 from artfleet_reward.servicer import RewardServicer
 

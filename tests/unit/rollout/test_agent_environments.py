@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from artfleet.cli.main import app
+from artfleet_cli.main import app
 from artfleet_rollout.agents.mcp_env import McpEndpoint, McpFailure, docker_run, transport
 from artfleet_rollout.environments import get_environment
 from artfleet_rollout.environments.loaders import LoaderError, load_hud, load_jsonl
@@ -133,7 +133,7 @@ def test_envs_cli_lists_and_shows(tmp_path: Path) -> None:
 def test_an_unreadable_loader_source_is_an_invalid_task(tmp_path: Path) -> None:
     from agent_fakes import task
 
-    from artfleet.errors import InvalidArgument
+    from artfleet.contracts.errors import InvalidArgument
     from artfleet_rollout.group import task_scenario
 
     with pytest.raises(InvalidArgument) as info:

@@ -10,7 +10,7 @@ import pytest
 from agent_fakes import HalfReward, Script, connections, sampled, task, tool_call_text
 from rollout_fakes import FakeWorkspaces
 
-from artfleet.art_types import art
+from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout.agents.sandbox_tools import (
     EditorError,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from artfleet import codec
-from artfleet.art_types import art
+from artfleet.contracts import codec
+from artfleet.contracts.art_types import art
 from artfleet_rollout.agents.turns import canonical_tools
 
 TOOLS: list[dict[str, Any]] = [

@@ -110,7 +110,7 @@ def test_missing_source_is_a_clear_error(tmp_path: Path) -> None:
 def test_a_missing_repo_source_is_the_tasks_invalid_argument(tmp_path: Path) -> None:
     # One LoaderError for every loader: the rollout maps it to INVALID_ARGUMENT naming
     # task.environment (a repo loader's own error class once escaped as a crash).
-    from artfleet.errors import InvalidArgument
+    from artfleet.contracts.errors import InvalidArgument
     from artfleet.v1 import rollout_pb2
     from artfleet_rollout.group import task_environment
 

@@ -14,7 +14,7 @@ from openai import AsyncOpenAI
 from openai.resources.chat.completions import completions as completions_module
 from pydantic import SecretStr
 
-from artfleet.art_types import art
+from artfleet.contracts.art_types import art
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout.adapters import OpenAIClients, OpenAIPolicy
 from artfleet_rollout.ports import Usage

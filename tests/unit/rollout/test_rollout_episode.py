@@ -7,7 +7,7 @@ from openai.types.chat.chat_completion import Choice
 from pydantic import SecretStr
 from rollout_fakes import SUBMIT, FakeWorkspaces, ScriptedPolicy, bash, group_task
 
-from artfleet.art_types import art
+from artfleet.contracts.art_types import art
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout.agents.terminal import FORMAT_HELP, build_initial_messages
 from artfleet_rollout.environments import get_environment

@@ -20,8 +20,8 @@ from rollout_fakes import (
     reward_by_check,
 )
 
-from artfleet import codec
-from artfleet.errors import InvalidArgument
+from artfleet.contracts import codec
+from artfleet.contracts.errors import InvalidArgument
 from artfleet.v1 import reward_pb2
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.ports import PolicyTurn

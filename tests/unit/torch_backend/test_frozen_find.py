@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from artfleet.checkpoint_layout import write_best
+from artfleet.contracts.checkpoint_layout import write_best
 from artfleet_trainer.torch_backend.frozen import FrozenRef, find
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion
 
-from artfleet.checkpoint_layout import parse_model_name
+from artfleet.contracts.checkpoint_layout import parse_model_name
 from artfleet_trainer.torch_backend.generation import SamplingParams, SequenceOutput
 from artfleet_trainer.torch_backend.protocol import (
     MIN_LOGPROB,

@@ -12,7 +12,7 @@ import pytest
 import torch
 from api_fleet import tiny_model
 
-from artfleet.sftspec import SftModel
+from artfleet.specs.sft import SftModel
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.sft.data import load_samples
 from artfleet_trainer.sft.phase import to_trajectories

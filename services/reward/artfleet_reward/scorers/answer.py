@@ -5,16 +5,16 @@ The expected answer travels with the episode (`Episode.expected_answer`, set by 
 from the scenario) unless the params fix one. Modes: `exact` (trimmed, case-folded, a final
 period dropped), `numeric` (a number in the reply within tolerance; commas in thousands
 allowed) and `regex` (a search). The reply is the last assistant message. The check itself
-lives in `artfleet.answers` (the rollout records it as a single-turn episode's task check).
+lives in `artfleet.specs.answers` (the rollout records it as a single-turn episode's task check).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from artfleet import codec
-from artfleet.answers import check, numbers
-from artfleet.scorer_params import AnswerCheckParams
+from artfleet.contracts import codec
+from artfleet.specs.answers import check, numbers
+from artfleet.specs.scorer_params import AnswerCheckParams
 
 from .base import ERROR, GroupContext, Result, Scored, Scorer, ScorerDef, ScorerError
 

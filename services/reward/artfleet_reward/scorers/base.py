@@ -1,6 +1,6 @@
 """What every scorer shares: the group it scores, its result types, its definition.
 
-Spec errors are `artfleet.rewardspec.InvalidSpec` (re-exported here for scorers): an
+Spec errors are `artfleet.specs.reward.InvalidSpec` (re-exported here for scorers): an
 `InvalidArgument`, so the shared interceptor maps it to INVALID_ARGUMENT.
 
 A scorer scores a *group* (a subset of its trajectories, by index): RULER needs the
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from artfleet.spec_base import InvalidSpec, Params, spec_error
+from artfleet.specs.base import InvalidSpec, Params, spec_error
 from artfleet.v1 import common_pb2 as pb
 
 from ..metrics import RewardMetrics
@@ -95,7 +95,7 @@ class EpisodeScorer(Scorer):
 
 
 # Returns the scorer for validated params: a built-in gets its params model (see
-# artfleet.rewardspec.BUILTIN_PARAMS), a custom scorer the mapping the spec holds.
+# artfleet.specs.reward.BUILTIN_PARAMS), a custom scorer the mapping the spec holds.
 Configure = Callable[[Any, str], Scorer]
 
 

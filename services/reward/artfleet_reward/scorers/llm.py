@@ -30,10 +30,10 @@ import litellm
 import pydantic
 from pydantic import BaseModel, Field
 
-from artfleet import codec
-from artfleet.art_types import RULER_DEFAULT_RUBRIC, art
-from artfleet.scorer_params import JudgeEndpoint, JudgeParams, LLMParams, RulerParams
-from artfleet.spec_base import InvalidSpec
+from artfleet.contracts import codec
+from artfleet.contracts.art_types import RULER_DEFAULT_RUBRIC, art
+from artfleet.specs.base import InvalidSpec
+from artfleet.specs.scorer_params import JudgeEndpoint, JudgeParams, LLMParams, RulerParams
 
 from .base import (
     ERROR,

@@ -22,9 +22,9 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from artfleet import codec
-from artfleet.mcp_local import ServerStderr, server_params
-from artfleet.scorer_params import McpEvaluateParams, ToolCall
+from artfleet.clients.mcp_local import ServerStderr, server_params
+from artfleet.contracts import codec
+from artfleet.specs.scorer_params import McpEvaluateParams, ToolCall
 
 from .base import (
     ERROR,

@@ -24,7 +24,7 @@ Decisions the table leaves open, made here:
 
 from __future__ import annotations
 
-from artfleet.scorer_params import ProcessParams, TaskCheckParams, TestsParams
+from artfleet.specs.scorer_params import ProcessParams, TaskCheckParams, TestsParams
 from artfleet.v1 import common_pb2
 
 from .base import EpisodeScorer, Scored, ScorerDef

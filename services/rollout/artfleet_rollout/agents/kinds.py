@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from artfleet import answers
-from artfleet.art_types import art
+from artfleet.contracts.art_types import art
+from artfleet.specs import answers
 from artfleet.v1 import common_pb2 as pb
 
 from . import tool_prompts

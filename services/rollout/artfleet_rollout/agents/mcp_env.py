@@ -5,7 +5,7 @@ cwd}}` spoken to over stdio (`local`, `ssh ... docker run ...`), `{name: {url, h
 over streamable HTTP, and container servers (`{docker: {image, args}}`, or a `docker run`
 command) started inside the sandbox service, the only service with the Docker socket. That
 last transport is one pluggable function (`set_docker_transport`); by default it is
-`artfleet.mcp_stdio.sandbox_stdio_client`.
+`artfleet.clients.mcp_stdio.sandbox_stdio_client`.
 
 Every request has a deadline: a server that does not start, hangs or dies raises
 `McpFailure` with what went wrong, and the episode fails (a counted rollout failure).
@@ -25,9 +25,9 @@ from typing import Any, TypeVar
 
 from mcp import ClientSession, stdio_client
 
-from artfleet.hud_config import check_mcp_config
-from artfleet.mcp_local import ServerStderr, server_params
-from artfleet.mcp_stdio import McpStdioError, sandbox_stdio_client
+from artfleet.clients.mcp_local import ServerStderr, server_params
+from artfleet.clients.mcp_stdio import McpStdioError, sandbox_stdio_client
+from artfleet.specs.hud_config import check_mcp_config
 from artfleet_rollout import metrics
 from artfleet_rollout.environments import McpTask
 from artfleet_rollout.ports import ToolResult

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from artfleet.art_types import art
+from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout import metrics
 from artfleet_rollout.agents.terminal import Action, step_event, truncate_middle

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from openai.types.chat.chat_completion import Choice
 
-from artfleet.art_types import art
+from artfleet.contracts.art_types import art
 from artfleet_rollout import metrics
 from artfleet_rollout.ports import Policy
 

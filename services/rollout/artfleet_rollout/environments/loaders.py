@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from artfleet.hud_config import check_mcp_config
+from artfleet.specs.hud_config import check_mcp_config
 
 from .base import SPLITS, Environment, McpTask, Scenario, ToolCallSpec
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from artfleet_trainer.settings import TrainerSettings
 
 if TYPE_CHECKING:  # `import art` takes seconds: entrypoints that parse config stay light
-    from artfleet.art_types import art
+    from artfleet.contracts.art_types import art
 
 
 class TrainerBackend(Protocol):

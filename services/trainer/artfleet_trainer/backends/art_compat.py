@@ -3,7 +3,7 @@
 
 The trainer is the one process that needs ART's torch side (its loss, preprocessing and
 output directories); every other process imports only ART's types
-(`artfleet.art_types`, no torch). Importing ART has side effects that break a CPU
+(`artfleet.contracts.art_types`, no torch). Importing ART has side effects that break a CPU
 trainer on transformers 5.23 (see shared/notes):
 
 - `import art` replaces `transformers.masking_utils._preprocess_mask_arguments` with a
@@ -11,17 +11,17 @@ trainer on transformers 5.23 (see shared/notes):
   "missing 1 required positional argument: 'layer_idx'". The wrapper only matters for
   3-D (mrope) position ids, which SmolLM2/Llama never use, so the original goes back.
   ART keeps it as `art.transformers.patches._preprocess_mask_arguments`. (When
-  `artfleet.art_types` imported ART first, with transformers hidden, there is no patch
+  `artfleet.contracts.art_types` imported ART first, with transformers hidden, there is no patch
   to undo.)
 """
 
 from __future__ import annotations
 
-# The order matters: transformers first, so that artfleet.art_types does not hide it;
-# artfleet.art_types before any other ART module, for the environment it sets.
+# The order matters: transformers first, so that artfleet.contracts.art_types does not hide it;
+# artfleet.contracts.art_types before any other ART module, for the environment it sets.
 # isort: off
 import transformers  # noqa: F401
-from artfleet.art_types import RULER_DEFAULT_RUBRIC, art
+from artfleet.contracts.art_types import RULER_DEFAULT_RUBRIC, art
 import art.loss
 import art.preprocessing.inputs
 import art.preprocessing.pack

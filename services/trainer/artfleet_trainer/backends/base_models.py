@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from artfleet.errors import InvalidArgument
+from artfleet.contracts.errors import InvalidArgument
 
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
 MODEL_ALIASES = frozenset({DEFAULT_MODEL_NAME, "HuggingFaceTB/SmolLM2-135M-Instruct"})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import grpc
 
-from artfleet.errors import InvalidArgument, Unavailable
-from artfleet.rpc.client import aio_channel
+from artfleet.contracts.errors import InvalidArgument, Unavailable
+from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc
 

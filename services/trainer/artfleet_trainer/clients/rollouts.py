@@ -1,5 +1,5 @@
 """The rollout side as the trainer sees it: describe environments and enqueue groups (the
-groups come back through the step-batch contract, `artfleet.batches`)."""
+groups come back through the step-batch contract, `artfleet.contracts.batches`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Protocol
 import grpc
 from celery import Celery
 
-from artfleet.errors import InvalidArgument, Unavailable
-from artfleet.queue import ROLLOUT_QUEUE, RUN_GROUP_TASK, encode_payload
-from artfleet.rpc.client import aio_channel
+from artfleet.contracts.errors import InvalidArgument, Unavailable
+from artfleet.contracts.queue import ROLLOUT_QUEUE, RUN_GROUP_TASK, encode_payload
+from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class ScenarioSource(Protocol):
 
 class Dispatcher(Protocol):
     """Hands a step's group tasks to rollout workers, which publish the groups through
-    `artfleet.batches`; returns how many were sent."""
+    `artfleet.contracts.batches`; returns how many were sent."""
 
     async def enqueue(self, tasks: Sequence[rollout_pb2.GroupTask], skip: set[str]) -> int: ...
 

@@ -15,10 +15,10 @@ import logging
 import time
 from typing import Any
 
-from artfleet import evaluation
-from artfleet.batches import StepBatches
-from artfleet.errors import InvalidArgument
-from artfleet.jobspec import JobSpecModel
+from artfleet.contracts import evaluation
+from artfleet.contracts.batches import StepBatches
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.job import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_trainer import metrics

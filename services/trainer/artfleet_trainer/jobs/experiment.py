@@ -1,6 +1,6 @@
 """Experiment identity on a running job: ART's model config, a metrics label set, logs.
 
-The config hash is computed once, at submit (`artfleet.jobspec.config_hash`), and
+The config hash is computed once, at submit (`artfleet.specs.job.config_hash`), and
 recorded on the Job; this module carries it to where a person later looks for it.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from artfleet.jobspec import JobSpecModel, config_hash
+from artfleet.specs.job import JobSpecModel, config_hash
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer import metrics
 

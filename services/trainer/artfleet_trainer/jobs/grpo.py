@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from artfleet.errors import InvalidArgument
-from artfleet.jobspec import JobSpecModel
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.job import JobSpecModel
 
 # What the torch backend does not implement (torch_backend/training.py honours the rest):
 # a reference adapter other than the base model, ART's LR scalings, and recomputing the

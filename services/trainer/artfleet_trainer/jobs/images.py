@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import grpc
 
-from artfleet.errors import FailedPrecondition, Unavailable
-from artfleet.jobspec import JobSpecModel
-from artfleet.rpc.client import aio_channel
+from artfleet.contracts.errors import FailedPrecondition, Unavailable
+from artfleet.runtime.rpc.client import aio_channel
+from artfleet.specs.job import JobSpecModel
 from artfleet.v1 import rollout_pb2, sandbox_pb2, sandbox_pb2_grpc
 from artfleet_trainer.clients.rollouts import RolloutClient
 from artfleet_trainer.jobs import scheduling

@@ -14,9 +14,9 @@ import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from artfleet import checkpoint_layout
-from artfleet.checkpoint_layout import StepRef
-from artfleet.errors import FailedPrecondition, InvalidArgument, NotFound
+from artfleet.contracts import checkpoint_layout
+from artfleet.contracts.checkpoint_layout import StepRef
+from artfleet.contracts.errors import FailedPrecondition, InvalidArgument, NotFound
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 from artfleet_trainer.jobs import retention

@@ -31,8 +31,8 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from artfleet.batches import Gathered, QuorumNotReached, StepBatches
-from artfleet.jobspec import JobSpecModel
+from artfleet.contracts.batches import Gathered, QuorumNotReached, StepBatches
+from artfleet.specs.job import JobSpecModel
 from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer import metrics

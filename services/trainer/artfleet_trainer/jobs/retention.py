@@ -13,14 +13,14 @@ import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from artfleet.checkpoint_layout import (
+from artfleet.contracts.checkpoint_layout import (
     checkpoint_steps,
     marked_best,
     model_dir,
     step_dir,
     write_best,
 )
-from artfleet.jobspec import JobSpecModel
+from artfleet.specs.job import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 
 log = logging.getLogger(__name__)

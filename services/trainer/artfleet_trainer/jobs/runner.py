@@ -11,10 +11,10 @@ from typing import Any
 import kombu.exceptions
 import redis.exceptions
 
-from artfleet.art_types import art
-from artfleet.batches import Gathered, StepBatches
-from artfleet.errors import Unavailable
-from artfleet.jobspec import JobSpecModel, spec_from_proto
+from artfleet.contracts.art_types import art
+from artfleet.contracts.batches import Gathered, StepBatches
+from artfleet.contracts.errors import Unavailable
+from artfleet.specs.job import JobSpecModel, spec_from_proto
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer import metrics

@@ -1,5 +1,5 @@
 """The R2E-Gym training script's `--log-sample-rate`: a fraction of each step's rollouts
-written as readable JSON (artfleet.trajlog's shape) under
+written as readable JSON (artfleet.contracts.trajlog's shape) under
 `<log dir>/<experiment>/step_<n>/`, beside ART's parquet trajectory logs, for people (and
 the web console) to inspect.
 
@@ -15,8 +15,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from artfleet import trajlog
-from artfleet.jobspec import JobSpecModel
+from artfleet.contracts import trajlog
+from artfleet.specs.job import JobSpecModel
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
 

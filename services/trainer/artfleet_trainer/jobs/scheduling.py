@@ -7,7 +7,7 @@ import random
 import statistics
 from collections.abc import Sequence
 
-from artfleet.jobspec import JobSpecModel, mcp_config_json, reward_spec_proto
+from artfleet.specs.job import JobSpecModel, mcp_config_json, reward_spec_proto
 from artfleet.v1 import rollout_pb2
 
 

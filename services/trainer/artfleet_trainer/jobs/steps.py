@@ -6,8 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from artfleet import codec
-from artfleet.art_types import art
+from artfleet.contracts import codec
+from artfleet.contracts.art_types import art
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer.jobs.scheduling import mean_std

@@ -13,7 +13,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from artfleet.errors import NotFound
+from artfleet.contracts.errors import NotFound
 from artfleet.v1 import common_pb2 as pb
 
 JOBS_INDEX = "artfleet:jobs"
@@ -59,7 +59,8 @@ def _now() -> Timestamp:
 
 
 class JobStore:
-    """Owns every `artfleet:job*` and `artfleet:events:*` key (step batches: artfleet.batches)."""
+    """Owns every `artfleet:job*` and `artfleet:events:*` key (step batches:
+    artfleet.contracts.batches)."""
 
     def __init__(self, redis: aioredis.Redis) -> None:
         # redis-py's return types are unions of bytes/str/awaitables: typed loosely here.

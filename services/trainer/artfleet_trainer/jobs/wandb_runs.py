@@ -1,6 +1,6 @@
 """W&B, optional: with `WANDB_API_KEY` in the trainer's environment, ART's own
 `model.log` (train steps, in-training evals as `val/...`) reaches W&B; without it nothing
-W&B happens (`artfleet.art_types` then sets `WANDB_MODE=disabled`).
+W&B happens (`artfleet.contracts.art_types` then sets `WANDB_MODE=disabled`).
 
 ART 0.5.18 starts a job's run lazily on its first `model.log` (project = the job's
 project, name and id = the model name) and never finishes it: a trainer runs many jobs,
@@ -16,8 +16,8 @@ import logging
 import os
 from typing import Any
 
-from artfleet.art_types import art
-from artfleet.jobspec import JobSpecModel
+from artfleet.contracts.art_types import art
+from artfleet.specs.job import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer.jobs import experiment
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from artfleet.errors import InvalidArgument
-from artfleet.sftspec import SftModel
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.sft import SftModel
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 MAX_FILE_BYTES = 2 << 30  # refuse to read more than 2 GiB into memory

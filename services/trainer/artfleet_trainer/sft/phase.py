@@ -25,9 +25,9 @@ from typing import Any, cast
 
 from prometheus_client import Counter, Gauge
 
-from artfleet.art_types import art
-from artfleet.errors import InvalidArgument
-from artfleet.jobspec import JobSpecModel
+from artfleet.contracts.art_types import art
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.job import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer import metrics
 from artfleet_trainer.backends import TrainerBackend

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import torch
 from peft import PeftModel, get_peft_model
 
-from artfleet.checkpoint_layout import ADAPTER_CONFIG
+from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.clients.inference_client import InferenceClient, InferenceUnavailable
 

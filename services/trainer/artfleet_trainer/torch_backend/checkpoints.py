@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from artfleet.checkpoint_layout import checkpoint_steps
+from artfleet.contracts.checkpoint_layout import checkpoint_steps
 from artfleet_trainer.backends.art_compat import art
 
 log = logging.getLogger(__name__)

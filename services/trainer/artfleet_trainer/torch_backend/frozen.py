@@ -28,7 +28,7 @@ from typing import Any
 
 from peft import PeftModel, get_peft_model
 
-from artfleet.checkpoint_layout import find_checkpoint, parse_model_name
+from artfleet.contracts.checkpoint_layout import find_checkpoint, parse_model_name
 
 from . import training
 from .model_loader import load_base_model

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from artfleet.chat_messages import MessageError, check_messages
+from artfleet.contracts.chat_messages import MessageError, check_messages
 
 from .generation import SamplingParams, SequenceOutput
 from .tool_calls import ToolChoice, ToolsError, ToolSpec, parse_tool_calls, parse_tool_choice

@@ -34,7 +34,7 @@ from typing import Any, cast
 from aiohttp import web
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from artfleet.checkpoint_layout import (
+from artfleet.contracts.checkpoint_layout import (
     BEST,
     ModelRefError,
     describe_missing,

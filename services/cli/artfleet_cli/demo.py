@@ -1,0 +1,298 @@
+"""`artfleet demo` and `artfleet fleet up`: the whole fleet on this machine."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import threading
+import time
+from pathlib import Path
+
+import typer
+
+from artfleet.contracts import evaluation
+from artfleet.runtime.service import free_port
+from artfleet.specs.job import JobSpecModel, ScorerModel, spec_to_proto
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import trainer_pb2
+from artfleet_cli import render
+from artfleet_cli.client import fail, trainer
+from artfleet_cli.fleet import (
+    PORT_NAMES,
+    VLLM_PYTHON,
+    LocalFleet,
+    ServiceExited,
+    isolation_notice,
+    vllm_python,
+)
+from artfleet_cli.fleet_config import (
+    ENV_FILE,
+    ConfigError,
+    PortsTaken,
+    env_file_text,
+    known_keys,
+    load_ports,
+    merge_settings,
+    parse_env_file,
+    parse_sets,
+    plan_ports,
+    port_is_free,
+    read_secret,
+    save_ports,
+    taken_ports,
+    write_private,
+)
+
+WorkdirOpt = typer.Option(Path(".artfleet"), "--workdir", help="state, logs and checkpoints")
+EngineOpt = typer.Option(
+    "auto",
+    "--engine",
+    help="who serves the policy: vllm (the inference service), torch (the trainer's own "
+    "server), auto (vllm where a vLLM environment is found, else torch)",
+)
+ENGINES = ("auto", "vllm", "torch")
+
+
+def pick_engine(engine: str, python: str = "") -> str:
+    """`auto` → vllm when a vLLM environment is found (`python`, or what make install
+    builds), else torch; an explicit `vllm` without one is a usage error (exit 2)."""
+    if engine not in ENGINES:
+        render.console.print(f"--engine: one of {', '.join(ENGINES)}", markup=False)
+        raise SystemExit(2)
+    found = bool(python or vllm_python())
+    if engine == "vllm" and not found:
+        render.console.print(
+            "--engine vllm: no Python with vLLM here (make install builds .venv-vllm; or set "
+            "ARTFLEET_INFERENCE_VLLM_PYTHON)",
+            markup=False,
+        )
+        raise SystemExit(2)
+    if engine == "auto":
+        engine = "vllm" if found else "torch"
+        if not found:
+            render.console.print(
+                "note: no vLLM environment found (make install builds .venv-vllm): the "
+                "trainer serves the policy itself",
+                markup=False,
+            )
+    return engine
+
+
+def demo_spec(
+    steps: int,
+    groups: int,
+    rollouts: int,
+    eval_k: int,
+    seed: int,
+    *,
+    learning_rate: float,
+    eval_temperature: float,
+) -> JobSpecModel:
+    """The demo's job: math-single, answer_check reward, evaluated on the whole test split
+    before step 1 and after the last step. bench/learning_bench.py measures this setting
+    (docs/learning.md): the 135M policy learns to answer briefly, ending with the result."""
+    return JobSpecModel(
+        name="demo",
+        environment="math-single",
+        steps=steps,
+        groups_per_step=groups,
+        rollouts_per_group=rollouts,
+        learning_rate=learning_rate,
+        max_turns=1,
+        max_tokens=48,
+        seed=seed,
+        reward=[ScorerModel(name="answer_check")],
+        eval_every_steps=steps,
+        eval_split="test",
+        eval_k=eval_k,
+        eval_temperature=eval_temperature,
+    )
+
+
+def demo(
+    steps: int = typer.Option(4, min=1),
+    groups_per_step: int = typer.Option(8, min=1),
+    rollouts_per_group: int = typer.Option(8, min=2),
+    learning_rate: float = typer.Option(5e-4, min=0.0, max=1.0),
+    eval_k: int = typer.Option(1, min=1, help="samples per held-out task, before and after"),
+    eval_temperature: float = typer.Option(
+        0.0, min=0.0, max=5.0, help="of the held-out samples (0 = greedy)"
+    ),
+    seed: int = typer.Option(7, min=0, help="training task order and sampling"),
+    workdir: Path = WorkdirOpt,
+    engine: str = EngineOpt,
+) -> None:
+    """Start a local fleet (Redis + the four services), train SmolLM2 with LoRA GRPO on the
+    bundled math-single problems, evaluate it on held-out problems before and after, show
+    progress and a summary, then stop everything."""
+    spec = demo_spec(
+        steps,
+        groups_per_step,
+        rollouts_per_group,
+        eval_k,
+        seed,
+        learning_rate=learning_rate,
+        eval_temperature=eval_temperature,
+    )
+    fleet = LocalFleet(workdir.resolve(), engine=pick_engine(engine))
+    start = time.monotonic()
+    render.console.print(f"starting the fleet in {fleet.workdir} (logs in logs/) ...")
+    if notice := isolation_notice():
+        render.console.print(notice, markup=False)
+    try:
+        fleet.start()
+        render.console.print(
+            f"fleet up in {time.monotonic() - start:.0f}s; trainer at {fleet.trainer_target}; "
+            f"policy served by {fleet.engine} at {fleet.policy_base_url}"
+        )
+        job = _run_job(fleet, spec)
+    finally:
+        codes = fleet.stop()
+        render.console.print(
+            "fleet stopped: " + ", ".join(f"{k} exit {v}" for k, v in codes.items())
+        )
+    render.console.print(f"demo wall time: {time.monotonic() - start:.0f}s")
+    if job.state != pb.JOB_STATE_SUCCEEDED:
+        raise SystemExit(1)
+
+
+def _run_job(fleet: LocalFleet, spec: JobSpecModel) -> pb.Job:
+    with trainer(fleet.trainer_target, fleet.token) as stub:
+        job = stub.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+        render.console.print(
+            f"submitted job {job.id}: {spec.steps} steps × "
+            f"{spec.groups_per_step} groups × {spec.rollouts_per_group} rollouts"
+        )
+        render.follow(stub.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id)), spec.steps)
+        job = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
+    render.console.print(render.summary_table(job))
+    render.console.print("\n".join(render.reward_chart(job.steps)), markup=False)
+    if job.evals:
+        render.console.print(render.evals_table(job.evals))
+        render.console.print(_gain_line(job), markup=False)
+    if job.error:
+        render.console.print(f"[red]error:[/red] {job.error}")
+    return job
+
+
+def _gain_line(job: pb.Job) -> str:
+    """Held-out success before vs after training, paired over tasks."""
+    first, last = job.evals[0], job.evals[-1]
+    result = evaluation.compare(first, last, metric="success")
+    low, high = result.ci95
+    return (
+        f"held-out success: {first.success_rate:.1%} before (step {first.step}) -> "
+        f"{last.success_rate:.1%} after (step {last.step}): "
+        f"{100 * result.mean_delta:+.1f} points (95% CI {100 * low:+.1f} .. {100 * high:+.1f}, "
+        f"paired bootstrap over {len(result.rows)} tasks)"
+    )
+
+
+SetOpt = typer.Option(
+    [],
+    "--set",
+    metavar="KEY=VALUE",
+    help="a setting (ARTFLEET_*, or a variable such as a judge's API key); repeatable; "
+    "wins over --env-file, which wins over this environment's ARTFLEET_* variables",
+)
+EnvFileOpt = typer.Option(
+    None,
+    "--env-file",
+    dir_okay=False,
+    help="settings as KEY=VALUE lines (# comments, optional quotes and `export`)",
+)
+
+
+def fleet_up(
+    workdir: Path = WorkdirOpt,
+    engine: str = EngineOpt,
+    env_file: Path | None = EnvFileOpt,
+    settings: list[str] = SetOpt,
+    new_ports: bool = typer.Option(
+        False, "--new-ports", help="pick new ports instead of the ones the workdir recorded"
+    ),
+) -> None:
+    """Start a local fleet and keep it up until Ctrl-C.
+
+    Settings, later ones winning: this environment's ARTFLEET_* variables, then
+    --env-file, then --set. Each reaches the services whose settings read it; an
+    ARTFLEET_* name no service reads is an error. The first start in a workdir records
+    its ports and a restart reuses them; every endpoint and the token are written to
+    WORKDIR/fleet.env (`source` it)."""
+    fleet = _configured_fleet(workdir.resolve(), engine, env_file, settings, new_ports)
+    if notice := isolation_notice():
+        render.console.print(notice, markup=False)
+    try:
+        fleet.start()
+    except ServiceExited as exc:
+        tail = "\n".join(exc.tail.splitlines()[-15:])
+        what = f"{exc.name} exited with {exc.code} while starting; logs/{exc.name}.log ends"
+        fail(f"{what}:\n{tail}", 2 if exc.code == 2 else 1)
+    except TimeoutError as exc:
+        fail(f"{exc} (its log is in {fleet.workdir / 'logs'})", 1)
+    env_path = fleet.workdir / ENV_FILE
+    comment = f"artfleet fleet up in {fleet.workdir} ({fleet.engine}): source this file"
+    write_private(env_path, env_file_text(fleet.endpoints(), comment))
+    write_private(fleet.workdir / "token", fleet.token + "\n")
+    # Plain print: rich would break long lines; the token stays in the private files.
+    print("\n".join(banner(fleet, env_path)), flush=True)
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        done.wait()
+    finally:
+        fleet.stop()
+
+
+def _configured_fleet(
+    workdir: Path, engine: str, env_file: Path | None, sets: list[str], new_ports: bool
+) -> LocalFleet:
+    """The fleet `fleet up` starts: settings merged and checked (exit 2), the workdir's
+    ports, token and Redis password reused (exit 1 when another process holds a port)."""
+    password_path = workdir / "redis-password"
+    try:
+        given = parse_env_file(_read(env_file), str(env_file)) if env_file else {}
+        fleet = LocalFleet(
+            workdir,
+            ports=plan_ports(PORT_NAMES, {} if new_ports else load_ports(workdir), free_port),
+        )
+        fleet.token = read_secret(workdir / "token") or fleet.token
+        fleet.redis_password = read_secret(password_path) or fleet.redis_password
+        fleet.settings, ignored = merge_settings(
+            os.environ, given, parse_sets(sets), known_keys(), fleet.owned_keys()
+        )
+        fleet.engine = pick_engine(engine, fleet.settings.get(VLLM_PYTHON, ""))
+        fleet.check_settings()
+    except ConfigError as exc:
+        fail(str(exc))
+    for key in ignored:
+        render.console.print(f"note: no service reads {key} (environment): ignored", markup=False)
+    if taken := taken_ports(fleet.ports, port_is_free):
+        how = "pass --new-ports to pick others" if not new_ports else "try again"
+        fail(f"{PortsTaken(taken)} (another fleet up in {workdir}?): {how}", 1)
+    save_ports(workdir, fleet.ports)
+    write_private(password_path, fleet.redis_password + "\n")
+    return fleet
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--env-file {path}: {exc}") from None
+
+
+def banner(fleet: LocalFleet, env_path: Path) -> list[str]:
+    """What `fleet up` prints once up: short lines (no token: it is in `env_path`)."""
+    try:
+        shown = env_path.relative_to(Path.cwd())
+    except ValueError:
+        shown = env_path
+    return [
+        f"fleet up: {fleet.engine} serves the policy; Ctrl-C stops the fleet.",
+        f"console and HTTP API: {fleet.api_url} (log in with the token)",
+        "endpoints and token (the same after a restart): run",
+        f"  source {shlex.quote(str(shown))}",
+    ]

@@ -1,0 +1,122 @@
+"""`artfleet envs list|show`: the environments a job can name, read where the rollout reads
+them (bundled ones and `<loader>:<path>` sources), without a running fleet."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from artfleet_cli import render
+from artfleet_cli.client import fail
+
+app = typer.Typer(help="Environments (task sets) jobs can train on.", no_args_is_help=True)
+MAX_LISTED = 30  # scenarios listed by `show NAME`; the rest are counted
+
+
+def _registry() -> Any:
+    try:
+        from artfleet_rollout import environments  # the rollout's own registry
+    except ImportError:
+        fail("environments are read with the rollout's code: install artfleet[rollout]")
+    return environments
+
+
+def _load(name: str) -> Any:
+    environments = _registry()
+    try:
+        return environments.get_environment(name)
+    except KeyError as exc:  # UnknownEnvironment
+        fail(str(exc))
+    except ValueError as exc:  # a loader that cannot read its source, bad bundled data
+        fail(str(exc))
+
+
+def _tools(environment: Any) -> str:
+    return ", ".join(environment.tools) or "-"
+
+
+@app.command("list")
+def list_envs(
+    as_json: bool = typer.Option(False, "--json", help="print the environments as JSON"),
+) -> None:
+    """Every bundled environment (name, agent, split sizes, tools) and the loaders."""
+    environments = _registry()
+    records = []
+    for name in environments.list_environments():
+        environment = _load(name)
+        sizes = environment.split_sizes()
+        records.append(
+            {"name": name, "agent": environment.agent, "train": sizes["train"],
+             "test": sizes["test"], "tools": list(environment.tools)}
+        )  # fmt: skip
+    loaders = [f"{n}:<path>" for n in environments.list_loaders()]
+    if as_json:
+        print(json.dumps({"environments": records, "loaders": loaders}, indent=2))
+        return
+    rows = [
+        [r["name"], r["agent"], str(r["train"]), str(r["test"]), ", ".join(r["tools"]) or "-"]
+        for r in records
+    ]
+    render.listing(("name", "agent", "train", "test", "tools"), rows, ("name",))
+    print(f"loaders: {', '.join(loaders)}")
+
+
+@app.command("show")
+def show(
+    name: str = typer.Argument(help="a bundled name or <loader>:<path>"),
+    scenario: str = typer.Argument("", help="a scenario id: show it in full"),
+) -> None:
+    """An environment (its scenarios, and records a loader skipped), or one scenario."""
+    environment = _load(name)
+    console = Console()
+    if scenario:
+        try:
+            found = environment.get(scenario)
+        except KeyError as exc:
+            fail(str(exc))
+        console.print_json(json.dumps(_scenario(found)))
+        return
+    sizes = environment.split_sizes()
+    console.print(f"[bold]{environment.name}[/bold]: {environment.description}")
+    console.print(f"agent: {environment.agent}   train: {sizes['train']}   test: {sizes['test']}")
+    console.print(f"tools: {_tools(environment)}")
+    for reason, count in sorted(environment.skipped.items()):
+        console.print(f"skipped: {count} record(s): {reason}")
+    table = Table("id", "split", "difficulty", "title")
+    scenarios = environment.scenarios()
+    for s in scenarios[:MAX_LISTED]:
+        table.add_row(s.id, s.split, s.difficulty or "-", s.title)
+    console.print(table)
+    if len(scenarios) > MAX_LISTED:
+        console.print(f"... and {len(scenarios) - MAX_LISTED} more")
+
+
+def _scenario(s: Any) -> dict[str, Any]:
+    """What a user reads about one task (never the known-good `solution`)."""
+    shown: dict[str, Any] = {"id": s.id, "split": s.split, "title": s.title}
+    shown["instruction"] = s.instruction
+    optional = {
+        "difficulty": s.difficulty,
+        "system": s.system,
+        "answer": s.answer,
+        "files": sorted(s.files),
+        "check": s.check,
+        "image": s.image,
+    }
+    shown.update({k: v for k, v in optional.items() if v})
+    if s.mcp is not None:
+        shown["mcp_config"] = dict(s.mcp.config)
+        if s.mcp.setup is not None:
+            shown["setup_tool"] = {
+                "name": s.mcp.setup.name,
+                "arguments": dict(s.mcp.setup.arguments),
+            }
+        shown["evaluate_tool"] = {
+            "name": s.mcp.evaluate.name,
+            "arguments": dict(s.mcp.evaluate.arguments),
+        }
+    return shown

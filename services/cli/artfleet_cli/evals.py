@@ -1,0 +1,343 @@
+"""`artfleet eval run` and `artfleet eval compare`: a policy × an environment split × k
+samples per task, through the rollout service (Rollout.RunGroup, scored by the reward
+service, no training); and two such evaluations side by side with a paired test.
+
+The policy is any OpenAI-compatible endpoint and model name. The trainer's inference
+endpoint (torch backend) serves a running job's policy, any checkpoint `name@step` of a
+model under its ART path (a finished job's too; `name` alone: its latest), and a base
+model by the name a job trained from (e.g. `smollm2-135m-instruct`). Any other endpoint
+takes its key from a variable in the rollout service's environment (`--api-key-env`).
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+from google.protobuf import json_format
+from rich.table import Table
+
+from artfleet.contracts import evaluation, trajlog
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
+from artfleet_cli import render
+from artfleet_cli.client import fail, service
+from artfleet_cli.policy_check import check_base_url, check_model_name, check_policy
+from artfleet_cli.rollout import build_task, job_defaults, parse_reward
+
+app = typer.Typer(help="Evaluate policies and compare evaluations.", no_args_is_help=True)
+SUMMARY_FILE = "summary.json"
+EARLY_STOP_TASKS = 3  # tasks that all failed alike before an eval stops early
+
+
+def eval_tasks(info: rollout_pb2.EnvironmentInfo, split: str, max_tasks: int) -> list[str]:
+    ids = [s.id for s in info.scenarios if s.split == split]
+    if not ids:
+        fail(f"environment {info.name!r} has no scenario in split {split!r}")
+    return ids[:max_tasks] if max_tasks else ids
+
+
+def write_outputs(
+    out: Path, summary: pb.EvalSummary, responses: dict[str, rollout_pb2.RunGroupResponse]
+) -> None:
+    """summary.json plus one readable JSON record per trajectory under trajectories/."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SUMMARY_FILE).write_text(
+        json_format.MessageToJson(summary, preserving_proto_field_name=True)
+    )
+    for scenario, response in responses.items():
+        episodes = list(response.episodes)
+        for i, trajectory in enumerate(response.group.trajectories):
+            meta = {"scenario_id": scenario, "step": summary.step, "policy": summary.policy}
+            episode = episodes[i] if i < len(episodes) else None
+            trajlog.write(
+                out / "trajectories", f"{scenario}-{i}", trajlog.record(trajectory, meta, episode)
+            )
+
+
+def load_summary(path: Path) -> pb.EvalSummary:
+    """An eval's summary.json, given as the file or its folder."""
+    file = path / SUMMARY_FILE if path.is_dir() else path
+    try:
+        return json_format.Parse(file.read_text(), pb.EvalSummary())
+    except (OSError, json_format.ParseError) as exc:
+        fail(f"cannot read an evaluation from {path}: {exc}")
+
+
+def summary_table(summary: pb.EvalSummary) -> Table:
+    table = Table("task", "samples", "successes", "pass@k", "reward mean")
+    for r in summary.results:
+        table.add_row(
+            r.scenario_id,
+            str(r.samples),
+            str(r.successes),
+            f"{evaluation.pass_at_k(r.samples, r.successes, summary.k):.3f}",
+            f"{sum(r.rewards) / r.samples:+.3f}" if r.samples else "-",
+        )
+    return table
+
+
+def group_error(response: rollout_pb2.RunGroupResponse) -> str | None:
+    """The one error every sample of a group failed with; None if any came back or the
+    failures differ."""
+    if response.group.trajectories:
+        return None
+    errors = {f"{e.type}: {e.message}" for e in response.group.exceptions}
+    if len(errors) == 1:
+        return errors.pop()
+    return None
+
+
+def common_error(responses: list[rollout_pb2.RunGroupResponse]) -> str | None:
+    """The one error every sample of every group failed with, else None."""
+    errors = {group_error(r) for r in responses}
+    return errors.pop() if len(errors) == 1 else None
+
+
+def run_tasks(
+    start: Callable[[str], Any], scenarios: list[str], concurrency: int
+) -> dict[str, rollout_pb2.RunGroupResponse]:
+    """Runs `concurrency` tasks at once (`start` gives a future of a RunGroupResponse).
+    Stops, cancelling the rest, once the first EARLY_STOP_TASKS tasks all failed every
+    sample with the same error: the rest would too (a policy that breaks every call)."""
+    done: queue.Queue[str] = queue.Queue()
+    running: dict[str, Any] = {}
+    responses: dict[str, rollout_pb2.RunGroupResponse] = {}
+    waiting = list(scenarios)
+    try:
+        while waiting or running:
+            while waiting and len(running) < concurrency:
+                scenario = waiting.pop(0)
+                running[scenario] = start(scenario)
+                running[scenario].add_done_callback(lambda _, s=scenario: done.put(s))
+            scenario = done.get()
+            responses[scenario] = running.pop(scenario).result()
+            error = common_error(list(responses.values()))
+            if error and len(responses) >= EARLY_STOP_TASKS and (waiting or running):
+                fail(
+                    f"stopped after {len(responses)} of {len(scenarios)} tasks: every sample "
+                    f"failed with the same error: {error}",
+                    1,
+                )
+    finally:
+        for future in running.values():
+            future.cancel()
+    return {s: responses[s] for s in scenarios}
+
+
+@app.command("run")
+def run(
+    base_url: str = typer.Option(..., help="OpenAI-compatible endpoint, e.g. http://host:8000/v1"),
+    model: str = typer.Option(
+        ..., help="model the endpoint serves: a base model, a checkpoint name@step or name@best"
+    ),
+    env: str = typer.Option("shell-tasks", help="environment (task set)"),
+    split: str = typer.Option("test", help="the split whose tasks are evaluated"),
+    k: int = typer.Option(2, min=1, max=256, help="samples per task"),
+    max_tasks: int = typer.Option(0, min=0, help="first N tasks of the split; 0 = all"),
+    api_key_env: str = typer.Option(
+        "", help="variable in the rollout service's environment holding the endpoint's key"
+    ),
+    temperature: float | None = typer.Option(None, help="default: the job default"),
+    max_turns: int | None = typer.Option(None, help="default: the job default"),
+    max_tokens: int | None = typer.Option(None, help="per turn; default: the job default"),
+    reward: str | None = typer.Option(None, help="scorers: YAML/JSON list or a file"),
+    concurrency: int = typer.Option(4, min=1, max=256, help="tasks run at once"),
+    out: Path | None = typer.Option(None, help="folder for summary.json and trajectories/"),
+    timeout_s: float = typer.Option(1800.0, min=1, help="how long to wait for one task"),
+    target: str = typer.Option(
+        "127.0.0.1:50052", envvar="ARTFLEET_ROLLOUT_TARGET", help="rollout service gRPC address"
+    ),
+    token: str = typer.Option(
+        "", envvar="ARTFLEET_API_TOKEN", help="API token", show_default=False
+    ),
+) -> None:
+    """Evaluate a policy: mean reward, success rate, avg@k, pass@k and a per-task table.
+    Checks first that the endpoint serves the model (exit 2 if not, 1 if it cannot be
+    reached); exits 1 with the cause when no task returned a sample, stopping early when
+    the first tasks all failed with the same error."""
+    spec = job_defaults(
+        dict(
+            environment=env,
+            max_turns=max_turns,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            reward=parse_reward(reward) if reward is not None else None,
+        )
+    )
+    check_model_name(model)
+    check_base_url(base_url)
+    start = time.monotonic()
+    with service(target, token, "rollout service") as channel:
+        stub = rollout_pb2_grpc.RolloutStub(channel)
+        info = stub.DescribeEnvironment(
+            rollout_pb2.DescribeEnvironmentRequest(name=env), timeout=30
+        )
+        scenarios = eval_tasks(info, split, max_tasks)
+        served_as = check_policy(stub, base_url, model, api_key_env)
+
+        def one(scenario: str) -> Any:
+            task = build_task(
+                spec,
+                scenario,
+                rollouts=k,
+                model_base_url=base_url,
+                policy=model,
+                model_api_key_env=api_key_env,
+            )
+            request = rollout_pb2.RunGroupRequest(task=task)
+            return stub.RunGroup.future(request, timeout=timeout_s)
+
+        responses = run_tasks(one, scenarios, concurrency)
+    results = [evaluation.task_result(s, r.group) for s, r in responses.items()]
+    summary = evaluation.summarize(
+        results, k=k, split=split, policy=model, seconds=time.monotonic() - start
+    )
+    # Which checkpoint `name@best` (or a plain name) was: what the answers named.
+    trajectories = (t for r in responses.values() for t in r.group.trajectories)
+    summary.served_policy = evaluation.served_policy(served_as, trajectories)
+    if out is not None:
+        write_outputs(out, summary, responses)
+    render.console.print(summary_table(summary))
+    render.console.print(render.eval_line(summary))
+    if summary.served_policy and summary.served_policy != model:
+        render.console.print(f"{model} answered as {summary.served_policy}", markup=False)
+    if not any(r.samples for r in results):
+        fail(f"no sample came back: {common_error(list(responses.values())) or 'see above'}", 1)
+
+
+METRICS = ("success", "pass_at_k", "reward")
+
+
+@app.command("compare")
+def compare(
+    evaluations: list[Path] = typer.Argument(
+        ..., help="2 or more evaluations (--out folders or summary.json); the first is the baseline"
+    ),
+    metric: str = typer.Option("success", help="per-task score: success | pass_at_k | reward"),
+    resamples: int = typer.Option(2000, min=100, max=1_000_000, help="bootstrap resamples"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON record per evaluation"),
+) -> None:
+    """Each evaluation against the first (the baseline) on the tasks both ran: a row per
+    evaluation with its score, the mean delta and its paired bootstrap 95% interval, the
+    paired and dropped tasks. With two: the per-task deltas and a sign test too."""
+    if metric not in METRICS:
+        fail(f"--metric must be success, pass_at_k or reward, not {metric!r}")
+    if len(evaluations) < 2:
+        fail("eval compare needs a baseline and at least one evaluation to compare with it")
+    summaries = [load_summary(path) for path in evaluations]
+    baseline = summaries[0]
+    results = [
+        evaluation.compare(baseline, other, metric=metric, resamples=resamples)
+        for other in summaries[1:]
+    ]
+    for path, result in zip(evaluations[1:], results, strict=True):
+        if not result.rows:
+            fail(f"{path} shares no task with the baseline {evaluations[0]}")
+    records = compare_records(evaluations, summaries, results)
+    if as_json:
+        render.print_json(records)
+        return
+    if len(results) == 1:
+        _pairwise(results[0], baseline, summaries[1], evaluations)
+    _models_table(records, metric)
+
+
+def _label(policy: str, served: str, path: str) -> str:
+    """What an evaluation ran: its policy as typed, with the checkpoint the answers named."""
+    shown = policy or path
+    return f"{shown} ({served})" if served and served != shown else shown
+
+
+def compare_records(
+    paths: list[Path], summaries: list[pb.EvalSummary], results: list[evaluation.Comparison]
+) -> list[dict[str, Any]]:
+    """One record per evaluation; the baseline's scored on its own tasks."""
+    base = summaries[0]
+    first = {
+        "evaluation": str(paths[0]),
+        "policy": base.policy,
+        "served_policy": base.served_policy,
+        "baseline": True,
+        "metric": results[0].metric,
+        "score": evaluation.mean_score(base, results[0].metric),
+        "tasks": len(base.results),
+    }
+    records = [first]
+    for path, summary, result in zip(paths[1:], summaries[1:], results, strict=True):
+        records.append(
+            {
+                "evaluation": str(path),
+                "policy": summary.policy,
+                "served_policy": summary.served_policy,
+                "baseline": False,
+                "metric": result.metric,
+                "score": result.mean_b,
+                "baseline_score": result.mean_a,
+                "delta": result.mean_delta,
+                "ci95": list(result.ci95),
+                "paired_tasks": len(result.rows),
+                "dropped_tasks": {"only_baseline": result.only_a, "only_this": result.only_b},
+                "wins": result.wins,
+                "losses": result.losses,
+                "ties": result.ties,
+                "sign_p": result.sign_p,
+            }
+        )
+    return records
+
+
+def _models_table(records: list[dict[str, Any]], metric: str) -> None:
+    """A row per evaluation (paths and policies whole: tab-separated when piped)."""
+    rows = []
+    for r in records:
+        label = _label(r["policy"], r["served_policy"], r["evaluation"])
+        score = f"{r['score']:.3f}"
+        if r["baseline"]:
+            rows.append([r["evaluation"], label, score, "baseline", "-", str(r["tasks"])])
+            continue
+        low, high = r["ci95"]
+        ci = f"{low:+.3f} .. {high:+.3f}"
+        delta = f"{r['delta']:+.3f}"
+        rows.append([r["evaluation"], label, score, delta, ci, str(r["paired_tasks"])])
+    headers = ("evaluation", "policy", metric, "delta vs baseline", "95% CI", "paired tasks")
+    render.listing(headers, rows, ("evaluation", "policy"))
+    for r in records[1:]:
+        only_base, only_this = (len(v) for v in r["dropped_tasks"].values())
+        if only_base + only_this:
+            render.console.print(
+                f"{r['evaluation']}: {only_base + only_this} task(s) not in both, left out "
+                f"of the pairing (only in the baseline: {only_base}, only here: {only_this})",
+                markup=False,
+                soft_wrap=True,
+            )
+
+
+def _pairwise(
+    result: evaluation.Comparison, first: pb.EvalSummary, second: pb.EvalSummary, paths: list[Path]
+) -> None:
+    """Two evaluations: the per-task deltas (B - A) and a sign test."""
+    metric = result.metric
+    table = Table("task", f"A {metric}", f"B {metric}", "delta")
+    for row in result.rows:
+        table.add_row(row.scenario_id, f"{row.a:.3f}", f"{row.b:.3f}", f"{row.delta:+.3f}")
+    render.console.print(table)
+    low, high = result.ci95
+    lines = (
+        f"A: {_label(first.policy, first.served_policy, str(paths[0]))} · "
+        f"B: {_label(second.policy, second.served_policy, str(paths[1]))} · "
+        f"{len(result.rows)} shared tasks",
+        f"mean delta {result.mean_delta:+.3f} (95% CI {low:+.3f} .. {high:+.3f}, "
+        "paired bootstrap over tasks)",
+        f"wins {result.wins} / losses {result.losses} / ties {result.ties}",
+        f"sign test p = {result.sign_p:.4f}",
+    )
+    for line in lines:
+        render.console.print(line, markup=False, soft_wrap=True)
+    for side, missing in (("A", result.only_a), ("B", result.only_b)):
+        if missing:
+            render.console.print(f"only in {side}: {', '.join(missing)}", markup=False)

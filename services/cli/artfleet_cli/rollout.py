@@ -1,0 +1,177 @@
+"""`artfleet rollout run`: one group of a scenario against any OpenAI-compatible endpoint,
+through the rollout service (Rollout.RunGroup), scored by the reward service, no training."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from google.protobuf import json_format
+from rich.table import Table
+
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.job import JobSpecModel, mcp_config_json, reward_spec_proto, validate_spec
+from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
+from artfleet_cli import render
+from artfleet_cli.client import fail, service
+
+app = typer.Typer(help="Run rollouts without training.", no_args_is_help=True)
+
+COMPONENT_PREFIX = "reward_"  # the rollout's trajectory metric per scorer
+
+
+def parse_reward(text: str) -> list[Any]:
+    """Scorers as a YAML/JSON list, given inline or as a file holding one."""
+    path = Path(text)
+    if path.is_file():
+        text = path.read_text()
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        fail(f"--reward is not YAML/JSON: {exc}")
+    if not isinstance(loaded, list):
+        fail("--reward is a list of scorers, e.g. '[{name: process}, {name: task_check}]'")
+    return loaded
+
+
+def job_defaults(overrides: dict[str, Any]) -> JobSpecModel:
+    """The job spec's defaults and checks, so a rollout runs as a job's would."""
+    try:
+        return validate_spec({k: v for k, v in overrides.items() if v is not None})
+    except InvalidArgument as exc:
+        fail(f"invalid option: {exc}")
+
+
+def pick_scenario(info: rollout_pb2.EnvironmentInfo, split: str, index: int) -> str:
+    ids = [s.id for s in info.scenarios if s.split == split]
+    if not ids:
+        fail(f"environment {info.name!r} has no scenario in split {split!r}")
+    if index >= len(ids):
+        fail(f"--index {index} is out of range: split {split!r} has {len(ids)} scenarios")
+    return ids[index]
+
+
+def build_task(spec: JobSpecModel, scenario_id: str, **fields: Any) -> rollout_pb2.GroupTask:
+    job_id = f"cli-{secrets.token_hex(4)}"
+    return rollout_pb2.GroupTask(
+        job_id=job_id,
+        group_id=f"{job_id}-0",
+        environment=spec.environment,
+        scenario_id=scenario_id,
+        max_turns=spec.max_turns,
+        temperature=spec.temperature,
+        max_tokens=spec.max_tokens,
+        max_context_tokens=spec.max_context_tokens,
+        reward=reward_spec_proto(spec),
+        seed=spec.seed,
+        task_prompt=spec.task_prompt,
+        mcp_config=mcp_config_json(spec),
+        **fields,
+    )
+
+
+def trajectories_table(response: rollout_pb2.RunGroupResponse) -> Table:
+    table = Table("index", "reward", "turns", "finish", "check", "components")
+    for trajectory, episode in zip(response.group.trajectories, response.episodes, strict=False):
+        index = trajectory.metadata["rollout_index"].int_value
+        components = ", ".join(
+            f"{name.removeprefix(COMPONENT_PREFIX)}={value.float_value:.3g}"
+            for name, value in sorted(trajectory.metrics.items())
+            if name.startswith(COMPONENT_PREFIX)
+        )
+        table.add_row(
+            str(index),
+            f"{trajectory.reward:+.3f}",
+            str(episode.turns),
+            episode.finish,
+            "pass" if episode.check_passed else "fail",
+            components or "-",
+        )
+    return table
+
+
+def outcome_lines(response: rollout_pb2.RunGroupResponse) -> list[str]:
+    outcome, lines = response.reward, []
+    if outcome.fail_job:
+        lines.append(f"reward: the job would fail: {outcome.fail_job}")
+    if outcome.group_dropped:
+        lines.append("reward: the group is dropped")
+    if outcome.dropped:
+        lines.append(f"reward: dropped trajectories {list(outcome.dropped)}")
+    for f in outcome.failures:
+        where = "the group" if f.trajectory < 0 else f"trajectory {f.trajectory}"
+        lines.append(f"scorer {f.scorer} failed ({f.type}) on {where}: {f.message} -> {f.action}")
+    for exc in response.group.exceptions:
+        lines.append(f"episode failed: {exc.type}: {exc.message}")
+    return lines
+
+
+@app.command("run")
+def run(
+    base_url: str = typer.Option(..., help="OpenAI-compatible endpoint, e.g. http://host:8000/v1"),
+    model: str = typer.Option(..., help="model name the endpoint serves"),
+    env: str = typer.Option("shell-tasks", help="environment (task set)"),
+    scenario: str | None = typer.Option(None, help="scenario id (else --split and --index)"),
+    split: str = typer.Option("train", help="split to pick the scenario from"),
+    index: int = typer.Option(0, min=0, help="scenario index within --split"),
+    rollouts: int = typer.Option(4, min=1, max=256),
+    api_key_env: str = typer.Option(
+        "",
+        help="variable in the rollout service's environment holding the key; "
+        "empty = the fleet token",
+        show_default=False,
+    ),
+    max_turns: int | None = typer.Option(None, help="default: the job default"),
+    temperature: float | None = typer.Option(None, help="default: the job default"),
+    max_tokens: int | None = typer.Option(None, help="per turn; default: the job default"),
+    max_context_tokens: int | None = typer.Option(None, help="default: the job default"),
+    reward: str | None = typer.Option(None, help="scorers: YAML/JSON list or a file"),
+    timeout_s: float = typer.Option(1800.0, min=1, help="how long to wait for the group"),
+    as_json: bool = typer.Option(False, "--json", help="print the whole response as JSON"),
+    target: str = typer.Option(
+        "127.0.0.1:50052", envvar="ARTFLEET_ROLLOUT_TARGET", help="rollout service gRPC address"
+    ),
+    token: str = typer.Option(
+        "", envvar="ARTFLEET_API_TOKEN", help="API token", show_default=False
+    ),
+) -> None:
+    """Run one group and print its trajectories, rewards and the reward outcome. Exits 1
+    when no trajectory came back (every episode failed, or the reward dropped the group)."""
+    spec = job_defaults(
+        dict(
+            environment=env,
+            max_turns=max_turns,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            max_context_tokens=max_context_tokens,
+            reward=parse_reward(reward) if reward is not None else None,
+        )
+    )
+    with service(target, token, "rollout service") as channel:
+        stub = rollout_pb2_grpc.RolloutStub(channel)
+        if scenario is None:
+            info = stub.DescribeEnvironment(
+                rollout_pb2.DescribeEnvironmentRequest(name=env), timeout=30
+            )
+            scenario = pick_scenario(info, split, index)
+        task = build_task(
+            spec,
+            scenario,
+            rollouts=rollouts,
+            model_base_url=base_url,
+            policy=model,
+            model_api_key_env=api_key_env,
+        )
+        response = stub.RunGroup(rollout_pb2.RunGroupRequest(task=task), timeout=timeout_s)
+    if as_json:
+        print(json_format.MessageToJson(response, preserving_proto_field_name=True))
+    else:
+        render.console.print(f"group {task.group_id}: {env}/{scenario}, {model} at {base_url}")
+        render.console.print(trajectories_table(response))
+        for line in outcome_lines(response):
+            render.console.print(line, markup=False)
+    if not response.group.trajectories:
+        raise SystemExit(1)

@@ -1,0 +1,4 @@
+"""Clients one service uses to reach another's resources: the sandbox router with session
+leases (`sandbox`), MCP servers run in a sandbox (`mcp_stdio`) or as local processes
+(`mcp_local`). Built on `artfleet.runtime.rpc`; imports no service package.
+"""

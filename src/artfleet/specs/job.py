@@ -1,0 +1,264 @@
+"""The job spec: defaults, validation with field names, YAML and proto forms.
+
+The trainer validates every SubmitJob with this model, and the CLI uses it to read YAML
+files, so both reject the same specs with the same messages. Its reward keys (`reward`,
+`reward_clip`) are the shared reward spec model (artfleet.specs.reward), which the reward
+service validates with too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from artfleet.specs.base import nested_error, spec_error
+from artfleet.specs.grpo import GrpoModel, grpo_data_from_proto
+from artfleet.specs.hud_config import (
+    ENVIRONMENTS_KEY,
+    TRAINING_KEY,
+    check_mcp_config,
+    from_environments,
+    from_training,
+)
+from artfleet.specs.reward import (
+    CLIP_FIELD,
+    SPEC_FIELD,
+    GateModel,
+    RangeModel,
+    RewardSpecModel,
+    ScorerModel,
+    default_scorers,
+    reward_data_from_proto,
+    reward_to_proto,
+)
+from artfleet.specs.sft import SftModel, sft_data_from_proto, sft_to_proto
+from artfleet.v1 import common_pb2 as pb
+
+# The reward spec's models, where job-spec code has always found them.
+__all__ = [
+    "DEFAULT_BASE_MODEL",
+    "GateModel",
+    "GrpoModel",
+    "JobSpecModel",
+    "RangeModel",
+    "ScorerModel",
+    "SftModel",
+    "config_hash",
+    "default_scorers",
+    "mcp_config_json",
+    "reward_spec_proto",
+    "spec_from_proto",
+    "spec_to_proto",
+    "validate_spec",
+    "with_default_reward",
+]
+
+DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
+MAX_STEPS_OFF_POLICY = 8  # beyond a few versions the importance ratios are mostly clipped
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+
+
+class JobSpecModel(RewardSpecModel):
+    """What a person submits. Field names match the CLI flags and the YAML keys; `reward`
+    and `reward_clip` come from RewardSpecModel."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "agent"
+    project: str = "artfleet"
+    base_model: str = DEFAULT_BASE_MODEL
+    backend: Literal["torch", "art"] = "torch"
+    environment: str = "shell-tasks"
+    split: str = "train"
+    steps: int = Field(default=3, ge=1, le=100_000)
+    groups_per_step: int = Field(default=2, ge=1, le=4096)
+    rollouts_per_group: int = Field(default=4, ge=2, le=256)  # GRPO needs >= 2 to compare
+    learning_rate: float = Field(default=5e-5, gt=0, le=1.0)
+    max_turns: int = Field(default=4, ge=1, le=200)
+    seed: int = Field(default=0, ge=0)
+    temperature: float = Field(default=0.7, ge=0, le=5.0)  # the terminal agent's default
+    max_tokens: int = Field(default=96, ge=1, le=32_768)
+    max_context_tokens: int = Field(default=2048, ge=256, le=1_048_576)
+    # The training scripts' --max-concurrent: episodes of this job running at once in each rollout
+    # worker (0 = no limit beyond the worker's own groups_concurrency).
+    max_concurrent: int = Field(
+        default=0, ge=0, le=100_000, description="episodes of this job at once per rollout worker"
+    )
+    lora_rank: int = Field(default=8, ge=1, le=512)
+    gather_timeout_s: float = Field(default=900.0, gt=0, le=86_400)
+    min_group_fraction: float = Field(default=0.5, gt=0, le=1.0)
+    # GPU memory knobs of the art backend (as HUD's ART trainer sets them); None = ART's defaults.
+    max_seq_length: int | None = Field(default=None, ge=256, le=1_048_576)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1.0)
+    # Replaces the environment's system prompt (the HTTP training API's `task_prompt`);
+    # "" = its own.
+    task_prompt: str = Field(default="", max_length=32_768)
+    # Asynchronous steps: step s+1 .. s+k roll out while step s trains (0 = synchronous).
+    max_steps_off_policy: int = Field(default=0, ge=0, le=MAX_STEPS_OFF_POLICY)
+    # Experiment identity (the training scripts' --experiment-name); `jobs list --experiment`
+    # filters on it.
+    experiment: str = "default"
+    grpo: GrpoModel = Field(default_factory=GrpoModel)
+    # Evaluation inside the job: before step 1 and every N steps; 0 = never.
+    eval_every_steps: int = Field(default=0, ge=0, le=100_000)
+    eval_split: str = "test"
+    eval_k: int = Field(default=2, ge=1, le=256)
+    eval_max_tasks: int = Field(default=0, ge=0, le=100_000)  # 0 = every task of the split
+    # None = `temperature`; 0 = greedy (no sampling noise between the before/after evals).
+    eval_temperature: float | None = Field(default=None, ge=0, le=5.0)
+    # Checkpoint retention (ART's training scripts keep the latest 3): last K (0 = all) + best
+    # by an eval metric ("" = none).
+    keep_last: int = Field(default=0, ge=0, le=100_000)
+    keep_best_metric: Literal["", "pass_at_k", "success_rate", "avg_at_k", "reward_mean"] = ""
+    # The training scripts' --log-sample-rate: this fraction of rollouts as readable JSON on disk.
+    log_sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    # The training scripts' --dataset-size / --num-epochs; 0 = all scenarios / as many as
+    # steps need.
+    dataset_size: int = Field(default=0, ge=0, le=10_000_000)
+    num_epochs: int = Field(default=0, ge=0, le=100_000)
+    # The offline warm-start: SFT on samples before GRPO step 1; None = no SFT phase.
+    sft: SftModel | None = None
+    # The MCP server every scenario runs against instead of its own (HUD's `mcp_config`,
+    # one server); None = each scenario's own. A HUD config.yaml's `environments:` block
+    # sets it (artfleet.specs.hud_config).
+    mcp_config: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hud_config(cls, data: Any) -> Any:
+        """A HUD config.yaml's blocks become the job spec keys they set."""
+        if isinstance(data, dict) and {ENVIRONMENTS_KEY, TRAINING_KEY} & set(data):
+            data = dict(data)
+            if ENVIRONMENTS_KEY in data:
+                from_environments(data, cls._check_max_turns)
+            if TRAINING_KEY in data:
+                from_training(data, cls.model_fields)
+        return data
+
+    @classmethod
+    def _check_max_turns(cls, value: Any) -> Any:
+        adapter = TypeAdapter(Annotated[int, cls.model_fields["max_turns"]])
+        try:
+            return adapter.validate_python(value)
+        except ValidationError as exc:
+            raise nested_error(exc, "max_turns") from None
+
+    @field_validator("name", "project", "experiment")
+    @classmethod
+    def _slug(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("use 1-63 lowercase letters, digits, '.', '_' or '-'")
+        return value
+
+    @field_validator("mcp_config")
+    @classmethod
+    def _one_server(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else check_mcp_config(value)
+
+
+def validate_spec(data: dict[str, Any]) -> JobSpecModel:
+    """Raises InvalidArgument naming the first bad field (e.g. `steps`, `reward[1].name`)."""
+    try:
+        return JobSpecModel.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error(exc) from None
+
+
+# Labels and what is observed or kept, not how the policy trains: two jobs differing only
+# here train the same way and share a config hash.
+NOT_TRAINING_FIELDS = frozenset(
+    {
+        "name",
+        "project",
+        "experiment",
+        "eval_every_steps",
+        "eval_split",
+        "eval_k",
+        "eval_max_tasks",
+        "eval_temperature",
+        "keep_last",
+        "keep_best_metric",
+        "log_sample_rate",
+        "max_concurrent",
+    }
+)
+
+
+def config_hash(spec: JobSpecModel) -> str:
+    """A stable id of what the job trains: sha256 of the validated spec's canonical JSON
+    (defaults filled in, keys sorted) without NOT_TRAINING_FIELDS; 12 hex digits."""
+    data = spec.model_dump(mode="json", exclude=set(NOT_TRAINING_FIELDS))
+    for key in ("sft", "mcp_config"):  # specs without these keep the hash they had
+        if data.get(key) is None:
+            data.pop(key, None)
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def spec_to_proto(spec: JobSpecModel) -> pb.JobSpec:
+    """A spec without a `reward` key goes with no scorers: the trainer fills in the defaults
+    of the environment's agent kind (`with_default_reward`)."""
+    data = spec.model_dump(exclude={SPEC_FIELD, CLIP_FIELD, "grpo", "sft", "mcp_config"})
+    reward = reward_to_proto(spec)
+    if SPEC_FIELD not in spec.model_fields_set:
+        del reward.scorers[:]
+    message = pb.JobSpec(
+        **data,
+        reward=reward,
+        grpo=pb.GrpoSpec(**spec.grpo.set_fields()),
+        mcp_config=mcp_config_json(spec),
+    )
+    if spec.sft is not None:
+        message.sft.CopyFrom(sft_to_proto(spec.sft))
+    return message
+
+
+def mcp_config_json(spec: JobSpecModel) -> str:
+    """The spec's mcp_config as the JobSpec, GroupTask and DescribeEnvironment messages carry
+    it; "" = none."""
+    return "" if spec.mcp_config is None else json.dumps(spec.mcp_config, sort_keys=True)
+
+
+def with_default_reward(spec: JobSpecModel, agent: str) -> JobSpecModel:
+    """The spec with its reward written out: the agent kind's default scorers where the
+    submitter gave none (an MCP environment scores with its own evaluate tool)."""
+    if SPEC_FIELD in spec.model_fields_set:
+        return spec
+    return spec.model_copy(update={SPEC_FIELD: default_scorers(agent)})
+
+
+def spec_from_proto(message: pb.JobSpec) -> JobSpecModel:
+    """Unset proto fields (zero values, or absent where presence is explicit) take the
+    defaults; the rest is validated."""
+    data: dict[str, Any] = {}
+    for field, value in message.ListFields():
+        if field.name == "reward":
+            continue
+        if field.name == "grpo":
+            data["grpo"] = grpo_data_from_proto(value)
+            continue
+        if field.name == "sft":
+            data["sft"] = sft_data_from_proto(value)
+            continue
+        if field.name == "mcp_config":
+            data["mcp_config"] = json.loads(value)
+            continue
+        data[field.name] = value
+    data.update(reward_data_from_proto(message.reward))
+    return validate_spec(data)
+
+
+def reward_spec_proto(spec: JobSpecModel) -> pb.RewardSpec:
+    """The job's reward spec as the reward service takes it (Reward.ScoreGroup/ValidateSpec)."""
+    return reward_to_proto(spec)
