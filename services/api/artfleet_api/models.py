@@ -7,9 +7,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from artfleet.specs.job import DEFAULT_BASE_MODEL, JobSpecModel
+from artfleet.specs.base import field_of
+from artfleet.specs.job import DEFAULT_BASE_MODEL, NAME_PATTERN, JobSpecModel
 
-SLUG = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+SLUG = NAME_PATTERN
 Scalar = float | int | str | bool | None
 
 
@@ -17,24 +18,41 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _spec_default(name: str) -> Any:
+    return JobSpecModel.model_fields[name].default
+
+
+def _spec(name: str, **changes: Any) -> Any:
+    """A job spec field as this body declares it: bounds and default from JobSpecModel."""
+    return field_of(JobSpecModel, name, **changes)
+
+
+# A step's trajectories with the job spec's default shape (2 groups of 4 = 8).
+DEFAULT_BATCH_SIZE = _spec_default("groups_per_step") * _spec_default("rollouts_per_group")
+
+
 class TrainRequest(Body):
     """The HTTP training API's `POST /train` body. `batch_size` trajectories per step become
     `ceil(batch_size / rollouts_per_group)` groups of `rollouts_per_group` rollouts
-    (default `min(4, batch_size)`); `use_ruler` + `judge_model` add a RULER scorer."""
+    (default `min(4, batch_size)`); `use_ruler` + `judge_model` add a RULER scorer. The
+    fields that are job spec fields (under that API's names or ours) take the job spec's
+    bounds and defaults: one default per value, whichever front end submits."""
 
     model_name: str = Field(pattern=SLUG, description="the model's name (job spec `name`)")
     project: str = Field(pattern=SLUG, description="the project the model belongs to")
     base_model: str = Field(default=DEFAULT_BASE_MODEL, min_length=1, max_length=512)
-    num_steps: int = Field(default=10, ge=1, le=100_000, description="training steps")
-    batch_size: int = Field(default=8, ge=2, le=65_536, description="trajectories per step")
-    learning_rate: float = Field(default=1e-5, gt=0, le=1.0)
+    num_steps: int = _spec("steps", description="training steps (job spec `steps`)")
+    batch_size: int = Field(
+        default=DEFAULT_BATCH_SIZE, ge=2, le=65_536, description="trajectories per step"
+    )
+    learning_rate: float = _spec("learning_rate")
     use_ruler: bool = Field(default=True, description="score groups with RULER")
     judge_model: str = Field(default="gpt-4o", min_length=1, max_length=256)
-    task_prompt: str = Field(default="", max_length=32_768, description="the system prompt")
+    task_prompt: str = _spec("task_prompt", description="the system prompt")
     environment: str | None = Field(default=None, description="default: the API's")
-    rollouts_per_group: int | None = Field(default=None, ge=2, le=256)
-    max_turns: int | None = Field(default=None, ge=1, le=200)
-    max_tokens: int | None = Field(default=None, ge=1, le=32_768)
+    rollouts_per_group: int | None = _spec("rollouts_per_group", default=None)
+    max_turns: int | None = _spec("max_turns", default=None)
+    max_tokens: int | None = _spec("max_tokens", default=None)
 
 
 # The two forms of a `POST /train` body, as the tags of their union: request validation

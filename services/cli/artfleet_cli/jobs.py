@@ -9,7 +9,7 @@ import typer
 import yaml
 
 from artfleet.contracts.errors import InvalidArgument
-from artfleet.specs.job import GrpoModel, JobSpecModel, spec_to_proto, validate_spec
+from artfleet.specs.job import GrpoModel, JobSpecModel, SftModel, spec_to_proto, validate_spec
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 from artfleet_cli import render
@@ -62,9 +62,14 @@ _NAMED_FLAGS = frozenset(
         "log_sample_rate", "dataset_size", "num_epochs",
     }
 )  # fmt: skip
-# Every other scalar field of the job spec and of its `grpo:` block is a flag of its own.
-DERIVED_FLAGS = derive_flags(JobSpecModel, what="job spec", skip=_NAMED_FLAGS) + derive_flags(
-    GrpoModel, what="GRPO: ART's backend.train option", prefix="grpo."
+# Every other scalar field of the job spec, of its `grpo:` block and of its `sft:` block
+# (as --sft-<key>; its data path has the named flag --offline-data) is a flag of its own.
+DERIVED_FLAGS = (
+    derive_flags(JobSpecModel, what="job spec", skip=_NAMED_FLAGS)
+    + derive_flags(GrpoModel, what="GRPO: ART's backend.train option", prefix="grpo.")
+    + derive_flags(
+        SftModel, what="SFT warm-start", prefix="sft.", skip={"data_path"}, flag_prefix="sft-"
+    )
 )
 
 
@@ -86,7 +91,7 @@ def submit(
         None, help="asynchronous steps: roll out up to k steps ahead of training (0 = sync)"
     ),
     experiment: str | None = typer.Option(
-        None, "--experiment", "--experiment-name", help="experiment name (default: 'default')"
+        None, "--experiment", "--experiment-name", help="experiment name (job spec `experiment`)"
     ),
     eval_every_steps: int | None = typer.Option(None, help="evaluate every N steps; 0 = never"),
     keep_last: int | None = typer.Option(None, help="keep the last N checkpoints; 0 = all"),
@@ -102,12 +107,6 @@ def submit(
         help="SFT warm-start before GRPO: offline samples (.json) or OpenAI-messages JSONL, "
         "a path on the trainer",
     ),
-    sft_format: str | None = typer.Option(None, help="auto | offline | messages"),
-    sft_min_score: float | None = typer.Option(None, help="keep samples with score >= this"),
-    sft_epochs: int | None = typer.Option(None, help="SFT passes over the samples (1)"),
-    sft_learning_rate: float | None = typer.Option(None, help="SFT learning rate (5e-5)"),
-    sft_batch_size: int | None = typer.Option(None, help="SFT samples per optimizer step (2)"),
-    sft_max_samples: int | None = typer.Option(None, help="at most this many samples; 0 = all"),
     watch: bool = typer.Option(False, "--watch", help="follow the job until it ends"),
     target: str = TargetOpt,
     token: str = TokenOpt,
@@ -137,12 +136,6 @@ def submit(
             num_epochs=num_epochs,
             **{
                 "sft.data_path": offline_data,
-                "sft.format": sft_format,
-                "sft.min_score": sft_min_score,
-                "sft.epochs": sft_epochs,
-                "sft.learning_rate": sft_learning_rate,
-                "sft.batch_size": sft_batch_size,
-                "sft.max_samples": sft_max_samples,
                 **flag_values(DERIVED_FLAGS, derived),
             },
         ),

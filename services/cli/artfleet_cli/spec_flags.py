@@ -22,9 +22,10 @@ _SCALARS = (bool, int, float, str)
 @dataclass(frozen=True)
 class Flag:
     param: str  # the command's parameter name
-    key: str  # the spec key it sets: `max_tokens`, `grpo.epsilon`
+    key: str  # the spec key it sets: `max_tokens`, `grpo.epsilon`, `sft.epochs`
     kind: type
     help: str
+    name: str  # the flag without dashes: `max-tokens`, `epsilon`, `sft-epochs`
 
 
 def _flag_type(annotation: Any) -> type | None:
@@ -39,9 +40,15 @@ def _flag_type(annotation: Any) -> type | None:
 
 
 def derive_flags(
-    model: type[BaseModel], *, what: str, prefix: str = "", skip: Iterable[str] = ()
+    model: type[BaseModel],
+    *,
+    what: str,
+    prefix: str = "",
+    skip: Iterable[str] = (),
+    flag_prefix: str = "",
 ) -> list[Flag]:
-    """A flag per scalar field of `model` not in `skip`; `prefix` nests the key (`grpo.`)."""
+    """A flag per scalar field of `model` not in `skip`; `prefix` nests the key (`grpo.`),
+    `flag_prefix` starts the flag's name (`sft-`: `--sft-epochs`)."""
     flags = []
     for name, field in model.model_fields.items():
         kind = _flag_type(field.annotation)
@@ -49,8 +56,16 @@ def derive_flags(
             continue
         default = "unset" if field.default is None else repr(field.default)
         help_ = f"{field.description or what} ({prefix}{name}; default {default})"
-        flags.append(Flag(f"{prefix.replace('.', '_')}{name}", f"{prefix}{name}", kind, help_))
+        flag = (flag_prefix + name).replace("_", "-")
+        param = f"{prefix.replace('.', '_')}{name}"
+        flags.append(Flag(param, f"{prefix}{name}", kind, help_, flag))
     return flags
+
+
+def spec_default(model: type[BaseModel], name: str) -> Any:
+    """The default of `model`'s field `name`, for an option that takes that value (so the
+    option's default is the spec's, never a copy)."""
+    return model.model_fields[name].get_default(call_default_factory=True)
 
 
 def with_flags(flags: list[Flag]) -> Callable[[F], F]:
@@ -60,7 +75,7 @@ def with_flags(flags: list[Flag]) -> Callable[[F], F]:
         signature = inspect.signature(func, eval_str=True)
         params = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
         for flag in flags:
-            name = flag.key.rpartition(".")[2].replace("_", "-")
+            name = flag.name
             decl = f"--{name}/--no-{name}" if flag.kind is bool else f"--{name}"
             option = typer.Option(None, decl, help=flag.help)
             params.append(

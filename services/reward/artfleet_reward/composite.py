@@ -79,13 +79,14 @@ async def _run(entry: Entry, ctx: GroupContext, indices: list[int]) -> list[Resu
 
 
 def _fail(outcome: GroupOutcome, entry: Entry, error: ScorerError, index: int) -> None:
-    outcome.failures.append(Failure(entry.name, error.type, error.message, index, entry.on_error))
-    if entry.on_error == DROP_TRAJECTORY:
+    action = entry.spec.on_error
+    outcome.failures.append(Failure(entry.name, error.type, error.message, index, action))
+    if action == DROP_TRAJECTORY:
         if index != GROUP:  # a group-wide error drops each trajectory it hit (_apply)
             outcome.trajectories[index].dropped = True
-    elif entry.on_error == DROP_GROUP:
+    elif action == DROP_GROUP:
         outcome.group_dropped = True
-    elif entry.on_error == FAIL_JOB:
+    elif action == FAIL_JOB:
         outcome.fail_job = f"reward scorer {entry.name!r} failed ({error.type}): {error.message}"
 
 
@@ -97,7 +98,7 @@ def _apply(entry: Entry, outcome: GroupOutcome, indices: list[int], results: lis
         if isinstance(result, ScorerError):
             if not shared or n == 0:
                 _fail(outcome, entry, result, GROUP if shared and len(indices) > 1 else i)
-            if shared and entry.on_error == DROP_TRAJECTORY:
+            if shared and entry.spec.on_error == DROP_TRAJECTORY:
                 trajectory.dropped = True
             trajectory.components[entry.name] = 0.0
             if outcome.stopped:  # the group is gone: its other results no longer matter
@@ -108,7 +109,8 @@ def _apply(entry: Entry, outcome: GroupOutcome, indices: list[int], results: lis
             _fail(outcome, entry, ScorerError(INVALID_OUTPUT, f"returned {scored.value}"), i)
             trajectory.components[entry.name] = 0.0
             continue
-        value = entry.clip(scored.value) if entry.clip else scored.value
+        clip = entry.spec.clip
+        value = clip.clamp(scored.value) if clip else scored.value
         trajectory.components[entry.name] = value
         trajectory.logs.extend(scored.logs)
         trajectory.metrics.update(scored.metrics)
@@ -118,9 +120,8 @@ async def score_group(spec: ResolvedSpec, ctx: GroupContext) -> GroupOutcome:
     outcome = GroupOutcome([TrajectoryOutcome() for _ in ctx.episodes])
     for entry in spec.entries:
         live = [i for i, t in enumerate(outcome.trajectories) if not t.dropped]
-        active = [
-            i for i in live if entry.gate is None or entry.gate.passes(_components(outcome, i))
-        ]
+        gate = entry.spec.gate
+        active = [i for i in live if gate is None or gate.passes(_components(outcome, i))]
         for i in live:
             outcome.trajectories[i].components[entry.name] = 0.0  # gated out: 0
         if active:
@@ -141,10 +142,11 @@ def _totals(spec: ResolvedSpec, outcome: GroupOutcome) -> None:
     replacing = {e.name for e in spec.entries if e.scorer.replaces_reward}
     for trajectory in outcome.trajectories:
         parts = [(e, trajectory.components.get(e.name, 0.0)) for e in spec.entries]
-        total = sum(e.weight * v for e, v in parts if not replacing or e.name in replacing)
-        trajectory.reward = spec.clip(total) if spec.clip else total
+        total = sum(e.spec.weight * v for e, v in parts if not replacing or e.name in replacing)
+        clip = spec.clip
+        trajectory.reward = clip.clamp(total) if clip else total
         if replacing:
-            independent = sum(e.weight * v for e, v in parts if e.name not in replacing)
+            independent = sum(e.spec.weight * v for e, v in parts if e.name not in replacing)
             trajectory.independent_reward = independent
 
 

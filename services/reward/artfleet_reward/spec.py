@@ -7,13 +7,10 @@ mistake raises InvalidSpec naming the field as the job spec spells it
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from artfleet.specs.base import InvalidSpec
 from artfleet.specs.reward import (
-    DEFAULT_GATE_MIN,
-    DEFAULT_ON_ERROR,
     SPEC_FIELD,
     RangeModel,
     RewardSpecModel,
@@ -27,50 +24,27 @@ from .scorers.base import Scorer
 
 
 @dataclass(frozen=True)
-class Clip:
-    low: float | None = None
-    high: float | None = None
-
-    def __call__(self, value: float) -> float:
-        if self.low is not None:
-            value = max(self.low, value)
-        if self.high is not None:
-            value = min(self.high, value)
-        return value
-
-
-@dataclass(frozen=True)
-class Gate:
-    scorer: str
-    min: float = DEFAULT_GATE_MIN
-
-    def passes(self, components: dict[str, float]) -> bool:
-        return components.get(self.scorer, -math.inf) >= self.min
-
-
-@dataclass(frozen=True)
 class Entry:
-    name: str
-    weight: float  # 0: computed and logged, not counted
+    """A scorer of the spec (weight, gate, clip, on_error as validated by the shared
+    model) and the scorer the registry built from its params."""
+
+    spec: ScorerModel
     scorer: Scorer
-    on_error: str = DEFAULT_ON_ERROR
-    gate: Gate | None = None
-    clip: Clip | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
 
 @dataclass(frozen=True)
 class ResolvedSpec:
     entries: list[Entry]
-    clip: Clip | None = None
+    clip: RangeModel | None = None  # the spec's reward_clip: bounds of the weighted total
     policy: pb.PolicyEndpoint | None = None
 
     @property
     def names(self) -> list[str]:
         return [e.name for e in self.entries]
-
-
-def _clip(value: RangeModel | None) -> Clip | None:
-    return None if value is None else Clip(value.min, value.max)
 
 
 def _entry(spec: ScorerModel, field: str) -> Entry:
@@ -79,22 +53,14 @@ def _entry(spec: ScorerModel, field: str) -> Entry:
     if definition is None:
         known = ", ".join(sorted(scorers))
         raise InvalidSpec(f"{field}.name", f"unknown scorer {spec.name!r}; known: {known}")
-    gate = spec.gate
-    return Entry(
-        name=spec.name,
-        weight=spec.weight,
-        scorer=definition.build(spec.params, f"{field}.params"),
-        on_error=spec.on_error,
-        gate=None if gate is None else Gate(gate.scorer, gate.min),
-        clip=_clip(spec.clip),
-    )
+    return Entry(spec, definition.build(spec.params, f"{field}.params"))
 
 
 def resolve_model(
     spec: RewardSpecModel, policy: pb.PolicyEndpoint | None = None, prefix: str = SPEC_FIELD
 ) -> ResolvedSpec:
     entries = [_entry(s, f"{prefix}[{i}]") for i, s in enumerate(spec.reward)]
-    return ResolvedSpec(entries, _clip(spec.reward_clip), policy)
+    return ResolvedSpec(entries, spec.reward_clip, policy)
 
 
 def resolve_spec(spec: pb.RewardSpec | None, prefix: str = SPEC_FIELD) -> ResolvedSpec:

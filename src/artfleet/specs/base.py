@@ -3,6 +3,7 @@ the field the way a job spec spells it (`reward[1].params.judge.model`)."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
 
@@ -94,6 +95,20 @@ def spec_error(exc: ValidationError, prefix: tuple[str | int, ...] = ()) -> Inva
 def nested_error(exc: ValidationError, *prefix: str | int) -> FieldError:
     loc, message = _describe(exc.errors()[0])
     return FieldError(prefix + loc, message)
+
+
+# ---------------------------------------------------------------- shared fields
+
+
+def field_of(model: type[BaseModel], name: str, **changes: Any) -> Any:
+    """`model`'s field `name`, to declare again in another model that takes the same value
+    (the job spec's reward keys, the HTTP training API's body): its bounds, default and
+    description come along, with `changes` (e.g. `default=None`: unset means the spec's).
+    Typed Any, like pydantic's `Field()`, so it can stand as a field's default."""
+    info = copy.copy(model.model_fields[name])
+    for key, value in changes.items():
+        setattr(info, key, value)
+    return info
 
 
 # ---------------------------------------------------------------- value types

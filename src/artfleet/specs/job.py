@@ -14,6 +14,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -22,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from artfleet.specs.base import nested_error, spec_error
+from artfleet.specs.base import field_of, nested_error, spec_error
 from artfleet.specs.grpo import GrpoModel, grpo_data_from_proto
 from artfleet.specs.hud_config import (
     ENVIRONMENTS_KEY,
@@ -38,6 +39,7 @@ from artfleet.specs.reward import (
     RangeModel,
     RewardSpecModel,
     ScorerModel,
+    Scorers,
     default_scorers,
     reward_data_from_proto,
     reward_to_proto,
@@ -48,6 +50,7 @@ from artfleet.v1 import common_pb2 as pb
 # The reward spec's models, where job-spec code has always found them.
 __all__ = [
     "DEFAULT_BASE_MODEL",
+    "NAME_PATTERN",
     "GateModel",
     "GrpoModel",
     "JobSpecModel",
@@ -66,14 +69,20 @@ __all__ = [
 
 DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
 MAX_STEPS_OFF_POLICY = 8  # beyond a few versions the importance ratios are mostly clipped
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+# A job, project or experiment name (the HTTP API checks its names with the same pattern).
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+_NAME = re.compile(NAME_PATTERN)
 
 
-class JobSpecModel(RewardSpecModel):
-    """What a person submits. Field names match the CLI flags and the YAML keys; `reward`
-    and `reward_clip` come from RewardSpecModel."""
+class JobSpecModel(BaseModel):
+    """What a person submits. Field names match the CLI flags and the YAML keys. It has a
+    reward spec (`reward_spec`), whose keys `reward` and `reward_clip` stay at the top level
+    of the job spec, as every spec file writes them."""
 
     model_config = ConfigDict(extra="forbid")
+
+    reward: Scorers = field_of(RewardSpecModel, SPEC_FIELD)
+    reward_clip: RangeModel | None = field_of(RewardSpecModel, CLIP_FIELD)
 
     name: str = "agent"
     project: str = "artfleet"
@@ -166,6 +175,15 @@ class JobSpecModel(RewardSpecModel):
     def _one_server(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         return None if value is None else check_mcp_config(value)
 
+    @property
+    def reward_spec(self) -> RewardSpecModel:
+        """The job's reward spec (already validated with the job spec)."""
+        return RewardSpecModel.model_construct(
+            {SPEC_FIELD, CLIP_FIELD} & self.model_fields_set,
+            reward=self.reward,
+            reward_clip=self.reward_clip,
+        )
+
 
 def validate_spec(data: dict[str, Any]) -> JobSpecModel:
     """Raises InvalidArgument naming the first bad field (e.g. `steps`, `reward[1].name`)."""
@@ -210,7 +228,7 @@ def spec_to_proto(spec: JobSpecModel) -> pb.JobSpec:
     """A spec without a `reward` key goes with no scorers: the trainer fills in the defaults
     of the environment's agent kind (`with_default_reward`)."""
     data = spec.model_dump(exclude={SPEC_FIELD, CLIP_FIELD, "grpo", "sft", "mcp_config"})
-    reward = reward_to_proto(spec)
+    reward = reward_to_proto(spec.reward_spec)
     if SPEC_FIELD not in spec.model_fields_set:
         del reward.scorers[:]
     message = pb.JobSpec(
@@ -261,4 +279,4 @@ def spec_from_proto(message: pb.JobSpec) -> JobSpecModel:
 
 def reward_spec_proto(spec: JobSpecModel) -> pb.RewardSpec:
     """The job's reward spec as the reward service takes it (Reward.ScoreGroup/ValidateSpec)."""
-    return reward_to_proto(spec)
+    return reward_to_proto(spec.reward_spec)

@@ -12,6 +12,8 @@ judge's key variable is set in its environment.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,7 +23,6 @@ from pydantic import (
     Field,
     StrictStr,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
@@ -71,12 +72,24 @@ class RangeModel(Strict):
             raise ValueError(f"min {self.min:g} is above max {self.max:g}")
         return self
 
+    def clamp(self, value: float) -> float:
+        """`value` within the bounds (a scorer's value, or the weighted total)."""
+        if self.min is not None:
+            value = max(self.min, value)
+        if self.max is not None:
+            value = min(self.max, value)
+        return value
+
 
 class GateModel(Strict):
     """Score only where an earlier scorer's (unweighted) value is >= min; the rest get 0."""
 
     scorer: NonEmpty
     min: Number = DEFAULT_GATE_MIN
+
+    def passes(self, components: Mapping[str, float]) -> bool:
+        """Whether the gating scorer's unweighted value (absent: not scored) reaches min."""
+        return components.get(self.scorer, -math.inf) >= self.min
 
 
 def _scorer_name(name: str) -> str:
@@ -118,31 +131,35 @@ def default_scorers(agent: str = "") -> list[ScorerModel]:
     return [ScorerModel(name=name) for name in AGENT_DEFAULT_SCORERS.get(agent, DEFAULT_SCORERS)]
 
 
+def _listed_in_order(scorers: list[ScorerModel]) -> list[ScorerModel]:
+    earlier: list[str] = []
+    for i, scorer in enumerate(scorers):
+        if scorer.name in earlier:
+            # Components are keyed by scorer name: a second entry would overwrite the first.
+            raise FieldError((i, "name"), f"scorer {scorer.name!r} is listed twice")
+        if scorer.gate is not None and scorer.gate.scorer not in earlier:
+            listed = ", ".join(earlier) or "none"
+            raise FieldError(
+                (i, "gate", "scorer"),
+                f"{scorer.gate.scorer!r} is not a scorer listed before this one (listed: {listed})",
+            )
+        earlier.append(scorer.name)
+    return scorers
+
+
+# The scorers in order: names unique, a gate naming only a scorer listed before it.
+Scorers = Annotated[list[ScorerModel], AfterValidator(_listed_in_order)]
+
+
 class RewardSpecModel(BaseModel):
-    """The reward part of a job spec, under the job spec's keys."""
+    """The reward spec: the scorers (`reward`) and the bounds of their weighted total
+    (`reward_clip`), under the keys a job spec gives them. A job spec has one
+    (`JobSpecModel.reward_spec`) and declares its two keys with these fields."""
 
     model_config = ConfigDict(extra="forbid")
 
-    reward: list[ScorerModel] = Field(default_factory=default_scorers)
-    reward_clip: RangeModel | None = None  # clips the weighted total
-
-    @field_validator("reward")
-    @classmethod
-    def _order(cls, scorers: list[ScorerModel]) -> list[ScorerModel]:
-        earlier: list[str] = []
-        for i, scorer in enumerate(scorers):
-            if scorer.name in earlier:
-                # Components are keyed by scorer name: a second entry would overwrite the first.
-                raise FieldError((i, "name"), f"scorer {scorer.name!r} is listed twice")
-            if scorer.gate is not None and scorer.gate.scorer not in earlier:
-                listed = ", ".join(earlier) or "none"
-                raise FieldError(
-                    (i, "gate", "scorer"),
-                    f"{scorer.gate.scorer!r} is not a scorer listed before this one"
-                    f" (listed: {listed})",
-                )
-            earlier.append(scorer.name)
-        return scorers
+    reward: Scorers = Field(default_factory=default_scorers)
+    reward_clip: RangeModel | None = Field(default=None, description="clips the weighted total")
 
 
 def validate_reward(data: dict[str, Any]) -> RewardSpecModel:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from artfleet.specs.reward import GateModel, RangeModel, ScorerModel
 from artfleet.v1 import common_pb2 as pb
 from artfleet_reward.composite import GROUP, score_group
 from artfleet_reward.metrics import RewardMetrics
@@ -21,7 +22,7 @@ from artfleet_reward.scorers.base import EpisodeScorer, GroupContext, InvalidSpe
 from artfleet_reward.scorers.llm import JudgeCache
 from artfleet_reward.scorers.process import EPISODE_SCORERS
 from artfleet_reward.settings import RewardSettings
-from artfleet_reward.spec import Clip, Entry, Gate, ResolvedSpec, resolve_spec
+from artfleet_reward.spec import Entry, ResolvedSpec, resolve_spec
 
 SETTINGS = RewardSettings(api_token="unit-test-token")  # type: ignore[arg-type]
 
@@ -44,6 +45,12 @@ def _ctx(episodes: list[pb.Episode] | None = None) -> GroupContext:
     return GroupContext([pb.Trajectory() for _ in episodes], episodes, None, _runtime())
 
 
+def entry(name: str, weight: float, scorer: Scorer, **spec: Any) -> Entry:
+    """A spec's scorer (the shared model: gate, clip, on_error) with a scorer built here;
+    unvalidated, since a built-in's name stands for an in-process scorer without params."""
+    return Entry(ScorerModel.model_construct(name=name, weight=weight, **spec), scorer)
+
+
 def _builtin(name: str, params: dict[str, Any] | None = None) -> Scorer:
     definition = next(d for d in EPISODE_SCORERS if d.name == name)
     return definition.build(params or {}, "params")
@@ -64,7 +71,7 @@ def _closed_port() -> int:
 
 async def test_weighted_sum_of_components() -> None:
     spec = ResolvedSpec(
-        [Entry("tests", 2.0, _builtin("tests")), Entry("task_check", -0.5, _builtin("task_check"))]
+        [entry("tests", 2.0, _builtin("tests")), entry("task_check", -0.5, _builtin("task_check"))]
     )
     outcome = await score_group(spec, _ctx())
     assert [t.reward for t in outcome.trajectories] == [2.0 - 0.5, 2 * 0.25, 0.0]
@@ -80,8 +87,8 @@ async def test_gate_limits_a_scorer_to_passing_trajectories() -> None:
             seen.append(list(indices))
             return [0.8 for _ in indices]
 
-    gated = Entry("ruler", 1.0, Recorder(), gate=Gate("tests", 1.0))
-    spec = ResolvedSpec([Entry("tests", 1.0, _builtin("tests")), gated])
+    gated = entry("ruler", 1.0, Recorder(), gate=GateModel(scorer="tests", min=1.0))
+    spec = ResolvedSpec([entry("tests", 1.0, _builtin("tests")), gated])
     outcome = await score_group(spec, _ctx())
     assert seen == [[0]]  # only the trajectory whose tests all pass is judged
     assert [t.components["ruler"] for t in outcome.trajectories] == [0.8, 0.0, 0.0]
@@ -89,11 +96,11 @@ async def test_gate_limits_a_scorer_to_passing_trajectories() -> None:
 
 
 async def test_gate_threshold() -> None:
-    gate = Gate("tests", 0.2)
+    gate = GateModel(scorer="tests", min=0.2)
     spec = ResolvedSpec(
         [
-            Entry("tests", 1.0, _builtin("tests")),
-            Entry("task_check", 1.0, _builtin("task_check"), gate=gate),
+            entry("tests", 1.0, _builtin("tests")),
+            entry("task_check", 1.0, _builtin("task_check"), gate=gate),
         ]
     )
     outcome = await score_group(spec, _ctx())
@@ -104,10 +111,10 @@ async def test_clip_per_scorer_and_total() -> None:
     process = _builtin("process", {"all_tests_pass": 5.0})
     spec = ResolvedSpec(
         [
-            Entry("process", 1.0, process, clip=Clip(None, 2.0)),
-            Entry("tests", 3.0, _builtin("tests")),
+            entry("process", 1.0, process, clip=RangeModel(max=2.0)),
+            entry("tests", 3.0, _builtin("tests")),
         ],
-        clip=Clip(-1.0, 4.0),
+        clip=RangeModel(min=-1.0, max=4.0),
     )
     outcome = await score_group(spec, _ctx())
     assert outcome.trajectories[0].components["process"] == 2.0  # 5.0 clipped
@@ -118,8 +125,8 @@ async def test_clip_per_scorer_and_total() -> None:
 async def test_failure_policies_of_a_per_trajectory_failure(policy: str) -> None:
     spec = ResolvedSpec(
         [
-            Entry("tests", 1.0, _builtin("tests")),
-            Entry("custom", 1.0, EpisodeScorer(_fragile), on_error=policy),
+            entry("tests", 1.0, _builtin("tests")),
+            entry("custom", 1.0, EpisodeScorer(_fragile), on_error=policy),
         ]
     )
     outcome = await score_group(spec, _ctx())
@@ -153,8 +160,8 @@ async def test_a_dropped_trajectory_is_not_scored_again() -> None:
 
     spec = ResolvedSpec(
         [
-            Entry("custom", 1.0, EpisodeScorer(_fragile), on_error="drop_trajectory"),
-            Entry("judge", 1.0, Recorder()),
+            entry("custom", 1.0, EpisodeScorer(_fragile), on_error="drop_trajectory"),
+            entry("judge", 1.0, Recorder()),
         ]
     )
     await score_group(spec, _ctx())
@@ -201,7 +208,7 @@ async def test_a_replacing_scorer_keeps_the_rest_as_independent_reward() -> None
         async def score(self, ctx: GroupContext, indices: Any) -> list[Any]:
             return [0.9, 0.1, 0.4][: len(indices)]
 
-    entries = [Entry("tests", 2.0, _builtin("tests")), Entry("ruler", 1.0, Ranker())]
+    entries = [entry("tests", 2.0, _builtin("tests")), entry("ruler", 1.0, Ranker())]
     outcome = await score_group(ResolvedSpec(entries), _ctx())
     assert [t.reward for t in outcome.trajectories] == [0.9, 0.1, 0.4]
     assert [t.independent_reward for t in outcome.trajectories] == [2.0, 0.5, 0.0]
@@ -252,9 +259,11 @@ async def test_a_group_error_drops_only_the_trajectories_it_scored() -> None:
         async def score(self, ctx: GroupContext, indices: Any) -> list[Any]:
             raise ConnectionError("judge down")
 
-    gated = Entry("ruler", 1.0, Down(), on_error="drop_trajectory", gate=Gate("tests", 0.2))
+    gated = entry(
+        "ruler", 1.0, Down(), on_error="drop_trajectory", gate=GateModel(scorer="tests", min=0.2)
+    )
     outcome = await score_group(
-        ResolvedSpec([Entry("tests", 1.0, _builtin("tests")), gated]), _ctx()
+        ResolvedSpec([entry("tests", 1.0, _builtin("tests")), gated]), _ctx()
     )
     # Trajectory 2 ran no tests: gated out, not judged, so not dropped.
     assert [t.dropped for t in outcome.trajectories] == [True, True, False]

@@ -222,9 +222,10 @@ def test_a_full_spec_resolves() -> None:
     spec.clip.CopyFrom(pb.Range(max=2.0))
     resolved = resolve_spec(spec)
     assert resolved.names == ["tests", "process", "ruler", "judge", "mcp_evaluate"]
-    assert resolved.entries[2].gate is not None and resolved.entries[2].gate.min == 1.0
-    assert resolved.clip is not None and resolved.clip(5.0) == 2.0
-    assert [e.on_error for e in resolved.entries] == [
+    gate = resolved.entries[2].spec.gate
+    assert gate is not None and gate.min == 1.0
+    assert resolved.clip is not None and resolved.clip.clamp(5.0) == 2.0
+    assert [e.spec.on_error for e in resolved.entries] == [
         "zero",
         "drop_group",
         "drop_group",

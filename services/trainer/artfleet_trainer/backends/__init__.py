@@ -27,9 +27,10 @@ class TrainerBackend(Protocol):
         model: art.TrainableModel,
         trajectory_groups: Iterable[art.TrajectoryGroup],
         *,
-        learning_rate: float = 5e-6,
+        learning_rate: float,
     ) -> art.types.TrainResult:
-        """One step on the groups: saves checkpoint step+1 and serves it."""
+        """One step on the groups at the job's learning rate (no default here: the job
+        spec's is the one default); saves checkpoint step+1 and serves it."""
 
     def train_sft(
         self,

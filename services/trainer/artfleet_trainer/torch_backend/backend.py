@@ -7,7 +7,7 @@ A job runner speaks only ART:
     await model.register(backend)          # loads weights, resumes the latest checkpoint,
                                            # starts the OpenAI-compatible server
     client = model.openai_client()         # rollouts call it with model.get_inference_name()
-    result = await backend.train(model, groups, learning_rate=5e-6)
+    result = await backend.train(model, groups, learning_rate=5e-5)
 
 Model work runs on one dedicated torch thread (the event loop and the server stay
 responsive), and one FIFO gate keeps generation and training from touching the model
@@ -324,7 +324,7 @@ class TorchBackend:
         model: art.TrainableModel,
         trajectory_groups: Iterable[art.TrajectoryGroup],
         *,
-        learning_rate: float = 5e-6,
+        learning_rate: float | None = None,
         **kwargs: Any,
     ) -> art.types.TrainResult:
         """One GRPO step on `trajectory_groups`; saves checkpoint step+1 and serves it.
@@ -332,6 +332,8 @@ class TorchBackend:
         Accepts LocalBackend's loss options (loss_fn, kl_penalty_coef, epsilon, ...,
         packed_sequence_length, grad_accumulation_sequences); others raise TypeError.
         """
+        if learning_rate is None:  # optional only in ART's Backend signature: no second default
+            raise TypeError("train() needs learning_rate (the job spec's)")
         state = self._state_of(model)
         groups = list(trajectory_groups)
         config, dev_config = training.build_train_configs(learning_rate, kwargs)

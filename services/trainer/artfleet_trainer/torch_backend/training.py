@@ -64,8 +64,9 @@ def quiet_peft_wrap() -> Iterator[None]:
 
 
 def make_optimizer(parameters: Sequence[torch.nn.Parameter]) -> torch.optim.AdamW:
-    """ART's AdamW settings; the learning rate is set per train() call."""
-    return torch.optim.AdamW(parameters, lr=5e-6, betas=(0.9, 0.99), weight_decay=0.1)
+    """ART's AdamW settings. No rate of its own: every train() and SFT batch sets the
+    job's (the job spec's `learning_rate`, or `sft.learning_rate`) before stepping."""
+    return torch.optim.AdamW(parameters, lr=0.0, betas=(0.9, 0.99), weight_decay=0.1)
 
 
 @dataclass
