@@ -6,6 +6,7 @@ rollout and eval commands, and the trainer backends' training call."""
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from artfleet.specs.grpo import GrpoModel
 from artfleet.specs.job import JobSpecModel
 from artfleet.specs.reward import RewardSpecModel
 from artfleet.specs.sft import SftModel
+from artfleet.v1 import common_pb2 as pb
 from artfleet_api.mapping import train_spec
 from artfleet_api.models import TrainRequest
 from artfleet_api.settings import ApiSettings
@@ -161,3 +163,65 @@ def test_a_backends_training_call_has_no_learning_rate_of_its_own() -> None:
     """The job spec's learning_rate is the one default: the runner always passes it."""
     parameter = inspect.signature(TrainerBackend.train).parameters["learning_rate"]
     assert parameter.default is inspect.Parameter.empty
+
+
+# ---------------------------------------------------------------- the proto and the docs
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [(JobSpecModel, pb.JobSpec), (GrpoModel, pb.GrpoSpec), (SftModel, pb.SftSpec)],
+)
+def test_the_proto_carries_the_models_fields_under_their_names(
+    model: type[BaseModel], message: Any
+) -> None:
+    # The proto's `reward` is the whole reward spec: its `clip` is the job spec's reward_clip.
+    fields = set(model.model_fields) - {"reward_clip"}
+    assert {f.name for f in message.DESCRIPTOR.fields} == fields
+
+
+DOCS_TABLE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+# Words the table uses for "no value of its own here".
+UNSET = {"none", "unset", "art's"}
+
+
+def _cells(cell: str) -> list[str]:
+    """`a` / `b`, or a, b: the cell's parts, parentheticals and backticks dropped."""
+    cell = re.sub(r"\([^)]*\)", "", cell).replace("`", "")
+    return [part.strip() for part in re.split(r" / |, ", cell)]
+
+
+def _table_defaults() -> dict[str, str]:
+    """{spec key: default as written} from the job spec table of docs/cli.md."""
+    text = DOCS_TABLE.read_text()
+    table = text[text.index("## Job spec") :].split("\n\n")[1]
+    rows: dict[str, str] = {}
+    for line in table.splitlines()[2:]:
+        key_cell, default_cell = line.split(" | ")[:2]
+        keys = _cells(key_cell.lstrip("| "))
+        defaults = _cells(default_cell) if len(keys) > 1 else [default_cell.replace("`", "")]
+        assert len(keys) == len(defaults), line
+        rows.update(zip(keys, (d.strip() for d in defaults), strict=True))
+    return rows
+
+
+def _documented(written: str, default: Any) -> bool:
+    written = re.sub(r"\s*\([^)]*\)$", "", written).strip()
+    if default in (None, "") or isinstance(default, GrpoModel):
+        return written.lower() in {*UNSET, ""}
+    if isinstance(default, list):  # the reward: the default scorers' names, in order
+        return re.findall(r"name: (\w+)", written) == [s.name for s in default]
+    if isinstance(default, bool | str):
+        return written == str(default)
+    return float(written) == float(default)
+
+
+def test_the_job_spec_table_in_the_docs_gives_the_models_defaults() -> None:
+    rows = _table_defaults()
+    assert set(rows) == set(JobSpecModel.model_fields), "keys missing from or extra in the table"
+    wrong = {
+        key: (written, getattr(DEFAULTS, key))
+        for key, written in rows.items()
+        if not _documented(written, getattr(DEFAULTS, key))
+    }
+    assert wrong == {}
