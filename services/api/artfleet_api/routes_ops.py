@@ -116,7 +116,7 @@ async def rollout(request: Request, body: RolloutRequest) -> RolloutResponse:
             for t in reply.group.trajectories
         ],
         errors=[f"{e.type}: {e.message}" for e in reply.group.exceptions],
-        outcome=outcome_out(reply.reward),
+        outcome=outcome_out(reply.outcome),
         notes=notes,
     )
 
