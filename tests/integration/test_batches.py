@@ -65,11 +65,11 @@ def failed(why: str = "boom") -> rollout_pb2.RunGroupResponse:
 
 
 def dropped() -> rollout_pb2.RunGroupResponse:
-    return rollout_pb2.RunGroupResponse(reward=pb.RewardOutcome(group_dropped=True))
+    return rollout_pb2.RunGroupResponse(outcome=pb.RewardOutcome(group_dropped=True))
 
 
 def fail_job(reason: str) -> rollout_pb2.RunGroupResponse:
-    return rollout_pb2.RunGroupResponse(reward=pb.RewardOutcome(fail_job=reason))
+    return rollout_pb2.RunGroupResponse(outcome=pb.RewardOutcome(fail_job=reason))
 
 
 async def test_a_redelivered_group_is_stored_once(store: StepBatches, job: str) -> None:
@@ -105,10 +105,10 @@ async def test_a_failure_never_replaces_a_scored_group(store: StepBatches, job: 
 
 async def test_only_what_the_trainer_reads_is_stored(store: StepBatches, job: str) -> None:
     response = scored()
-    response.reward.failures.add(scorer="ruler", type="timeout")
+    response.outcome.failures.add(scorer="ruler", type="timeout")
     await store.publish(job, 1, "g0", response)
     [entry] = await store.read(job, 1, ["g0"])
-    assert entry.group == response.group and entry.reward == response.reward
+    assert entry.group == response.group and entry.outcome == response.outcome
     assert entry.group_id == "g0" and not hasattr(entry, "episodes")
 
 

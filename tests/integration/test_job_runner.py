@@ -120,7 +120,7 @@ async def test_a_fail_job_outcome_fails_the_job_with_the_reason(fleet: Fleet) ->
     def behaviour(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
         if task.group_id.endswith(":1"):
             return rollout_pb2.RunGroupResponse(
-                reward=pb.RewardOutcome(fail_job="scorer 'judge' failed: unavailable")
+                outcome=pb.RewardOutcome(fail_job="scorer 'judge' failed: unavailable")
             )
         return scored(task)
 
@@ -133,7 +133,7 @@ async def test_a_fail_job_outcome_fails_the_job_with_the_reason(fleet: Fleet) ->
 
 async def test_a_step_with_every_group_dropped_fails_clearly(fleet: Fleet) -> None:
     fleet.rollouts.behaviour = lambda task: rollout_pb2.RunGroupResponse(
-        reward=pb.RewardOutcome(group_dropped=True)
+        outcome=pb.RewardOutcome(group_dropped=True)
     )
     job = await asyncio.wait_for(fleet.run(await fleet.store.create(_spec())), 120)
     assert job.state == pb.JOB_STATE_FAILED
@@ -178,7 +178,7 @@ async def test_the_train_ledger_records_each_step_once_with_its_groups(fleet: Fl
     def behaviour(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
         response = scored(task)
         if task.group_id.endswith(":2"):
-            response.reward.group_dropped = True
+            response.outcome.group_dropped = True
         return response
 
     fleet.rollouts.behaviour = behaviour

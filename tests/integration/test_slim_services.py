@@ -163,6 +163,23 @@ def test_light_modules_import_no_torch(module: str, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.parametrize("module", ["artfleet.contracts.messages", "artfleet_api.app"])
+def test_the_api_and_the_plain_codec_import_neither_art_nor_openai(
+    module: str, tmp_path: Path
+) -> None:
+    # The API's image installs neither (pyproject's `api` extra): plain messages go through
+    # artfleet.contracts.messages, never the ART codec.
+    env = _env(0, "redis://127.0.0.1:1/0", tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "services" / "api"), env["PYTHONPATH"]])
+    code = (
+        f"import sys, {module}\n"
+        "heavy = sorted(m for m in ('art', 'openai', 'torch') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_the_trainer_still_gets_art_with_transformers_unpatched(tmp_path: Path) -> None:
     # Whichever comes first, the light types or the trainer's ART, the trainer ends with
     # ART's training modules and transformers' own masking function.

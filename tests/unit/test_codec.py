@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, cast
 
-import pytest
 from openai.types.chat.chat_completion import Choice
 
 from artfleet.contracts import codec
@@ -62,12 +60,6 @@ def test_group_round_trip_keeps_trajectories_and_exceptions(make_choice: MakeCho
     assert [t.reward for t in back.trajectories] == [0.0, 1.0]
     assert back.exceptions[0].message == "m"
     assert back.metadata == {"group": "g"}
-
-
-def test_scalar_rejects_non_scalars() -> None:
-    with pytest.raises(TypeError):
-        codec.scalar_to_proto([1])
-    assert math.isnan(codec.scalar_from_proto(codec.scalar_to_proto(float("nan"))))
 
 
 def _with_token_ids(choice: Choice, prompt_ids: list[int]) -> Choice:

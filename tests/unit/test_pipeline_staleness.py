@@ -32,7 +32,7 @@ def _entry(gid: str, versions: list[int | None], dropped: bool = False) -> batch
         t = entry.group.trajectories.add(reward=1.0)
         if v is not None:
             t.initial_policy_version = v
-    entry.reward.CopyFrom(pb.RewardOutcome(group_dropped=dropped))
+    entry.outcome.CopyFrom(pb.RewardOutcome(group_dropped=dropped))
     return entry
 
 

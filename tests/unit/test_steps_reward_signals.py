@@ -14,7 +14,7 @@ def _entry(
 ) -> batch_pb2.BatchGroup:
     entry = batch_pb2.BatchGroup(
         group=pb.TrajectoryGroup(trajectories=[pb.Trajectory() for _ in range(trajectories)]),
-        reward=pb.RewardOutcome(fail_job=fail_job, group_dropped=dropped),
+        outcome=pb.RewardOutcome(fail_job=fail_job, group_dropped=dropped),
     )
     if error:
         entry.group.exceptions.add(type="ValueError", message=error)

@@ -12,12 +12,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from artfleet.contracts import messages
 from artfleet.specs.reward import RewardSpecModel, ScorerModel, default_scorers, reward_to_proto
 from artfleet.specs.scorer_params import POLICY_JUDGE
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, rollout_pb2, trainer_pb2
 from artfleet_api import __version__
-from artfleet_api.convert import trajectory_out, trajectory_to_proto
 from artfleet_api.errors import ApiError
 from artfleet_api.mapping import judge_key_hint, judge_param, outcome_out
 from artfleet_api.models import (
@@ -31,6 +31,7 @@ from artfleet_api.models import (
     RolloutRequest,
     RolloutResponse,
     ScoreOut,
+    TrajectoryOut,
 )
 from artfleet_api.routes_jobs import (
     ERRORS,
@@ -110,9 +111,12 @@ async def rollout(request: Request, body: RolloutRequest) -> RolloutResponse:
         base_url=base_url,
         environment=environment,
         scenario_id=scenario,
-        trajectories=[trajectory_out(t) for t in reply.group.trajectories],
+        trajectories=[
+            TrajectoryOut.model_validate(messages.trajectory_to_dict(t))
+            for t in reply.group.trajectories
+        ],
         errors=[f"{e.type}: {e.message}" for e in reply.group.exceptions],
-        outcome=outcome_out(reply.reward),
+        outcome=outcome_out(reply.outcome),
         notes=notes,
     )
 
@@ -128,6 +132,17 @@ def _scorer(body: EvaluateRequest, judge: Any) -> ScorerModel:
         )
     except ValidationError as exc:
         raise ApiError(422, str(exc.errors()[0]["msg"]), "judge_model") from None
+
+
+def _group(body: EvaluateRequest) -> pb.TrajectoryGroup:
+    group = pb.TrajectoryGroup()
+    for i, t in enumerate(body.trajectories):
+        try:
+            proto = messages.trajectory_to_proto(t.messages, t.tools, t.reward)
+        except messages.MessageError as exc:
+            raise ApiError(422, exc.message, f"trajectories[{i}].{exc.field}") from None
+        group.trajectories.append(proto)
+    return group
 
 
 async def _judge_policy(request: Request, body: EvaluateRequest) -> pb.PolicyEndpoint:
@@ -169,6 +184,7 @@ async def _validate_judge(request: Request, spec: pb.RewardSpec) -> None:
 )
 async def evaluate(request: Request, body: EvaluateRequest) -> EvaluateResponse:
     """Scores the trajectories with the judge (or RULER) through Reward.ScoreGroup."""
+    group = _group(body)  # a message the proto cannot carry is a 422 before any call
     judge = judge_param(request.app.state.settings, body.judge_model)
     scorer = _scorer(body, judge)
     spec = reward_to_proto(RewardSpecModel(reward=[scorer]))
@@ -178,9 +194,6 @@ async def evaluate(request: Request, body: EvaluateRequest) -> EvaluateResponse:
         described = f"policy ({spec.policy.model})"
     else:
         await _validate_judge(request, spec)
-    group = pb.TrajectoryGroup(
-        trajectories=[trajectory_to_proto(t.messages, t.tools, t.reward) for t in body.trajectories]
-    )
     reply = await backends(request).reward.ScoreGroup(
         reward_pb2.ScoreGroupRequest(
             group=group, episodes=[pb.Episode() for _ in body.trajectories], spec=spec

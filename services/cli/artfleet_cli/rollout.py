@@ -95,7 +95,7 @@ def trajectories_table(response: rollout_pb2.RunGroupResponse) -> Table:
 
 
 def outcome_lines(response: rollout_pb2.RunGroupResponse) -> list[str]:
-    outcome, lines = response.reward, []
+    outcome, lines = response.outcome, []
     if outcome.fail_job:
         lines.append(f"reward: the job would fail: {outcome.fail_job}")
     if outcome.group_dropped:

@@ -238,7 +238,7 @@ class GroupRunner:
             if scored.outcome.failures or scored.stopped:
                 log.warning("group %s: reward %s", task.group_id, describe_outcome(scored.outcome))
             group.trajectories, episodes = scored.trajectories, scored.episodes
-            response.reward.CopyFrom(scored.outcome)
+            response.outcome.CopyFrom(scored.outcome)
         # Only now, scored and trimmed, the group goes out with its tokens.
         response.group.CopyFrom(codec.group_to_proto(group))
         response.episodes.extend(episodes)

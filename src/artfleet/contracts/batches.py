@@ -229,9 +229,9 @@ class StepKeys:
 
 def classify(response: rollout_pb2.RunGroupResponse) -> batch_pb2.GroupState:
     """The reward service's verdict first: fail_job and drop_group outrank trajectories."""
-    if response.reward.fail_job:
+    if response.outcome.fail_job:
         return FAIL_JOB
-    if response.reward.group_dropped:
+    if response.outcome.group_dropped:
         return DROPPED
     return SCORED if response.group.trajectories else FAILED
 
@@ -240,7 +240,7 @@ def to_batch_group(group_id: str, response: rollout_pb2.RunGroupResponse) -> bat
     """What the trainer reads of a response: the group and the reward outcome, no episodes."""
     entry = batch_pb2.BatchGroup(group_id=group_id, state=classify(response))
     entry.group.CopyFrom(response.group)
-    entry.reward.CopyFrom(response.reward)
+    entry.outcome.CopyFrom(response.outcome)
     return entry
 
 

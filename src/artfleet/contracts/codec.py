@@ -9,119 +9,30 @@ its extra fields (`choice.model_extra["prompt_token_ids"]`, `["token_ids"]`), wh
 after 0.5.18 reads them; they come back there, and a choice without them stays without.
 
 Only ART's types are needed here (`artfleet.contracts.art_types`): encoding a trajectory never
-imports torch.
+imports torch. Plain messages, tool calls and scalars are `artfleet.contracts.messages`'s
+(no ART there: the API uses it alone); this module adds what needs ART and openai.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from typing import Any, cast
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from openai.types.chat.chat_completion import Choice as OpenAIChoice
 
 from artfleet.contracts.art_types import art
+from artfleet.contracts.messages import (
+    message_from_proto,
+    message_to_proto,
+    scalars_from_proto,
+    scalars_to_proto,
+    tools_from_json,
+    tools_to_json,
+)
 from artfleet.v1 import common_pb2 as pb
 
-_MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+# A `Choice`'s message has no tool_call_id or name of its own: kept in its extra JSON.
 _CHOICE_MESSAGE_KEYS = ("role", "content", "tool_calls")
-
-
-# ---------------------------------------------------------------- scalars
-def scalar_to_proto(value: Any) -> pb.Scalar:
-    if value is None:
-        return pb.Scalar(null_value=True)
-    if isinstance(value, bool):  # before int: bool is an int
-        return pb.Scalar(bool_value=value)
-    if isinstance(value, int):
-        return pb.Scalar(int_value=value)
-    if isinstance(value, float):
-        return pb.Scalar(float_value=value)
-    if isinstance(value, str):
-        return pb.Scalar(string_value=value)
-    raise TypeError(f"not a scalar ART keeps in metrics/metadata: {type(value).__name__}")
-
-
-def scalar_from_proto(value: pb.Scalar) -> Any:
-    kind = value.WhichOneof("value")
-    return None if kind in (None, "null_value") else getattr(value, kind)
-
-
-def _scalars_to_proto(target: Any, values: Mapping[str, Any]) -> None:
-    for key, value in values.items():
-        target[key].CopyFrom(scalar_to_proto(value))
-
-
-def _scalars_from_proto(values: Mapping[str, pb.Scalar]) -> dict[str, Any]:
-    return {key: scalar_from_proto(value) for key, value in values.items()}
-
-
-# ---------------------------------------------------------------- messages
-def _tool_calls_to_proto(calls: list[Any]) -> list[pb.ToolCall]:
-    out = []
-    for call in calls:
-        call = call if isinstance(call, dict) else call.model_dump(mode="json")
-        function = call.get("function") or {}
-        out.append(
-            pb.ToolCall(
-                id=call.get("id") or "",
-                type=call.get("type") or "function",
-                function_name=function.get("name") or "",
-                function_arguments=function.get("arguments") or "",
-            )
-        )
-    return out
-
-
-def _tool_calls_from_proto(calls: Any) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": c.id,
-            "type": c.type,
-            "function": {"name": c.function_name, "arguments": c.function_arguments},
-        }
-        for c in calls
-    ]
-
-
-def message_to_proto(
-    message: Mapping[str, Any], keys: tuple[str, ...] = _MESSAGE_KEYS
-) -> pb.ChatMessage:
-    out = pb.ChatMessage(role=str(message.get("role", "")))
-    extra = {k: v for k, v in message.items() if k not in keys}
-    content = message.get("content")
-    if isinstance(content, str):
-        out.content = content
-    elif "content" in message:  # None or content parts: kept verbatim
-        extra["content"] = content
-    if "tool_calls" in message and message["tool_calls"] is not None:
-        out.has_tool_calls = True
-        out.tool_calls.extend(_tool_calls_to_proto(list(message["tool_calls"])))
-    elif "tool_calls" in message:
-        extra["tool_calls"] = None
-    for key in ("tool_call_id", "name"):
-        if key in keys and message.get(key) is not None:
-            setattr(out, key, message[key])
-        elif key in message:
-            extra[key] = message[key]
-    if extra:
-        out.extra_json = json.dumps(extra, sort_keys=True)
-    return out
-
-
-def message_from_proto(message: pb.ChatMessage) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": message.role}
-    if message.HasField("content"):
-        out["content"] = message.content
-    if message.has_tool_calls:
-        out["tool_calls"] = _tool_calls_from_proto(message.tool_calls)
-    for key in ("tool_call_id", "name"):
-        if message.HasField(key):
-            out[key] = getattr(message, key)
-    if message.extra_json:
-        out.update(json.loads(message.extra_json))
-    return out
 
 
 # ---------------------------------------------------------------- choices
@@ -226,20 +137,16 @@ def _items_from_proto(items: Any) -> list[Any]:
     ]
 
 
-def _tools_json(tools: Any) -> str:
-    return "" if tools is None else json.dumps(tools, sort_keys=True)
-
-
 # ---------------------------------------------------------------- trajectories
 def trajectory_to_proto(trajectory: art.Trajectory, *, tokens: bool = True) -> pb.Trajectory:
     """`tokens=False`: no logprobs and no token ids (a reward request needs neither)."""
     out = pb.Trajectory(
         messages_and_choices=_items_to_proto(list(trajectory.messages_and_choices), tokens),
-        tools_json=_tools_json(trajectory.tools),
+        tools_json=tools_to_json(trajectory.tools),
         additional_histories=[
             pb.History(
                 messages_and_choices=_items_to_proto(list(h.messages_and_choices), tokens),
-                tools_json=_tools_json(h.tools),
+                tools_json=tools_to_json(h.tools),
             )
             for h in trajectory.additional_histories
         ],
@@ -250,8 +157,8 @@ def trajectory_to_proto(trajectory: art.Trajectory, *, tokens: bool = True) -> p
         out.initial_policy_version = trajectory.initial_policy_version
     if trajectory.final_policy_version is not None:
         out.final_policy_version = trajectory.final_policy_version
-    _scalars_to_proto(out.metrics, trajectory.metrics)
-    _scalars_to_proto(out.metadata, trajectory.metadata)
+    scalars_to_proto(out.metrics, trajectory.metrics)
+    scalars_to_proto(out.metadata, trajectory.metadata)
     start = Timestamp()
     start.FromDatetime(trajectory.start_time)
     out.start_time.CopyFrom(start)
@@ -261,11 +168,11 @@ def trajectory_to_proto(trajectory: art.Trajectory, *, tokens: bool = True) -> p
 def trajectory_from_proto(message: pb.Trajectory) -> art.Trajectory:
     trajectory = art.Trajectory(
         messages_and_choices=_items_from_proto(message.messages_and_choices),
-        tools=json.loads(message.tools_json) if message.tools_json else None,
+        tools=tools_from_json(message.tools_json),
         additional_histories=[
             art.trajectories.History(
                 messages_and_choices=_items_from_proto(h.messages_and_choices),
-                tools=json.loads(h.tools_json) if h.tools_json else None,
+                tools=tools_from_json(h.tools_json),
             )
             for h in message.additional_histories
         ],
@@ -276,8 +183,8 @@ def trajectory_from_proto(message: pb.Trajectory) -> art.Trajectory:
         final_policy_version=(
             message.final_policy_version if message.HasField("final_policy_version") else None
         ),
-        metrics=_scalars_from_proto(message.metrics),
-        metadata=_scalars_from_proto(message.metadata),
+        metrics=scalars_from_proto(message.metrics),
+        metadata=scalars_from_proto(message.metadata),
         logs=list(message.logs),
     )
     if message.HasField("start_time"):
@@ -295,8 +202,8 @@ def group_to_proto(group: art.TrajectoryGroup, *, tokens: bool = True) -> pb.Tra
         ],
         logs=list(group.logs),
     )
-    _scalars_to_proto(out.metadata, group.metadata)
-    _scalars_to_proto(out.metrics, group.metrics)
+    scalars_to_proto(out.metadata, group.metadata)
+    scalars_to_proto(out.metrics, group.metrics)
     return out
 
 
@@ -304,8 +211,8 @@ def group_from_proto(message: pb.TrajectoryGroup) -> art.TrajectoryGroup:
     # TrajectoryGroup.model_validate yields zero trajectories (custom constructor): build it.
     group = art.TrajectoryGroup(
         [trajectory_from_proto(t) for t in message.trajectories],
-        metadata=_scalars_from_proto(message.metadata),
-        metrics=_scalars_from_proto(message.metrics),
+        metadata=scalars_from_proto(message.metadata),
+        metrics=scalars_from_proto(message.metrics),
         logs=list(message.logs),
     )
     group.exceptions = [

@@ -19,19 +19,10 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from artfleet.contracts import codec
+from artfleet.contracts import messages
 from artfleet.v1 import common_pb2 as pb
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def messages_of(trajectory: pb.Trajectory) -> list[dict[str, Any]]:
-    """OpenAI messages; an assistant turn (a Choice) becomes its message, no logprobs."""
-    out = []
-    for item in trajectory.messages_and_choices:
-        message = item.choice.message if item.HasField("choice") else item.message
-        out.append(codec.message_from_proto(message))
-    return out
 
 
 def record(
@@ -39,21 +30,9 @@ def record(
     metadata: dict[str, Any],
     episode: pb.Episode | None = None,
 ) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "messages": messages_of(trajectory),
-        "tools": json.loads(trajectory.tools_json) if trajectory.tools_json else None,
-        "reward": trajectory.reward,
-        "metrics": {k: codec.scalar_from_proto(v) for k, v in trajectory.metrics.items()},
-        "metadata": {
-            **{k: codec.scalar_from_proto(v) for k, v in trajectory.metadata.items()},
-            "policy_version": (
-                trajectory.final_policy_version
-                if trajectory.HasField("final_policy_version")
-                else None
-            ),
-            **metadata,
-        },
-    }
+    data = messages.trajectory_to_dict(trajectory)
+    data["metadata"].setdefault("policy_version", None)
+    data["metadata"].update(metadata)
     if trajectory.logs:
         data["logs"] = list(trajectory.logs)
     if episode is not None:

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from artfleet.v1 import common_pb2 as artfleet_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61rtfleet/v1/batch.proto\x12\x0b\x61rtfleet.v1\x1a\x18\x61rtfleet/v1/common.proto\"\x9f\x01\n\nBatchGroup\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.artfleet.v1.GroupState\x12+\n\x05group\x18\x03 \x01(\x0b\x32\x1c.artfleet.v1.TrajectoryGroup\x12*\n\x06reward\x18\x04 \x01(\x0b\x32\x1a.artfleet.v1.RewardOutcome*\x8c\x01\n\nGroupState\x12\x1b\n\x17GROUP_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12GROUP_STATE_FAILED\x10\x01\x12\x17\n\x13GROUP_STATE_DROPPED\x10\x02\x12\x16\n\x12GROUP_STATE_SCORED\x10\x03\x12\x18\n\x14GROUP_STATE_FAIL_JOB\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61rtfleet/v1/batch.proto\x12\x0b\x61rtfleet.v1\x1a\x18\x61rtfleet/v1/common.proto\"\xa0\x01\n\nBatchGroup\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.artfleet.v1.GroupState\x12+\n\x05group\x18\x03 \x01(\x0b\x32\x1c.artfleet.v1.TrajectoryGroup\x12+\n\x07outcome\x18\x04 \x01(\x0b\x32\x1a.artfleet.v1.RewardOutcome*\x8c\x01\n\nGroupState\x12\x1b\n\x17GROUP_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12GROUP_STATE_FAILED\x10\x01\x12\x17\n\x13GROUP_STATE_DROPPED\x10\x02\x12\x16\n\x12GROUP_STATE_SCORED\x10\x03\x12\x18\n\x14GROUP_STATE_FAIL_JOB\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'artfleet.v1.batch_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GROUPSTATE']._serialized_start=229
-  _globals['_GROUPSTATE']._serialized_end=369
+  _globals['_GROUPSTATE']._serialized_start=230
+  _globals['_GROUPSTATE']._serialized_end=370
   _globals['_BATCHGROUP']._serialized_start=67
-  _globals['_BATCHGROUP']._serialized_end=226
+  _globals['_BATCHGROUP']._serialized_end=227
 # @@protoc_insertion_point(module_scope)

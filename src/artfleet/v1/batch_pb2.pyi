@@ -21,13 +21,13 @@ GROUP_STATE_SCORED: GroupState
 GROUP_STATE_FAIL_JOB: GroupState
 
 class BatchGroup(_message.Message):
-    __slots__ = ("group_id", "state", "group", "reward")
+    __slots__ = ("group_id", "state", "group", "outcome")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
-    REWARD_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     state: GroupState
     group: _common_pb2.TrajectoryGroup
-    reward: _common_pb2.RewardOutcome
-    def __init__(self, group_id: _Optional[str] = ..., state: _Optional[_Union[GroupState, str]] = ..., group: _Optional[_Union[_common_pb2.TrajectoryGroup, _Mapping]] = ..., reward: _Optional[_Union[_common_pb2.RewardOutcome, _Mapping]] = ...) -> None: ...
+    outcome: _common_pb2.RewardOutcome
+    def __init__(self, group_id: _Optional[str] = ..., state: _Optional[_Union[GroupState, str]] = ..., group: _Optional[_Union[_common_pb2.TrajectoryGroup, _Mapping]] = ..., outcome: _Optional[_Union[_common_pb2.RewardOutcome, _Mapping]] = ...) -> None: ...

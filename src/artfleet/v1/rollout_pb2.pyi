@@ -108,14 +108,14 @@ class RunGroupRequest(_message.Message):
     def __init__(self, task: _Optional[_Union[GroupTask, _Mapping]] = ...) -> None: ...
 
 class RunGroupResponse(_message.Message):
-    __slots__ = ("group", "episodes", "reward")
+    __slots__ = ("group", "episodes", "outcome")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     EPISODES_FIELD_NUMBER: _ClassVar[int]
-    REWARD_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
     group: _common_pb2.TrajectoryGroup
     episodes: _containers.RepeatedCompositeFieldContainer[_common_pb2.Episode]
-    reward: _common_pb2.RewardOutcome
-    def __init__(self, group: _Optional[_Union[_common_pb2.TrajectoryGroup, _Mapping]] = ..., episodes: _Optional[_Iterable[_Union[_common_pb2.Episode, _Mapping]]] = ..., reward: _Optional[_Union[_common_pb2.RewardOutcome, _Mapping]] = ...) -> None: ...
+    outcome: _common_pb2.RewardOutcome
+    def __init__(self, group: _Optional[_Union[_common_pb2.TrajectoryGroup, _Mapping]] = ..., episodes: _Optional[_Iterable[_Union[_common_pb2.Episode, _Mapping]]] = ..., outcome: _Optional[_Union[_common_pb2.RewardOutcome, _Mapping]] = ...) -> None: ...
 
 class CheckPolicyRequest(_message.Message):
     __slots__ = ("model_base_url", "policy", "model_api_key_env")

@@ -131,6 +131,23 @@ def test_unreachable_trainer_is_503_json_not_a_traceback(client: TestClient) -> 
     assert response.json()["error"].startswith("UNAVAILABLE")
 
 
+OK_TRAJECTORY = {"messages": [{"role": "user", "content": "hi"}]}
+# Messages the trajectory proto cannot carry, and the field the 422 names (the message is
+# the second trajectory's first).
+BAD_MESSAGES = [
+    (
+        {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
+        "trajectories[1].messages[0].tool_calls[0].function.arguments",
+    ),
+    ({"role": "assistant", "tool_calls": "f()"}, "trajectories[1].messages[0].tool_calls"),
+    ({"role": "assistant", "tool_calls": [3]}, "trajectories[1].messages[0].tool_calls[0]"),
+    (
+        {"role": "tool", "content": "x", "tool_call_id": 7},
+        "trajectories[1].messages[0].tool_call_id",
+    ),
+]
+
+
 @pytest.mark.parametrize(
     ("path", "body", "field"),
     [
@@ -145,6 +162,10 @@ def test_unreachable_trainer_is_503_json_not_a_traceback(client: TestClient) -> 
         ("/rollout", {"project": "p"}, "model_name"),
         ("/evaluate", {"trajectories": []}, "trajectories"),
         ("/evaluate", {"trajectories": [{"messages": "hi"}]}, "trajectories[0].messages"),
+        *[
+            ("/evaluate", {"trajectories": [OK_TRAJECTORY, {"messages": [message]}]}, field)
+            for message, field in BAD_MESSAGES
+        ],
     ],
 )
 def test_bad_bodies_get_422_naming_the_field(
@@ -155,6 +176,8 @@ def test_bad_bodies_get_422_naming_the_field(
     named = response.json()["field"]
     assert named.endswith(field) or named.startswith(field), (named, field)
     assert not named.startswith(("TrainRequest", "JobSubmit", "spec.spec")), named
+    if field.startswith("trajectories[1]"):  # ours, not pydantic's: named exactly
+        assert named == field
 
 
 def test_a_hud_config_entrys_unknown_key_is_named(client: TestClient) -> None:

@@ -136,7 +136,7 @@ async def test_episode_lost_more_often_than_the_retries_is_a_group_exception(
     assert not response.group.trajectories and len(response.group.exceptions) == 2
     assert "WorkspaceLost" in response.group.exceptions[0].type
     assert fleet.reward.requests == []  # nothing to score
-    assert not response.HasField("reward")
+    assert not response.HasField("outcome")
 
 
 async def test_failed_episode_is_an_exception_and_the_rest_is_scored(
@@ -173,7 +173,7 @@ async def test_scores_apply_to_the_rollouts_group(runner: GroupRunner, fleet: Fa
     assert "independent_reward" not in first.metrics
     assert group.trajectories[1].metrics["independent_reward"] == 0.75
     assert group.metadata == {"group_id": "g-7", "scenario_id": "create-hello-file", "step": 2}
-    assert len(response.episodes) == 3 and response.HasField("reward")
+    assert len(response.episodes) == 3 and response.HasField("outcome")
 
 
 async def test_reward_request_has_no_tokens_but_the_response_does(
@@ -219,8 +219,8 @@ async def test_dropped_trajectory_leaves_with_its_episode(
     assert [t.reward for t in response.group.trajectories] == [0.0, 2.0]
     assert [t.metadata["rollout_index"].int_value for t in response.group.trajectories] == [0, 2]
     assert len(response.episodes) == 2
-    assert list(response.reward.dropped) == [1]
-    assert response.reward.failures[0].action == "drop_trajectory"
+    assert list(response.outcome.dropped) == [1]
+    assert response.outcome.failures[0].action == "drop_trajectory"
 
 
 @pytest.mark.parametrize("kind", ["group_dropped", "fail_job"])
@@ -240,11 +240,11 @@ async def test_stopped_group_has_no_trajectories_and_says_why(
     response = await runner.run(group_task())
     assert not response.group.trajectories and not response.episodes
     assert response.group.metadata["group_id"].string_value == "g-7"
-    assert response.reward.group_dropped == (kind == "group_dropped")
-    assert response.reward.fail_job == (
+    assert response.outcome.group_dropped == (kind == "group_dropped")
+    assert response.outcome.fail_job == (
         "judge (unavailable): no judge" if kind == "fail_job" else ""
     )
-    assert response.reward.failures[0].scorer == "judge"
+    assert response.outcome.failures[0].scorer == "judge"
     # Outcomes travel as fields, never as exception-type strings.
     assert not response.group.exceptions
 

@@ -117,7 +117,7 @@ class Evaluator:
             scheduling.quorum(len(tasks), spec.min_group_fraction),
         )
         await self._batches.close(owner, step)
-        answered = {g.group_id: g.group for g in gathered.groups if not g.reward.group_dropped}
+        answered = {g.group_id: g.group for g in gathered.groups if not g.outcome.group_dropped}
         results = [
             evaluation.task_result(scenario, answered.get(gid, pb.TrajectoryGroup()))
             for gid, scenario in scenario_of.items()

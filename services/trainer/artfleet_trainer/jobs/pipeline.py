@@ -56,8 +56,8 @@ def trainable(entry: batch_pb2.BatchGroup) -> bool:
     """As `steps.build_groups` decides: trajectories the reward service kept."""
     return (
         bool(entry.group.trajectories)
-        and not entry.reward.group_dropped
-        and not (entry.reward.fail_job)
+        and not entry.outcome.group_dropped
+        and not (entry.outcome.fail_job)
     )
 
 

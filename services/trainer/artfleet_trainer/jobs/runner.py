@@ -321,9 +321,9 @@ def log_gathered(step: int, gathered: Gathered) -> None:
 
 def trained_entry(step: int, gathered: Gathered, groups: list[art.TrajectoryGroup]) -> TrainedStep:
     entries = gathered.groups
-    trained = [e.group_id for e in entries if not e.reward.group_dropped and e.group.trajectories]
+    trained = [e.group_id for e in entries if not e.outcome.group_dropped and e.group.trajectories]
     dropped = sum(
-        len(e.reward.dropped) + (len(e.group.trajectories) if e.reward.group_dropped else 0)
+        len(e.outcome.dropped) + (len(e.group.trajectories) if e.outcome.group_dropped else 0)
         for e in entries
     )
     return TrainedStep(

@@ -20,7 +20,7 @@ def build_groups(entries: Sequence[batch_pb2.BatchGroup]) -> list[art.Trajectory
     return [
         codec.group_from_proto(e.group)
         for e in ordered
-        if e.group.trajectories and not e.reward.group_dropped and not e.reward.fail_job
+        if e.group.trajectories and not e.outcome.group_dropped and not e.outcome.fail_job
     ]
 
 
@@ -33,11 +33,11 @@ def check_reward_signals(step: int, entries: Sequence[batch_pb2.BatchGroup]) -> 
     common.proto): a fail_job outcome fails the job; a step whose every group was dropped
     says so. A step whose rollouts all failed is the caller's to report."""
     for entry in entries:
-        if entry.reward.fail_job:
-            raise RewardFailedJob(f"step {step}: {entry.reward.fail_job}")
-    if any(e.group.trajectories and not e.reward.group_dropped for e in entries):
+        if entry.outcome.fail_job:
+            raise RewardFailedJob(f"step {step}: {entry.outcome.fail_job}")
+    if any(e.group.trajectories and not e.outcome.group_dropped for e in entries):
         return
-    dropped = sum(e.reward.group_dropped for e in entries)
+    dropped = sum(e.outcome.group_dropped for e in entries)
     if dropped:
         raise RuntimeError(
             f"step {step}: no group left to train on; the reward service dropped {dropped} "
