@@ -2,7 +2,7 @@
 
 Every key, TTL and rule of the hand-off lives here; the worker and the trainer only call
 `StepBatches`. Keys of one step (the `{job:step}` hash tag keeps them in one cluster slot,
-so the scripts below stay atomic there too):
+so its scripts, in `batch_scripts`, stay atomic there too):
 
     artfleet:batch:{<job>:<step>}:groups   hash  group id -> BatchGroup bytes (batch.proto)
     artfleet:batch:{<job>:<step>}:status   hash  group id -> GroupState number (a few bytes)
@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, cast
 
+from artfleet.contracts import batch_scripts as scripts
 from artfleet.v1 import batch_pb2, rollout_pb2
 
 BATCH_TTL_S = 3 * 24 * 3600  # > the longest gather deadline (1 day) plus an outage
@@ -59,114 +60,6 @@ FAIL_JOB = batch_pb2.GROUP_STATE_FAIL_JOB
 FINAL_STATES = frozenset({SCORED, FAIL_JOB})  # kept across a restart; never run again
 
 OnLost = Callable[[list[str]], Awaitable[None]]  # the trainer's re-dispatch of lost groups
-
-# KEYS: groups, status, notify, closed, claims, lease. ARGV: group id, state, payload, ttl,
-# token of the run that publishes ('' for none): its own lease and claim go, whatever the
-# outcome.
-_PUBLISH = """
-if ARGV[5] ~= '' then
-  if redis.call('GET', KEYS[6]) == ARGV[5] then redis.call('DEL', KEYS[6]) end
-  if redis.call('HGET', KEYS[5], ARGV[1]) == ARGV[5] then redis.call('HDEL', KEYS[5], ARGV[1]) end
-end
-if redis.call('EXISTS', KEYS[4]) == 1 then return 'closed' end
-local current = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
-if current >= tonumber(ARGV[2]) then return 'kept' end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('RPUSH', KEYS[3], ARGV[1])
-for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[4]) end
-return 'stored'
-"""
-
-# KEYS: closed, status, claims, lease. ARGV: group id, token, lease ms, lowest final state,
-# ttl.
-_CLAIM = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 'closed' end
-local state = redis.call('HGET', KEYS[2], ARGV[1])
-if state and tonumber(state) >= tonumber(ARGV[4]) then return 'final' end
-local holder = redis.call('GET', KEYS[4])
-if holder and holder ~= ARGV[2] then return 'held' end
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
-redis.call('EXPIRE', KEYS[3], ARGV[5])
-redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
-return 'claimed'
-"""
-
-# KEYS: lease. ARGV: token, lease ms. 1 when renewed; 0 when the lease is gone or not ours
-# (a renewal never recreates a lease the trainer may already have acted on).
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
-
-# KEYS: the group's lease. ARGV: the run's token. A run that gives its group up (a worker
-# shutting down) drops its own lease only: the trainer sees the loss at its next wake.
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
-
-# Lease keys are made in the scripts below from ARGV[1], the step's lease prefix: they
-# carry the step's hash tag, so they are in the slot of the declared keys.
-# KEYS: claims, status. Returns the claimed, unanswered groups without a lease (their
-# claims are taken away: each loss is reported once).
-_LOST = """
-local lost = {}
-local claims = redis.call('HGETALL', KEYS[1])
-for i = 1, #claims, 2 do
-  local gid = claims[i]
-  if redis.call('HEXISTS', KEYS[2], gid) == 0 and redis.call('EXISTS', ARGV[1] .. gid) == 0 then
-    redis.call('HDEL', KEYS[1], gid)
-    table.insert(lost, gid)
-  end
-end
-return lost
-"""
-
-# KEYS: groups, status, notify, closed, claims. ARGV: lease prefix, ttl.
-_CLOSE = """
-local claims = redis.call('HKEYS', KEYS[5])
-for i = 1, #claims do redis.call('DEL', ARGV[1] .. claims[i]) end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5])
-redis.call('SET', KEYS[4], '1', 'EX', ARGV[2])
-"""
-
-# KEYS: groups, status, claims. ARGV: lease prefix, the lowest final state. Returns the
-# group ids kept. Claims without a live lease go (their groups are dispatched again);
-# a live lease keeps its claim, so its run is still watched.
-_RESTART = """
-local claims = redis.call('HKEYS', KEYS[3])
-for i = 1, #claims do
-  if redis.call('EXISTS', ARGV[1] .. claims[i]) == 0 then redis.call('HDEL', KEYS[3], claims[i]) end
-end
-local kept = {}
-local entries = redis.call('HGETALL', KEYS[2])
-for i = 1, #entries, 2 do
-  if tonumber(entries[i + 1]) >= tonumber(ARGV[2]) then
-    table.insert(kept, entries[i])
-  else
-    redis.call('HDEL', KEYS[1], entries[i])
-    redis.call('HDEL', KEYS[2], entries[i])
-  end
-end
-return kept
-"""
-
-
-# KEYS: groups, status, closed. ARGV: group ids. Forgets answered groups so they run again
-# (the trainer's rule for groups sampled by a policy too old to train on); not once closed.
-_FORGET = """
-if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
-for i = 1, #ARGV do
-  redis.call('HDEL', KEYS[1], ARGV[i])
-  redis.call('HDEL', KEYS[2], ARGV[i])
-end
-return #ARGV
-"""
 
 
 class Published(Enum):
@@ -322,14 +215,14 @@ class StepBatches:
         socket_timeout = _read_timeout(redis)
         self._wake_s = min(wake_s, socket_timeout / 2) if socket_timeout else wake_s
         self.lease_s = lease_s
-        self._publish = redis.register_script(_PUBLISH)
-        self._restart = redis.register_script(_RESTART)
-        self._claim = redis.register_script(_CLAIM)
-        self._renew = redis.register_script(_RENEW)
-        self._release = redis.register_script(_RELEASE)
-        self._lost = redis.register_script(_LOST)
-        self._close = redis.register_script(_CLOSE)
-        self._forget = redis.register_script(_FORGET)
+        self._publish = redis.register_script(scripts.PUBLISH)
+        self._restart = redis.register_script(scripts.RESTART)
+        self._claim = redis.register_script(scripts.CLAIM)
+        self._renew = redis.register_script(scripts.RENEW)
+        self._release = redis.register_script(scripts.RELEASE)
+        self._lost = redis.register_script(scripts.LOST)
+        self._close = redis.register_script(scripts.CLOSE)
+        self._forget = redis.register_script(scripts.FORGET)
 
     # ------------------------------------------------------------ rollout side
     async def needs_run(self, job_id: str, step: int, group_id: str) -> bool:
