@@ -8,6 +8,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from artfleet.specs.base import default_of
 from artfleet.specs.job import JobSpecModel, default_scorers, validate_spec
 from artfleet.specs.reward import ScorerModel
 from artfleet.specs.scorer_params import POLICY_JUDGE
@@ -25,7 +26,7 @@ from artfleet_api.models import (
 from artfleet_api.settings import ApiSettings
 
 DEFAULT_ROLLOUTS = 4
-DEFAULT_EXPERIMENT: str = JobSpecModel.model_fields["experiment"].default
+DEFAULT_EXPERIMENT: str = default_of(JobSpecModel, "experiment")
 # Job spec fields as the HTTP training API names them, for error messages about its body.
 TRAINING_API_FIELDS = {
     "name": "model_name",

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from artfleet.specs.base import field_of
+from artfleet.specs.base import default_of, field_of
 from artfleet.specs.job import DEFAULT_BASE_MODEL, NAME_PATTERN, JobSpecModel
 
 SLUG = NAME_PATTERN
@@ -18,17 +18,15 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _spec_default(name: str) -> Any:
-    return JobSpecModel.model_fields[name].default
-
-
 def _spec(name: str, **changes: Any) -> Any:
     """A job spec field as this body declares it: bounds and default from JobSpecModel."""
     return field_of(JobSpecModel, name, **changes)
 
 
 # A step's trajectories with the job spec's default shape (2 groups of 4 = 8).
-DEFAULT_BATCH_SIZE = _spec_default("groups_per_step") * _spec_default("rollouts_per_group")
+DEFAULT_BATCH_SIZE = default_of(JobSpecModel, "groups_per_step") * default_of(
+    JobSpecModel, "rollouts_per_group"
+)
 
 
 class TrainRequest(Body):

@@ -111,8 +111,8 @@ def demo_spec(
 
 
 # The options' values are the demo's own job, measured by bench/learning_bench.py, not job
-# spec defaults: a higher rate and larger groups than a job's (learning_rate 5e-5, 2 x 4)
-# make learning show within four steps on a CPU.
+# spec defaults: a higher rate and larger groups than a job spec's defaults make learning
+# show within four steps on a CPU.
 def demo(
     steps: int = typer.Option(4, min=1),
     groups_per_step: int = typer.Option(8, min=1),

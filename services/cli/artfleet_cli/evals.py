@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from rich.table import Table
 
 from artfleet.contracts import evaluation, trajlog
+from artfleet.specs.base import default_of
 from artfleet.specs.job import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
@@ -29,7 +30,6 @@ from artfleet_cli import render
 from artfleet_cli.client import fail, service
 from artfleet_cli.policy_check import check_base_url, check_model_name, check_policy
 from artfleet_cli.rollout import build_task, job_defaults, parse_reward
-from artfleet_cli.spec_flags import spec_default
 
 app = typer.Typer(help="Evaluate policies and compare evaluations.", no_args_is_help=True)
 SUMMARY_FILE = "summary.json"
@@ -137,15 +137,15 @@ def run(
     model: str = typer.Option(
         ..., help="model the endpoint serves: a base model, a checkpoint name@step or name@best"
     ),
-    env: str = typer.Option(spec_default(JobSpecModel, "environment"), help="environment"),
+    env: str = typer.Option(default_of(JobSpecModel, "environment"), help="environment"),
     split: str = typer.Option(
-        spec_default(JobSpecModel, "eval_split"), help="the split whose tasks are evaluated"
+        default_of(JobSpecModel, "eval_split"), help="the split whose tasks are evaluated"
     ),
     k: int = typer.Option(
-        spec_default(JobSpecModel, "eval_k"), min=1, max=256, help="samples per task"
+        default_of(JobSpecModel, "eval_k"), min=1, max=256, help="samples per task"
     ),
     max_tasks: int = typer.Option(
-        spec_default(JobSpecModel, "eval_max_tasks"), min=0, help="first N tasks; 0 = all"
+        default_of(JobSpecModel, "eval_max_tasks"), min=0, help="first N tasks; 0 = all"
     ),
     api_key_env: str = typer.Option(
         "", help="variable in the rollout service's environment holding the endpoint's key"

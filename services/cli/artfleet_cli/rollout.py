@@ -13,11 +13,11 @@ from google.protobuf import json_format
 from rich.table import Table
 
 from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.base import default_of
 from artfleet.specs.job import JobSpecModel, mcp_config_json, reward_spec_proto, validate_spec
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 from artfleet_cli import render
 from artfleet_cli.client import fail, service
-from artfleet_cli.spec_flags import spec_default
 
 app = typer.Typer(help="Run rollouts without training.", no_args_is_help=True)
 
@@ -114,13 +114,13 @@ def outcome_lines(response: rollout_pb2.RunGroupResponse) -> list[str]:
 def run(
     base_url: str = typer.Option(..., help="OpenAI-compatible endpoint, e.g. http://host:8000/v1"),
     model: str = typer.Option(..., help="model name the endpoint serves"),
-    env: str = typer.Option(spec_default(JobSpecModel, "environment"), help="environment"),
+    env: str = typer.Option(default_of(JobSpecModel, "environment"), help="environment"),
     scenario: str | None = typer.Option(None, help="scenario id (else --split and --index)"),
     split: str = typer.Option(
-        spec_default(JobSpecModel, "split"), help="split to pick the scenario from"
+        default_of(JobSpecModel, "split"), help="split to pick the scenario from"
     ),
     index: int = typer.Option(0, min=0, help="scenario index within --split"),
-    rollouts: int = typer.Option(spec_default(JobSpecModel, "rollouts_per_group"), min=1, max=256),
+    rollouts: int = typer.Option(default_of(JobSpecModel, "rollouts_per_group"), min=1, max=256),
     api_key_env: str = typer.Option(
         "",
         help="variable in the rollout service's environment holding the key; "

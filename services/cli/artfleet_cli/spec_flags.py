@@ -62,12 +62,6 @@ def derive_flags(
     return flags
 
 
-def spec_default(model: type[BaseModel], name: str) -> Any:
-    """The default of `model`'s field `name`, for an option that takes that value (so the
-    option's default is the spec's, never a copy)."""
-    return model.model_fields[name].get_default(call_default_factory=True)
-
-
 def with_flags(flags: list[Flag]) -> Callable[[F], F]:
     """Adds `flags` to a typer command that takes them as `**values` (None unless given)."""
 

@@ -111,6 +111,12 @@ def field_of(model: type[BaseModel], name: str, **changes: Any) -> Any:
     return info
 
 
+def default_of(model: type[BaseModel], name: str) -> Any:
+    """The default of `model`'s field `name`, for a front end's option or constant that
+    takes that value (so its default is the spec's, never a copy)."""
+    return model.model_fields[name].get_default(call_default_factory=True)
+
+
 # ---------------------------------------------------------------- value types
 
 
