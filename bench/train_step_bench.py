@@ -1,7 +1,7 @@
 """Training-step benchmark: the torch backend's `train` against plain HF + peft.
 
     python bench/train_step_bench.py [--groups 2] [--rollouts 4] [--tokens 96] [--repeats 5]
-        [--threads N] [--activation-budget BYTES]
+        [--threads N] [--activation-budget BYTES] [--device cuda]
 
 A fixed batch of GRPO groups (SmolLM2-135M-Instruct chat prompts, assistant answers of
 `--tokens` tokens with their token ids as vLLM returns them, rewards 0..n-1) is trained
@@ -10,10 +10,11 @@ logprobs, ART's loss, the activation-memory plan, checkpoint save: everything a 
 and (b) by a plain HF + peft loop on the same packed tokens: one forward with full logits,
 log-softmax, an advantage-weighted policy-gradient loss, backward, grad clip, AdamW step.
 Both start from the same LoRA weights (same LoRA config), in the same precision (the
-loader's fp32), on the same number of torch threads. One warm-up step of each is not
-counted; then the order alternates per repeat and the median of each is kept. Wall time
-on a shared machine moves with the neighbours' load, so the process CPU time of each
-step is reported too (`train_step_cpu_ratio`; with `--threads 1` it is the work done).
+backend's dtype for the device), on the same device and number of torch threads. One
+warm-up step of each is not counted; then the order alternates per repeat and the median
+of each is kept. Wall time on a shared machine moves with the neighbours' load, so the
+process CPU time of each step is reported too (`train_step_cpu_ratio`; with `--threads 1`
+it is the work done).
 
 Last lines: `train_step_ratio=` (median wall, ours / plain; target <= 1.15),
 `train_step_cpu_ratio=`, `ours_s=`, `plain_s=`, `ours_cpu_s=`, `plain_cpu_s=`, `tokens=`.
@@ -57,14 +58,21 @@ def answer(tokenizer: Any, ids: list[int]) -> Choice:
     )
 
 
-def fixed_groups(tokenizer: Any, groups: int, rollouts: int, tokens: int) -> list[Any]:
+def fixed_groups(
+    tokenizer: Any,
+    groups: int,
+    rollouts: int,
+    tokens: int,
+    id_range: tuple[int, int] = (200, 40000),
+) -> list[Any]:
+    """`groups` x `rollouts` trajectories with answers of `tokens` random ids in `id_range`."""
     generator = torch.Generator().manual_seed(0)
     eos = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
     out = []
     for g in range(groups):
         trajectories = []
         for r in range(rollouts):
-            ids = torch.randint(200, 40000, (tokens - 1,), generator=generator).tolist()
+            ids = torch.randint(*id_range, (tokens - 1,), generator=generator).tolist()
             messages: list[Any] = [
                 {"role": "system", "content": "You are a careful shell agent."},
                 {"role": "user", "content": f"{TASK} (scenario {g})"},
@@ -82,21 +90,26 @@ def fixed_groups(tokenizer: Any, groups: int, rollouts: int, tokens: int) -> lis
 def plain_step(model: Any, optimizer: torch.optim.Optimizer, packed: Any) -> None:
     """Plain HF + peft on the packed rows: full logits, PG loss, backward, clip, step."""
     params = [p for p in model.parameters() if p.requires_grad]
+    device = params[0].device
     model.train()
     optimizer.zero_grad(set_to_none=True)
     rows = packed["tokens"].shape[0]
     for row in range(rows):
-        tokens = packed["tokens"][row : row + 1]
+
+        def take(key: str, row: int = row) -> torch.Tensor:
+            return packed[key][row : row + 1].to(device)
+
+        tokens = take("tokens")
         mask = training.attention_bias(
-            packed["group_ids"][row : row + 1], packed["parent_ids"][row : row + 1]
+            take("group_ids"), take("parent_ids"), dtype=training.model_dtype(model)
         )
         logits = model(
-            input_ids=tokens, attention_mask=mask, position_ids=packed["input_pos"][row : row + 1]
+            input_ids=tokens, attention_mask=mask, position_ids=take("input_pos")
         ).logits.float()
         logprobs = torch.log_softmax(logits[:, :-1], dim=-1)
         new = logprobs.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
-        weights = packed["assistant_mask"][row : row + 1, 1:].float()
-        advantages = packed["advantages"][row : row + 1, 1:].float()
+        weights = take("assistant_mask")[:, 1:].float()
+        advantages = take("advantages")[:, 1:].float()
         loss = -(advantages * new * weights).sum() / weights.sum().clamp(min=1)
         (loss / rows).backward()
     torch.nn.utils.clip_grad_norm_(params, training.MAX_GRAD_NORM)
@@ -113,14 +126,20 @@ async def run(args: argparse.Namespace) -> None:
         else {"activation_budget_bytes": args.activation_budget}
     )
     backend = TorchBackend(
-        path=workdir, num_threads=args.threads, train_num_threads=args.threads, port=0, **budget
+        path=workdir,
+        device=args.device,
+        num_threads=args.threads,
+        train_num_threads=args.threads,
+        port=0,
+        **budget,
     )
     model: art.TrainableModel = art.TrainableModel(
         name="bench", project="bench", base_model=DEFAULT_MODEL_NAME
     )
     await backend.register_model(model)
     ours_model = backend.peft_model_of(model)
-    loaded = load_base_model(DEFAULT_MODEL_NAME)  # a second copy of the base weights
+    # A second copy of the base weights, in the backend's dtype and on its device.
+    loaded = load_base_model(DEFAULT_MODEL_NAME, device=args.device, dtype=backend.dtype)
     plain = get_peft_model(loaded.model, training.lora_config(8)).eval()
     AdapterSnapshot.take(ours_model).load_into(plain)  # the same starting LoRA weights
     lora = [m.peft_config["default"].to_dict() for m in (ours_model, plain)]
@@ -175,6 +194,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--device", default="cpu", help="torch device of both sides")
     parser.add_argument(
         "--activation-budget",
         type=int,

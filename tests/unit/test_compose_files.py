@@ -230,3 +230,55 @@ def test_only_the_trainer_and_inference_images_get_torch_and_the_weights() -> No
     trainer_gpu = (ROOT / "services/trainer/Dockerfile.gpu").read_text()
     assert "--exclude torch trainer" in trainer_gpu  # the CUDA torch is installed first
     assert "vllm==${VLLM_VERSION}" in (ROOT / "services/inference/Dockerfile.gpu").read_text()
+
+
+def _args(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^ARG (\w+)=(.*)$", text, re.M))
+
+
+def test_gpu_images_take_the_cuda_flavour_and_operator_indexes_as_build_args() -> None:
+    trainer = (ROOT / "services/trainer/Dockerfile.gpu").read_text()
+    inference = (ROOT / "services/inference/Dockerfile.gpu").read_text()
+    # The default is what PyPI serves (torch 2.13.0, vLLM 0.32.0: CUDA 13.0); any other
+    # flavour's index is the operator's: no index is written into the tree.
+    both = {"TORCH_INDEX_URL", "VLLM_INDEX_URL"}
+    for text, indexes in ((trainer, {"TORCH_INDEX_URL"}), (inference, both)):
+        args = _args(text)
+        assert args["CUDA_FLAVOUR"] == "cu130"
+        assert {k for k in args if k.endswith("_INDEX_URL")} == indexes
+        assert all(args[k] == "" for k in indexes), "empty by default: PyPI"
+        assert "os.environ['CUDA_FLAVOUR']" in text, "the build checks torch's CUDA flavour"
+    assert '${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0' in trainer
+    assert '${VLLM_INDEX_URL:+--extra-index-url "$VLLM_INDEX_URL"}' in inference
+    services = compose()["services"]
+    for name, extra in (("trainer", set()), ("inference", {"VLLM_INDEX_URL"})):
+        args = services[name]["build"]["args"]
+        assert args["CUDA_FLAVOUR"] == "${CUDA_FLAVOUR:-cu130}", name
+        for key in {"TORCH_INDEX_URL"} | extra:
+            assert args[key] == f"${{{key}:-}}", (name, key)
+    example = (ROOT / ".env.example").read_text()
+    deployment = (ROOT / "docs" / "deployment.md").read_text()
+    assert "## GPU images and CUDA drivers" in deployment
+    for name in ("CUDA_FLAVOUR", "TORCH_INDEX_URL", "VLLM_INDEX_URL"):
+        assert f"# {name}=" in example and f"`{name}`" in deployment, name
+
+
+def test_art_image_has_its_own_pins_on_our_base_and_reaches_the_hub() -> None:
+    text = (ROOT / "services/trainer/Dockerfile.art").read_text()
+    assert SHARED.search(text) and "ARG BASE_IMAGE=python:3.11-slim" in text  # no CUDA image
+    after_shared = SHARED.split(text)[-1]
+    assert '"openpipe-art[backend]==${ART_VERSION}"' in after_shared
+    # ART's backend set pins transformers 5.2.0 and torch 2.10.0: the trainer extra's
+    # torch-backend pins stay out of the same resolve.
+    match = re.search(r"requirements\.py --pyproject /tmp/artfleet/pyproject\.toml([^>]*) >",
+                      after_shared)  # fmt: skip
+    assert match, "the art image installs the trainer extra minus the torch backend's pins"
+    names = _requirements(*match.group(1).replace("\\", " ").split())
+    assert not names & {"torch", "transformers", "peft", "xgrammar", "gguf"}
+    assert {"openpipe-art", "celery", "redis", "aiohttp"} <= names
+    assert '"protobuf>=7.35.1,<8"' in after_shared, "our gencode's runtime over ART's wandb pin"
+    # The managed vLLM runtime comes from hosts other than PyPI: optional, off by default.
+    assert _args(after_shared)["ART_VLLM_RUNTIME"] == "0"
+    # Hub ids for `art` jobs: art_types' setdefault keeps the image's explicit value.
+    final_env = after_shared.rsplit("\nENV ", 1)[-1]
+    assert "HF_HUB_OFFLINE=0" in final_env

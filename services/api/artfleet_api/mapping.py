@@ -81,7 +81,7 @@ def train_spec(request: TrainRequest, settings: ApiSettings, *, agent: str) -> J
             on_error="zero",
         )
         data["reward"] = [s.model_dump() for s in [*default_scorers(agent), ruler]]
-    for key in ("max_turns", "max_tokens"):
+    for key in ("max_turns", "max_tokens", "enable_thinking"):
         if getattr(request, key) is not None:
             data[key] = getattr(request, key)
     return validate_spec(data)

@@ -51,6 +51,7 @@ class TrainRequest(Body):
     rollouts_per_group: int | None = _spec("rollouts_per_group", default=None)
     max_turns: int | None = _spec("max_turns", default=None)
     max_tokens: int | None = _spec("max_tokens", default=None)
+    enable_thinking: bool | None = _spec("enable_thinking")
 
 
 # The two forms of a `POST /train` body, as the tags of their union: request validation
@@ -186,6 +187,7 @@ class RolloutRequest(Body):
         default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="key variable (rollout)"
     )
     seed: int = Field(default=0, ge=0, le=2**62)
+    enable_thinking: bool | None = _spec("enable_thinking")
 
 
 class TrajectoryOut(BaseModel):

@@ -95,6 +95,7 @@ async def rollout(request: Request, body: RolloutRequest) -> RolloutResponse:
         seed=body.seed,
         model_api_key_env=body.api_key_env or "",
         task_prompt=body.task_prompt,
+        enable_thinking=body.enable_thinking,
     )
     try:
         reply = await backends(request).rollout.RunGroup(

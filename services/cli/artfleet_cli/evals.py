@@ -153,6 +153,11 @@ def run(
     temperature: float | None = typer.Option(None, help="default: the job default"),
     max_turns: int | None = typer.Option(None, help="default: the job default"),
     max_tokens: int | None = typer.Option(None, help="per turn; default: the job default"),
+    enable_thinking: bool | None = typer.Option(
+        None,
+        "--enable-thinking/--no-enable-thinking",
+        help="the chat template's enable_thinking; default: the template's own",
+    ),
     reward: str | None = typer.Option(None, help="scorers: YAML/JSON list or a file"),
     concurrency: int = typer.Option(4, min=1, max=256, help="tasks run at once"),
     out: Path | None = typer.Option(None, help="folder for summary.json and trajectories/"),
@@ -174,6 +179,7 @@ def run(
             max_turns=max_turns,
             temperature=temperature,
             max_tokens=max_tokens,
+            enable_thinking=enable_thinking,
             reward=parse_reward(reward) if reward is not None else None,
         )
     )

@@ -70,6 +70,7 @@ def build_task(spec: JobSpecModel, scenario_id: str, **fields: Any) -> rollout_p
         seed=spec.seed,
         task_prompt=spec.task_prompt,
         mcp_config=mcp_config_json(spec),
+        enable_thinking=spec.enable_thinking,
         **fields,
     )
 
@@ -131,6 +132,11 @@ def run(
     temperature: float | None = typer.Option(None, help="default: the job default"),
     max_tokens: int | None = typer.Option(None, help="per turn; default: the job default"),
     max_context_tokens: int | None = typer.Option(None, help="default: the job default"),
+    enable_thinking: bool | None = typer.Option(
+        None,
+        "--enable-thinking/--no-enable-thinking",
+        help="the chat template's enable_thinking; default: the template's own",
+    ),
     reward: str | None = typer.Option(None, help="scorers: YAML/JSON list or a file"),
     timeout_s: float = typer.Option(1800.0, min=1, help="how long to wait for the group"),
     as_json: bool = typer.Option(False, "--json", help="print the whole response as JSON"),
@@ -150,6 +156,7 @@ def run(
             temperature=temperature,
             max_tokens=max_tokens,
             max_context_tokens=max_context_tokens,
+            enable_thinking=enable_thinking,
             reward=parse_reward(reward) if reward is not None else None,
         )
     )

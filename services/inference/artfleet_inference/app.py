@@ -12,6 +12,7 @@ from aiohttp import web
 from prometheus_client import start_http_server
 
 from artfleet.contracts.checkpoint_layout import find_checkpoint
+from artfleet.runtime.cuda_driver import cuda_problem, floor_line, probe_torch, read_driver_version
 from artfleet.runtime.health import HealthMonitor
 from artfleet_inference.engine import PolicyEngine
 from artfleet_inference.policies import PolicyTable
@@ -40,6 +41,22 @@ def base_model_dir(settings: InferenceSettings) -> Path:
     return folder
 
 
+def check_vllm_cuda(python: str) -> None:
+    """Before vLLM starts on CUDA: log the driver floor of vLLM's torch (asked of vLLM's own
+    Python: this process has no torch) and the host's driver, and stop the start with a
+    message naming both when CUDA is not usable there (else vLLM fails minutes later, deep
+    in its engine's log)."""
+    try:
+        facts = probe_torch(python)
+    except RuntimeError as exc:
+        raise SystemExit(f"ARTFLEET_INFERENCE_VLLM_PYTHON: {exc}") from None
+    driver = read_driver_version()
+    log.info("%s", floor_line("vLLM", facts, driver))
+    problem = cuda_problem("vLLM", facts, driver)
+    if problem is not None:
+        raise SystemExit(problem)
+
+
 class InferenceApp:
     def __init__(self, settings: InferenceSettings) -> None:
         self.settings = settings
@@ -55,6 +72,8 @@ class InferenceApp:
 
     async def start(self) -> None:
         settings = self.settings
+        if settings.inference_device == "cuda":
+            await asyncio.to_thread(check_vllm_cuda, settings.inference_vllm_python)
         base_dir = await asyncio.to_thread(base_model_dir, settings)
         workdir = Path(settings.inference_workdir)
         base_name = settings.inference_model

@@ -3,7 +3,8 @@
 - `/v1/chat/completions`, `/v1/completions`: checked (requests.py), routed to the weights
   the name asks for (policies.py), forwarded to vLLM, the answer's `model` renamed back
   to `name@step` (the rollout reads the step that answered from it).
-- `/v1/models`: the base model and every published policy.
+- `/v1/models`: the base model and every published policy, each with vLLM's
+  `max_model_len` (what vLLM lists; the trainer refuses jobs whose context exceeds it).
 - `POST /artfleet/v1/policies` `{name, step, checkpoint, base_model?}`: the trainer
   publishes a saved checkpoint (of the base model this service serves);
   `POST /artfleet/v1/policies/retire` `{name, step?}` retires one.
@@ -37,6 +38,7 @@ from artfleet_inference.requests import (
     parse_body,
     parse_object,
 )
+from artfleet_trainer.clients.inference_client import listed_max_model_len
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -69,6 +71,7 @@ class Front:
         self._art_path = art_path.resolve()
         self._vllm_alive = vllm_alive
         self._session: aiohttp.ClientSession | None = None
+        self._max_model_len: int | None = None  # vLLM's, fixed for its process's life
         self.app = web.Application(middlewares=[self._observe, self._auth])
         self.app.router.add_get("/health", self._health)
         self.app.router.add_get("/v1/models", self._models)
@@ -128,8 +131,34 @@ class Front:
     async def _models(self, _: web.Request) -> web.Response:
         table = self._engine.table
         names = [table.base_name, *(f"{n}@{s}" for n, (s, _) in sorted(table.latest.items()))]
-        data = [{"id": n, "object": "model", "owned_by": "artfleet"} for n in names]
+        data: list[dict[str, Any]] = [
+            {"id": n, "object": "model", "owned_by": "artfleet"} for n in names
+        ]
+        # Every policy is the base model or an adapter of it: one context for all.
+        max_model_len = await self._vllm_max_model_len()
+        if max_model_len is not None:
+            for entry in data:
+                entry["max_model_len"] = max_model_len
         return web.json_response({"object": "list", "data": data})
+
+    async def _vllm_max_model_len(self) -> int | None:
+        """vLLM's max_model_len as its own /v1/models lists it; None while it does not
+        answer (the listing goes on without it)."""
+        if self._max_model_len is not None or self._session is None:
+            return self._max_model_len
+        engine = self._engine
+        try:
+            async with self._session.get(
+                f"{engine.vllm_url}/v1/models",
+                headers={**engine.headers, "Accept-Encoding": "identity"},
+                timeout=aiohttp.ClientTimeout(total=10),
+            ) as reply:
+                listed = await reply.json(content_type=None) if reply.status == 200 else {}
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            log.warning("vLLM's /v1/models: %s", exc)
+            return None
+        self._max_model_len = listed_max_model_len(listed)
+        return self._max_model_len
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = parse_body(await request.read())

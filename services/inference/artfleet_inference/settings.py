@@ -4,12 +4,16 @@ anything heavy is imported."""
 from __future__ import annotations
 
 import sys
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from artfleet.runtime.config import ServerSettings
+
+# A number, or "auto": derived from the model's config.json (artfleet.contracts.gpu_plan).
+ContextLength = Annotated[int, Field(gt=0)] | Literal["auto"]
+GpuShare = Annotated[float, Field(gt=0, le=1)] | Literal["auto"]
 
 
 class InferenceSettings(ServerSettings):
@@ -41,17 +45,44 @@ class InferenceSettings(ServerSettings):
         default=sys.executable, description="a Python with vLLM (its own environment)"
     )
     inference_device: Literal["cpu", "cuda"] = Field(default="cpu")
-    inference_dtype: str = Field(default="float32")
-    inference_max_model_len: int = Field(default=2048, gt=0)
+    inference_dtype: str = Field(
+        default="",
+        description="vLLM's --dtype; empty: float32 on a CPU, auto (the checkpoint's own: "
+        "bf16 for Qwen) on CUDA",
+    )
+    inference_max_model_len: ContextLength = Field(
+        default=2048,
+        description="vLLM's context in tokens, or auto: from the model's config.json and the "
+        "memory (artfleet.contracts.gpu_plan): its max_position_embeddings capped at 32768, "
+        "shorter where the KV cache (CPU) or the GPU's split with the trainer needs it",
+    )
     inference_max_lora_rank: int = Field(
         default=16, gt=0, description="twice the trainer's LoRA rank in merged mode"
     )
-    inference_max_loras: int = Field(default=2, gt=0)
+    inference_max_loras: int = Field(
+        default=2,
+        gt=0,
+        description="adapters in one batch (GPU slots of max_lora_rank, preallocated); vLLM's "
+        "CPU cache keeps as many as the engine keeps registered (8)",
+    )
     inference_kv_cache_gib: float = Field(default=2.0, gt=0, description="CPU KV cache (GiB)")
-    inference_gpu_memory_utilization: float = Field(
-        default=0.4, gt=0, le=1, description="GPU share of vLLM when the trainer shares it"
+    inference_gpu_memory_utilization: GpuShare = Field(
+        default="auto",
+        description="vLLM's share of the GPU's memory when the trainer shares it; auto: "
+        "from the model's config.json and the GPU's memory (artfleet.contracts.gpu_plan)",
+    )
+    inference_gpu_memory_mib: int = Field(
+        default=0,
+        ge=0,
+        description="the GPU's total memory for auto (MiB, as nvidia-smi's memory.total); "
+        "0: asked from nvidia-smi",
     )
     inference_tool_call_parser: str = Field(default="hermes")
+    inference_reasoning_parser: str = Field(
+        default="",
+        description="vLLM's --reasoning-parser (e.g. qwen3: the reasoning goes to the "
+        "message's reasoning field); empty: none, the reasoning stays in the content",
+    )
     inference_prefix_caching: bool = Field(default=True)
     inference_extra_args: str = Field(default="", description="more vLLM flags, shell-split")
     inference_start_timeout_s: float = Field(default=600.0, gt=0)

@@ -12,15 +12,20 @@ import logging
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
+from artfleet.contracts import gpu_plan
 from artfleet.runtime.service import free_port
+from artfleet_inference.engine import MAX_REGISTERED_ADAPTERS
 from artfleet_inference.settings import InferenceSettings
 
 log = logging.getLogger(__name__)
@@ -32,10 +37,97 @@ class VllmLaunch:
     env: dict[str, str]
 
 
+@dataclass(frozen=True)
+class LaunchMemory:
+    """vLLM's dtype, context and GPU share, with every `auto` resolved."""
+
+    dtype: str
+    max_model_len: int
+    gpu_memory_utilization: float | None  # None on a CPU (VLLM_CPU_KVCACHE_SPACE instead)
+    plan: gpu_plan.GpuPlan | None = None  # the GPU plan an `auto` came from
+
+
+def vllm_dtype(settings: InferenceSettings) -> str:
+    if settings.inference_dtype:
+        return settings.inference_dtype
+    return "auto" if settings.inference_device == "cuda" else "float32"
+
+
+def uses_model_config(settings: InferenceSettings) -> bool:
+    """Whether an `auto` needs the model's config.json (and on CUDA the GPU's memory)."""
+    gpu_auto = settings.inference_gpu_memory_utilization == "auto"
+    cuda = settings.inference_device == "cuda"
+    return settings.inference_max_model_len == "auto" or (cuda and gpu_auto)
+
+
+def launch_memory(
+    settings: InferenceSettings,
+    config: Mapping[str, Any] | None = None,
+    gpu_total_bytes: int | None = None,
+) -> LaunchMemory:
+    """Resolve `auto` (pure: unit-tested). On a CPU, max_model_len is the longest whose
+    KV_SEQUENCES fit the KV cache; on CUDA both come from `gpu_plan.plan_gpu`, which also
+    takes a number given for either one as fixed."""
+    dtype, length = vllm_dtype(settings), settings.inference_max_model_len
+    share = settings.inference_gpu_memory_utilization
+    if not uses_model_config(settings):
+        assert length != "auto"
+        return LaunchMemory(dtype, length, None if share == "auto" else share)
+    if config is None:
+        raise ValueError("max_model_len or gpu_memory_utilization auto needs the config.json")
+    value_bytes = gpu_plan.dtype_bytes(dtype, gpu_plan.ModelShape.from_config(config).weight_bytes)
+    if settings.inference_device == "cpu":
+        kv_cache = int(settings.inference_kv_cache_gib * gpu_plan.GiB)
+        return LaunchMemory(dtype, gpu_plan.fit_max_model_len(config, kv_cache, value_bytes), None)
+    if gpu_total_bytes is None:
+        raise ValueError("auto on CUDA needs the GPU's total memory")
+    plan = gpu_plan.plan_gpu(
+        config,
+        gpu_total_bytes,
+        weight_bytes=value_bytes,
+        max_loras=settings.inference_max_loras,
+        max_lora_rank=settings.inference_max_lora_rank,
+        limits=vllm_limits(settings, gpu_total_bytes),
+        max_model_len=None if length == "auto" else length,
+        gpu_memory_utilization=None if share == "auto" else share,
+    )
+    return LaunchMemory(dtype, plan.max_model_len, plan.gpu_memory_utilization, plan)
+
+
+def vllm_limits(settings: InferenceSettings, gpu_total_bytes: int) -> gpu_plan.VllmLimits:
+    """vLLM's defaults, or what the extra flags set (they size vLLM's profile run)."""
+    limits = gpu_plan.VllmLimits.defaults_for(gpu_total_bytes)
+    extra = shlex.split(settings.inference_extra_args)
+    seqs = _flag_value(extra, "--max-num-seqs")
+    tokens = _flag_value(extra, "--max-num-batched-tokens")
+    return gpu_plan.VllmLimits(
+        int(seqs) if seqs else limits.max_num_seqs,
+        int(tokens) if tokens else limits.max_num_batched_tokens,
+    )
+
+
+def _flag_value(argv: list[str], name: str) -> str | None:
+    """The last value of `name` (`--x v` or `--x=v`), as argparse reads it."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(f"{name}="):
+            value = arg.partition("=")[2]
+    return value
+
+
 def vllm_launch(
-    settings: InferenceSettings, model_dir: Path, served_name: str, port: int, key: str
+    settings: InferenceSettings,
+    model_dir: Path,
+    served_name: str,
+    port: int,
+    key: str,
+    memory: LaunchMemory | None = None,
 ) -> VllmLaunch:
-    """The command and environment that start vLLM for `settings` (pure: unit-tested)."""
+    """The command and environment that start vLLM for `settings` (pure: unit-tested);
+    `memory` resolves any `auto` (`launch_memory`)."""
+    memory = memory or launch_memory(settings)
     argv = [
         settings.inference_vllm_python,
         "-m",
@@ -51,14 +143,18 @@ def vllm_launch(
         # One token: a random key may begin with "-", which argparse would take for a flag.
         f"--api-key={key}",
         "--dtype",
-        settings.inference_dtype,
+        memory.dtype,
         "--max-model-len",
-        str(settings.inference_max_model_len),
+        str(memory.max_model_len),
         "--enable-lora",
         "--max-lora-rank",
         str(settings.inference_max_lora_rank),
         "--max-loras",
         str(settings.inference_max_loras),
+        # vLLM's CPU cache of adapters defaults to max_loras: the engine keeps more
+        # registered, and each one evicted would be read from disk again when used.
+        "--max-cpu-loras",
+        str(max(MAX_REGISTERED_ADAPTERS, settings.inference_max_loras)),
         # Logprob entries name ids (`token_id:<id>`), as ART's tokenization reads them.
         "--return-tokens-as-token-ids",
         "--enable-auto-tool-choice",
@@ -69,6 +165,8 @@ def vllm_launch(
         else "--no-enable-prefix-caching",
         "--disable-uvicorn-access-log",
     ]
+    if settings.inference_reasoning_parser:
+        argv += ["--reasoning-parser", settings.inference_reasoning_parser]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTFLEET_")}
     env.update(
         VLLM_SERVER_DEV_MODE="1",  # /collective_rpc reload_weights, /reset_prefix_cache
@@ -77,10 +175,71 @@ def vllm_launch(
     )
     if settings.inference_device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{settings.inference_kv_cache_gib:g}"
-    else:
-        argv += ["--gpu-memory-utilization", f"{settings.inference_gpu_memory_utilization:g}"]
+    elif memory.gpu_memory_utilization is not None:
+        argv += ["--gpu-memory-utilization", f"{memory.gpu_memory_utilization:g}"]
     argv += shlex.split(settings.inference_extra_args)
     return VllmLaunch(argv, env)
+
+
+def resolve_launch_memory(settings: InferenceSettings, model_dir: Path) -> LaunchMemory:
+    """`launch_memory` with what an `auto` reads from this machine: the served model's
+    config.json and the GPU's total memory; the plan is logged."""
+    if not uses_model_config(settings):
+        return launch_memory(settings)
+    config = gpu_plan.read_config(model_dir)
+    cuda = settings.inference_device == "cuda"
+    memory = launch_memory(settings, config, gpu_total_bytes(settings) if cuda else None)
+    if memory.plan is None:
+        log.info("vLLM max_model_len %d (auto, CPU KV cache)", memory.max_model_len)
+    elif memory.plan.fits:
+        log.info("GPU plan for %s: %s", model_dir, memory.plan.summary())
+    else:
+        log.warning("GPU plan for %s: %s", model_dir, memory.plan.summary())
+    return memory
+
+
+def gpu_total_bytes(settings: InferenceSettings) -> int:
+    """The GPU's total memory: the setting, else nvidia-smi's, else torch's in vLLM's own
+    Python (this service's Python has no torch)."""
+    if settings.inference_gpu_memory_mib:
+        return settings.inference_gpu_memory_mib * gpu_plan.MiB
+    found = _nvidia_smi_total_bytes()
+    if found is None:
+        found = _torch_total_bytes(settings.inference_vllm_python)
+    if found is None:
+        raise RuntimeError(
+            "auto needs the GPU's memory: neither nvidia-smi nor torch in "
+            f"{settings.inference_vllm_python} told it; set ARTFLEET_INFERENCE_GPU_MEMORY_MIB"
+        )
+    return found
+
+
+def _nvidia_smi_total_bytes() -> int | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    argv = [smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible:
+        argv += ["-i", visible]  # the GPU vLLM will use: the first it sees
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
+        return int(out.stdout.split()[0]) * gpu_plan.MiB
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        log.warning("nvidia-smi did not tell the GPU's memory: %s", exc)
+        return None
+
+
+def _torch_total_bytes(python: str) -> int | None:
+    code = "import torch; print(torch.cuda.mem_get_info()[1])"
+    try:
+        out = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=180, check=True
+        )
+        return int(out.stdout.split()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        log.warning("torch in %s did not tell the GPU's memory: %s", python, exc)
+        return None
 
 
 def why(log_text: str, most: int = 12) -> str:
@@ -103,7 +262,10 @@ class VllmServer:
     ) -> None:
         self.port = free_port()
         self.key = secrets.token_urlsafe(24)  # vLLM's own key: only the front knows it
-        self._launch = vllm_launch(settings, model_dir, served_name, self.port, self.key)
+        self._settings = settings
+        self._model_dir = model_dir
+        self._served_name = served_name
+        self._launch: VllmLaunch | None = None  # at start: an `auto` may ask the GPU
         self._timeout_s = settings.inference_start_timeout_s
         self._log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
@@ -116,10 +278,15 @@ class VllmServer:
         return None if self._proc is None else self._proc.poll()
 
     async def start(self) -> None:
+        memory = await asyncio.to_thread(resolve_launch_memory, self._settings, self._model_dir)
+        self._launch = vllm_launch(
+            self._settings, self._model_dir, self._served_name, self.port, self.key, memory
+        )
         await asyncio.to_thread(self._spawn)
         await self._wait_ready()
 
     def _spawn(self) -> None:
+        assert self._launch is not None
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self._log_path, "ab") as out:
             self._proc = subprocess.Popen(

@@ -60,12 +60,14 @@ class OpenAIPolicy:
         temperature: float,
         max_tokens: int,
         timeout_s: float,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self._client = client
         self._model = model
         self._temperature = temperature
         self._max_tokens = max_tokens
         self._timeout_s = timeout_s
+        self._template_kwargs = dict(chat_template_kwargs or {})
 
     async def complete(
         self,
@@ -113,8 +115,21 @@ class OpenAIPolicy:
             if tool_choice is not None:
                 body["tool_choice"] = tool_choice
             body["tools"] = list(tools)
+        if self._template_kwargs:
+            # vLLM's extension (the torch server takes it too): variables of the chat
+            # template, e.g. Qwen3's enable_thinking. Never `include_reasoning: false`: with
+            # a reasoning parser vLLM then drops the token ids and logprobs training needs.
+            body["chat_template_kwargs"] = dict(self._template_kwargs)
         body.update(_TOKEN_IDS_BODY)
         return body
+
+
+def template_kwargs(task: rollout_pb2.GroupTask) -> dict[str, Any]:
+    """The chat template variables a task sets: `enable_thinking` only when the job set it
+    (unset keeps the template's default, and endpoints without the extension see nothing)."""
+    if task.HasField("enable_thinking"):
+        return {"enable_thinking": task.enable_thinking}
+    return {}
 
 
 def served_version(model: str | None) -> int | None:
@@ -149,6 +164,7 @@ class OpenAIClients:
             temperature=task.temperature,
             max_tokens=task.max_tokens,
             timeout_s=self._settings.model_timeout_s,
+            chat_template_kwargs=template_kwargs(task),
         )
 
     async def close(self) -> None:

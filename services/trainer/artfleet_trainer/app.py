@@ -14,6 +14,7 @@ from artfleet.v1 import trainer_pb2_grpc
 from artfleet_trainer.backends import backend_unavailable_reason, make_backend
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import GroupDispatcher, RolloutClient
+from artfleet_trainer.jobs.context_limit import ContextLimits
 from artfleet_trainer.jobs.images import ImageChecker
 from artfleet_trainer.jobs.runner import JobRunner
 from artfleet_trainer.jobs.store import JobStore
@@ -45,6 +46,7 @@ class TrainerApp:
             backend=settings.backend,
             base_model_map=settings.base_model_map,
             retire=getattr(self.backend, "retire_steps", None),  # torch + vLLM
+            context_limits=ContextLimits.for_settings(settings),
         )
         # Checkpoints and sampled trajectories fill these (kept on purpose, so never "stale");
         # findings never stop training.

@@ -24,6 +24,7 @@ from artfleet_trainer.backends import base_models
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import RolloutClient, split_ids
 from artfleet_trainer.jobs import grpo, wandb_runs
+from artfleet_trainer.jobs.context_limit import ContextLimits
 from artfleet_trainer.jobs.evals import check_eval_split
 from artfleet_trainer.jobs.images import ImageChecker
 from artfleet_trainer.jobs.models import ModelCatalog, parse_ref
@@ -43,6 +44,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         backend: str = "torch",
         base_model_map: dict[str, str] | None = None,
         retire: Callable[[str, list[int]], Awaitable[None]] | None = None,
+        context_limits: ContextLimits | None = None,
     ) -> None:
         self._store = store
         self._rollout = rollout
@@ -57,6 +59,9 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         # The backend's: the inference service stops serving deleted checkpoints (as after
         # retention); None where nothing outside the ART path serves them.
         self._retire = retire
+        # What serves the policy, asked whether it takes the job's context (default: the
+        # trainer's own torch server, which reads the base model's config).
+        self._context_limits = context_limits or ContextLimits()
 
     async def SubmitJob(
         self, request: trainer_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
@@ -70,6 +75,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         if why_not:
             raise InvalidArgument(why_not, "backend")
         spec = await asyncio.to_thread(self._base_model, spec)
+        await self._context_limits.check(spec)
         info = await self._rollout.describe(spec.environment)
         split_ids(info, spec.environment, spec.split)
         spec = await self._written_out_reward(spec, info)

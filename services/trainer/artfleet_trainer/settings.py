@@ -16,6 +16,11 @@ class TrainerSettings(ServerSettings):
         default="logs", description="sampled trajectories (log_sample_rate) as JSON go here"
     )
     device: str = Field(default="cpu", description="torch device of the torch backend")
+    dtype: Literal["auto", "bf16", "fp32"] = Field(
+        default="auto",
+        description="torch backend: the base model's dtype; auto is bf16 on CUDA, fp32 on "
+        "a CPU (the LoRA adapter, its optimizer state, logprobs and the loss stay fp32)",
+    )
     # Hub ids (what the HTTP training API's users type) onto folders this machine has.
     base_model_map: NameMap = Field(
         default_factory=dict, description="job base_model names -> model folders (JSON)"
@@ -40,11 +45,25 @@ class TrainerSettings(ServerSettings):
         ge=0,
         description="torch backend: key/values of earlier turns kept for reuse; 0 disables",
     )
-    train_activation_budget_bytes: int = Field(
-        default=2 * 1024**3,
+    train_activation_budget_bytes: int | None = Field(
+        default=None,
         ge=0,
-        description="torch backend: activations a training row keeps for the backward pass; "
-        "larger rows recompute some decoder layers; 0 recomputes every layer (least memory)",
+        description="torch backend: activations a training row (GRPO or SFT) keeps for the "
+        "backward pass; larger rows recompute some decoder layers; 0 recomputes every "
+        "layer (least memory); unset: 2 GiB on a CPU, from the free memory on CUDA",
+    )
+    train_memory_fraction: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="torch backend on CUDA: the trainer's share of the GPU's memory, a limit "
+        "for its allocator and its activation budget (0: no limit; beside vLLM: 1 - its share)",
+    )
+    train_num_threads: int | None = Field(
+        default=None,
+        gt=0,
+        description="torch backend on a CPU: threads a training step uses; unset: all cores "
+        "when the others are idle at the step's start, else all but one",
     )
     rollout_target: str = Field(default="127.0.0.1:50052", description="Rollout gRPC address")
     reward_target: str = Field(default="127.0.0.1:50054", description="Reward gRPC address")

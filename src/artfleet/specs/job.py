@@ -98,7 +98,14 @@ class JobSpecModel(BaseModel):
     seed: int = Field(default=0, ge=0)
     temperature: float = Field(default=0.7, ge=0, le=5.0)  # the terminal agent's default
     max_tokens: int = Field(default=96, ge=1, le=32_768)
+    # The episode's context budget; refused at submit beyond what the serving engine takes
+    # (artfleet_trainer.jobs.context_limit).
     max_context_tokens: int = Field(default=2048, ge=256, le=1_048_576)
+    # Hybrid reasoning models (Qwen3): the chat template's `enable_thinking`, sent with every
+    # policy call of the job as `chat_template_kwargs`; None = the template's own default.
+    enable_thinking: bool | None = Field(
+        default=None, description="thinking on/off: the chat template's enable_thinking"
+    )
     # The training scripts' --max-concurrent: episodes of this job running at once in each rollout
     # worker (0 = no limit beyond the worker's own groups_concurrency).
     max_concurrent: int = Field(
@@ -217,7 +224,8 @@ def config_hash(spec: JobSpecModel) -> str:
     """A stable id of what the job trains: sha256 of the validated spec's canonical JSON
     (defaults filled in, keys sorted) without NOT_TRAINING_FIELDS; 12 hex digits."""
     data = spec.model_dump(mode="json", exclude=set(NOT_TRAINING_FIELDS))
-    for key in ("sft", "mcp_config"):  # specs without these keep the hash they had
+    # Specs without these keep the hash they had.
+    for key in ("sft", "mcp_config", "enable_thinking"):
         if data.get(key) is None:
             data.pop(key, None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)

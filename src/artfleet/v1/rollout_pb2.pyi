@@ -60,7 +60,7 @@ class EnvironmentInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., split_sizes: _Optional[_Mapping[str, int]] = ..., scenarios: _Optional[_Iterable[_Union[ScenarioInfo, _Mapping]]] = ..., agent: _Optional[str] = ..., skipped: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class GroupTask(_message.Message):
-    __slots__ = ("job_id", "step", "group_id", "environment", "scenario_id", "rollouts", "max_turns", "model_base_url", "policy", "temperature", "max_tokens", "max_context_tokens", "reward", "seed", "model_api_key_env", "policy_version", "task_prompt", "max_concurrent", "mcp_config")
+    __slots__ = ("job_id", "step", "group_id", "environment", "scenario_id", "rollouts", "max_turns", "model_base_url", "policy", "temperature", "max_tokens", "max_context_tokens", "reward", "seed", "model_api_key_env", "policy_version", "task_prompt", "max_concurrent", "mcp_config", "enable_thinking")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +80,7 @@ class GroupTask(_message.Message):
     TASK_PROMPT_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
     MCP_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_THINKING_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     step: int
     group_id: str
@@ -99,7 +100,8 @@ class GroupTask(_message.Message):
     task_prompt: str
     max_concurrent: int
     mcp_config: str
-    def __init__(self, job_id: _Optional[str] = ..., step: _Optional[int] = ..., group_id: _Optional[str] = ..., environment: _Optional[str] = ..., scenario_id: _Optional[str] = ..., rollouts: _Optional[int] = ..., max_turns: _Optional[int] = ..., model_base_url: _Optional[str] = ..., policy: _Optional[str] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., reward: _Optional[_Union[_common_pb2.RewardSpec, _Mapping]] = ..., seed: _Optional[int] = ..., model_api_key_env: _Optional[str] = ..., policy_version: _Optional[int] = ..., task_prompt: _Optional[str] = ..., max_concurrent: _Optional[int] = ..., mcp_config: _Optional[str] = ...) -> None: ...
+    enable_thinking: bool
+    def __init__(self, job_id: _Optional[str] = ..., step: _Optional[int] = ..., group_id: _Optional[str] = ..., environment: _Optional[str] = ..., scenario_id: _Optional[str] = ..., rollouts: _Optional[int] = ..., max_turns: _Optional[int] = ..., model_base_url: _Optional[str] = ..., policy: _Optional[str] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., reward: _Optional[_Union[_common_pb2.RewardSpec, _Mapping]] = ..., seed: _Optional[int] = ..., model_api_key_env: _Optional[str] = ..., policy_version: _Optional[int] = ..., task_prompt: _Optional[str] = ..., max_concurrent: _Optional[int] = ..., mcp_config: _Optional[str] = ..., enable_thinking: _Optional[bool] = ...) -> None: ...
 
 class RunGroupRequest(_message.Message):
     __slots__ = ("task",)

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
 
+from artfleet.contracts.gpu_plan import H100_80GB_BYTES, QWEN3, MiB, VllmLimits, plan_gpu
+from artfleet_inference.engine import MAX_REGISTERED_ADAPTERS
 from artfleet_inference.settings import InferenceSettings
-from artfleet_inference.vllm_server import vllm_launch, why
+from artfleet_inference.vllm_server import (
+    gpu_total_bytes,
+    launch_memory,
+    resolve_launch_memory,
+    vllm_launch,
+    vllm_limits,
+    why,
+)
 
 
 def _settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> InferenceSettings:
@@ -67,3 +78,150 @@ def test_a_failed_start_names_the_root_cause() -> None:
 def test_a_key_that_looks_like_a_flag_stays_the_keys_value(monkeypatch: pytest.MonkeyPatch) -> None:
     argv = vllm_launch(_settings(monkeypatch), Path("/m"), "m", 1, "-Xy_z").argv
     assert "--api-key=-Xy_z" in argv and "-Xy_z" not in argv
+
+
+# --- dtype, context and GPU share: `auto` from artfleet.contracts.gpu_plan ----------------
+
+SMOLLM = {  # the embedded default's config.json (the shapes that matter)
+    "model_type": "llama",
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "vocab_size": 49152,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 8192,
+    "dtype": "float32",
+}
+
+
+def test_defaults_keep_the_cpu_launch_and_take_bf16_on_cuda(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    argv = vllm_launch(_settings(monkeypatch), Path("/m"), "m", 1, "k").argv
+    assert _flag(argv, "--max-model-len") == "2048" and _flag(argv, "--dtype") == "float32"
+    cuda = _settings(
+        monkeypatch,
+        ARTFLEET_INFERENCE_DEVICE="cuda",
+        ARTFLEET_INFERENCE_GPU_MEMORY_UTILIZATION="0.5",
+    )
+    argv = vllm_launch(cuda, Path("/m"), "m", 1, "k").argv
+    assert _flag(argv, "--dtype") == "auto"  # the checkpoint's own: bf16 for Qwen (#20)
+    assert _flag(argv, "--gpu-memory-utilization") == "0.5"
+
+
+def test_auto_on_cuda_takes_the_gpu_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = _settings(
+        monkeypatch, ARTFLEET_INFERENCE_DEVICE="cuda", ARTFLEET_INFERENCE_MAX_MODEL_LEN="auto"
+    )
+    memory = launch_memory(settings, QWEN3["Qwen3-14B"], H100_80GB_BYTES)
+    assert memory.plan == plan_gpu(QWEN3["Qwen3-14B"], H100_80GB_BYTES)  # the docs' numbers
+    assert memory.plan.fits and memory.gpu_memory_utilization is not None
+    assert memory.gpu_memory_utilization > 0.4  # #15: 14B needs more than the old share
+    argv = vllm_launch(settings, Path("/m"), "m", 1, "k", memory).argv
+    assert _flag(argv, "--max-model-len") == str(memory.plan.max_model_len)
+    assert _flag(argv, "--gpu-memory-utilization") == f"{memory.gpu_memory_utilization:g}"
+
+
+def test_a_number_for_one_setting_is_kept_and_auto_fills_the_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = _settings(
+        monkeypatch,
+        ARTFLEET_INFERENCE_DEVICE="cuda",
+        ARTFLEET_INFERENCE_GPU_MEMORY_UTILIZATION="0.4",
+        ARTFLEET_INFERENCE_MAX_MODEL_LEN="auto",
+    )
+    memory = launch_memory(settings, QWEN3["Qwen3-8B"], H100_80GB_BYTES)
+    assert memory.gpu_memory_utilization == 0.4 and memory.plan is not None
+    assert memory.max_model_len == memory.plan.max_model_len == 16384
+    fixed_len = _settings(
+        monkeypatch,
+        ARTFLEET_INFERENCE_GPU_MEMORY_UTILIZATION="auto",
+        ARTFLEET_INFERENCE_MAX_MODEL_LEN="4096",
+    )
+    memory = launch_memory(fixed_len, QWEN3["Qwen3-8B"], H100_80GB_BYTES)
+    assert memory.max_model_len == 4096 and memory.gpu_memory_utilization is not None
+
+
+def test_the_plan_counts_vllm_flags_given_as_extra_args(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = _settings(monkeypatch, ARTFLEET_INFERENCE_DEVICE="cuda")
+    fewer = _settings(
+        monkeypatch,
+        ARTFLEET_INFERENCE_DEVICE="cuda",
+        ARTFLEET_INFERENCE_EXTRA_ARGS="--max-num-seqs 64 --max-num-batched-tokens=4096",
+    )
+    assert vllm_limits(fewer, H100_80GB_BYTES) == VllmLimits(64, 4096)
+    full = launch_memory(base, QWEN3["Qwen3-4B"], H100_80GB_BYTES).plan
+    small = launch_memory(fewer, QWEN3["Qwen3-4B"], H100_80GB_BYTES).plan
+    assert full is not None and small is not None
+    assert small.vllm_fixed_bytes < full.vllm_fixed_bytes  # a smaller sampler profile run
+
+
+def test_auto_on_a_cpu_fits_the_kv_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = _settings(monkeypatch, ARTFLEET_INFERENCE_MAX_MODEL_LEN="auto")
+    memory = launch_memory(settings, SMOLLM)
+    assert memory.max_model_len == 8192 and memory.plan is None  # fp32: 4 x 8192 x 45 KiB
+    assert memory.gpu_memory_utilization is None
+    small = _settings(
+        monkeypatch, ARTFLEET_INFERENCE_MAX_MODEL_LEN="auto", ARTFLEET_INFERENCE_KV_CACHE_GIB="1"
+    )
+    assert launch_memory(small, SMOLLM).max_model_len == 4096
+    argv = vllm_launch(settings, Path("/m"), "m", 1, "k", memory).argv
+    assert _flag(argv, "--max-model-len") == "8192" and "--gpu-memory-utilization" not in argv
+
+
+def test_auto_without_the_config_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = _settings(monkeypatch, ARTFLEET_INFERENCE_DEVICE="cuda")  # the share: auto
+    with pytest.raises(ValueError, match=r"config\.json"):
+        vllm_launch(settings, Path("/m"), "m", 1, "k")
+    with pytest.raises(ValueError, match="GPU's total memory"):
+        launch_memory(settings, QWEN3["Qwen3-4B"])
+
+
+def test_resolving_reads_the_served_models_config_and_the_gpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3["Qwen3-8B"]))
+    settings = _settings(
+        monkeypatch,
+        ARTFLEET_INFERENCE_DEVICE="cuda",
+        ARTFLEET_INFERENCE_MAX_MODEL_LEN="auto",
+        ARTFLEET_INFERENCE_GPU_MEMORY_MIB="81559",
+    )
+    memory = resolve_launch_memory(settings, tmp_path)
+    assert memory.plan == plan_gpu(QWEN3["Qwen3-8B"], H100_80GB_BYTES)
+    # Without the setting, nvidia-smi is asked (for the first GPU vLLM sees).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/args\necho 143771\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    settings = _settings(monkeypatch, ARTFLEET_INFERENCE_GPU_MEMORY_MIB="0")
+    assert gpu_total_bytes(settings) == 143771 * MiB
+    assert "-i 1" in (tmp_path / "args").read_text()
+
+
+def test_max_cpu_loras_keeps_every_adapter_the_engine_registers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    argv = vllm_launch(_settings(monkeypatch), Path("/m"), "m", 1, "k").argv
+    assert _flag(argv, "--max-loras") == "2"
+    assert _flag(argv, "--max-cpu-loras") == str(MAX_REGISTERED_ADAPTERS) == "8"
+    many = _settings(monkeypatch, ARTFLEET_INFERENCE_MAX_LORAS="12")
+    argv = vllm_launch(many, Path("/m"), "m", 1, "k").argv
+    assert _flag(argv, "--max-cpu-loras") == "12"  # vLLM refuses fewer than max_loras
+
+
+def test_the_reasoning_parser_is_off_unless_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (
+        "--reasoning-parser"
+        not in vllm_launch(_settings(monkeypatch), Path("/m"), "m", 1, "k").argv
+    )
+    named = _settings(monkeypatch, ARTFLEET_INFERENCE_REASONING_PARSER="qwen3")
+    argv = vllm_launch(named, Path("/m"), "m", 1, "k").argv
+    assert _flag(argv, "--reasoning-parser") == "qwen3"

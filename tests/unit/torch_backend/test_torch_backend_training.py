@@ -20,7 +20,7 @@ from artfleet_trainer.torch_backend.worker import (
     training_threads,
 )
 
-NEG_INF = float("-inf")
+NEG_INF = torch.finfo(torch.float32).min
 
 
 def _tiny() -> LlamaForCausalLM:
@@ -48,6 +48,35 @@ def test_attention_bias_is_causal_within_group_or_parent() -> None:
         [0, 0, 0, 0, 0, 1],  # a pad sees only pads (never a fully masked row)
     ]
     assert bias[0, 0, 0, 1] == NEG_INF
+
+
+def test_attention_bias_takes_the_given_dtype() -> None:
+    ids = torch.tensor([[1, 1, 2]])
+    bias = training.attention_bias(ids, torch.ones_like(ids), dtype=torch.bfloat16)
+    assert bias.dtype == torch.bfloat16
+    assert bias[0, 0, 0, 1] == torch.finfo(torch.bfloat16).min  # finite: no inf arithmetic
+
+
+def test_a_bf16_model_gets_a_bf16_mask() -> None:
+    # CUDA's memory-efficient SDPA refuses a bias whose dtype is not the query's: the
+    # mask each decoder layer receives must be in the model's dtype (fp32 before).
+    model = tiny_llama(64).bfloat16()
+    seen: list[torch.dtype] = []
+
+    def record(_module: object, _args: object, kwargs: dict[str, object]) -> None:
+        mask = kwargs.get("attention_mask")
+        assert isinstance(mask, torch.Tensor)
+        seen.append(mask.dtype)
+
+    model.model.layers[0].register_forward_pre_hook(record, with_kwargs=True)
+    ids = torch.tensor([[3, 4, 5, 6]])
+    groups = torch.tensor([[1, 1, 2, 2]])
+    with torch.no_grad():
+        logprobs, _ = training.compute_logprobs(
+            model, ids, torch.arange(4)[None], groups, torch.ones_like(groups)
+        )
+    assert seen == [torch.bfloat16]
+    assert logprobs.dtype == torch.float32  # the log-softmax is fp32 whatever the model's
 
 
 def test_shifted_targets_point_at_the_next_token() -> None:

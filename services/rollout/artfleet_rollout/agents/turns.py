@@ -13,6 +13,10 @@ from artfleet.contracts.art_types import art
 from artfleet_rollout import metrics
 from artfleet_rollout.ports import Policy
 
+# Where engines answer a reasoning parser's text beside `content`: vLLM 0.32 `reasoning`;
+# earlier vLLM and other OpenAI-compatible servers `reasoning_content`.
+REASONING_KEYS = ("reasoning", "reasoning_content")
+
 
 @dataclass
 class Budget:
@@ -35,12 +39,11 @@ async def ask_policy(
     default_version: int | None = None,
 ) -> Choice:
     start = time.perf_counter()
+    messages = history(trajectory)
     if tool_choice is None:
-        turn = await policy.complete(trajectory.messages(), tools=trajectory.tools)
+        turn = await policy.complete(messages, tools=trajectory.tools)
     else:
-        turn = await policy.complete(
-            trajectory.messages(), tools=trajectory.tools, tool_choice=tool_choice
-        )
+        turn = await policy.complete(messages, tools=trajectory.tools, tool_choice=tool_choice)
     metrics.MODEL_SECONDS.observe(time.perf_counter() - start)
     # The policy versions the trainer's staleness rule reads (artfleet_trainer.jobs.pipeline):
     # the version the answer names, else the one served when the task was dispatched.
@@ -51,6 +54,23 @@ async def ask_policy(
     if turn.usage is not None:
         budget.prompt_tokens = turn.usage.context_tokens
     return turn.choice
+
+
+def history(trajectory: art.Trajectory) -> list[Any]:
+    """The conversation to send: ART's messages, plus each earlier answer's reasoning as the
+    engine gave it. With a reasoning parser (vLLM's `--reasoning-parser`) `content` lacks
+    the `<think>` block the model sampled, and ART's messages keep only `content`; without
+    the reasoning the chat template renders an earlier turn of an agentic (tool) loop
+    without its thinking, so the model sees a context it never wrote and its next prompt
+    no longer extends the sampled ids. The engine's own key goes back (vLLM 0.32 answers
+    `reasoning` and renders it as the template's `reasoning_content`)."""
+    messages: list[Any] = trajectory.messages()
+    # ART's messages() maps each item of messages_and_choices to one message, in order.
+    for message, item in zip(messages, trajectory.messages_and_choices, strict=True):
+        if isinstance(item, Choice):
+            extra = item.message.model_extra or {}
+            message.update({k: extra[k] for k in REASONING_KEYS if extra.get(k) is not None})
+    return messages
 
 
 def system_message(task_prompt: str, default: str) -> list[dict[str, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Protocol
 
@@ -10,6 +11,8 @@ from artfleet_trainer.settings import TrainerSettings
 
 if TYPE_CHECKING:  # `import art` takes seconds: entrypoints that parse config stay light
     from artfleet.contracts.art_types import art
+
+log = logging.getLogger(__name__)
 
 
 class TrainerBackend(Protocol):
@@ -59,8 +62,32 @@ def backend_unavailable_reason(kind: str, configured: str) -> str:
     return ""
 
 
+def check_cuda(device: str) -> None:
+    """On a CUDA device: log the driver floor of this torch's CUDA build and the host's
+    driver, and stop the start with a message naming both when CUDA is not usable (else the
+    first `.to("cuda")` fails deep inside a job)."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    from artfleet.runtime.cuda_driver import (
+        TorchCuda,
+        cuda_problem,
+        floor_line,
+        read_driver_version,
+    )
+
+    facts = TorchCuda(torch.__version__, torch.version.cuda, torch.cuda.is_available())
+    driver = read_driver_version()
+    log.info("%s", floor_line("the trainer", facts, driver))
+    problem = cuda_problem("the trainer", facts, driver)
+    if problem is not None:
+        raise SystemExit(problem)
+
+
 def make_backend(kind: str, settings: TrainerSettings) -> TrainerBackend:
     if kind == "torch":
+        check_cuda(settings.device)
         from artfleet_trainer.clients.inference_client import InferenceClient
         from artfleet_trainer.torch_backend import TorchBackend
 
@@ -79,15 +106,21 @@ def make_backend(kind: str, settings: TrainerSettings) -> TrainerBackend:
             api_key=settings.api_token.get_secret_value(),
             cache_dir=settings.model_cache_dir or None,
             prefix_cache_bytes=settings.prefix_cache_bytes,
+            dtype=settings.dtype,
+            train_num_threads=settings.train_num_threads,
             activation_budget_bytes=settings.train_activation_budget_bytes,
+            memory_fraction=settings.train_memory_fraction,
             publisher=publisher,
         )
     if kind == "art":
-        if importlib.util.find_spec("unsloth") is None or importlib.util.find_spec("vllm") is None:
+        # vLLM is not importable here: ART 0.5.18 runs it from its own managed runtime (a
+        # separate environment, art.vllm_runtime), so Unsloth is what marks the GPU image.
+        if importlib.util.find_spec("unsloth") is None:
             raise RuntimeError(
                 "the 'art' backend needs a GPU image with openpipe-art[backend] "
-                "(Unsloth + vLLM); use ARTFLEET_BACKEND=torch on CPU"
+                "(Unsloth; vLLM in ART's managed runtime); use ARTFLEET_BACKEND=torch on CPU"
             )
+        check_cuda("cuda")  # ART's LocalBackend trains on the GPU whatever ARTFLEET_DEVICE says
         from artfleet_trainer.backends.art_backend import make_art_backend
 
         return make_art_backend(settings)

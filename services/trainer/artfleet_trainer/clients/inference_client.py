@@ -1,6 +1,6 @@
 """The trainer's one client of the inference service (artfleet_inference): publish a
-saved checkpoint, retire one, ask whether it serves. The rollout never uses this: it
-calls the service's OpenAI endpoint like any other."""
+saved checkpoint, retire one, ask whether it serves and the context it serves. The
+rollout never uses this: it calls the service's OpenAI endpoint like any other."""
 
 from __future__ import annotations
 
@@ -21,6 +21,15 @@ class InferenceUnavailable(RuntimeError):
 
 class InferenceRefused(ValueError):
     """The inference service refused a request (4xx): it will not serve this policy."""
+
+
+def listed_max_model_len(listed: Any) -> int | None:
+    """The smallest `max_model_len` in an OpenAI model listing (vLLM's extension, which the
+    inference service's front passes on), or None when it lists none."""
+    models = listed.get("data") if isinstance(listed, dict) else None
+    lengths = [m.get("max_model_len") for m in models or [] if isinstance(m, dict)]
+    known = [n for n in lengths if type(n) is int and n > 0]  # a JSON `true` is no length
+    return min(known) if known else None
 
 
 class InferenceClient:
@@ -62,6 +71,24 @@ class InferenceClient:
             await self._post("/artfleet/v1/policies/retire", body)
         except (aiohttp.ClientError, TimeoutError, InferenceUnavailable, InferenceRefused) as exc:
             log.warning("retire %s@%s: %s", name, step, exc)
+
+    async def max_model_len(self, timeout_s: float = 10.0) -> int | None:
+        """The context the service's vLLM takes (its `max_model_len`, from GET /v1/models);
+        None when the listing names none. InferenceUnavailable when it does not answer,
+        InferenceRefused when it refuses (a 4xx: the token)."""
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
+                session.get(f"{self.url}/v1/models", headers=self._headers) as reply,
+            ):
+                listed = await reply.json(content_type=None)
+                status = reply.status
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise InferenceUnavailable(f"inference service at {self.url}: {exc}") from exc
+        if status >= 400:
+            error = InferenceRefused if status < 500 else InferenceUnavailable
+            raise error(f"inference service /v1/models: {status}")
+        return listed_max_model_len(listed)
 
     async def healthy(self) -> bool:
         try:

@@ -115,6 +115,7 @@ def group_tasks(
             max_concurrent=spec.max_concurrent,
             policy_version=policy_version,
             mcp_config=mcp_config_json(spec),
+            enable_thinking=spec.enable_thinking,  # None leaves it unset: the template's default
         )
         for i, scenario in enumerate(scenarios)
     ]

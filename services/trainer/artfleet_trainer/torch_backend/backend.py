@@ -33,16 +33,18 @@ from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.clients.inference_client import InferenceClient, InferenceUnavailable
 
-from . import checkpoints, sft, training
-from .activation_memory import DEFAULT_ACTIVATION_BUDGET_BYTES
+from . import checkpoints, precision, sft, training
 from .adapter_versions import AdapterSnapshot
 from .frozen import FrozenPolicies
 from .generation import BatchEngine, stop_token_ids_of
-from .model_loader import load_base_model
+from .model_loader import LoadedModel, load_base_model
 from .prefix_cache import DEFAULT_MAX_BYTES, PrefixCache
 from .scheduler import GenerationScheduler
 from .server import InferenceServer, ServedPolicy
-from .worker import TorchWorker, torch_threads, training_threads
+from .worker import TorchWorker, training_thread_scope
+
+# A base model by name, loaded in the backend's dtype onto its device.
+BaseLoader = Callable[[str], LoadedModel]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -73,15 +75,18 @@ class TorchBackend:
         api_key: str | None = None,
         cache_dir: str | None = None,
         lora_rank: int = 8,
+        dtype: precision.DtypeName = "auto",
         num_threads: int | None = None,
         train_num_threads: int | None = None,
-        activation_budget_bytes: int = DEFAULT_ACTIVATION_BUDGET_BYTES,
+        activation_budget_bytes: int | None = None,
+        memory_fraction: float = 0.0,
         advertise_host: str | None = None,
         max_batch_rows: int = 32,
         batch_window_s: float = 0.03,
         default_max_tokens: int = 512,
         prefix_cache_bytes: int = DEFAULT_MAX_BYTES,
         publisher: InferenceClient | None = None,
+        loader: BaseLoader | None = None,
     ) -> None:
         """`api_key` guards the server (a random one when None; `_prepare_backend_for_training`
         returns it). `advertise_host` is the host put in base_url when clients reach the
@@ -89,15 +94,27 @@ class TorchBackend:
         `num_threads` (torch threads for loading and generation) defaults to all cores
         but one; `train_num_threads` to all cores when the machine is otherwise idle at
         the start of a step, else all but one (see worker.py for the measurements).
+        `dtype`: the base model's (`auto`: bf16 on CUDA, fp32 on a CPU; precision.py).
         `activation_budget_bytes` bounds the activations a training row keeps for the
         backward pass: a row within it recomputes nothing, a larger one checkpoints just
-        enough decoder layers (activation_memory.py); 0 checkpoints every layer.
+        enough decoder layers (activation_memory.py); 0 checkpoints every layer; None
+        takes the device's (2 GiB on a CPU, the free memory on CUDA at each step).
+        `memory_fraction` (CUDA, 0 = no limit): the trainer's share of the GPU, which its
+        allocator may not exceed (the rest is vLLM's).
         `prefix_cache_bytes` bounds each served model's prefix cache (key/values of
         earlier turns reused by the next prompt, see prefix_cache.py); 0 disables it.
         `publisher`: the inference service (vLLM) that serves the policy instead of the
-        built-in server; every saved checkpoint is published to it."""
+        built-in server; every saved checkpoint is published to it.
+        `loader`: how a base model is loaded (default: `load_base_model` from the embedded
+        default or a local folder; the device check builds random-init models instead)."""
         self._path = path
         self.device = device
+        self.dtype = precision.resolve_dtype(dtype, device)
+        self.memory_fraction = memory_fraction
+        precision.configure_device(device)
+        if memory_fraction > 0 and precision.is_cuda(device):
+            torch.cuda.set_per_process_memory_fraction(memory_fraction, torch.device(device))
+        self._loader = loader or self._load_base
         self.cache_dir = cache_dir
         self.lora_rank = lora_rank
         self.max_batch_rows = max_batch_rows
@@ -117,8 +134,7 @@ class TorchBackend:
             self._worker,
             self._make_policy,
             self._policies,
-            cache_dir=cache_dir,
-            device=device,
+            loader=self._loader,
             lora_rank=lora_rank,
         )
         self._server = InferenceServer(
@@ -136,6 +152,11 @@ class TorchBackend:
 
     async def __aexit__(self, *_: object) -> None:
         await self.close()
+
+    def _load_base(self, base_model: str) -> LoadedModel:
+        return load_base_model(
+            base_model, cache_dir=self.cache_dir, device=self.device, dtype=self.dtype
+        )
 
     @property
     def base_url(self) -> str | None:
@@ -208,7 +229,7 @@ class TorchBackend:
 
     def _load_state(self, model: art.TrainableModel, output_dir: Path) -> _ModelState:
         """Torch thread: base weights + the latest adapter and optimizer state, if any."""
-        loaded = load_base_model(model.base_model, cache_dir=self.cache_dir, device=self.device)
+        loaded = self._loader(model.base_model)
         step = checkpoints.latest_step(output_dir)
         latest = checkpoints.checkpoint_dir(output_dir, step)
         resume = (latest / ADAPTER_CONFIG).is_file()
@@ -362,7 +383,7 @@ class TorchBackend:
         )
         stats = training.StepStats()
         if batch is not None:
-            with torch_threads(training_threads(self.train_num_threads)):
+            with training_thread_scope(self.device, self.train_num_threads):
                 stats = training.train_on_packed(
                     state.peft_model,
                     state.optimizer,
@@ -370,6 +391,7 @@ class TorchBackend:
                     config,
                     dev_config,
                     activation_budget_bytes=self.activation_budget_bytes,
+                    memory_fraction=self.memory_fraction,
                 )
             log.info(
                 "trained %d rows of %s tokens; decoder layers checkpointed per row: %s",
@@ -383,6 +405,7 @@ class TorchBackend:
         path = checkpoints.save_checkpoint(
             state.peft_model, state.output_dir, new_step, state.optimizer.state_dict()
         )
+        precision.release_cached_memory(self.device)
         # New weights, served as `name@new_step` from the next admission on: no key/values
         # computed before may be reused; running rows drain on the old adapter (saved
         # first: the checkpoint must hold the new weights).
@@ -444,14 +467,22 @@ class TorchBackend:
     def _sft_batch(
         self, state: _ModelState, batch: list[sft.SftRow], rate: float
     ) -> dict[str, float]:
-        with torch_threads(training_threads(self.train_num_threads)):
-            return sft.train_batch(state.peft_model, state.optimizer, batch, rate)
+        with training_thread_scope(self.device, self.train_num_threads):
+            return sft.train_batch(
+                state.peft_model,
+                state.optimizer,
+                batch,
+                rate,
+                activation_budget_bytes=self.activation_budget_bytes,
+                memory_fraction=self.memory_fraction,
+            )
 
     def _save_after_sft(self, state: _ModelState, engine: Any, old: AdapterSnapshot | None) -> int:
         new_step = max(state.policy.step, checkpoints.latest_step(state.output_dir)) + 1
         checkpoints.save_checkpoint(
             state.peft_model, state.output_dir, new_step, state.optimizer.state_dict()
         )
+        precision.release_cached_memory(self.device)
         engine.weights_changed(new_step, old)
         return new_step
 
@@ -488,6 +519,10 @@ class TorchBackend:
     def peft_model_of(self, model: art.Model) -> Any:
         """The live peft model (tests compare LoRA weights before and after train())."""
         return self._state_of(model).peft_model
+
+    def tokenizer_of(self, model: art.Model) -> Any:
+        """The tokenizer the model's trajectories are tokenized with (benchmarks)."""
+        return self._state_of(model).tokenizer
 
     def served_step(self, model: art.Model) -> int:
         return self._state_of(model).policy.step

@@ -31,7 +31,7 @@ from peft import PeftModel, get_peft_model
 from artfleet.contracts.checkpoint_layout import find_checkpoint, parse_model_name
 
 from . import training
-from .model_loader import load_base_model
+from .model_loader import LoadedModel
 from .server import ServedPolicy
 from .worker import TorchWorker
 
@@ -83,17 +83,16 @@ class FrozenPolicies:
         make_policy: MakePolicy,
         live: Mapping[str, ServedPolicy],
         *,
-        cache_dir: str | None,
-        device: str,
+        loader: Callable[[str], LoadedModel],
         lora_rank: int,
         max_loaded: int = 2,
     ) -> None:
+        """`loader`: a base model by name, in the backend's dtype and on its device."""
         self._art_path = Path(art_path)
         self._worker = worker
         self._make_policy = make_policy
         self._live = live  # the models in training, by name
-        self._cache_dir = cache_dir
-        self._device = device
+        self._loader = loader
         self._lora_rank = lora_rank
         self._max_loaded = max_loaded
         self._loaded: OrderedDict[str, ServedPolicy] = OrderedDict()
@@ -118,7 +117,7 @@ class FrozenPolicies:
     def _load(self, ref: FrozenRef) -> ServedPolicy:
         """Torch thread. The base model gets a fresh LoRA adapter: its B matrices start at
         zero, so it answers exactly as the base weights do, through the same engine."""
-        loaded = load_base_model(ref.base_model, cache_dir=self._cache_dir, device=self._device)
+        loaded = self._loader(ref.base_model)
         model: Any
         if ref.checkpoint is None:
             model = get_peft_model(loaded.model, training.lora_config(self._lora_rank))

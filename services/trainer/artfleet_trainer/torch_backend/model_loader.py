@@ -80,8 +80,10 @@ def load_base_model(
     *,
     cache_dir: str | os.PathLike[str] | None = None,
     device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
 ) -> LoadedModel:
-    """Load `base_model` (the embedded default's name/alias, or a local HF folder)."""
+    """Load `base_model` (the embedded default's name/alias, or a local HF folder) in
+    `dtype`, straight onto `device` (a CUDA load does not stage the weights in host RAM)."""
     started = time.monotonic()
     folder = model_folder(base_model)
     if is_embedded_default(base_model):
@@ -93,10 +95,10 @@ def load_base_model(
             f"unknown base model {base_model!r}: use {DEFAULT_MODEL_NAME!r} "
             "or the path of a local Hugging Face model folder (no downloads here)"
         )
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    on_device = {} if torch.device(device).type == "cpu" else {"device_map": {"": device}}
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **on_device)
     tokenizer = AutoTokenizer.from_pretrained(source)
     ensure_chat_template_and_pad(tokenizer, model)
-    cast(Any, model).to(device)  # transformers' typing of .to() confuses mypy
     model.eval()
     seconds = time.monotonic() - started
     log.info("loaded %s from %s in %.1fs", base_model, source, seconds)

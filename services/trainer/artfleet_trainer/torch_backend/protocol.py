@@ -19,7 +19,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from artfleet.contracts.chat_messages import MessageError, check_messages
@@ -95,6 +95,8 @@ class ChatRequest:
     return_token_ids: bool = False  # vLLM's: prompt_token_ids and per-choice token_ids
     tool_specs: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice = NO_TOOLS
+    # vLLM's extension: more variables for the chat template (Qwen3's enable_thinking).
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
@@ -140,7 +142,32 @@ def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
         _optional(body, "return_token_ids", bool, False),
         tuple(specs),
         tool_choice,
+        _template_kwargs(body.get("chat_template_kwargs")),
     )
+
+
+# apply_chat_template's own parameters: a template variable of the same name would collide.
+_RENDER_PARAMS = frozenset(
+    {
+        "conversation", "messages", "tools", "documents", "chat_template", "tokenize",
+        "add_generation_prompt", "continue_final_message", "padding", "truncation",
+        "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)  # fmt: skip
+
+
+def _template_kwargs(value: Any) -> dict[str, Any]:
+    """`chat_template_kwargs`: an object of template variables, as vLLM takes it."""
+    param = "chat_template_kwargs"
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad_request(f"'{param}' must be an object", param)
+    reserved = sorted(set(value) & _RENDER_PARAMS)
+    if reserved:
+        raise bad_request(f"'{param}' cannot set {', '.join(reserved)}", param)
+    return dict(value)
 
 
 def _structured_output(body: dict[str, Any]) -> ResponseFormat | None:

@@ -16,7 +16,8 @@ template and the output is parsed into OpenAI `tool_calls` as vLLM's `hermes` pa
 (tool_calls.py); `required` and a named function are constrained to valid calls.
 
 `return_token_ids: true` (vLLM's extension) adds the exact ids: the prompt the model saw
-(`prompt_token_ids`) and each choice's sampled ids (`token_ids`).
+(`prompt_token_ids`) and each choice's sampled ids (`token_ids`). `chat_template_kwargs`
+(vLLM's too) passes variables to the chat template, e.g. Qwen3's `enable_thinking`.
 """
 
 from __future__ import annotations
@@ -267,6 +268,7 @@ def _prompt_ids(policy: ServedPolicy, chat: ChatRequest) -> list[int]:
             add_generation_prompt=True,
             tokenize=True,
             return_dict=False,
+            **chat.chat_template_kwargs,  # template variables (enable_thinking), as vLLM
         )
     except Exception as exc:  # a template that rejects these messages: the caller's problem
         raise bad_request(f"cannot apply the chat template to these messages: {exc}") from exc

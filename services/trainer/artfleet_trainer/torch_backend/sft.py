@@ -19,7 +19,8 @@ import torch
 
 from artfleet_trainer.backends.art_compat import art
 
-from .training import compute_logprobs
+from . import activation_memory
+from .training import DEFAULT_CHUNK_SIZE, compute_logprobs
 
 SFT_MAX_GRAD_NORM = 1.0  # ART's Unsloth SFT clips at 1.0 (GRPO at 0.1)
 
@@ -90,30 +91,49 @@ def tokenize_sft(tokenizer: Any, trajectory: art.Trajectory, max_length: int) ->
     return SftRow(ids, mask)
 
 
-def row_loss_sum(model: Any, row: SftRow, device: torch.device) -> tuple[torch.Tensor, int]:
+def row_loss_sum(
+    model: Any, row: SftRow, device: torch.device, checkpoint_logits: bool = True
+) -> tuple[torch.Tensor, int]:
     """Sum of the negative log-likelihoods of the row's assistant tokens, and their count.
     Position t predicts token t+1, so token j's label is scored at position j-1."""
     tokens = torch.tensor([row.token_ids], device=device)
     positions = torch.arange(len(row.token_ids), device=device).unsqueeze(0)
-    same = torch.ones_like(tokens)  # one sequence: plain causal attention
-    logprobs, _ = compute_logprobs(model, tokens, positions, same, same)
+    # One sequence: plain causal attention, no mask (SDPA's flash and GQA paths).
+    logprobs, _ = compute_logprobs(
+        model, tokens, positions, None, None, checkpoint_chunks=checkpoint_logits
+    )
     labels = torch.tensor(row.trainable[1:], device=device)
     return -(logprobs[0, :-1][labels]).sum(), int(labels.sum())
 
 
 def train_batch(
-    model: Any, optimizer: torch.optim.Optimizer, rows: list[SftRow], learning_rate: float
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    rows: list[SftRow],
+    learning_rate: float,
+    *,
+    activation_budget_bytes: int | None = None,
+    memory_fraction: float = 0.0,
 ) -> dict[str, float]:
     """One optimizer step on `rows`: mean cross-entropy per assistant token of the batch
-    (rows one at a time, gradients accumulated: no padding, one row's activations at once)."""
+    (rows one at a time, gradients accumulated: no padding, one row's activations at once).
+    Each row is planned like a GRPO row (activation_memory.py): within the budget, or the
+    device's (None) measured once per batch."""
     params = [p for p in model.parameters() if p.requires_grad]
     total = max(sum(sum(r.trainable[1:]) for r in rows), 1)  # labels scored (see above)
+    sizes = activation_memory.ActivationSizes.of_model(model)
+    budget = activation_budget_bytes
+    if budget is None:
+        budget = activation_memory.device_budget(
+            params[0].device, sizes, DEFAULT_CHUNK_SIZE, memory_fraction
+        )
     model.train()
     loss_sum = 0.0
     try:
         optimizer.zero_grad(set_to_none=True)
         for row in rows:
-            nll, _ = row_loss_sum(model, row, params[0].device)
+            plan = activation_memory.plan_and_apply(model, len(row.token_ids), sizes, budget)
+            nll, _ = row_loss_sum(model, row, params[0].device, plan.checkpoint_logits)
             (nll / total).backward()
             loss_sum += float(nll.detach())
         norm = torch.nn.utils.clip_grad_norm_(params, SFT_MAX_GRAD_NORM)

@@ -7,6 +7,10 @@ does not import without Unsloth; the few lines are rewritten here:
   ids come from `input_pos` (each trajectory restarts where its prompt ended);
 - the new logprob at position t is that of token t+1, computed from hidden states in
   chunks (full fp32 logits would be S x vocab x 4 bytes per row at once).
+The mask is built in the model's dtype: on CUDA, SDPA's memory-efficient kernel refuses a
+bias whose dtype differs from the query's, and flash takes no mask at all. A row that is
+one plain causal sequence (an SFT row) gets no mask, so SDPA may pick flash and its GQA
+path (an explicit mask makes transformers repeat k/v for every query head).
 How much each row keeps for the backward pass (all activations, or some decoder layers
 and the logits chunks recomputed) is decided per row by `activation_memory.plan_row`.
 """
@@ -138,15 +142,22 @@ def trim_padding(packed: PackedTensors) -> PackedTensors:
 def attention_bias(
     group_ids: torch.Tensor, parent_ids: torch.Tensor, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
-    """[B, 1, S, S] additive mask: 0 where query i may see key j, -inf elsewhere."""
+    """[B, 1, S, S] additive mask in `dtype` (the model's): 0 where query i may see key j,
+    the dtype's lowest value elsewhere (as transformers' own masks: no -inf arithmetic)."""
     seq_len = group_ids.shape[1]
     causal = torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool, device=group_ids.device))
     same_group = group_ids.unsqueeze(2) == group_ids.unsqueeze(1)
     parent_group = parent_ids.unsqueeze(2) == group_ids.unsqueeze(1)
     allowed = causal.unsqueeze(0) & (same_group | parent_group)
     bias = torch.zeros(allowed.shape, dtype=dtype, device=group_ids.device)
-    bias.masked_fill_(~allowed, float("-inf"))
+    bias.masked_fill_(~allowed, torch.finfo(dtype).min)
     return bias.unsqueeze(1)
+
+
+def model_dtype(model: Any) -> torch.dtype:
+    """The dtype the decoder computes in (its embeddings'; a peft adapter may differ)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return cast(torch.dtype, base.get_input_embeddings().weight.dtype)
 
 
 def shifted_targets(tokens: torch.Tensor) -> torch.Tensor:
@@ -158,22 +169,23 @@ def compute_logprobs(
     model: Any,
     tokens: torch.Tensor,
     input_pos: torch.Tensor,
-    group_ids: torch.Tensor,
-    parent_ids: torch.Tensor,
+    group_ids: torch.Tensor | None,
+    parent_ids: torch.Tensor | None,
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     checkpoint_chunks: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """New logprobs and entropies [B, S]; position t scores token t+1 (ART's convention).
+    """New logprobs and entropies [B, S] in fp32; position t scores token t+1 (ART's
+    convention). `group_ids`/`parent_ids` None: one plain causal sequence per row, no mask.
 
     With `checkpoint_chunks` (and gradients on) each chunk's logits are recomputed in the
     backward pass instead of kept: S x vocab x 4 bytes less, one more lm-head product."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    mask = None
+    if group_ids is not None and parent_ids is not None:
+        mask = attention_bias(group_ids, parent_ids, dtype=model_dtype(model))
     hidden = base.get_decoder()(
-        input_ids=tokens,
-        attention_mask=attention_bias(group_ids, parent_ids, dtype=torch.float32),
-        position_ids=input_pos,
-        use_cache=False,
+        input_ids=tokens, attention_mask=mask, position_ids=input_pos, use_cache=False
     ).last_hidden_state
     weight = base.get_output_embeddings().weight
     targets = shifted_targets(tokens)
@@ -198,6 +210,7 @@ def _chunk_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # One log_softmax, reused for the entropy: logits.gather - logsumexp(logits) (and its
     # backward) took 2.6 CPU-s against 1.4 for an 866-token row of SmolLM2 (1 thread).
+    # The product in the model's dtype (as vLLM samples), the log-softmax in fp32.
     logits = torch.nn.functional.linear(hidden, weight).float()
     logprobs = torch.log_softmax(logits, dim=-1)
     del logits  # log_softmax's backward needs its output only
@@ -243,17 +256,22 @@ def train_on_packed(
     dev_config: art.dev.TrainConfig,
     *,
     max_grad_norm: float = MAX_GRAD_NORM,
-    activation_budget_bytes: int = activation_memory.DEFAULT_ACTIVATION_BUDGET_BYTES,
+    activation_budget_bytes: int | None = None,
+    memory_fraction: float = 0.0,
 ) -> StepStats:
     """Optimizer steps over the packed rows, `grad_accumulation_sequences` rows per step.
 
     Each row keeps at most `activation_budget_bytes` of activations for the backward
-    pass (estimated; 0: recompute every layer and the logits)."""
+    pass (estimated; 0: recompute every layer and the logits; None: the device's budget,
+    measured at the start of the step within `memory_fraction` of a GPU when set)."""
     stats = StepStats()
     params = [p for p in model.parameters() if p.requires_grad]
     power = float(dev_config.get("num_trajectories_learning_rate_multiplier_power", 0.0))
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    sizes = activation_memory.ActivationSizes.of(base.config)
+    sizes = activation_memory.ActivationSizes.of_model(model)
+    budget = activation_budget_bytes
+    if budget is None:
+        chunk = int(dev_config.get("logprob_calculation_chunk_size", DEFAULT_CHUNK_SIZE))
+        budget = activation_memory.device_budget(params[0].device, sizes, chunk, memory_fraction)
     model.train()
     try:
         for rows in _row_batches(packed, config.grad_accumulation_sequences or 1):
@@ -265,10 +283,9 @@ def train_on_packed(
                 # Rows are computed one at a time: each drops its own trailing padding
                 # (the last row of a batch is often short).
                 inputs = _to_device(trim_padding(inputs), params[0].device)
-                plan = activation_memory.plan_row(
-                    int(inputs["tokens"].numel()), sizes, activation_budget_bytes
+                plan = activation_memory.plan_and_apply(
+                    model, int(inputs["tokens"].numel()), sizes, budget
                 )
-                activation_memory.apply_plan(model, plan)
                 stats.checkpointed_layers.append(plan.checkpointed_layers)
                 loss = _row_loss(model, inputs, config, dev_config, plan.checkpoint_logits)
                 (loss.policy_loss / len(rows)).backward()

@@ -92,6 +92,17 @@ def _cpu_ticks() -> tuple[int, int]:
     return sum(fields), fields[3] + fields[4]
 
 
+def training_thread_scope(
+    device: str | torch.device, configured: int | None = None
+) -> contextlib.AbstractContextManager[None]:
+    """The intra-op threads a training step or SFT batch runs with. Only a CPU step asks
+    how busy the cores are (up to `SETTLE_S` of sampling: longer than a small model's
+    whole step on a GPU, where host threads only launch kernels)."""
+    if torch.device(device).type != "cpu":
+        return contextlib.nullcontext()
+    return torch_threads(training_threads(configured))
+
+
 @contextlib.contextmanager
 def torch_threads(num_threads: int) -> Iterator[None]:
     """Run a block with `num_threads` intra-op threads (on the calling thread)."""
