@@ -4,7 +4,6 @@ template adds an empty think block to the generation prompt when thinking is off
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,15 +11,10 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
-from tiny_llama import tiny_llama
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tiny_server import serve_tiny, word_tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from artfleet_trainer.torch_backend.generation import BatchEngine
 from artfleet_trainer.torch_backend.protocol import RequestError, parse_chat_request
-from artfleet_trainer.torch_backend.scheduler import GenerationScheduler
-from artfleet_trainer.torch_backend.server import InferenceServer, ServedPolicy
-from artfleet_trainer.torch_backend.worker import TorchWorker
 
 VOCAB = 64
 EOS = 2
@@ -38,29 +32,13 @@ MESSAGES = [{"role": "user", "content": "w12 w13"}]
 
 @pytest.fixture(scope="module")
 def tokenizer() -> PreTrainedTokenizerFast:
-    backend = Tokenizer(models.WordLevel({f"w{i:02d}": i for i in range(VOCAB)}, unk_token="w00"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="w02", pad_token="w01")
-    tok.chat_template = TEMPLATE
-    return tok
+    return word_tokenizer(VOCAB, TEMPLATE)
 
 
 @pytest_asyncio.fixture
 async def upstream(tokenizer: PreTrainedTokenizerFast) -> AsyncIterator[str]:
-    worker = TorchWorker(num_threads=1)
-    engine = BatchEngine(
-        tiny_llama(VOCAB, EOS), tokenizer, stop_token_ids=frozenset({EOS}), max_context=128
-    )
-    scheduler = GenerationScheduler(engine, asyncio.Lock(), worker)
-    policy = ServedPolicy("agent", tokenizer, scheduler, max_context=128, step=1)
-    server = InferenceServer({"agent": policy}, api_key=KEY)
-    port = await server.start()
-    try:
+    async with serve_tiny(tokenizer, vocab=VOCAB, eos=EOS, key=KEY) as port:
         yield f"http://127.0.0.1:{port}/v1/chat/completions"
-    finally:
-        await server.stop()
-        await scheduler.close()
-        worker.shutdown()
 
 
 async def _prompt_ids(url: str, **extra: Any) -> tuple[int, Any]:

@@ -6,7 +6,6 @@ grammar, not the model, is what makes the calls valid.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import string
 from collections.abc import AsyncIterator
@@ -17,20 +16,16 @@ import jsonschema
 import pytest
 import pytest_asyncio
 from openai.types.chat.chat_completion import Choice
-from tiny_llama import tiny_llama
+from tiny_server import serve_tiny
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend.chat_template import TOOLS_CHATML_TEMPLATE
-from artfleet_trainer.torch_backend.generation import BatchEngine
 from artfleet_trainer.torch_backend.model_loader import CHATML_TEMPLATE
 from artfleet_trainer.torch_backend.protocol import RequestError, parse_chat_request
-from artfleet_trainer.torch_backend.scheduler import GenerationScheduler
-from artfleet_trainer.torch_backend.server import InferenceServer, ServedPolicy
 from artfleet_trainer.torch_backend.tool_calls import parse_tool_calls
 from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
-from artfleet_trainer.torch_backend.worker import TorchWorker
 
 KEY = "tools-test-key"
 EOS = 2
@@ -81,19 +76,10 @@ def tokenizer() -> PreTrainedTokenizerFast:
 
 @pytest_asyncio.fixture
 async def url(tokenizer: PreTrainedTokenizerFast) -> AsyncIterator[str]:
-    model = tiny_llama(MODEL_VOCAB, EOS, max_position_embeddings=CONTEXT)
-    worker = TorchWorker(num_threads=1)
-    engine = BatchEngine(model, tokenizer, stop_token_ids=frozenset({EOS}), max_context=CONTEXT)
-    scheduler = GenerationScheduler(engine, asyncio.Lock(), worker)
-    policy = ServedPolicy("agent", tokenizer, scheduler, max_context=CONTEXT)
-    server = InferenceServer({"agent": policy}, api_key=KEY)
-    port = await server.start()
-    try:
+    async with serve_tiny(
+        tokenizer, vocab=MODEL_VOCAB, eos=EOS, key=KEY, context=CONTEXT, step=0
+    ) as port:
         yield f"http://127.0.0.1:{port}/v1/chat/completions"
-    finally:
-        await server.stop()
-        await scheduler.close()
-        worker.shutdown()
 
 
 async def _post(url: str, **extra: Any) -> tuple[int, dict[str, Any]]:
