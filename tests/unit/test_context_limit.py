@@ -15,12 +15,9 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from artfleet.contracts.errors import InvalidArgument
+from artfleet.contracts.model_listing import listed_max_model_len
 from artfleet.specs.job import validate_spec
-from artfleet_trainer.clients.inference_client import (
-    InferenceClient,
-    InferenceRefused,
-    listed_max_model_len,
-)
+from artfleet_trainer.clients.inference_client import InferenceClient, InferenceRefused
 from artfleet_trainer.jobs.context_limit import (
     ART_DEFAULT_MAX_SEQ_LENGTH,
     TORCH_DEFAULT_CONTEXT,
@@ -144,7 +141,6 @@ async def test_an_inference_service_that_does_not_answer_is_no_reason_to_refuse(
 
 
 def test_the_embedded_cache_is_where_the_loader_writes_it() -> None:
-    from artfleet_trainer.jobs import context_limit
     from artfleet_trainer.settings import TrainerSettings
     from artfleet_trainer.torch_backend.model_loader import DEFAULT_CACHE_DIR
 
@@ -154,4 +150,3 @@ def test_the_embedded_cache_is_where_the_loader_writes_it() -> None:
     assert limits._inference is None  # the default engine is the trainer's own server
     vllm = ContextLimits.for_settings(TrainerSettings(api_token=token, inference_engine="vllm"))
     assert vllm._inference is not None
-    assert context_limit._default_embedded_cache() == DEFAULT_CACHE_DIR.expanduser()

@@ -28,6 +28,7 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG, MODEL_NAME, ModelRefError
+from artfleet.contracts.model_listing import listed_max_model_len
 from artfleet_inference.engine import EngineError, PolicyEngine
 from artfleet_inference.policies import UnknownPolicy
 from artfleet_inference.requests import (
@@ -38,7 +39,6 @@ from artfleet_inference.requests import (
     parse_body,
     parse_object,
 )
-from artfleet_trainer.clients.inference_client import listed_max_model_len
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -16,6 +16,9 @@ MAP_SETTING = "ARTFLEET_BASE_MODEL_MAP"
 EXAMPLE_HUB_ID = "Qwen/Qwen2.5-7B-Instruct"
 # A model folder holds its config; a folder without one fails deep inside transformers.
 MODEL_CONFIG = "config.json"
+# Where the torch loader keeps the embedded default's safetensors copy when no cache dir is
+# set (named here, torch-free, for what reads its config at submit).
+DEFAULT_CACHE_DIR = Path("~/.cache/artfleet/models") / DEFAULT_MODEL_NAME
 
 
 def is_embedded_default(base_model: str) -> bool:

@@ -12,6 +12,8 @@ from typing import Any
 
 import aiohttp
 
+from artfleet.contracts.model_listing import listed_max_model_len
+
 log = logging.getLogger(__name__)
 
 
@@ -21,15 +23,6 @@ class InferenceUnavailable(RuntimeError):
 
 class InferenceRefused(ValueError):
     """The inference service refused a request (4xx): it will not serve this policy."""
-
-
-def listed_max_model_len(listed: Any) -> int | None:
-    """The smallest `max_model_len` in an OpenAI model listing (vLLM's extension, which the
-    inference service's front passes on), or None when it lists none."""
-    models = listed.get("data") if isinstance(listed, dict) else None
-    lengths = [m.get("max_model_len") for m in models or [] if isinstance(m, dict)]
-    known = [n for n in lengths if type(n) is int and n > 0]  # a JSON `true` is no length
-    return min(known) if known else None
 
 
 class InferenceClient:

