@@ -14,6 +14,7 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
+from local_http import serve_app
 from pydantic import SecretStr
 
 from artfleet.runtime.config import ServerSettings
@@ -55,14 +56,6 @@ class Describe(rollout_pb2_grpc.RolloutServicer):
         return get_environment(request.name).describe()
 
 
-async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
-
-
 @pytest.fixture
 async def inference(tmp_path: Path) -> AsyncIterator[tuple[str, web.AppRunner]]:
     async def models(_: web.Request) -> web.Response:
@@ -71,7 +64,7 @@ async def inference(tmp_path: Path) -> AsyncIterator[tuple[str, web.AppRunner]]:
 
     vllm = web.Application()
     vllm.router.add_get("/v1/models", models)
-    vllm_runner, vllm_url = await _serve(vllm)
+    vllm_runner, vllm_url = await serve_app(vllm)
     engine = PolicyEngine(
         PolicyTable("base", "lora", lambda name, step: None),
         vllm_url,
@@ -79,7 +72,7 @@ async def inference(tmp_path: Path) -> AsyncIterator[tuple[str, web.AppRunner]]:
         tmp_path,
         tmp_path / "work",
     )
-    front_runner, url = await _serve(Front(engine, TOKEN, tmp_path, lambda: True).app)
+    front_runner, url = await serve_app(Front(engine, TOKEN, tmp_path, lambda: True).app)
     yield url, front_runner
     await front_runner.cleanup()
     await vllm_runner.cleanup()

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from local_http import serve_app
 from pydantic import SecretStr
 
 from artfleet.contracts.errors import InvalidArgument
@@ -98,11 +99,8 @@ async def inference() -> AsyncIterator[tuple[str, dict[str, Any]]]:
 
     app = web.Application()
     app.router.add_get("/v1/models", models)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}", answer
+    runner, url = await serve_app(app)
+    yield url, answer
     await runner.cleanup()
 
 

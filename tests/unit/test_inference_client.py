@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from local_http import serve_app
 
 from artfleet_trainer.clients.inference_client import (
     InferenceClient,
@@ -39,12 +40,8 @@ async def service() -> AsyncIterator[tuple[str, list[dict[str, Any]], dict[str, 
     app = web.Application()
     app.router.add_post("/artfleet/v1/policies", publish)
     app.router.add_get("/health", health)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    yield f"http://127.0.0.1:{port}", seen, answer
+    runner, url = await serve_app(app)
+    yield url, seen, answer
     await runner.cleanup()
 
 

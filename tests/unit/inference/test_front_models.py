@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from local_http import serve_app
 
 from artfleet_inference.engine import PolicyEngine
 from artfleet_inference.policies import PolicyTable
@@ -19,14 +20,6 @@ from artfleet_trainer.clients.inference_client import InferenceClient
 
 TOKEN = "fleet-token-for-tests"
 VLLM_KEY = "vllm-key-for-tests"
-
-
-async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
 @pytest.fixture
@@ -44,7 +37,7 @@ async def vllm() -> AsyncIterator[tuple[str, dict[str, Any]]]:
 
     app = web.Application()
     app.router.add_get("/v1/models", models)
-    runner, url = await _serve(app)
+    runner, url = await serve_app(app)
     yield url, state
     await runner.cleanup()
 
@@ -54,7 +47,7 @@ async def front(vllm: tuple[str, dict[str, Any]], tmp_path: Path) -> AsyncIterat
     table = PolicyTable("base", "lora", lambda name, step: None)
     table.publish("agent", 3, tmp_path / "ckpt")
     engine = PolicyEngine(table, vllm[0], VLLM_KEY, tmp_path, tmp_path / "work")
-    runner, url = await _serve(Front(engine, TOKEN, tmp_path, lambda: True).app)
+    runner, url = await serve_app(Front(engine, TOKEN, tmp_path, lambda: True).app)
     yield url
     await runner.cleanup()
 

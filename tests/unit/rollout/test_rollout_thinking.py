@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from local_http import serve_app
 from openai.types.chat.chat_completion import Choice
 from pydantic import SecretStr
 
@@ -66,11 +67,8 @@ async def endpoint() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1", seen
+    runner, url = await serve_app(app)
+    yield f"{url}/v1", seen
     await runner.cleanup()
 
 
