@@ -32,7 +32,13 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFa
 
 from artfleet.contracts.gpu_plan import QWEN3, QWEN3_TINY
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend import TorchBackend, checkpoints, generation, training
+from artfleet_trainer.torch_backend import (
+    TorchBackend,
+    checkpoints,
+    generation,
+    precision,
+    training,
+)
 from artfleet_trainer.torch_backend.model_loader import (
     LoadedModel,
     ensure_chat_template_and_pad,
@@ -148,7 +154,7 @@ def train_flops(config: dict[str, Any], tokens: int, width: int) -> float:
 async def run(spec: dict[str, Any]) -> dict[str, Any]:
     device, dtype_name = spec["device"], spec["dtype"]
     config = QWEN3_TINY if spec["model"] == "tiny" else QWEN3[spec["model"]]
-    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
+    dtype = precision.resolve_dtype(dtype_name, device)
     workdir = tempfile.mkdtemp(prefix="gpu-check-")
     backend = TorchBackend(
         path=workdir,

@@ -8,6 +8,9 @@ from pydantic import Field
 
 from artfleet.runtime.config import NameMap, ServerSettings
 
+# The torch backend's base-model dtype (torch_backend/precision.py resolves it).
+DtypeName = Literal["auto", "bf16", "fp32"]
+
 
 class TrainerSettings(ServerSettings):
     backend: Literal["torch", "art"] = Field(default="torch", description="ART backend")
@@ -16,7 +19,7 @@ class TrainerSettings(ServerSettings):
         default="logs", description="sampled trajectories (log_sample_rate) as JSON go here"
     )
     device: str = Field(default="cpu", description="torch device of the torch backend")
-    dtype: Literal["auto", "bf16", "fp32"] = Field(
+    dtype: DtypeName = Field(
         default="auto",
         description="torch backend: the base model's dtype; auto is bf16 on CUDA, fp32 on "
         "a CPU (the LoRA adapter, its optimizer state, logprobs and the loss stay fp32)",

@@ -135,6 +135,18 @@ def device_budget(
     return budget_from_memory(DeviceMemory.of(device, memory_fraction), reserve)
 
 
+def sizes_and_budget(
+    peft_model: Any, configured: int | None, chunk_tokens: int, memory_fraction: float = 0.0
+) -> tuple[ActivationSizes, int]:
+    """The model's activation sizes and a row's budget: `configured`, else its device's,
+    measured now (a GRPO step and an SFT batch each ask once)."""
+    sizes = ActivationSizes.of_model(peft_model)
+    if configured is not None:
+        return sizes, configured
+    device = next(p for p in peft_model.parameters() if p.requires_grad).device
+    return sizes, device_budget(device, sizes, chunk_tokens, memory_fraction)
+
+
 def plan_and_apply(peft_model: Any, tokens: int, sizes: ActivationSizes, budget: int) -> RowPlan:
     """Plan a row of `tokens` within `budget` and set the model's layers for it."""
     plan = plan_row(tokens, sizes, budget)

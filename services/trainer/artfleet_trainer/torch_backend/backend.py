@@ -32,6 +32,7 @@ from peft import PeftModel, get_peft_model
 from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.clients.inference_client import InferenceClient, InferenceUnavailable
+from artfleet_trainer.settings import DtypeName
 
 from . import checkpoints, precision, sft, training
 from .adapter_versions import AdapterSnapshot
@@ -75,7 +76,7 @@ class TorchBackend:
         api_key: str | None = None,
         cache_dir: str | None = None,
         lora_rank: int = 8,
-        dtype: precision.DtypeName = "auto",
+        dtype: DtypeName = "auto",
         num_threads: int | None = None,
         train_num_threads: int | None = None,
         activation_budget_bytes: int | None = None,

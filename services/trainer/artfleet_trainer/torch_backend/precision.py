@@ -15,14 +15,8 @@ fp16 is not offered: it needs loss scaling, and every GPU that serves Qwen3 has 
 
 from __future__ import annotations
 
-import logging
-from typing import Literal
-
 import torch
 
-log = logging.getLogger(__name__)
-
-DtypeName = Literal["auto", "bf16", "fp32"]
 _DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
@@ -42,10 +36,6 @@ def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
         return _DTYPES[name]
     except KeyError:
         raise ValueError(f"unknown trainer dtype {name!r} (auto, bf16, fp32)") from None
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return next((name for name, value in _DTYPES.items() if value == dtype), str(dtype))
 
 
 def configure_device(device: str | torch.device) -> None:

@@ -121,12 +121,9 @@ def train_batch(
     device's (None) measured once per batch."""
     params = [p for p in model.parameters() if p.requires_grad]
     total = max(sum(sum(r.trainable[1:]) for r in rows), 1)  # labels scored (see above)
-    sizes = activation_memory.ActivationSizes.of_model(model)
-    budget = activation_budget_bytes
-    if budget is None:
-        budget = activation_memory.device_budget(
-            params[0].device, sizes, DEFAULT_CHUNK_SIZE, memory_fraction
-        )
+    sizes, budget = activation_memory.sizes_and_budget(
+        model, activation_budget_bytes, DEFAULT_CHUNK_SIZE, memory_fraction
+    )
     model.train()
     loss_sum = 0.0
     try:

@@ -267,11 +267,10 @@ def train_on_packed(
     stats = StepStats()
     params = [p for p in model.parameters() if p.requires_grad]
     power = float(dev_config.get("num_trajectories_learning_rate_multiplier_power", 0.0))
-    sizes = activation_memory.ActivationSizes.of_model(model)
-    budget = activation_budget_bytes
-    if budget is None:
-        chunk = int(dev_config.get("logprob_calculation_chunk_size", DEFAULT_CHUNK_SIZE))
-        budget = activation_memory.device_budget(params[0].device, sizes, chunk, memory_fraction)
+    chunk = int(dev_config.get("logprob_calculation_chunk_size", DEFAULT_CHUNK_SIZE))
+    sizes, budget = activation_memory.sizes_and_budget(
+        model, activation_budget_bytes, chunk, memory_fraction
+    )
     model.train()
     try:
         for rows in _row_batches(packed, config.grad_accumulation_sequences or 1):
