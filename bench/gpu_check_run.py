@@ -30,7 +30,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from train_step_bench import fixed_groups, plain_step
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
-from artfleet.contracts.gpu_plan import QWEN3, QWEN3_TINY
+from artfleet.contracts.gpu_plan import QWEN3, QWEN3_TINY, ModelShape
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import (
     TorchBackend,
@@ -141,14 +141,12 @@ async def timed(device: str, coro: Any) -> tuple[float, Any]:
 
 def train_flops(config: dict[str, Any], tokens: int, width: int) -> float:
     """LoRA training FLOPs of `tokens` in rows of `width`: forward 2N, backward through the
-    frozen base 2N (no weight gradients), attention 3 x 4 x layers x hidden x width / 2
-    per token (causal), the lm head's forward and backward: 4 x hidden x vocab."""
-    hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
-    heads, kv = int(config["num_attention_heads"]), int(config["num_key_value_heads"])
-    head_dim, inter = int(config["head_dim"]), int(config["intermediate_size"])
-    per_layer = hidden * head_dim * (2 * heads + 2 * kv) + 3 * hidden * inter
-    attention = 3 * 4 * layers * heads * head_dim * width / 2
-    return tokens * (4 * layers * per_layer + attention + 4 * hidden * int(config["vocab_size"]))
+    frozen base 2N (no weight gradients), attention 3 x 4 x layers x heads x head_dim x
+    width / 2 per token (causal), the lm head's forward and backward: 4 x hidden x vocab."""
+    shape = ModelShape.from_config(config)
+    per_layer = sum(n_in * n_out for n_in, n_out in shape.projections())
+    attention = 3 * 4 * shape.layers * shape.heads * shape.head_dim * width / 2
+    return tokens * (4 * shape.layers * per_layer + attention + 4 * shape.hidden * shape.vocab)
 
 
 async def run(spec: dict[str, Any]) -> dict[str, Any]:
