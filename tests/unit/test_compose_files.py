@@ -247,7 +247,8 @@ def test_gpu_images_take_the_cuda_flavour_and_operator_indexes_as_build_args() -
         assert args["CUDA_FLAVOUR"] == "cu130"
         assert {k for k in args if k.endswith("_INDEX_URL")} == indexes
         assert all(args[k] == "" for k in indexes), "empty by default: PyPI"
-        assert "os.environ['CUDA_FLAVOUR']" in text, "the build checks torch's CUDA flavour"
+        # The build checks torch's CUDA flavour (one script for both images).
+        assert 'python /tmp/cuda_flavour.py "$CUDA_FLAVOUR"' in text
     assert '${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0' in trainer
     assert '${VLLM_INDEX_URL:+--extra-index-url "$VLLM_INDEX_URL"}' in inference
     services = compose()["services"]
@@ -261,6 +262,23 @@ def test_gpu_images_take_the_cuda_flavour_and_operator_indexes_as_build_args() -
     assert "## GPU images and CUDA drivers" in deployment
     for name in ("CUDA_FLAVOUR", "TORCH_INDEX_URL", "VLLM_INDEX_URL"):
         assert f"# {name}=" in example and f"`{name}`" in deployment, name
+
+
+def test_the_flavour_check_names_torchs_cuda_build() -> None:
+    sys.path.insert(0, str(ROOT / "deploy"))
+    try:
+        from cuda_flavour import flavour
+    finally:
+        sys.path.pop(0)
+    assert (flavour("13.0"), flavour("12.8"), flavour(None)) == ("cu130", "cu128", "cunone")
+    # A CPU torch (this venv's) is no CUDA flavour: the check fails, naming both.
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "deploy" / "cuda_flavour.py"), "cu130"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "not CUDA_FLAVOUR=cu130" in done.stderr
 
 
 def test_art_image_has_its_own_pins_on_our_base_and_reaches_the_hub() -> None:
