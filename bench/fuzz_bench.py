@@ -1,15 +1,17 @@
 """RPC fuzzing at size: hostile messages for every RPC of every service.
 
-    python bench/fuzz_bench.py [--cases N] [--seed S]
+    python bench/fuzz_bench.py [--cases N]
 
 Starts the four services in-process, as their entrypoints build them, on port 0 against a
 real redis-server, then sends N (default 1000) hypothesis-generated messages per service
 (derived from the proto descriptors: see tests/integration/fuzz/fuzz_kit.py) with a valid
-token. A case fails when its answer is INTERNAL/UNKNOWN, an error without a message, or no
-answer by its deadline; after each service its health must still say SERVING.
+token, after the sweep the CI test runs too (every field of every request message, a few
+hostile values each). A case fails when its answer is INTERNAL/UNKNOWN, an error without a
+message, or no answer by its deadline; after each service its health must still say SERVING.
 
 Prints a line per service and method (outcome counts), the failures, and last
-`rpc_fuzz_cases=`, `rpc_fuzz_failures=` and `rpc_fuzz_cases_per_s=`.
+`rpc_fuzz_cases=` (random cases), `rpc_fuzz_field_cases=` (sweep cases; `rpc_fuzz_fields=`
+fields swept), `rpc_fuzz_failures=` (of both) and `rpc_fuzz_cases_per_s=` (random cases).
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "integration" / "fuzz"), str(ROOT / "tests" / "support")]
 
-from fuzz_kit import SPECIAL_STRINGS, Verdict, fuzz_service, serving  # noqa: E402
+from fuzz_kit import SPECIAL_STRINGS, Verdict, fuzz_service, serving, sweep_fields  # noqa: E402
 from service_fleet import SERVICES, FuzzFleet, live_ids, running_fleet, seeds  # noqa: E402
 
 from artfleet_cli.fleet import free_port, redis_server_binary  # noqa: E402
@@ -59,14 +62,30 @@ def redis_server() -> Iterator[str]:
             proc.wait(10)
 
 
-def fuzz_one(fleet: FuzzFleet, service: str, cases: int) -> list[Verdict]:
-    verdicts: list[Verdict] = []
+@dataclass
+class Run:
+    swept: list[Verdict] = field(default_factory=list)  # the sweep's
+    fields: set[tuple[str, str]] = field(default_factory=set)  # (method, field) swept
+    verdicts: list[Verdict] = field(default_factory=list)  # the random cases'
+    random_s: float = 0.0
+
+
+def fuzz_one(fleet: FuzzFleet, service: str, cases: int, run: Run) -> list[Verdict]:
+    """One service's sweep and random cases, added to `run`; returns their verdicts."""
     ids = live_ids(fleet)
     strings = [*SPECIAL_STRINGS, *ids]
+    results = sweep_fields(fleet, service, strings, ids, seeds())
+    run.fields |= {(case.method.full_name, case.path) for case, _ in results}
+    swept = [verdict for _, verdict in results]
+    verdicts: list[Verdict] = []
+    started = time.monotonic()
     fuzz_service(fleet, service, cases, strings, verdicts.append, ids, seeds())
+    run.random_s += time.monotonic() - started
     if not fleet.call(serving(fleet.target(service)), timeout=30):
         verdicts.append(Verdict(service, "NOT_SERVING", f"{service}: not SERVING afterwards"))
-    return verdicts
+    run.swept += swept
+    run.verdicts += verdicts
+    return swept + verdicts
 
 
 def report(service: str, verdicts: list[Verdict]) -> None:
@@ -85,17 +104,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=1000, help="per service")
     args = parser.parse_args()
-    total: list[Verdict] = []
-    started = time.monotonic()
+    run = Run()
     with redis_server() as url, running_fleet(url) as fleet:
         for service in SERVICES:
-            verdicts = fuzz_one(fleet, service, args.cases)
-            report(service, verdicts)
-            total += verdicts
-    elapsed = time.monotonic() - started
-    print(f"rpc_fuzz_cases={len(total)}")
-    print(f"rpc_fuzz_failures={sum(1 for v in total if v.failure)}")
-    print(f"rpc_fuzz_cases_per_s={len(total) / elapsed:.1f}")
+            report(service, fuzz_one(fleet, service, args.cases, run))
+    failures = sum(1 for v in run.swept + run.verdicts if v.failure)
+    print(f"rpc_fuzz_cases={len(run.verdicts)}")
+    print(f"rpc_fuzz_field_cases={len(run.swept)}")
+    print(f"rpc_fuzz_fields={len(run.fields)}")
+    print(f"rpc_fuzz_failures={failures}")
+    print(f"rpc_fuzz_cases_per_s={len(run.verdicts) / run.random_s:.1f}")
 
 
 if __name__ == "__main__":

@@ -336,3 +336,21 @@ async def test_close_deletes_claims_and_leases(store: StepBatches, job: str) -> 
     }
     await store.close(job, 1)
     assert await _step_keys(store._redis, keys) == {keys.closed}
+
+
+async def test_discard_forgets_the_step_whole_and_it_runs_again(
+    store: StepBatches, job: str
+) -> None:
+    keys = StepKeys(job, 1)
+    await store.claim(job, 1, "g0", "a:1")  # a run still going from before
+    await store.publish(job, 1, "g1", scored())
+    verdict = rollout_pb2.RunGroupResponse(outcome=pb.RewardOutcome(fail_job="judge down"))
+    await store.publish(job, 1, "g2", verdict)
+    assert await store.restart(job, 1) == {"g1", "g2"}  # final: a restart keeps them
+    await store.discard(job, 1)
+    assert await _step_keys(store._redis, keys) == set()  # not closed: the step runs again
+    assert await store.restart(job, 1) == set()
+    for group in ("g0", "g1", "g2"):
+        assert await store.needs_run(job, 1, group)
+    assert await store.claim(job, 1, "g0", "b:1") is Claim.CLAIMED  # the old lease went
+    assert await store.publish(job, 1, "g1", scored()) is Published.STORED

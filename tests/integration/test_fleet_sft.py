@@ -70,6 +70,7 @@ def test_sft_phase_lowers_the_loss_and_grpo_continues_from_its_adapter(
             lora_rank=4,
             gather_timeout_s=600,
             log_sample_rate=1.0,  # every rollout on disk, with the policy that sampled it
+            skip_bad_records=True,  # the fixture holds a sample without its conversation
             sft=dict(
                 data_path=str(OFFLINE_SAMPLES),
                 min_score=0.5,

@@ -1,11 +1,14 @@
 """`artfleet fleet up` as a user runs it: settings from the environment, an env file and
---set reach the HTTP API (seen in the job it submits), fleet.env can be sourced, and a
-restart serves the same endpoints with the same token."""
+--set reach the HTTP API (seen in the job it submits), fleet.env can be sourced, the
+policy is served once it is up (the API's /health), Prometheus (when installed) scrapes
+it, and a restart without the flags serves the same endpoints with the same token and
+the settings it remembered."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -85,9 +88,13 @@ def test_fleet_up_takes_settings_and_keeps_its_endpoints(
         "ARTFLEET_API_TOKEN": "stale-token-from-another-fleet",
         "ARTFLEET_TRAINER_TARGET": "127.0.0.1:1",
     }
-    cmd = [
+    bare = [
         *(sys.executable, "-m", "artfleet_cli.main", "fleet", "up"),
-        *("--workdir", str(workdir), "--engine", "torch", "--env-file", str(settings)),
+        *("--workdir", str(workdir), "--engine", "torch"),
+    ]
+    cmd = [
+        *bare,
+        *("--env-file", str(settings)),
         *("--set", f"ARTFLEET_BASE_MODEL_MAP={json.dumps({HOSTED: DEFAULT_BASE_MODEL})}"),
     ]
     first = FleetUp(cmd, env, tmp_path / "up-1.out")
@@ -108,12 +115,24 @@ def test_fleet_up_takes_settings_and_keeps_its_endpoints(
     assert json.loads(ruler["params_json"])["judge"] == "policy"  # env file over environment
     for key in ("TRAINER", "ROLLOUT", "REWARD", "SANDBOX", "API"):
         assert httpx.get(before[f"ARTFLEET_{key}_METRICS_URL"], timeout=30).status_code == 200
+    # Up means the policy is served too: the API's /health names it.
+    health = httpx.get(f"{before['ARTFLEET_API_URL']}/health", timeout=30)
+    assert health.status_code == 200 and health.json()["dependencies"]["inference"]["ok"]
+    if shutil.which("prometheus"):
+        ready = httpx.get(f"{before['ARTFLEET_PROMETHEUS_URL']}/-/ready", timeout=30)
+        assert ready.status_code == 200
     assert first.stop() == 0
 
-    second = FleetUp(cmd, env, tmp_path / "up-2.out")
+    # Without --env-file and --set: the settings remembered from the first start apply.
+    second = FleetUp(bare, env, tmp_path / "up-2.out")
     run_fleet.append(second)
     second.wait_up()
     assert sourced(env_file) == before  # same ports, same token, same Redis
+    assert "using the settings remembered from " in second.text()
+    again = _train(before)
+    assert again["spec"]["base_model"] == DEFAULT_BASE_MODEL  # the remembered --set
+    ruler = next(s for s in again["spec"]["reward"]["scorers"] if s["name"] == "ruler")
+    assert json.loads(ruler["params_json"])["judge"] == "policy"  # remembered over environ
     headers = {"Authorization": f"Bearer {token}"}
     jobs = httpx.get(f"{before['ARTFLEET_API_URL']}/jobs", headers=headers, timeout=60)
     assert job["id"] in {j["id"] for j in jobs.json()["jobs"]}  # the same fleet, restarted

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import kombu.exceptions
 import pytest
 import redis.asyncio as aioredis
-from runner_harness import run_to_end, runner_settings
+from runner_harness import events_until_done, run_to_end, runner_settings
 from trainer_fakes import FakeBackend, scored
 
 from artfleet.contracts.batches import StepBatches, StepKeys
@@ -60,13 +60,14 @@ class Fleet:
     backend: FakeBackend
     rollouts: FakeRollouts
 
-    async def run(self, job: pb.Job) -> pb.Job:
-        """Runs the runner until `job` ends (followed through its event stream)."""
+    async def run(self, job: pb.Job, from_seq: int = 0) -> pb.Job:
+        """Runs the runner until `job` ends (followed through its event stream from
+        `from_seq`: a resumed job's first terminal state is not its end)."""
         settings = runner_settings("runner-test-token")
         runner = JobRunner(
             settings, self.store, self.backend, self.rollouts, self.rollouts, self.batches
         )
-        done, _ = await run_to_end(runner, self.store, job.id)
+        done, _ = await run_to_end(runner, self.store, job.id, from_seq)
         return done
 
 
@@ -201,3 +202,151 @@ async def test_num_epochs_and_dataset_size_end_the_job_early(fleet: Fleet) -> No
     job = await asyncio.wait_for(fleet.run(job), 120)
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
     assert job.completed_steps == 4 and fleet.backend.trained == [1, 1, 1, 1]
+
+
+def _judge_failed(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+    """RULER with `on_error: zero` whose judge cannot hold the group: every reward 0."""
+    response = scored(task)
+    for trajectory in response.group.trajectories:
+        trajectory.reward = 0.0
+    response.outcome.failures.add(
+        scorer="ruler",
+        type="invalid_output",
+        message="ContextWindowExceededError: maximum context length is 2048 tokens",
+        trajectory=-1,
+        action="zero",
+    )
+    return response
+
+
+async def test_steps_whose_scorers_failed_on_every_group_fail_the_job_naming_it(
+    fleet: Fleet,
+) -> None:
+    fleet.rollouts.behaviour = _judge_failed
+    job = await asyncio.wait_for(fleet.run(await fleet.store.create(_spec(steps=5))), 120)
+    assert job.state == pb.JOB_STATE_FAILED
+    # The default limit (3 in a row): the third such step is recorded, then the job stops.
+    assert job.completed_steps == 3 and [s.scoring_failed for s in job.steps] == [True] * 3
+    assert [s.scorer_errors for s in job.steps] == [3, 3, 3]
+    assert job.steps[0].scorer_error.startswith("ruler: invalid_output: ContextWindowExceeded")
+    assert "ScoringFailed" in job.error and "steps 1-3" in job.error
+    assert "ruler: invalid_output: ContextWindowExceededError" in job.error
+
+
+async def test_a_dropped_step_names_the_scorer_that_dropped_it(fleet: Fleet) -> None:
+    def behaviour(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+        response = _judge_failed(task)
+        response.outcome.group_dropped = True
+        response.outcome.failures[0].action = "drop_group"
+        response.ClearField("group")
+        return response
+
+    fleet.rollouts.behaviour = behaviour
+    job = await asyncio.wait_for(fleet.run(await fleet.store.create(_spec())), 120)
+    assert job.state == pb.JOB_STATE_FAILED
+    assert "dropped 3: ruler: invalid_output: ContextWindowExceededError" in job.error
+
+
+class PolicyDownAtFirst(FakeRollouts):
+    """The policy endpoint does not serve for the first `down` probes (an inference
+    service still starting after a restart); `down` < 0: never again."""
+
+    def __init__(self, batches: StepBatches, down: int) -> None:
+        super().__init__(batches)
+        self.down = down
+        self.dispatched_while_down = 0
+
+    async def check_policy(self, base_url: str, policy: str) -> str | None:
+        if self.down == 0:
+            return None
+        self.down -= 1
+        return "APIConnectionError: Connection refused"
+
+    async def enqueue(self, tasks: Sequence[rollout_pb2.GroupTask], skip: set[str]) -> int:
+        if self.down != 0:
+            self.dispatched_while_down += len(tasks)
+        return await super().enqueue(tasks, skip)
+
+
+async def _run_with_probe(fleet: Fleet, rollouts: PolicyDownAtFirst, **settings: object) -> pb.Job:
+    runner = JobRunner(
+        runner_settings("runner-test-token", **settings),
+        fleet.store,
+        fleet.backend,
+        rollouts,
+        rollouts,
+        fleet.batches,
+        policy_probe=rollouts,
+    )
+    job = await fleet.store.create(_spec(steps=1))
+    done, _ = await asyncio.wait_for(run_to_end(runner, fleet.store, job.id), 120)
+    return done
+
+
+async def test_nothing_is_dispatched_until_the_policy_serves(fleet: Fleet) -> None:
+    rollouts = PolicyDownAtFirst(fleet.batches, down=2)
+    waited = metrics.POLICY_WAIT_SECONDS._value.get()
+    job = await _run_with_probe(fleet, rollouts)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert rollouts.dispatched_while_down == 0
+    assert rollouts.down == 0
+    assert metrics.POLICY_WAIT_SECONDS._value.get() > waited
+    assert job.steps[0].trajectories == 6
+
+
+async def test_a_policy_outage_past_its_budget_fails_the_job_saying_so(fleet: Fleet) -> None:
+    rollouts = PolicyDownAtFirst(fleet.batches, down=-1)
+    job = await _run_with_probe(fleet, rollouts, policy_outage_s=0.5)
+    assert job.state == pb.JOB_STATE_FAILED
+    assert "ARTFLEET_POLICY_OUTAGE_S" in job.error and "Connection refused" in job.error
+    assert rollouts.dispatched_while_down == 0
+
+
+async def _resumed(fleet: Fleet, job: pb.Job) -> tuple[pb.Job, int]:
+    """ResumeJob on an ended job; the seq of its resume event, to follow the run from."""
+    ended = await events_until_done(fleet.store, job.id)
+    return await fleet.store.resume(job.id), ended[-1].seq + 1
+
+
+async def test_a_failed_job_resumes_after_its_checkpoint_running_its_failed_step_afresh(
+    fleet: Fleet,
+) -> None:
+    verdict = {"fail": True}  # the judge is back for the resumed run
+
+    def behaviour(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+        if verdict["fail"] and task.group_id.endswith(":2:1"):
+            return rollout_pb2.RunGroupResponse(
+                outcome=pb.RewardOutcome(fail_job="scorer 'judge' failed: unavailable")
+            )
+        return scored(task)
+
+    fleet.rollouts.behaviour = behaviour
+    job = await asyncio.wait_for(fleet.run(await fleet.store.create(_spec(steps=3))), 120)
+    assert job.state == pb.JOB_STATE_FAILED and job.completed_steps == 1
+    verdict["fail"] = False
+    fleet.rollouts.enqueued.clear()
+    resumed, from_seq = await _resumed(fleet, job)
+    assert resumed.state == pb.JOB_STATE_QUEUED
+    job = await asyncio.wait_for(fleet.run(resumed, from_seq), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert job.error == "" and job.config_hash == resumed.config_hash
+    assert [s.step for s in job.steps] == [1, 2, 3]  # step 1's summary from the first run
+    (resume,) = job.resumes
+    assert resume.state == pb.JOB_STATE_FAILED and resume.completed_steps == 1
+    assert "scorer 'judge' failed: unavailable" in resume.error
+    # Step 2's fail_job group (final) and its scored ones went: all three ran again.
+    assert fleet.rollouts.enqueued == [f"{job.id}:{s}:{i}" for s in (2, 3) for i in range(3)]
+    assert fleet.backend.trained == [3, 3, 3]  # no step trained twice
+    assert [e.step for e in await fleet.store.trained_ledger(job.id)] == [1, 2, 3]
+    assert not await fleet.store.resume_pending(job.id)
+
+
+async def test_a_job_cancelled_before_any_step_resumes_from_step_one(fleet: Fleet) -> None:
+    job = await fleet.store.create(_spec())
+    cancelled = await fleet.store.request_cancel(job.id)
+    assert cancelled.state == pb.JOB_STATE_CANCELLED
+    resumed, from_seq = await _resumed(fleet, cancelled)
+    job = await asyncio.wait_for(fleet.run(resumed, from_seq), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error  # its cancel flag went
+    assert [s.step for s in job.steps] == [1, 2]
+    assert job.resumes[0].state == pb.JOB_STATE_CANCELLED and job.resumes[0].completed_steps == 0

@@ -70,6 +70,9 @@ class Script:
     def policy(self, task: rollout_pb2.GroupTask, api_key: str) -> Script:
         return self
 
+    async def served(self, task: rollout_pb2.GroupTask, api_key: str) -> str | None:
+        return None
+
 
 class NoWorkspaces:
     async def open(self, spec: WorkspaceSpec) -> Any:

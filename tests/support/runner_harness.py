@@ -24,10 +24,13 @@ def runner_settings(token: str, **fields: Any) -> TrainerSettings:
     return TrainerSettings(api_token=SecretStr(token), **{**base, **fields})
 
 
-async def events_until_done(store: JobStore, job_id: str) -> list[pb.ProgressEvent]:
-    """The job's events up to and including the one that names a terminal state."""
+async def events_until_done(
+    store: JobStore, job_id: str, from_seq: int = 0
+) -> list[pb.ProgressEvent]:
+    """The job's events from `from_seq` (a resumed job's: after its resume) up to and
+    including the one that names a terminal state."""
     events = []
-    async for event in store.events(job_id, block_ms=200):
+    async for event in store.events(job_id, from_seq, block_ms=200):
         events.append(event)
         if event.kind == pb.EVENT_KIND_STATE and event.state in TERMINAL:
             break
@@ -35,13 +38,13 @@ async def events_until_done(store: JobStore, job_id: str) -> list[pb.ProgressEve
 
 
 async def run_to_end(
-    runner: JobRunner, store: JobStore, job_id: str
+    runner: JobRunner, store: JobStore, job_id: str, from_seq: int = 0
 ) -> tuple[pb.Job, list[pb.ProgressEvent]]:
     """Starts `runner`, follows the job until it ends, stops the runner; the job as stored
-    and its events."""
+    and its events (from `from_seq`)."""
     runner.start()
     try:
-        events = await events_until_done(store, job_id)
+        events = await events_until_done(store, job_id, from_seq)
     finally:
         await runner.stop(STOP_TIMEOUT_S)
     return await store.get(job_id), events

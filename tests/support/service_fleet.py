@@ -177,12 +177,37 @@ def live_ids(fleet: FuzzFleet) -> list[str]:
 def seeds() -> dict[str, Any]:
     """A valid request per method whose session id the fuzzer fills in: focused cases change
     one field of these, so they get past the first check to the work behind it."""
+    from artfleet.v1 import rollout_pb2 as ro
     from artfleet.v1 import sandbox_pb2 as sb
 
     prefix = "/artfleet.v1.Sandbox/"
+    dead_policy = "http://127.0.0.1:9/v1"  # the discard port: refused at once
     return {
         prefix + "Exec": sb.ExecRequest(command="echo fuzz; ls", timeout_s=2),
         prefix + "WriteFiles": sb.WriteFilesRequest(files=[sb.File(path="a.txt", content=b"x")]),
         prefix + "ReadFile": sb.ReadFileRequest(path="a.txt"),
         prefix + "RunTests": sb.RunTestsRequest(command="true", timeout_s=2),
+        "/artfleet.v1.Rollout/CheckPolicy": ro.CheckPolicyRequest(
+            model_base_url=dead_policy, policy="fuzz@0"
+        ),
+        "/artfleet.v1.Rollout/DescribeEnvironment": ro.DescribeEnvironmentRequest(
+            name="math-single"
+        ),
+        # Every check before the episodes passes but the environment's, which no worker
+        # has: the task's fields reach validation, no episode runs (a dead policy would
+        # hold the group through its outage).
+        "/artfleet.v1.Rollout/RunGroup": ro.RunGroupRequest(
+            task=ro.GroupTask(
+                job_id="fuzz",
+                group_id="fuzz-0",
+                policy="fuzz@0",
+                model_base_url=dead_policy,
+                scenario_id="d1-000",
+                environment="fuzz-no-such-environment",
+                rollouts=1,
+                max_turns=1,
+                max_tokens=16,
+                max_context_tokens=512,
+            )
+        ),
     }

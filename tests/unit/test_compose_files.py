@@ -49,6 +49,33 @@ def test_every_service_is_healthchecked_scalable_and_waits_for_healthy_deps() ->
             assert how == {"condition": "service_healthy"}, f"{name} -> {dep}"
 
 
+def test_the_inference_service_is_a_dependency_in_every_health_view() -> None:
+    """vLLM answers long after the gRPC services serve: its healthcheck asks what its
+    clients ask (its model listing with the fleet token), whoever the stack points at it
+    waits for it healthy, and the API, which answers before the slow starters, reports
+    it in /health instead."""
+    from artfleet_api.backends import DEPENDENCIES
+
+    services = compose()["services"]
+    assert services["inference"]["healthcheck"]["test"] == [
+        *("CMD", "python", "-m", "artfleet.runtime.healthcheck"),
+        *("--policy", "http://127.0.0.1:8000/v1"),
+    ]
+    callers = {n for n, s in services.items() if "inference:8000" in json.dumps(s)}
+    assert callers == {"trainer", "api"}
+    for name in callers - {"api"}:
+        assert services[name]["depends_on"]["inference"] == {"condition": "service_healthy"}
+    assert "inference" not in services["api"]["depends_on"] and "inference" in DEPENDENCIES
+
+    # The CPU override keeps the healthcheck and the dependency (it resets neither).
+    class ComposeLoader(yaml.SafeLoader):
+        pass
+
+    ComposeLoader.add_multi_constructor("!", lambda *_: None)  # compose's !reset, !override
+    cpu = yaml.load((ROOT / "docker-compose.cpu.yml").read_text(), ComposeLoader)["services"]
+    assert "healthcheck" not in cpu["inference"] and "depends_on" not in cpu["trainer"]
+
+
 def test_only_what_a_person_opens_is_published_on_loopback_by_default() -> None:
     services = compose()["services"]
     published = {n for n, s in services.items() if s.get("ports")}

@@ -5,27 +5,33 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from fake_policy import fake_policy
 
 from artfleet_cli.demo import banner
-from artfleet_cli.fleet import PORT_NAMES, LocalFleet
+from artfleet_cli.fleet import PORT_NAMES, FleetProcess, LocalFleet, ServiceExited
 from artfleet_cli.fleet_config import (
     ConfigError,
     env_file_text,
     known_keys,
     load_ports,
+    load_remembered,
     merge_settings,
     parse_env_file,
     parse_sets,
     plan_ports,
     port_is_free,
     save_ports,
+    save_remembered,
     taken_ports,
     write_private,
 )
@@ -170,6 +176,7 @@ def test_owned_keys_cover_both_engines_and_every_endpoint(tmp_path: Path) -> Non
         "ARTFLEET_INFERENCE_METRICS_URL",
         "ARTFLEET_API_URL",
         "ARTFLEET_REDIS_URL",
+        "ARTFLEET_PROMETHEUS_URL",  # fleet.env's, once fleet up runs a Prometheus
     ):
         assert key in owned
     assert "ARTFLEET_JUDGE_MODEL_MAP" not in owned
@@ -296,3 +303,101 @@ def test_a_restart_reuses_the_workdirs_token_and_new_ports_picks_again(tmp_path:
         moved = _configured_fleet(tmp_path, "torch", None, [], new_ports=True)
     assert moved.ports["trainer"] != first.ports["trainer"] and moved.token == first.token
     assert load_ports(tmp_path) == moved.ports
+
+
+TOKEN = "fleet-up-config-token-0123456789"
+
+
+def test_the_fleet_is_up_only_once_its_policy_lists_its_models_to_the_token(
+    tmp_path: Path,
+) -> None:
+    """The readiness wait asks the policy as the API's /health does: vLLM answers long
+    after the gRPC services serve, and a refused token never becomes ready."""
+    assert _fleet(tmp_path).policy_server == "trainer"  # torch: the trainer's own server
+    with fake_policy(TOKEN) as policy:
+        fleet = _fleet(tmp_path, engine="vllm", token=TOKEN)
+        fleet.ports["inference"] = policy.port
+        vllm = subprocess.Popen(["sleep", "60"])  # stands in for the inference process
+        fleet.processes.append(FleetProcess("inference", vllm))
+        try:
+            policy.serving = False  # its vLLM still loading
+            threading.Timer(0.5, lambda: setattr(policy, "serving", True)).start()
+            began = time.monotonic()
+            fleet._wait_policy(began + 30)
+            assert time.monotonic() - began >= 0.4, "it waited for the policy"
+            policy.token = "another-fleets-token"
+            refused = r"the policy \(inference\) is not served: 401: the fleet token is refused"
+            with pytest.raises(TimeoutError, match=refused):
+                fleet._wait_policy(time.monotonic() + 0.5)
+            vllm.kill()
+            vllm.wait()
+            with pytest.raises(ServiceExited, match=r"^inference exited"):
+                fleet._wait_policy(time.monotonic() + 30)
+        finally:
+            vllm.kill()
+            vllm.wait()
+
+
+@pytest.fixture
+def no_artfleet_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in [k for k in os.environ if k.startswith("ARTFLEET_")]:
+        monkeypatch.delenv(key)
+
+
+@pytest.mark.usefixtures("no_artfleet_environ")
+def test_settings_given_once_are_remembered_privately_until_reset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from artfleet_cli.demo import _configured_fleet
+
+    given = tmp_path / "given.env"
+    given.write_text("OPENAI_API_KEY=sk-secret-value\nARTFLEET_JUDGE_CONCURRENCY=2\n")
+    workdir = tmp_path / "fleet"
+    judge = 'ARTFLEET_JUDGE_MODEL_MAP={"gpt-4o": "policy"}'
+    first = _configured_fleet(workdir, "torch", given, [judge], new_ports=False)
+    record = workdir / "fleet-settings.json"
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600  # a key may be among them
+    assert "remembered" not in capsys.readouterr().out
+
+    again = _configured_fleet(workdir, "torch", None, [], new_ports=False)
+    assert again.settings == first.settings
+    said = capsys.readouterr().out
+    assert re.search(
+        r"^using the settings remembered from \d{4}-\d\d-\d\d \d\d:\d\d: 3 values; "
+        r"--reset-settings to drop them$",
+        said,
+        re.M,
+    ), said
+    assert "sk-secret-value" not in said
+
+    # A later --set wins over what is remembered, and is remembered in turn.
+    later = _configured_fleet(workdir, "torch", None, ["ARTFLEET_JUDGE_CONCURRENCY=4"], False)
+    assert later.settings == {**first.settings, "ARTFLEET_JUDGE_CONCURRENCY": "4"}
+    assert "3 values, 1 replaced by this start's;" in capsys.readouterr().out
+    remembered = load_remembered(workdir)
+    assert remembered is not None and remembered.values == later.settings
+
+    reset = _configured_fleet(workdir, "torch", None, [], False, reset_settings=True)
+    assert reset.settings == {} and not record.exists()
+    assert "dropped the remembered settings" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("no_artfleet_environ")
+def test_remembered_settings_refused_now_name_the_record_and_the_reset(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from artfleet_cli.main import app
+
+    up = ["fleet", "up", "--workdir", str(tmp_path), "--engine", "torch"]
+    record = tmp_path / "fleet-settings.json"
+    save_remembered(tmp_path, {"ARTFLEET_NO_LONGER_READ": "1"})
+    result = CliRunner().invoke(app, up)
+    assert result.exit_code == 2, result.output
+    assert (
+        "fleet-settings.json (remembered; --reset-settings drops it): no service reads "
+        "ARTFLEET_NO_LONGER_READ" in result.stderr
+    )
+    record.write_text("{not json")
+    result = CliRunner().invoke(app, up)
+    assert result.exit_code == 2 and "not a settings record" in result.stderr
+    assert "--reset-settings" in result.stderr

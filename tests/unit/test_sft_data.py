@@ -63,9 +63,11 @@ def test_openai_messages_jsonl_with_malformed_lines(tmp_path: Path) -> None:
         "content is not text": 1,
         "empty conversation": 1,
         "no messages": 1,
-        "not JSON": 2,
-        "not an object": 1,
+        "not valid JSON": 2,
+        "not a JSON object": 1,
     }
+    assert [b.where for b in data.bad.first] == [f"{path}:{n}" for n in (2, 3, 4, 5, 6)]
+    assert data.bad.count == 7  # the 5 first named, 2 more counted
 
 
 def test_auto_reads_each_record_by_its_keys_and_max_samples_cuts(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The API's gRPC channels (trainer, rollout, reward, sandbox) and Redis, as one lifecycle
-object. Channels connect lazily, so the API starts while the trainer is still down."""
+object. Channels connect lazily, so the API starts while the trainer is still down. The
+policy endpoint (the inference service) is HTTP: `/health` asks it as its clients do."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import grpc
 import redis.asyncio as aioredis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from artfleet.runtime.health import probe_policy
 from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import reward_pb2_grpc, rollout_pb2_grpc, trainer_pb2_grpc
 from artfleet_api.settings import ApiSettings
 
-DEPENDENCIES = ("trainer", "rollout", "reward", "sandbox", "redis")
+DEPENDENCIES = ("trainer", "rollout", "reward", "sandbox", "redis", "inference")
 
 
 @dataclass
@@ -61,10 +63,21 @@ class Backends:
         return reward_pb2_grpc.RewardStub(self.channels["reward"])
 
     async def health(self) -> dict[str, DependencyState]:
-        names = [n for n in DEPENDENCIES if n != "redis"]
+        names = [n for n in DEPENDENCIES if n not in ("redis", "inference")]
         checks = [self._grpc_health(n) for n in names]
-        results = await asyncio.gather(*checks, self._redis_health())
-        return dict(zip([*names, "redis"], results, strict=True))
+        results = await asyncio.gather(*checks, self._redis_health(), self._policy_health())
+        return dict(zip([*names, "redis", "inference"], results, strict=True))
+
+    async def _policy_health(self) -> DependencyState:
+        """The policy endpoint (`policy_base_url`: the inference service, or the trainer's
+        own server) lists its models to the fleet token: what a rollout worker needs."""
+        ok, detail = await asyncio.to_thread(
+            probe_policy,
+            self.settings.policy_base_url,
+            self.settings.api_token.get_secret_value(),
+            self.settings.health_timeout_s,
+        )
+        return DependencyState(ok, detail)
 
     async def _grpc_health(self, name: str) -> DependencyState:
         stub = health_pb2_grpc.HealthStub(self.channels[name])

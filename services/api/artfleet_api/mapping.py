@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf import json_format
@@ -13,11 +14,14 @@ from artfleet.specs.job import JobSpecModel, default_scorers, validate_spec
 from artfleet.specs.reward import ScorerModel
 from artfleet.specs.scorer_params import POLICY_JUDGE
 from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import trainer_pb2
 from artfleet_api.models import (
+    CheckpointOut,
     EvalOut,
     EventOut,
     JobOut,
     OutcomeOut,
+    ResumeOut,
     ScorerFailureOut,
     SftOut,
     StepOut,
@@ -138,7 +142,17 @@ def job_out(job: pb.Job) -> JobOut:
         updated_at=_time(job, "updated_at"),
         steps=steps,
         evals=[eval_out(e) for e in job.evals],
+        resumes=[resume_out(r) for r in job.resumes],
         spec=json_format.MessageToDict(job.spec, preserving_proto_field_name=True),
+    )
+
+
+def resume_out(resume: pb.JobResume) -> ResumeOut:
+    return ResumeOut(
+        time=_time(resume, "time"),
+        state=_state(resume.state),  # type: ignore[arg-type]
+        error=resume.error,
+        completed_steps=resume.completed_steps,
     )
 
 
@@ -201,3 +215,39 @@ def outcome_out(outcome: pb.RewardOutcome) -> OutcomeOut:
             for f in outcome.failures
         ],
     )
+
+
+def art_model_name(job: pb.Job) -> str:
+    """The job's model as the trainer's Models RPCs name it (its ART model)."""
+    return f"{job.spec.name}-{job.id}"
+
+
+def checkpoints_out(job: pb.Job, info: trainer_pb2.ModelInfo) -> list[CheckpointOut]:
+    """The checkpoints the trainer found on disk, each with the training step that saved
+    it: checkpoint steps run ahead of training steps by an SFT adapter's."""
+    offset = job.sft.checkpoint_step if job.sft.done else 0
+    return [
+        CheckpointOut(
+            step=c.step,
+            policy=f"{info.name}@{c.step}",
+            training_step=c.step - offset if c.step > offset else None,
+            best=c.best,
+        )
+        for c in info.checkpoints
+    ]
+
+
+def policy_judge_candidates(
+    jobs: Sequence[pb.Job], project: str | None, model_name: str | None
+) -> list[pb.Job]:
+    """Jobs whose checkpoint may be the policy judge, newest first (as ListJobs answers):
+    those with a checkpoint that did not fail (a failed job's policy is no judge anyone
+    chose), of the named model when the request names one."""
+    return [
+        job
+        for job in jobs
+        if job.policy
+        and job.state != pb.JOB_STATE_FAILED
+        and (not project or job.spec.project == project)
+        and (not model_name or job.spec.name == model_name)
+    ]

@@ -80,6 +80,18 @@ class StepOut(BaseModel):
     trained_sequences: int
     rollout_seconds: float
     train_seconds: float
+    scorer_errors: int = Field(
+        default=0, description="groups of the step whose reward scorers errored"
+    )
+    scorer_error: str = Field(default="", description='the first error: "scorer: type: message"')
+    scoring_failed: bool = Field(
+        default=False,
+        description="every group of the step was zeroed or dropped by scorer errors",
+    )
+    policy_wait_seconds: float = Field(
+        default=0.0,
+        description="the step waited this long for the policy endpoint to serve (an outage)",
+    )
 
 
 class EvalOut(BaseModel):
@@ -114,6 +126,27 @@ JobState = Literal[
 ]
 
 
+class ResumeOut(BaseModel):
+    """A resume of the job (`POST /jobs/{id}/resume`): what it was when taken up again."""
+
+    time: str | None
+    state: JobState = Field(description="`failed` or `cancelled`")
+    error: str = Field(description="the reason it had failed, as it was")
+    completed_steps: int = Field(description="it went on after this step (its checkpoint)")
+
+
+class CheckpointOut(BaseModel):
+    """A checkpoint of the job that exists on the trainer's disk (retention deletes some)."""
+
+    step: int = Field(description="the checkpoint's step: the policy `name@step` serves it")
+    policy: str = Field(description="name@step")
+    training_step: int | None = Field(
+        description="the training step that saved it (its StepOut); null: saved before "
+        "step 1 (step 0: the initial adapter; else an SFT phase's adapter)"
+    )
+    best: bool = Field(description="the best by the job's keep_best_metric")
+
+
 class JobOut(BaseModel):
     """A training job as the trainer reports it."""
 
@@ -131,7 +164,15 @@ class JobOut(BaseModel):
     updated_at: str | None
     steps: list[StepOut]
     evals: list[EvalOut] = Field(default_factory=list, description="in-training evals")
+    resumes: list[ResumeOut] = Field(
+        default_factory=list, description="each resume of the job, oldest first"
+    )
     spec: dict[str, Any] = Field(description="the job spec the trainer runs")
+    checkpoints: list[CheckpointOut] | None = Field(
+        default=None,
+        description="GET /jobs/{job_id} only: the checkpoints on the trainer's disk, oldest "
+        "first (null in listings, or when the trainer did not list them)",
+    )
 
 
 class JobList(BaseModel):
@@ -139,14 +180,14 @@ class JobList(BaseModel):
 
 
 class TrainResponse(BaseModel):
-    """What `POST /train` started."""
+    """What `POST /train` started (or, sent again with its `Idempotency-Key`, had started)."""
 
     job_id: str
     state: JobState
     project: str
     model_name: str
-    status_url: str
-    stream_url: str
+    status_url: str = Field(description="this job: `/jobs/{job_id}`")
+    stream_url: str = Field(description="this job's progress: `/jobs/{job_id}/stream`")
     job: JobOut
 
 
@@ -257,6 +298,10 @@ class ScoreOut(BaseModel):
 
 class EvaluateResponse(BaseModel):
     judge: str = Field(description="the judge the reward service called")
+    policy: str | None = Field(
+        default=None,
+        description="the policy judge's checkpoint (name@step), chosen for this evaluation",
+    )
     scores: list[ScoreOut]
     outcome: OutcomeOut
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 import grpc
@@ -15,8 +16,16 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, trainer_pb2
 from artfleet_api.backends import Backends
 from artfleet_api.errors import ApiError
-from artfleet_api.mapping import job_out, judge_key_hint, train_spec, training_api_field
+from artfleet_api.mapping import (
+    art_model_name,
+    checkpoints_out,
+    job_out,
+    judge_key_hint,
+    train_spec,
+    training_api_field,
+)
 from artfleet_api.models import (
+    CheckpointOut,
     ErrorOut,
     JobList,
     JobOut,
@@ -30,6 +39,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut} for code in (400, 401, 404, 409, 415, 422, 502, 503, 504)
 }
 router = APIRouter(responses=ERRORS)
+log = logging.getLogger(__name__)
 
 
 def _form(value: Any) -> str:
@@ -77,24 +87,52 @@ async def latest_job(request: Request, project: str, model_name: str) -> pb.Job:
 
 
 async def environment_info(request: Request, name: str) -> rollout_pb2.EnvironmentInfo:
-    """The rollout service's description of an environment; an unknown one is 422 naming
-    `environment` (a field of the body), as /train answers it."""
+    """The rollout service's description of an environment; an unknown one, or a file its
+    loader cannot read, is 422 naming `environment` (a field of the body), as /train
+    answers it."""
     try:
         return await backends(request).rollout.DescribeEnvironment(
             rollout_pb2.DescribeEnvironmentRequest(name=name),
             timeout=request.app.state.settings.rpc_timeout_s,
         )
     except grpc.aio.AioRpcError as exc:
-        if exc.code() != grpc.StatusCode.NOT_FOUND:
+        if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
             raise
         raise ApiError(422, exc.details() or "unknown environment", "environment") from None
 
 
-async def _submit(request: Request, spec: JobSpecModel) -> pb.Job:
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+# The same key again (a client's retry, or calls racing) answers the job it first made.
+IdempotencyKey = Annotated[
+    str,
+    Header(
+        alias=IDEMPOTENCY_HEADER,
+        min_length=1,
+        max_length=255,
+        description="the same key (with the same body) answers the job it made first",
+    ),
+]
+
+
+async def _submit(request: Request, spec: JobSpecModel, idempotency_key: str) -> pb.Job:
     return await backends(request).trainer.SubmitJob(
-        trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)),
+        trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec), idempotency_key=idempotency_key),
         timeout=request.app.state.settings.rpc_timeout_s,
     )
+
+
+def _refused(exc: grpc.aio.AioRpcError, body: TrainRequest | JobSubmit) -> ApiError:
+    """The trainer's INVALID_ARGUMENT as a 422 naming the field as this body's sender
+    knows it (the trainer names job-spec fields)."""
+    field, _, message = (exc.details() or "").partition(": ")
+    if not message:  # a message without a field
+        field, message = "", field
+    if field == "idempotency_key":  # the header's, not the body's
+        return ApiError(422, f"{IDEMPOTENCY_HEADER}: {message}", IDEMPOTENCY_HEADER)
+    message = f"{field}: {judge_key_hint(field, message)}" if field else message
+    if isinstance(body, JobSubmit):
+        return ApiError(422, message, f"spec.{field}" if field else "spec")
+    return ApiError(422, message, training_api_field(field))
 
 
 @router.post(
@@ -104,9 +142,15 @@ async def _submit(request: Request, spec: JobSpecModel) -> pb.Job:
     tags=["training"],
     dependencies=JSON_BODY,
 )
-async def train(request: Request, body: Annotated[TrainBody, Body()]) -> TrainResponse:
+async def train(
+    request: Request,
+    body: Annotated[TrainBody, Body()],
+    idempotency_key: IdempotencyKey = "",
+) -> TrainResponse:
     """Start training: the HTTP training API's fields, or `{"spec": {...}}` with the full
-    job spec. The trainer refuses a base model it cannot load (422 naming `base_model`)."""
+    job spec. The trainer refuses a base model it cannot load (422 naming `base_model`).
+    With `Idempotency-Key`, the same key answers the job it made (for a day); with
+    another body, 422 naming the header."""
     if isinstance(body, JobSubmit):
         spec = body.spec
     else:
@@ -122,26 +166,19 @@ async def train(request: Request, body: Annotated[TrainBody, Body()]) -> TrainRe
         except InvalidSpec as exc:
             raise ApiError(422, exc.message, training_api_field(exc.field)) from None
     try:
-        job = await _submit(request, spec)
+        job = await _submit(request, spec, idempotency_key)
     except grpc.aio.AioRpcError as exc:
         if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
             raise
-        field, _, message = (exc.details() or "").partition(": ")
-        if not message:  # a message without a field
-            field, message = "", field
-        message = f"{field}: {judge_key_hint(field, message)}" if field else message
-        if isinstance(body, JobSubmit):
-            raise ApiError(422, message, f"spec.{field}" if field else "spec") from None
-        # The trainer names job-spec fields; this body's sender knows the HTTP API's names.
-        raise ApiError(422, message, training_api_field(field)) from None
-    base = f"/train/{job.spec.project}/{job.spec.name}"
+        raise _refused(exc, body) from None
+    # By id: the model's newest job may be another one (submitted since, or at once).
     return TrainResponse(
         job_id=job.id,
         state=job_out(job).state,
         project=job.spec.project,
         model_name=job.spec.name,
-        status_url=f"{base}/status",
-        stream_url=f"{base}/stream",
+        status_url=f"/jobs/{job.id}",
+        stream_url=f"/jobs/{job.id}/stream",
         job=job_out(job),
     )
 
@@ -215,9 +252,29 @@ async def _get(request: Request, job_id: str) -> pb.Job:
     )
 
 
+async def _checkpoints(request: Request, job: pb.Job) -> list[CheckpointOut] | None:
+    """The job's checkpoints on the trainer's disk (retention or `models delete` may have
+    removed some): [] for a job with none, None when the trainer could not say."""
+    try:
+        info = await backends(request).trainer.ModelsGet(
+            trainer_pb2.ModelsGetRequest(model=art_model_name(job)),
+            timeout=request.app.state.settings.rpc_timeout_s,
+        )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
+            return []
+        log.warning("checkpoints of job %s not listed: %s", job.id, exc.details())
+        return None
+    return checkpoints_out(job, info)
+
+
 @router.get("/jobs/{job_id}", response_model=JobOut, tags=["jobs"])
 async def get_job(request: Request, job_id: str) -> JobOut:
-    return job_out(await _get(request, job_id))
+    """The job, with the checkpoints that exist on the trainer's disk."""
+    job = await _get(request, job_id)
+    out = job_out(job)
+    out.checkpoints = await _checkpoints(request, job)
+    return out
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut, tags=["jobs"])
@@ -225,6 +282,17 @@ async def cancel_job(request: Request, job_id: str) -> JobOut:
     """Asks the job to stop after its running step (state `cancelling`, then `cancelled`)."""
     job = await backends(request).trainer.CancelJob(
         trainer_pb2.CancelJobRequest(job_id=job_id),
+        timeout=request.app.state.settings.rpc_timeout_s,
+    )
+    return job_out(job)
+
+
+@router.post("/jobs/{job_id}/resume", response_model=JobOut, tags=["jobs"])
+async def resume_job(request: Request, job_id: str) -> JobOut:
+    """Queues a `failed` or `cancelled` job again: it goes on after its last checkpoint,
+    its steps and evals kept and what it was in `resumes`; 409 in any other state."""
+    job = await backends(request).trainer.ResumeJob(
+        trainer_pb2.ResumeJobRequest(job_id=job_id),
         timeout=request.app.state.settings.rpc_timeout_s,
     )
     return job_out(job)

@@ -19,7 +19,12 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, rollout_pb2, trainer_pb2
 from artfleet_api import __version__
 from artfleet_api.errors import ApiError
-from artfleet_api.mapping import judge_key_hint, judge_param, outcome_out
+from artfleet_api.mapping import (
+    judge_key_hint,
+    judge_param,
+    outcome_out,
+    policy_judge_candidates,
+)
 from artfleet_api.models import (
     DependencyOut,
     ErrorOut,
@@ -146,22 +151,40 @@ def _group(body: EvaluateRequest) -> pb.TrajectoryGroup:
     return group
 
 
-async def _judge_policy(request: Request, body: EvaluateRequest) -> pb.PolicyEndpoint:
-    """The policy judge: the named model's checkpoint, else the newest served one."""
-    base_url = request.app.state.settings.policy_base_url
-    if body.project and body.model_name:
-        job = await latest_job(request, body.project, body.model_name)
-        if job.policy:
-            return pb.PolicyEndpoint(model=job.policy, base_url=base_url)
-    else:
-        reply = await backends(request).trainer.ListJobs(
-            trainer_pb2.ListJobsRequest(limit=0), timeout=request.app.state.settings.rpc_timeout_s
+async def _checkpoint_exists(request: Request, policy: str) -> bool:
+    """Whether the trainer still has `name@step` (`models delete` may have removed it);
+    a trainer that cannot say does not block the judge."""
+    try:
+        await backends(request).trainer.ModelsGet(
+            trainer_pb2.ModelsGetRequest(model=policy),
+            timeout=request.app.state.settings.rpc_timeout_s,
         )
-        for job in reply.jobs:
-            if job.policy:
-                return pb.PolicyEndpoint(model=job.policy, base_url=base_url)
+    except grpc.aio.AioRpcError as exc:
+        return exc.code() != grpc.StatusCode.NOT_FOUND
+    return True
+
+
+async def _judge_policy(request: Request, body: EvaluateRequest) -> pb.PolicyEndpoint:
+    """The policy judge, named once here as an explicit `name@step` (the response says
+    which): the newest checkpoint of a job that did not fail, of the named model if any."""
+    settings = request.app.state.settings
+    if body.project and body.model_name:
+        await latest_job(request, body.project, body.model_name)  # 404 for an unknown model
+    reply = await backends(request).trainer.ListJobs(
+        trainer_pb2.ListJobsRequest(limit=0), timeout=settings.rpc_timeout_s
+    )
+    for job in policy_judge_candidates(reply.jobs, body.project, body.model_name):
+        if await _checkpoint_exists(request, job.policy):
+            return pb.PolicyEndpoint(model=job.policy, base_url=settings.policy_base_url)
+    which = (
+        f"{body.project}/{body.model_name} has none"
+        if body.project and body.model_name
+        else "no model has one"
+    )
     raise ApiError(
-        409, "the policy judge needs a trained model: none has a checkpoint", "judge_model"
+        409,
+        f"the policy judge needs a checkpoint of a job that did not fail: {which}",
+        "judge_model",
     )
 
 
@@ -212,7 +235,12 @@ async def evaluate(request: Request, body: EvaluateRequest) -> EvaluateResponse:
         )
         for s in reply.scores
     ]
-    return EvaluateResponse(judge=described, scores=scores, outcome=outcome_out(reply.outcome))
+    return EvaluateResponse(
+        judge=described,
+        policy=spec.policy.model if judge == POLICY_JUDGE else None,
+        scores=scores,
+        outcome=outcome_out(reply.outcome),
+    )
 
 
 @dataclass

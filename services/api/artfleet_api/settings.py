@@ -25,7 +25,7 @@ class ApiSettings(CommonSettings):
     )
     policy_base_url: str = Field(
         default="http://127.0.0.1:8000/v1",
-        description="the trainer's OpenAI-compatible endpoint (the fleet's policy)",
+        description="the fleet's policy endpoint (OpenAI-compatible); /health asks it",
     )
     judge_base_url: str = Field(
         default="https://api.openai.com/v1", description="where named judge models are served"

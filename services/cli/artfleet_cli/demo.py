@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import threading
 import time
@@ -30,9 +31,12 @@ from artfleet_cli.fleet_config import (
     ENV_FILE,
     ConfigError,
     PortsTaken,
+    Remembered,
     env_file_text,
+    forget_settings,
     known_keys,
     load_ports,
+    load_remembered,
     merge_settings,
     parse_env_file,
     parse_sets,
@@ -40,9 +44,11 @@ from artfleet_cli.fleet_config import (
     port_is_free,
     read_secret,
     save_ports,
+    save_remembered,
     taken_ports,
     write_private,
 )
+from artfleet_cli.fleet_metrics import CONFIG_FILE
 
 WorkdirOpt = typer.Option(Path(".artfleet"), "--workdir", help="state, logs and checkpoints")
 EngineOpt = typer.Option(
@@ -215,15 +221,24 @@ def fleet_up(
     new_ports: bool = typer.Option(
         False, "--new-ports", help="pick new ports instead of the ones the workdir recorded"
     ),
+    reset_settings: bool = typer.Option(
+        False, "--reset-settings", help="drop the settings remembered from earlier starts"
+    ),
 ) -> None:
     """Start a local fleet and keep it up until Ctrl-C.
 
-    Settings, later ones winning: this environment's ARTFLEET_* variables, then
-    --env-file, then --set. Each reaches the services whose settings read it; an
-    ARTFLEET_* name no service reads is an error. The first start in a workdir records
-    its ports and a restart reuses them; every endpoint and the token are written to
-    WORKDIR/fleet.env (`source` it)."""
-    fleet = _configured_fleet(workdir.resolve(), engine, env_file, settings, new_ports)
+    Settings, later ones winning: this environment's ARTFLEET_* variables, the settings
+    remembered from earlier starts, then --env-file, then --set. Each reaches the services
+    whose settings read it; an ARTFLEET_* name no service reads is an error. --env-file
+    and --set values are remembered in WORKDIR/fleet-settings.json (private) and applied
+    at the next start until --reset-settings. The first start in a workdir records its
+    ports and a restart reuses them; every endpoint and the token are written to
+    WORKDIR/fleet.env (`source` it). WORKDIR/prometheus.yml scrapes every service; a
+    `prometheus` on PATH is run on it."""
+    fleet = _configured_fleet(
+        workdir.resolve(), engine, env_file, settings, new_ports, reset_settings
+    )
+    fleet.prometheus = shutil.which("prometheus") or ""
     if notice := isolation_notice():
         render.console.print(notice, markup=False)
     try:
@@ -250,13 +265,21 @@ def fleet_up(
 
 
 def _configured_fleet(
-    workdir: Path, engine: str, env_file: Path | None, sets: list[str], new_ports: bool
+    workdir: Path,
+    engine: str,
+    env_file: Path | None,
+    sets: list[str],
+    new_ports: bool,
+    reset_settings: bool = False,
 ) -> LocalFleet:
     """The fleet `fleet up` starts: settings merged and checked (exit 2), the workdir's
-    ports, token and Redis password reused (exit 1 when another process holds a port)."""
+    ports, token, Redis password and remembered settings reused (exit 1 when another
+    process holds a port)."""
     password_path = workdir / "redis-password"
     try:
         given = parse_env_file(_read(env_file), str(env_file)) if env_file else {}
+        set_values = parse_sets(sets)
+        remembered = None if reset_settings else load_remembered(workdir)
         fleet = LocalFleet(
             workdir,
             ports=plan_ports(PORT_NAMES, {} if new_ports else load_ports(workdir), free_port),
@@ -264,7 +287,12 @@ def _configured_fleet(
         fleet.token = read_secret(workdir / "token") or fleet.token
         fleet.redis_password = read_secret(password_path) or fleet.redis_password
         fleet.settings, ignored = merge_settings(
-            os.environ, given, parse_sets(sets), known_keys(), fleet.owned_keys()
+            os.environ,
+            given,
+            set_values,
+            known_keys(),
+            fleet.owned_keys(),
+            remembered.values if remembered else None,
         )
         fleet.engine = pick_engine(engine, fleet.settings.get(VLLM_PYTHON, ""))
         fleet.check_settings()
@@ -277,7 +305,28 @@ def _configured_fleet(
         fail(f"{PortsTaken(taken)} (another fleet up in {workdir}?): {how}", 1)
     save_ports(workdir, fleet.ports)
     write_private(password_path, fleet.redis_password + "\n")
+    _remember_settings(workdir, remembered, {**given, **set_values}, reset_settings)
     return fleet
+
+
+def _remember_settings(
+    workdir: Path, remembered: Remembered | None, given: dict[str, str], reset: bool
+) -> None:
+    """Says what the remembered settings are (never their values: keys among them), and
+    remembers this start's --env-file and --set over them."""
+    if reset and forget_settings(workdir):
+        render.console.print("dropped the remembered settings (--reset-settings)", markup=False)
+    if remembered is not None and remembered.values:
+        count, replaced = len(remembered.values), len(remembered.values.keys() & given.keys())
+        by_now = f", {replaced} replaced by this start's" if replaced else ""
+        render.console.print(
+            f"using the settings remembered from {remembered.shown_date()}: "
+            f"{count} value{'s' if count != 1 else ''}{by_now}; --reset-settings to drop them",
+            markup=False,
+            soft_wrap=True,
+        )
+    if given:
+        save_remembered(workdir, {**(remembered.values if remembered else {}), **given})
 
 
 def _read(path: Path) -> str:
@@ -289,13 +338,22 @@ def _read(path: Path) -> str:
 
 def banner(fleet: LocalFleet, env_path: Path) -> list[str]:
     """What `fleet up` prints once up: short lines (no token: it is in `env_path`)."""
-    try:
-        shown = env_path.relative_to(Path.cwd())
-    except ValueError:
-        shown = env_path
+    if fleet.prometheus:
+        metrics = f"Prometheus at http://{fleet.prometheus_address} (docs/deployment.md)"
+    else:
+        metrics = f"{CONFIG_FILE} in the workdir (no prometheus on PATH to run it)"
     return [
         f"fleet up: {fleet.engine} serves the policy; Ctrl-C stops the fleet.",
         f"console and HTTP API: {fleet.api_url} (log in with the token)",
+        f"metrics: {metrics}",
         "endpoints and token (the same after a restart): run",
-        f"  source {shlex.quote(str(shown))}",
+        f"  source {shlex.quote(str(_shown(env_path)))}",
     ]
+
+
+def _shown(path: Path) -> Path:
+    """`path` relative to the working directory when under it: shorter lines."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path

@@ -86,6 +86,8 @@ def show(
     console.print(f"tools: {_tools(environment)}")
     for reason, count in sorted(environment.skipped.items()):
         console.print(f"skipped: {count} record(s): {reason}")
+    for bad in environment.bad_records.first:  # where to fix them (a job refuses them)
+        console.print(f"bad record: {bad}", markup=False, highlight=False)
     table = Table("id", "split", "difficulty", "title")
     scenarios = environment.scenarios()
     for s in scenarios[:MAX_LISTED]:

@@ -2,11 +2,14 @@
 samples per task, through the rollout service (Rollout.RunGroup, scored by the reward
 service, no training); and two such evaluations side by side with a paired test.
 
-The policy is any OpenAI-compatible endpoint and model name. The trainer's inference
-endpoint (torch backend) serves a running job's policy, any checkpoint `name@step` of a
+The policy is any OpenAI-compatible endpoint and model name; the endpoint defaults to the
+fleet's policy (`ARTFLEET_POLICY_BASE_URL`, exported by `fleet up`'s fleet.env). The
+fleet's policy endpoint serves a running job's policy, any checkpoint `name@step` of a
 model under its ART path (a finished job's too; `name` alone: its latest), and a base
 model by the name a job trained from (e.g. `smollm2-135m-instruct`). Any other endpoint
 takes its key from a variable in the rollout service's environment (`--api-key-env`).
+Without `--reward` the samples are scored as a job of the environment would be (an MCP
+environment by its own evaluate tool).
 """
 
 from __future__ import annotations
@@ -23,13 +26,20 @@ from rich.table import Table
 
 from artfleet.contracts import evaluation, trajlog
 from artfleet.specs.base import default_of
-from artfleet.specs.job import JobSpecModel
+from artfleet.specs.job import JobSpecModel, with_default_reward
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 from artfleet_cli import render
 from artfleet_cli.client import fail, service
 from artfleet_cli.policy_check import check_base_url, check_model_name, check_policy
-from artfleet_cli.rollout import build_task, job_defaults, parse_reward
+from artfleet_cli.rollout import (
+    BASE_URL_HELP,
+    POLICY_URL_ENV,
+    build_task,
+    job_defaults,
+    parse_reward,
+    policy_url,
+)
 
 app = typer.Typer(help="Evaluate policies and compare evaluations.", no_args_is_help=True)
 SUMMARY_FILE = "summary.json"
@@ -133,7 +143,9 @@ def run_tasks(
 
 @app.command("run")
 def run(
-    base_url: str = typer.Option(..., help="OpenAI-compatible endpoint, e.g. http://host:8000/v1"),
+    base_url: str | None = typer.Option(
+        None, envvar=POLICY_URL_ENV, help=BASE_URL_HELP, show_default=False
+    ),
     model: str = typer.Option(
         ..., help="model the endpoint serves: a base model, a checkpoint name@step or name@best"
     ),
@@ -158,7 +170,9 @@ def run(
         "--enable-thinking/--no-enable-thinking",
         help="the chat template's enable_thinking; default: the template's own",
     ),
-    reward: str | None = typer.Option(None, help="scorers: YAML/JSON list or a file"),
+    reward: str | None = typer.Option(
+        None, help="scorers: YAML/JSON list or a file; default: the environment's, as a job's"
+    ),
     concurrency: int = typer.Option(4, min=1, max=256, help="tasks run at once"),
     out: Path | None = typer.Option(None, help="folder for summary.json and trajectories/"),
     timeout_s: float = typer.Option(1800.0, min=1, help="how long to wait for one task"),
@@ -173,6 +187,7 @@ def run(
     Checks first that the endpoint serves the model (exit 2 if not, 1 if it cannot be
     reached); exits 1 with the cause when no task returned a sample, stopping early when
     the first tasks all failed with the same error."""
+    base_url = policy_url(base_url)
     spec = job_defaults(
         dict(
             environment=env,
@@ -192,6 +207,7 @@ def run(
             rollout_pb2.DescribeEnvironmentRequest(name=env), timeout=30
         )
         scenarios = eval_tasks(info, split, max_tasks)
+        spec = with_default_reward(spec, info.agent)
         served_as = check_policy(stub, base_url, model, api_key_env)
 
         def one(scenario: str) -> Any:

@@ -4,7 +4,9 @@ With `engine="vllm"` the policy is served by the inference service (vLLM, from t
 Python `vllm_python()` finds) instead of the trainer's built-in server.
 
 Used by `artfleet demo`, `artfleet fleet up` and the integration tests. It stops only the
-processes it started (it keeps their handles), never anything found by name.
+processes it started (it keeps their handles), never anything found by name. It is up once
+the policy is served (the API's /health check); `fleet up` gives it a `prometheus` to run
+on its metrics endpoints (fleet_metrics.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from artfleet.runtime.health import probe_policy
 from artfleet.runtime.service import free_port
 from artfleet_cli.fleet_config import (
     PREFIX,
@@ -30,11 +33,20 @@ from artfleet_cli.fleet_config import (
     plan_ports,
     validate_env,
 )
+from artfleet_cli.fleet_metrics import (
+    CONFIG_FILE,
+    DATA_DIR,
+    LOOPBACK,
+    prometheus_command,
+    prometheus_config,
+    write_config,
+)
+from artfleet_cli.logfiles import LOG_MAX_BYTES, LogPump, RotatingLog
 
 SERVICES = ("sandbox", "reward", "rollout", "trainer")
 API = "api"  # the HTTP API and console (not gRPC): started once the gRPC services serve
 SERVED = (*SERVICES, API, "inference")  # each with its own Prometheus endpoint
-PORT_NAMES = ("redis", *SERVED, *(f"{name}_metrics" for name in SERVED))
+PORT_NAMES = ("redis", *SERVED, *(f"{name}_metrics" for name in SERVED), "prometheus")
 VLLM_PYTHON = "ARTFLEET_INFERENCE_VLLM_PYTHON"
 
 
@@ -94,6 +106,13 @@ class FleetProcess:
     proc: subprocess.Popen[bytes]
     grpc_port: int = 0
     log_path: Path | None = None
+    pump: LogPump | None = None  # copies its output into log_path (rotated)
+
+    def drained(self) -> None:
+        """Once it has exited: its last output is in its log (unless something it started
+        still holds the pipe)."""
+        if self.pump is not None:
+            self.pump.join(2.0)
 
 
 @dataclass
@@ -110,6 +129,9 @@ class LocalFleet:
     # services that read it, other names reach every service.
     settings: dict[str, str] = field(default_factory=dict)
     redis_password: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+    log_max_bytes: int = LOG_MAX_BYTES  # per file of logs/<service>.log, LOG_BACKUPS kept
+    # A `prometheus` binary: start() runs it on the configuration it writes ("" = none).
+    prometheus: str = ""
 
     @property
     def redis_url(self) -> str:
@@ -158,7 +180,17 @@ class LocalFleet:
             found[f"{PREFIX}{name.upper()}_METRICS_URL"] = (
                 f"http://{self.address_of(name)}:{port}/metrics"
             )
+        if self.prometheus:
+            found[f"{PREFIX}PROMETHEUS_URL"] = f"http://{self.prometheus_address}"
         return found
+
+    @property
+    def prometheus_address(self) -> str:
+        return f"{LOOPBACK}:{self.ports['prometheus']}"
+
+    def metrics_targets(self) -> dict[str, str]:
+        """service -> host:port of its /metrics, for each service start() runs."""
+        return {n: f"{self.address_of(n)}:{self.ports[f'{n}_metrics']}" for n in self.started()}
 
     def started(self) -> tuple[str, ...]:
         """The services start() runs, in order of their settings' checks."""
@@ -171,7 +203,9 @@ class LocalFleet:
     def owned_keys(self) -> frozenset[str]:
         """Variables the fleet sets itself, whichever engine: not the user's to set."""
         owned: set[str] = set()
-        for fleet in (replace(self, engine="torch"), replace(self, engine="vllm")):
+        # Whichever engine, and with a Prometheus (its URL is an endpoint then).
+        for engine in ("torch", "vllm"):
+            fleet = replace(self, engine=engine, prometheus="prometheus")
             owned.update(fleet.endpoints())
             for name in SERVED:
                 owned.update(k for k in fleet.wiring(name) if k.startswith(PREFIX))
@@ -206,16 +240,29 @@ class LocalFleet:
                 self._start_service(name)
             deadline = time.monotonic() + timeout_s
             for process in self.processes[1:]:
-                if process.name == "inference":
-                    self._wait_http(process, deadline, f"{self.inference_root}/health")
-                else:
+                if process.name != "inference":  # HTTP: _wait_policy asks it
                     self._wait_serving(process, deadline)
+            self._wait_policy(deadline)
             if self.api:
                 self._start_service(API)
                 self._wait_http(self.processes[-1], deadline)
+            self._start_prometheus(deadline)
         except BaseException:
             self.stop()
             raise
+
+    def _start_prometheus(self, deadline: float) -> None:
+        """Writes prometheus.yml for this fleet's targets into the workdir (for any
+        Prometheus), and runs `self.prometheus` on it, its data in the workdir."""
+        config = self.workdir / CONFIG_FILE
+        own = self.prometheus_address
+        write_config(config, prometheus_config(self.metrics_targets(), own))
+        if not self.prometheus:
+            return
+        cmd = prometheus_command(self.prometheus, config, self.workdir / DATA_DIR, own)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+        self._spawn("prometheus", cmd, env)
+        self._wait_http(self.processes[-1], deadline, f"http://{own}/-/ready")
 
     def _start_redis(self) -> None:
         port = self.ports.setdefault("redis", free_port())
@@ -313,20 +360,23 @@ class LocalFleet:
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str], grpc_port: int = 0) -> None:
         log_path = self.workdir / "logs" / f"{name}.log"
-        with open(log_path, "ab") as log:
-            # Own process group: a Ctrl-C in the terminal reaches us, and we stop them in order.
-            proc = subprocess.Popen(
-                cmd,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self.processes.append(FleetProcess(name, proc, grpc_port, log_path))
+        # Own process group: a Ctrl-C in the terminal reaches us, and we stop them in order.
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        assert proc.stdout is not None
+        # Copied into a size-bounded, rotated file: a flooding service cannot fill the disk.
+        pump = LogPump(proc.stdout, RotatingLog(log_path, self.log_max_bytes))
+        self.processes.append(FleetProcess(name, proc, grpc_port, log_path, pump))
 
     def _check_alive(self, process: FleetProcess) -> None:
         if process.proc.poll() is not None:
+            process.drained()  # its last words (a traceback) are what the user needs
             tail = process.log_path.read_text(errors="replace")[-3000:] if process.log_path else ""
             raise ServiceExited(process.name, process.proc.returncode, tail)
 
@@ -345,6 +395,24 @@ class LocalFleet:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{process.name} did not become healthy")
                 time.sleep(0.2)
+
+    @property
+    def policy_server(self) -> str:
+        """The process that serves the policy: the inference service, or the trainer."""
+        return "inference" if self.engine == "vllm" else "trainer"
+
+    def _wait_policy(self, deadline: float) -> None:
+        """Until the policy endpoint lists its models to the fleet token, the check the
+        API's /health makes: vLLM can answer long after the gRPC services serve."""
+        process = next(p for p in self.processes if p.name == self.policy_server)
+        while True:
+            self._check_alive(process)
+            ok, detail = probe_policy(self.policy_base_url, self.token, 5)
+            if ok:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the policy ({process.name}) is not served: {detail}")
+            time.sleep(0.2)
 
     def _wait_http(self, process: FleetProcess, deadline: float, url: str = "") -> None:
         """Until the API's /health answers at all (503 while a dependency is down is an
@@ -372,11 +440,11 @@ class LocalFleet:
         self._terminate(process, grace_s)
         self.processes.remove(process)
         self._start_service(name)
-        if name == "inference":
-            deadline = time.monotonic() + timeout_s
-            self._wait_http(self.processes[-1], deadline, f"{self.inference_root}/health")
-        else:
-            self._wait_serving(self.processes[-1], time.monotonic() + timeout_s)
+        deadline = time.monotonic() + timeout_s
+        if name != "inference":
+            self._wait_serving(self.processes[-1], deadline)
+        if name == self.policy_server:
+            self._wait_policy(deadline)
 
     @staticmethod
     def _terminate(process: FleetProcess, grace_s: float) -> None:
@@ -387,6 +455,7 @@ class LocalFleet:
             except subprocess.TimeoutExpired:
                 process.proc.kill()
                 process.proc.wait(5)
+        process.drained()
 
     def stop(self, grace_s: float = 30.0) -> dict[str, int | None]:
         """SIGTERM in reverse start order, SIGKILL what outlives `grace_s`; returns exit codes."""

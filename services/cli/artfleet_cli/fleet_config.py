@@ -6,7 +6,9 @@ to the services whose settings read it (derived from their pydantic-settings cla
 other names (a judge's API key, read by the name a reward spec gives) go to every service.
 
 The workdir keeps the ports of its first start (`ports.json`), so a restart serves the same
-endpoints; `fleet.env` holds every endpoint and the token as export lines.
+endpoints; `fleet.env` holds every endpoint and the token as export lines. It also keeps
+the settings given with `--env-file` and `--set` (`fleet-settings.json`, private: they may
+hold keys), applied at the next start under that start's own, until `--reset-settings`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import re
 import shlex
 import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 
@@ -32,6 +36,7 @@ from artfleet.contracts.env_names import ENV_VAR_NAME
 PREFIX = "ARTFLEET_"
 PORTS_FILE = "ports.json"
 ENV_FILE = "fleet.env"
+SETTINGS_FILE = "fleet-settings.json"
 # Where each service's settings class lives (imported only when asked: they are light).
 SETTINGS_CLASSES = {
     "sandbox": "artfleet_sandbox.settings:SandboxSettings",
@@ -123,21 +128,29 @@ def merge_settings(
     sets: Mapping[str, str],
     known: Mapping[str, frozenset[str]],
     owned: frozenset[str],
+    remembered: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, str], list[str]]:
-    """(settings, ignored): the caller's known `ARTFLEET_*` variables, then the env file's,
+    """(settings, ignored): the caller's known `ARTFLEET_*` variables, then the settings
+    the workdir remembers (given explicitly at an earlier start), then the env file's,
     then `--set`'s. `known`: service -> the `ARTFLEET_*` names it reads; `owned`: names the
     fleet sets itself (ports, token, its wiring, what fleet.env exports): from the
     environment they are dropped (a sourced fleet.env), given explicitly they are an error.
     `ignored`: `ARTFLEET_*` variables of the environment no service reads."""
     every = frozenset().union(*known.values())
-    for origin, given in (("env file", env_file), ("--set", sets)):
+    remembered = remembered or {}
+    origins = (
+        (f"{SETTINGS_FILE} (remembered; --reset-settings drops it)", remembered),
+        ("env file", env_file),
+        ("--set", sets),
+    )
+    for origin, given in origins:
         for key in given:
             check_key(key, origin, every, owned)
     from_environ = {k: v for k, v in environ.items() if k in every and k not in owned}
     ignored = sorted(
         k for k in environ if k.startswith(PREFIX) and k not in every and k not in owned
     )
-    return {**from_environ, **env_file, **sets}, ignored
+    return {**from_environ, **remembered, **env_file, **sets}, ignored
 
 
 def check_key(key: str, origin: str, every: frozenset[str], owned: frozenset[str]) -> None:
@@ -254,6 +267,51 @@ def load_ports(workdir: Path) -> dict[str, int]:
 def save_ports(workdir: Path, ports: Mapping[str, int]) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / PORTS_FILE).write_text(json.dumps(dict(ports), indent=1, sort_keys=True) + "\n")
+
+
+# -- settings remembered across starts ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """The settings earlier starts were given (`--env-file`, `--set`), and when."""
+
+    values: dict[str, str]
+    saved_at: datetime
+
+    def shown_date(self) -> str:
+        return self.saved_at.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def load_remembered(workdir: Path) -> Remembered | None:
+    path = workdir / SETTINGS_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        values = data["values"]
+        if not all(isinstance(v, str) for v in values.values()):
+            raise TypeError("a value that is not a string")
+        saved_at = datetime.fromisoformat(data["saved_at"])
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise ConfigError(
+            f"{path}: not a settings record; pass --reset-settings to drop it"
+        ) from None
+    return Remembered({str(k): v for k, v in values.items()}, saved_at)
+
+
+def save_remembered(workdir: Path, values: Mapping[str, str], now: datetime | None = None) -> None:
+    """Private (0600): a setting may be a key (a judge's API key)."""
+    record = {"saved_at": (now or datetime.now(UTC)).isoformat(), "values": dict(values)}
+    write_private(workdir / SETTINGS_FILE, json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def forget_settings(workdir: Path) -> bool:
+    """Drops the remembered settings; whether there were any."""
+    path = workdir / SETTINGS_FILE
+    existed = path.is_file()
+    path.unlink(missing_ok=True)
+    return existed
 
 
 # -- secrets and the sourceable endpoints file -----------------------------------------------

@@ -1,7 +1,8 @@
-"""`artfleet jobs ...`: submit, list, status, watch, cancel."""
+"""`artfleet jobs ...`: submit, list, status, watch, cancel, resume."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -10,13 +11,16 @@ import yaml
 
 from artfleet.contracts.errors import InvalidArgument
 from artfleet.specs.job import GrpoModel, JobSpecModel, SftModel, spec_to_proto, validate_spec
+from artfleet.specs.yaml_text import DuplicateKey, load_yaml
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 from artfleet_cli import render
 from artfleet_cli.client import fail, trainer
 from artfleet_cli.spec_flags import derive_flags, flag_values, with_flags
 
-app = typer.Typer(help="Submit, inspect, follow and cancel training jobs.", no_args_is_help=True)
+app = typer.Typer(
+    help="Submit, inspect, follow, cancel and resume training jobs.", no_args_is_help=True
+)
 
 TargetOpt = typer.Option(
     "127.0.0.1:50051", "--target", envvar="ARTFLEET_TRAINER_TARGET", help="trainer gRPC address"
@@ -31,8 +35,10 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> JobSpecModel:
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            loaded = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
+            loaded = load_yaml(path.read_text(), str(path))
+        except DuplicateKey as exc:
+            fail(str(exc))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             fail(f"cannot read job file {path}: {exc}")
         if not isinstance(loaded, dict):
             fail(f"{path}: a job file is a YAML mapping of spec fields")
@@ -141,7 +147,11 @@ def submit(
         ),
     )
     with trainer(target, token) as stub:
-        job = stub.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+        # One key per invocation: a call sent again (a retry) returns the job, not a second.
+        request = trainer_pb2.SubmitJobRequest(
+            spec=spec_to_proto(spec), idempotency_key=uuid.uuid4().hex
+        )
+        job = stub.SubmitJob(request)
     render.console.print(
         f"submitted job {job.id} (experiment {job.spec.experiment}, config {job.config_hash})"
     )
@@ -198,3 +208,14 @@ def cancel(job_id: str, target: str = TargetOpt, token: str = TokenOpt) -> None:
     with trainer(target, token) as stub:
         job = stub.CancelJob(trainer_pb2.CancelJobRequest(job_id=job_id))
     render.console.print(f"job {job.id}: {render.state_name(job.state)}")
+
+
+@app.command()
+def resume(job_id: str, target: str = TargetOpt, token: str = TokenOpt) -> None:
+    """Queue a FAILED or CANCELLED job again: it goes on after its last checkpoint, with
+    its steps, evals and the reason it ended kept."""
+    with trainer(target, token) as stub:
+        job = stub.ResumeJob(trainer_pb2.ResumeJobRequest(job_id=job_id))
+    render.console.print(
+        f"job {job.id}: {render.state_name(job.state)}, resumes after step {job.completed_steps}"
+    )

@@ -10,6 +10,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
@@ -27,12 +28,28 @@ def _loss(s: pb.StepSummary) -> str:
     return f"{s.loss:+.4f}" if s.trained_sequences else "-"
 
 
+def scoring_note(s: pb.StepSummary) -> str:
+    """What the reward's scorers failed on in the step ("" when nothing did)."""
+    if not s.scorer_errors:
+        return ""
+    groups = "group" if s.scorer_errors == 1 else "groups"
+    lost = ", every group lost: SCORING FAILED" if s.scoring_failed else ""
+    return f"scorer errors in {s.scorer_errors} {groups}{lost} ({s.scorer_error})"
+
+
 def step_line(s: pb.StepSummary) -> str:
+    note = scoring_note(s)
     return (
         f"step {s.step}: reward {s.reward_mean:+.3f} ± {s.reward_std:.3f} · "
         f"turns {s.turns_mean:.1f} · {s.trajectories} trajectories · "
         f"loss {_loss(s)} · {s.step_seconds:.0f}s "
         f"(rollouts {s.rollout_seconds:.0f}s, train {s.train_seconds:.0f}s)"
+        + (f" · {note}" if note else "")
+        + (
+            f" · waited {s.policy_wait_seconds:.0f}s for the policy"
+            if s.policy_wait_seconds
+            else ""
+        )
     )
 
 
@@ -114,9 +131,11 @@ def summary_table(job: pb.Job) -> Table:
         "trained seqs",
         "loss",
         "step time",
+        "scorer errors",
         title=f"job {job.id}: {state_name(job.state)}",
     )
     for s in job.steps:
+        errors = f"{s.scorer_errors}{' (all)' if s.scoring_failed else ''}"
         table.add_row(
             str(s.step),
             f"{s.reward_mean:+.3f}",
@@ -126,6 +145,7 @@ def summary_table(job: pb.Job) -> Table:
             str(s.trained_sequences),
             _loss(s),
             f"{s.step_seconds:.0f}s",
+            errors if s.scorer_errors else "-",
         )
     return table
 
@@ -187,12 +207,24 @@ def job_details(job: pb.Job) -> None:
     )
     if job.error:
         console.print(f"[red]error:[/red] {job.error}")
+    for resume in job.resumes:
+        console.print(resume_line(resume), markup=False)  # an error's text is not markup
     if job.steps:
         console.print(summary_table(job))
+    failing = next((s for s in reversed(job.steps) if s.scorer_errors), None)
+    if failing is not None:  # the table has no room for the message itself
+        console.print(f"[yellow]step {failing.step}:[/yellow] {escape(scoring_note(failing))}")
     if job.evals:
         console.print(evals_table(job.evals))
     if job.HasField("sft"):
         console.print(sft_status_line(job.sft))
+
+
+def resume_line(r: pb.JobResume) -> str:
+    """One `jobs resume`: what the job was then, its reason included."""
+    when = f"{r.time.ToDatetime():%Y-%m-%d %H:%M:%S} UTC" if r.HasField("time") else "-"
+    reason = f": {r.error}" if r.error else ""
+    return f"resumed {when} after step {r.completed_steps}, was {state_name(r.state)}{reason}"
 
 
 def sft_line(s: pb.SftProgress) -> str:
@@ -256,7 +288,8 @@ def follow(events: Iterable[pb.ProgressEvent], total_steps: int) -> int:
             if event.kind == pb.EVENT_KIND_STEP_STARTED:
                 progress.update(bar, description=f"step {event.step}/{event.total_steps}")
             elif event.kind == pb.EVENT_KIND_STEP_DONE:
-                progress.console.print(step_line(event.summary))
+                # A scorer's message may hold brackets ([Errno 111]): not rich markup.
+                progress.console.print(escape(step_line(event.summary)))
                 progress.update(bar, completed=event.step)
             elif event.kind == pb.EVENT_KIND_EVAL:
                 progress.console.print(eval_line(event.eval))
@@ -266,4 +299,6 @@ def follow(events: Iterable[pb.ProgressEvent], total_steps: int) -> int:
                 final = event.state
                 note = f": {event.message}" if event.message else ""
                 progress.console.print(f"job {state_name(event.state)}{note}")
+            elif event.kind == pb.EVENT_KIND_LOG:  # e.g. bad records a job left out
+                progress.console.print(escape(event.message))
     return final

@@ -1,5 +1,9 @@
 """`artfleet rollout run`: one group of a scenario against any OpenAI-compatible endpoint,
-through the rollout service (Rollout.RunGroup), scored by the reward service, no training."""
+through the rollout service (Rollout.RunGroup), scored by the reward service, no training.
+
+The endpoint defaults to the fleet's policy (`ARTFLEET_POLICY_BASE_URL`, which `fleet up`'s
+fleet.env exports), and without `--reward` a group is scored as a job of its environment
+would be (`with_default_reward`: an MCP environment by its own evaluate tool)."""
 
 from __future__ import annotations
 
@@ -14,7 +18,14 @@ from rich.table import Table
 
 from artfleet.contracts.errors import InvalidArgument
 from artfleet.specs.base import default_of
-from artfleet.specs.job import JobSpecModel, mcp_config_json, reward_spec_proto, validate_spec
+from artfleet.specs.job import (
+    JobSpecModel,
+    mcp_config_json,
+    reward_spec_proto,
+    validate_spec,
+    with_default_reward,
+)
+from artfleet.specs.yaml_text import DuplicateKey, load_yaml
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 from artfleet_cli import render
 from artfleet_cli.client import fail, service
@@ -22,15 +33,29 @@ from artfleet_cli.client import fail, service
 app = typer.Typer(help="Run rollouts without training.", no_args_is_help=True)
 
 COMPONENT_PREFIX = "reward_"  # the rollout's trajectory metric per scorer
+POLICY_URL_ENV = "ARTFLEET_POLICY_BASE_URL"  # the fleet's policy endpoint (fleet.env)
+BASE_URL_HELP = (
+    "OpenAI-compatible endpoint as the rollout workers reach it, e.g. http://host:8000/v1; "
+    f"default: the fleet's policy (${POLICY_URL_ENV}, in fleet up's fleet.env)"
+)
+
+
+def policy_url(base_url: str | None) -> str:
+    """`--base-url`, else the fleet's policy endpoint; a usage error without either."""
+    if not base_url:
+        fail(f"no policy endpoint: pass --base-url or set {POLICY_URL_ENV} (source fleet.env)")
+    return base_url
 
 
 def parse_reward(text: str) -> list[Any]:
     """Scorers as a YAML/JSON list, given inline or as a file holding one."""
-    path = Path(text)
+    path, source = Path(text), "--reward"
     if path.is_file():
-        text = path.read_text()
+        text, source = path.read_text(), str(path)
     try:
-        loaded = yaml.safe_load(text)
+        loaded = load_yaml(text, source)
+    except DuplicateKey as exc:
+        fail(str(exc))
     except yaml.YAMLError as exc:
         fail(f"--reward is not YAML/JSON: {exc}")
     if not isinstance(loaded, list):
@@ -113,7 +138,9 @@ def outcome_lines(response: rollout_pb2.RunGroupResponse) -> list[str]:
 
 @app.command("run")
 def run(
-    base_url: str = typer.Option(..., help="OpenAI-compatible endpoint, e.g. http://host:8000/v1"),
+    base_url: str | None = typer.Option(
+        None, envvar=POLICY_URL_ENV, help=BASE_URL_HELP, show_default=False
+    ),
     model: str = typer.Option(..., help="model name the endpoint serves"),
     env: str = typer.Option(default_of(JobSpecModel, "environment"), help="environment"),
     scenario: str | None = typer.Option(None, help="scenario id (else --split and --index)"),
@@ -137,7 +164,9 @@ def run(
         "--enable-thinking/--no-enable-thinking",
         help="the chat template's enable_thinking; default: the template's own",
     ),
-    reward: str | None = typer.Option(None, help="scorers: YAML/JSON list or a file"),
+    reward: str | None = typer.Option(
+        None, help="scorers: YAML/JSON list or a file; default: the environment's, as a job's"
+    ),
     timeout_s: float = typer.Option(1800.0, min=1, help="how long to wait for the group"),
     as_json: bool = typer.Option(False, "--json", help="print the whole response as JSON"),
     target: str = typer.Option(
@@ -149,6 +178,7 @@ def run(
 ) -> None:
     """Run one group and print its trajectories, rewards and the reward outcome. Exits 1
     when no trajectory came back (every episode failed, or the reward dropped the group)."""
+    base_url = policy_url(base_url)
     spec = job_defaults(
         dict(
             environment=env,
@@ -162,10 +192,12 @@ def run(
     )
     with service(target, token, "rollout service") as channel:
         stub = rollout_pb2_grpc.RolloutStub(channel)
+        # Always: without --reward, the environment's agent kind picks the scorers.
+        info = stub.DescribeEnvironment(
+            rollout_pb2.DescribeEnvironmentRequest(name=env), timeout=30
+        )
+        spec = with_default_reward(spec, info.agent)
         if scenario is None:
-            info = stub.DescribeEnvironment(
-                rollout_pb2.DescribeEnvironmentRequest(name=env), timeout=30
-            )
             scenario = pick_scenario(info, split, index)
         task = build_task(
             spec,

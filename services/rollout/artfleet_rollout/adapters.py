@@ -32,6 +32,7 @@ from artfleet_rollout import metrics
 from artfleet_rollout.ports import (
     Connections,
     PolicyTurn,
+    PolicyUnavailable,
     SuiteRun,
     Usage,
     WorkspaceLost,
@@ -47,7 +48,10 @@ _TOKEN_IDS_BODY = {"return_token_ids": True}
 _RPC_SLACK_S = 30.0  # the sandbox enforces the command's own limit; this bounds the call
 _CREATE_DEADLINE_S = 120.0
 _SCORE_DEADLINE_S = 600.0
-_SCORE_RETRY_S = 180.0  # a reward replica restarting: its compose restart, its imports
+_SCORE_RETRY_S = 180.0
+# A gateway or a server still starting: the endpoint is down, not refusing the request.
+_OUTAGE_STATUSES = frozenset({502, 503, 504})
+_PROBE_TIMEOUT_S = 10.0  # a reward replica restarting: its compose restart, its imports
 
 
 # ---------------------------------------------------------------- policy
@@ -76,12 +80,19 @@ class OpenAIPolicy:
         tools: Sequence[Any] | None = None,
         tool_choice: Any = None,
     ) -> PolicyTurn:
-        completion = await self._client.post(
-            "/chat/completions",
-            cast_to=ChatCompletion,
-            body=self._body(messages, tools, tool_choice),
-            options={"timeout": self._timeout_s},
-        )
+        try:
+            completion = await self._client.post(
+                "/chat/completions",
+                cast_to=ChatCompletion,
+                body=self._body(messages, tools, tool_choice),
+                options={"timeout": self._timeout_s},
+            )
+        except APIConnectionError as exc:  # includes timeouts, after the client's retries
+            raise PolicyUnavailable(f"{self._client.base_url}: {describe_api_error(exc)}") from exc
+        except APIStatusError as exc:
+            if exc.status_code not in _OUTAGE_STATUSES:
+                raise
+            raise PolicyUnavailable(f"{self._client.base_url}: {describe_api_error(exc)}") from exc
         if not completion.choices:
             raise RuntimeError(f"the policy {self._model!r} answered no choice")
         choice = completion.choices[0]
@@ -167,6 +178,9 @@ class OpenAIClients:
             chat_template_kwargs=template_kwargs(task),
         )
 
+    async def served(self, task: rollout_pb2.GroupTask, api_key: str) -> str | None:
+        return await policy_served(task.model_base_url, task.policy, api_key)
+
     async def close(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
@@ -195,12 +209,24 @@ async def check_policy(
             answer.served = True
             answer.served_as = reply.model or ""
         except APIConnectionError as exc:  # includes timeouts
-            answer.error = f"{type(exc).__name__}: {exc.__cause__ or exc}"
+            answer.error = describe_api_error(exc)
         except APIStatusError as exc:
             answer.reachable = True
             answer.authorized = exc.status_code not in (401, 403)
-            answer.error = f"HTTP {exc.status_code}: {_status_message(exc)}"
+            answer.error = describe_api_error(exc)
     return answer
+
+
+async def policy_served(base_url: str, model: str, api_key: str) -> str | None:
+    """None when `base_url` serves `model` now; else why not (a policy outage's probe)."""
+    answer = await check_policy(base_url, model, api_key, timeout_s=_PROBE_TIMEOUT_S)
+    return None if answer.served else (answer.error or "not served")
+
+
+def describe_api_error(exc: APIConnectionError | APIStatusError) -> str:
+    if isinstance(exc, APIStatusError):
+        return f"HTTP {exc.status_code}: {_status_message(exc)}"
+    return f"{type(exc).__name__}: {exc.__cause__ or exc}"
 
 
 def _status_message(exc: APIStatusError) -> str:

@@ -14,11 +14,14 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
+import httpx
+
 from artfleet.clients.sandbox import describe
 from artfleet.contracts import codec
 from artfleet.contracts.art_types import art
 from artfleet.contracts.env_names import ENV_VAR_NAME
 from artfleet.contracts.errors import InvalidArgument
+from artfleet.runtime.outage import OutageClock, wait_until_back
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout import metrics
@@ -30,7 +33,7 @@ from artfleet_rollout.environments import (
 )
 from artfleet_rollout.environments.loaders import LoaderError
 from artfleet_rollout.episode import EpisodeContext, run_episode
-from artfleet_rollout.ports import Connections, WorkspaceLost
+from artfleet_rollout.ports import Connections, PolicyUnavailable, WorkspaceLost
 from artfleet_rollout.scoring import apply_scores, describe_outcome
 from artfleet_rollout.settings import RolloutSettings
 
@@ -40,7 +43,9 @@ Connect = Callable[[RolloutSettings], Awaitable[Connections]]
 # The fleet's own settings (Redis URL with its password, ...) are never a model key.
 _FLEET_PREFIX = "ARTFLEET_"
 EpisodeResult = tuple[art.Trajectory, pb.Episode]
-_CHECK_TIMEOUT_S = 60.0  # a checkpoint served on request loads within the first call
+_CHECK_TIMEOUT_S = 60.0
+# A held group notices the endpoint is back within this (one /models call per pause).
+_OUTAGE_PROBE_MAX_PAUSE_S = 5.0  # a checkpoint served on request loads within the first call
 
 
 def validate_task(task: rollout_pb2.GroupTask) -> None:
@@ -50,6 +55,19 @@ def validate_task(task: rollout_pb2.GroupTask) -> None:
     for field in ("rollouts", "max_turns", "max_tokens", "max_context_tokens"):
         if getattr(task, field) <= 0:
             raise InvalidArgument("must be > 0", f"task.{field}")
+    check_base_url(task.model_base_url, "task.model_base_url")
+
+
+def check_base_url(url: str, field: str) -> None:
+    """An http(s) URL the OpenAI client can request. Checked before the client is made:
+    httpx refuses some URLs (a non-printable character, a bad port) with InvalidURL when
+    the client is built, which would surface as INTERNAL instead of naming the field."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise InvalidArgument(f"is not a valid URL: {exc}", field) from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise InvalidArgument("must be an http(s) URL with a host", field)
 
 
 def task_environment(task: rollout_pb2.GroupTask) -> Environment:
@@ -159,7 +177,8 @@ class GroupRunner:
         validate_task(task)
         scenario = task_scenario(task)
         environment = task_environment(task)
-        policy = connections.policies.policy(task, policy_api_key(task, self._token, self._environ))
+        api_key = policy_api_key(task, self._token, self._environ)
+        policy = connections.policies.policy(task, api_key)
         start = time.perf_counter()
         ctx = EpisodeContext(
             task,
@@ -171,14 +190,38 @@ class GroupRunner:
             token=self._token,
             tool_choice=environment.tool_choice,
         )
-        async with self._limits.group(task) as limit:
-            results = await asyncio.gather(
-                *(self._episode(ctx, i, limit) for i in range(task.rollouts)),
-                return_exceptions=True,
-            )
+        results = await self._held_through_outages(task, ctx, connections, api_key)
         response = await self._score(connections, task, results)
         metrics.GROUP_SECONDS.observe(time.perf_counter() - start)
         return response
+
+    async def _held_through_outages(
+        self, task: rollout_pb2.GroupTask, ctx: EpisodeContext, connections: Connections, key: str
+    ) -> list[EpisodeResult | BaseException]:
+        """The group's episodes; while the policy endpoint is down (an episode raised
+        PolicyUnavailable: not the episodes' fault) the group is held (its lease renewed
+        meanwhile) and all of it runs again once the endpoint serves the policy."""
+        outage = OutageClock(self._settings.policy_outage_s)
+        while True:
+            async with self._limits.group(task) as limit:
+                results = await asyncio.gather(
+                    *(self._episode(ctx, i, limit) for i in range(task.rollouts)),
+                    return_exceptions=True,
+                )
+            lost = next((e for r in results if (e := policy_outage(r)) is not None), None)
+            if lost is None:
+                return results
+            metrics.FAILURES.labels("policy_unavailable").inc()
+            log.warning("group %s: policy unavailable (%s); holding it", task.group_id, lost)
+            await wait_until_back(
+                lambda: connections.policies.served(task, key),
+                outage,
+                str(lost),
+                what="the policy endpoint",
+                setting="ARTFLEET_POLICY_OUTAGE_S",
+                max_pause_s=_OUTAGE_PROBE_MAX_PAUSE_S,
+            )
+            log.info("group %s: the policy serves again; running it again", task.group_id)
 
     async def check_policy(
         self, request: rollout_pb2.CheckPolicyRequest
@@ -187,6 +230,7 @@ class GroupRunner:
         for field in ("model_base_url", "policy"):
             if not getattr(request, field):
                 raise InvalidArgument("is required", field)
+        check_base_url(request.model_base_url, "model_base_url")
         task = rollout_pb2.GroupTask(model_api_key_env=request.model_api_key_env)
         api_key = policy_api_key(task, self._token, self._environ)
         from artfleet_rollout.adapters import check_policy  # the product's OpenAI part
@@ -243,6 +287,18 @@ class GroupRunner:
         response.group.CopyFrom(codec.group_to_proto(group))
         response.episodes.extend(episodes)
         return response
+
+
+def policy_outage(result: object) -> PolicyUnavailable | None:
+    """The PolicyUnavailable an episode ended with, also from inside the exception groups
+    of an MCP session's task group; None for any other result."""
+    if isinstance(result, PolicyUnavailable):
+        return result
+    if isinstance(result, BaseExceptionGroup):
+        match, _ = result.split(PolicyUnavailable)
+        if match is not None:
+            return policy_outage(match.exceptions[0])
+    return None
 
 
 def _split(

@@ -26,7 +26,8 @@ FAILURES = Counter(
     "artfleet_rollout_failures_total",
     "Failures by kind (sandbox_lost: a session gone with its replica, counted once at the "
     "first call that found it gone; sandbox_unavailable: no replica took a new session; "
-    "reward_unavailable, redis_unavailable: retried calls; episode: failed episodes)",
+    "reward_unavailable, redis_unavailable: retried calls; episode: failed episodes; "
+    "policy_unavailable: a group held because the policy endpoint did not answer)",
     ["kind"],
 )
 SANDBOX_SESSIONS = Gauge(

@@ -55,9 +55,18 @@ class Policy(Protocol):
     ) -> PolicyTurn: ...
 
 
+class PolicyUnavailable(ConnectionError):
+    """The policy endpoint did not answer (refused, timed out, or 502/503/504 after the
+    client's retries): an outage of the fleet's inference, not a failure of the episode.
+    The group is held and run again when the endpoint serves again (`policy_outage`)."""
+
+
 class Policies(Protocol):
     def policy(self, task: rollout_pb2.GroupTask, api_key: str) -> Policy:
         """The task's policy endpoint (`model_base_url`, `policy`) called with `api_key`."""
+
+    async def served(self, task: rollout_pb2.GroupTask, api_key: str) -> str | None:
+        """None when the task's endpoint serves its policy now; else why not."""
         ...
 
 

@@ -41,6 +41,13 @@ class RolloutSettings(ServerSettings):
     )
     model_retries: int = Field(default=10, ge=0, le=50, description="backoff up to ~1 min")
     model_timeout_s: float = Field(default=600.0, gt=0, description="per model call")
+    policy_outage_s: float = Field(
+        default=600.0,
+        gt=0,
+        le=86_400,
+        description="a group whose policy endpoint stops answering is held and run again "
+        "when it serves again; past this long the group fails with that reason",
+    )
     groups_concurrency: int = Field(default=4, ge=1, le=64, description="groups at once")
     group_lease_s: float = Field(
         default=30.0,

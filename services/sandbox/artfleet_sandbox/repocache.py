@@ -25,6 +25,8 @@ TARBALL_DIR = ".artfleet-repos"
 
 
 def _clean_dest(dest: str) -> str:
+    if "\0" in dest:
+        raise InvalidArgument("repo.dest: must not contain a NUL character")
     parts = [p for p in dest.split("/") if p not in ("", ".")]
     if dest.startswith("/") or ".." in parts:
         raise InvalidArgument(f"repo dest {dest!r} must be a relative path inside the workspace")
@@ -40,6 +42,8 @@ class RepoCache:
         self._locks: dict[str, asyncio.Lock] = {}
 
     def source_dir(self, spec: RepoSpec) -> str:
+        if "\0" in spec.path:  # os.path refuses it with a ValueError
+            raise InvalidArgument("repo.path: must not contain a NUL character")
         source = os.path.realpath(os.path.join(self.cache_dir, spec.path))
         if not spec.path or not source.startswith(self.cache_dir + os.sep):
             raise InvalidArgument(f"repo {spec.path!r} must name a dir inside the cache dir")

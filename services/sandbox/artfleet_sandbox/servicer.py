@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from artfleet.runtime.rpc.interceptors import bounded_details
 from artfleet.v1 import sandbox_pb2 as pb
 from artfleet.v1 import sandbox_pb2_grpc
 from artfleet_sandbox import metrics
@@ -143,7 +144,7 @@ def _rpc(
             if code is None:
                 log.error("%s failed: %s", method.__name__, exc)
                 code = grpc.StatusCode.INTERNAL
-            await context.abort(code, str(exc))
+            await context.abort(code, bounded_details(str(exc)))
             raise  # unreachable: abort raises
         except Exception:
             log.exception("%s failed", method.__name__)

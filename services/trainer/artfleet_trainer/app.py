@@ -34,7 +34,13 @@ class TrainerApp:
         rollout = RolloutClient(settings.rollout_target, token)
         dispatcher = GroupDispatcher(make_celery(settings.redis_url))
         self.runner = JobRunner(
-            settings, self.store, self.backend, dispatcher, rollout, StepBatches(self._redis)
+            settings,
+            self.store,
+            self.backend,
+            dispatcher,
+            rollout,
+            StepBatches(self._redis),
+            policy_probe=rollout,
         )
         servicer = TrainerServicer(
             self.store,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
 from artfleet.contracts.errors import InvalidArgument
+from artfleet.contracts.records import BadRecords, refuse_bad_records
 from artfleet.specs.job import (
     JobSpecModel,
     config_hash,
@@ -30,6 +32,8 @@ from artfleet_trainer.jobs.images import ImageChecker
 from artfleet_trainer.jobs.models import ModelCatalog, parse_ref
 from artfleet_trainer.jobs.store import JobStore
 from artfleet_trainer.sft import phase as sft_phase
+
+log = logging.getLogger(__name__)
 
 
 class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
@@ -68,6 +72,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
     ) -> pb.Job:
         if not request.HasField("spec"):
             raise InvalidArgument("a job needs a spec", "spec")
+        key = _idempotency_key(request.idempotency_key)
         spec = spec_from_proto(request.spec)
         grpo.check_backend(spec)
         await asyncio.to_thread(sft_phase.check_spec, spec)  # reads the data file
@@ -77,6 +82,8 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
         spec = await asyncio.to_thread(self._base_model, spec)
         await self._context_limits.check(spec)
         info = await self._rollout.describe(spec.environment)
+        bad = BadRecords.from_skipped(info.skipped)
+        refuse_bad_records(bad, spec.skip_bad_records, "environment")
         split_ids(info, spec.environment, spec.split)
         spec = await self._written_out_reward(spec, info)
         await check_eval_split(self._rollout, spec)
@@ -84,9 +91,20 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
             await self._images.check(spec)
         message = spec_to_proto(spec)
         await self._reward.validate(message.reward)
-        job = await self._store.create(message, config_hash=config_hash(spec))
-        metrics.JOBS_SUBMITTED.inc()
+        job, created = await self._store.submit(message, config_hash(spec), key)
+        if created:
+            metrics.JOBS_SUBMITTED.inc()
+            await self._note_skipped(job.id, spec.environment, bad)
         return job
+
+    async def _note_skipped(self, job_id: str, environment: str, bad: BadRecords) -> None:
+        """The bad records a skip_bad_records job leaves out: logged, and in the job's
+        events (`jobs watch` prints them)."""
+        if not bad.count:
+            return
+        note = f"environment {environment}: left out {bad.summary()}"
+        log.warning("job %s: %s", job_id, note)
+        await self._store.emit(job_id, pb.ProgressEvent(kind=pb.EVENT_KIND_LOG, message=note))
 
     async def _written_out_reward(
         self, spec: JobSpecModel, info: rollout_pb2.EnvironmentInfo
@@ -126,6 +144,12 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
     ) -> pb.Job:
         await self._store.request_cancel(_job_id(request.job_id))
         return await self._store.get(request.job_id)
+
+    async def ResumeJob(
+        self, request: trainer_pb2.ResumeJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Job:
+        job = await self._store.resume(_job_id(request.job_id))
+        return await self._store.get_with_position(job.id)
 
     async def WatchJob(
         self, request: trainer_pb2.WatchJobRequest, context: grpc.aio.ServicerContext
@@ -181,6 +205,18 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
     ) -> AsyncIterator[trainer_pb2.ModelsExportChunk]:
         async for chunk in self._models.export(request.model):
             yield chunk
+
+
+# Keys are the client's (the CLI's a uuid); bounded, as each is a Redis key for a day.
+MAX_IDEMPOTENCY_KEY = 255
+
+
+def _idempotency_key(key: str) -> str:
+    if len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
+        raise InvalidArgument(
+            f"must be printable and at most {MAX_IDEMPOTENCY_KEY} characters", "idempotency_key"
+        )
+    return key
 
 
 def _job_id(job_id: str) -> str:

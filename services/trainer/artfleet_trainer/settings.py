@@ -76,3 +76,16 @@ class TrainerSettings(ServerSettings):
     )
     poll_interval_s: float = Field(default=0.5, gt=0)
     job_lease_s: float = Field(default=30.0, gt=1)
+    policy_outage_s: float = Field(
+        default=600.0,
+        gt=0,
+        le=86_400,
+        description="a step waits this long at most for the policy endpoint to serve again "
+        "(an inference restart or outage) before the job fails with that reason",
+    )
+    max_scoring_failed_steps: int = Field(
+        default=3,
+        ge=0,
+        description="steps in a row whose every group a scorer error zeroed or dropped before "
+        "the job fails, naming the scorer (0: never)",
+    )

@@ -13,7 +13,9 @@ per line), so `ClientSession` works unchanged. The rollout needs no Docker socke
 When the sandbox ends the stream with an error (the server crashed, hung past the idle
 timeout, its image is missing), the session's pending request fails ("Connection
 closed") and leaving the context raises `McpStdioError` with the sandbox's status and
-message, chained to what the body raised.
+message, chained to what the body raised. A stdout line that is no JSON-RPC message reaches
+the session as an exception, like the SDK's; `artfleet.clients.mcp_guard.guard_stdout`
+(which the rollout puts around this transport) stops a server that writes too many.
 """
 
 from __future__ import annotations

@@ -80,6 +80,14 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5])
 redis.call('SET', KEYS[4], '1', 'EX', ARGV[2])
 """
 
+# KEYS: groups, status, notify, claims. ARGV: lease prefix. CLOSE without the closed mark:
+# the step is forgotten whole (final groups, claims and their leases) and runs again.
+DISCARD = """
+local claims = redis.call('HKEYS', KEYS[4])
+for i = 1, #claims do redis.call('DEL', ARGV[1] .. claims[i]) end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+"""
+
 # KEYS: groups, status, claims. ARGV: lease prefix, the lowest final state. Returns the
 # group ids kept. Claims without a live lease go (their groups are dispatched again);
 # a live lease keeps its claim, so its run is still watched.

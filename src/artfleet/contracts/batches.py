@@ -23,6 +23,8 @@ Rules:
   the others (failed, dropped), which are dispatched again.
 - `close` after the step's checkpoint is saved deletes the batch and marks the step
   closed; publishes into a closed step are refused, so stragglers recreate nothing.
+- `discard`: a resumed job (it had FAILED or was CANCELLED) starts the steps it had begun
+  afresh, final groups included (a fail_job verdict kept would fail it again).
 - Groups survive their worker. A worker claims a group before running it (the claims
   entry and the lease, atomically; refused when the group is final, the step closed, or
   another run holds a live lease) and renews the lease every lease/3 while the group runs;
@@ -222,6 +224,7 @@ class StepBatches:
         self._release = redis.register_script(scripts.RELEASE)
         self._lost = redis.register_script(scripts.LOST)
         self._close = redis.register_script(scripts.CLOSE)
+        self._discard = redis.register_script(scripts.DISCARD)
         self._forget = redis.register_script(scripts.FORGET)
 
     # ------------------------------------------------------------ rollout side
@@ -391,6 +394,15 @@ class StepBatches:
         await self._close(
             keys=[keys.groups, keys.status, keys.notify, keys.closed, keys.claims],
             args=[keys.lease_prefix, self._ttl_s],
+        )
+
+    async def discard(self, job_id: str, step: int) -> None:
+        """Before a resumed job (a FAILED or CANCELLED one) dispatches a step it had begun:
+        its groups go, final ones too, as a fail_job verdict that failed the job would
+        fail it again. A run still going from before may publish late; it counts once."""
+        keys = StepKeys(job_id, step)
+        await self._discard(
+            keys=[keys.groups, keys.status, keys.notify, keys.claims], args=[keys.lease_prefix]
         )
 
 

@@ -9,19 +9,28 @@ Every service runs one (trainer, rollout, reward, sandbox, api), limits from its
 ones (`work_dirs`: each entry is a session or rollout, so one untouched for an hour is
 stale) and store-like ones (`store_dirs`: checkpoints, caches, logs; old entries are the
 point, so only their size and free space are checked).
+
+`probe_policy` is the one check of the policy endpoint (the inference service, or the
+trainer's own server): the API's `/health`, `fleet up`'s readiness wait and the inference
+container's healthcheck all ask it, as a client of the policy would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
+import json
 import logging
 import os
 import shutil
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from prometheus_client import Gauge
 from pydantic import BaseModel, Field
@@ -44,6 +53,42 @@ FINDINGS = Gauge(
     ["service", "check", "severity"],
 )
 CHECKS = ("child_processes", "free_space", "dir_size", "stale_dirs")
+
+
+def _shown(url: str) -> str:
+    """The URL without user info or query: what a health detail may show."""
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc = f"{netloc}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def probe_policy(base_url: str, token: str, timeout_s: float = 3.0) -> tuple[bool, str]:
+    """(ok, detail) for `GET <base_url>/models` with the fleet token, as a rollout worker
+    would call the policy. The inference service's front listens only once vLLM answers,
+    so a 200 here means the policy can be served; a 401 names the token."""
+    url = f"{base_url.rstrip('/')}/models"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    # No proxy: the policy endpoint is inside the fleet, whatever this shell's proxy says.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=timeout_s) as reply:
+            body = reply.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            return False, f"{exc.code}: the fleet token is refused at {_shown(url)}"
+        return False, f"{exc.code} {exc.reason} from {_shown(url)}"
+    except (OSError, ValueError) as exc:  # refused, timed out, not a URL
+        return False, f"no answer from {_shown(url)}: {getattr(exc, 'reason', exc)}"
+    except http.client.HTTPException as exc:  # something else on the port (gRPC, ...)
+        return False, f"{_shown(url)} does not answer HTTP/1.1: {type(exc).__name__}"
+    try:
+        listed = json.loads(body)["data"]
+        count = len(listed)
+    except (ValueError, KeyError, TypeError):
+        return False, f"{_shown(url)} answered, but not with a model listing"
+    return True, f"serves {count} model(s) at {_shown(url)}"
 
 
 class HealthLimits(BaseModel):

@@ -1,7 +1,11 @@
 """`python -m artfleet.runtime.healthcheck [host:port]`: exit 0 when the gRPC health service says
-SERVING, else 1. Container healthchecks run it, so it imports only grpc and stays quick.
+SERVING, else 1. Container healthchecks run it, so it imports only grpc (and, with
+`--policy`, the health module) and stays quick.
 
 The default target is this container's own service: 127.0.0.1 and `ARTFLEET_PORT`.
+`--policy URL` checks an OpenAI-compatible policy endpoint instead (the inference service,
+which is HTTP): it lists its models to the fleet token (`ARTFLEET_API_TOKEN`), the check
+the API's `/health` makes (`artfleet.runtime.health.probe_policy`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("target", nargs="?", default=default, help=f"host:port ({default})")
     parser.add_argument("--service", default="", help="health service name ('' = overall)")
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds (3)")
+    parser.add_argument("--policy", metavar="URL", help="an OpenAI base URL to check instead")
     args = parser.parse_args(argv)
+    if args.policy:
+        from artfleet.runtime.health import probe_policy  # only this mode needs it
+
+        token = os.environ.get("ARTFLEET_API_TOKEN", "")
+        ok, seen = probe_policy(args.policy, token, args.timeout)
+        print(seen, file=sys.stdout if ok else sys.stderr)
+        return 0 if ok else 1
     ok, seen = check(args.target, args.service, args.timeout)
     print(f"{args.target}: {seen}", file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 1

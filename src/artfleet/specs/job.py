@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from artfleet.specs.base import field_of, nested_error, spec_error
+from artfleet.specs.base import InvalidSpec, field_of, nested_error, spec_error
 from artfleet.specs.grpo import GrpoModel, grpo_data_from_proto
 from artfleet.specs.hud_config import (
     ENVIRONMENTS_KEY,
@@ -149,6 +149,12 @@ class JobSpecModel(BaseModel):
     # one server); None = each scenario's own. A HUD config.yaml's `environments:` block
     # sets it (artfleet.specs.hud_config).
     mcp_config: dict[str, Any] | None = None
+    # A data file the job reads (a JSONL environment, SFT samples) with bad records: False
+    # refuses the job at submit naming them (`file:line: reason`); True leaves them out,
+    # counted (artfleet.contracts.records).
+    skip_bad_records: bool = Field(
+        default=False, description="leave out a data file's bad records instead of refusing"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -216,6 +222,8 @@ NOT_TRAINING_FIELDS = frozenset(
         "keep_best_metric",
         "log_sample_rate",
         "max_concurrent",
+        # Only a job whose file has bad records differs, and without it that job never runs.
+        "skip_bad_records",
     }
 )
 
@@ -278,11 +286,20 @@ def spec_from_proto(message: pb.JobSpec) -> JobSpecModel:
             data["sft"] = sft_data_from_proto(value)
             continue
         if field.name == "mcp_config":
-            data["mcp_config"] = json.loads(value)
+            data["mcp_config"] = _mcp_config_from_json(value)
             continue
         data[field.name] = value
     data.update(reward_data_from_proto(message.reward))
     return validate_spec(data)
+
+
+def _mcp_config_from_json(text: str) -> Any:
+    """The JobSpec's `mcp_config`, JSON on the wire: text that does not parse is the
+    submitter's error, named (a JSONDecodeError would surface as INTERNAL)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the parser
+        raise InvalidSpec("mcp_config", f"must be a JSON object: {exc}") from None
 
 
 def reward_spec_proto(spec: JobSpecModel) -> pb.RewardSpec:

@@ -382,7 +382,7 @@ class RewardSpec(_message.Message):
     def __init__(self, scorers: _Optional[_Iterable[_Union[ScorerSpec, _Mapping]]] = ..., clip: _Optional[_Union[Range, _Mapping]] = ..., policy: _Optional[_Union[PolicyEndpoint, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "enable_thinking", "max_concurrent", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "max_steps_off_policy", "experiment", "grpo", "eval_every_steps", "eval_split", "eval_k", "eval_max_tasks", "eval_temperature", "keep_last", "keep_best_metric", "log_sample_rate", "dataset_size", "num_epochs", "sft", "mcp_config")
+    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "enable_thinking", "skip_bad_records", "max_concurrent", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "max_steps_off_policy", "experiment", "grpo", "eval_every_steps", "eval_split", "eval_k", "eval_max_tasks", "eval_temperature", "keep_last", "keep_best_metric", "log_sample_rate", "dataset_size", "num_epochs", "sft", "mcp_config")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -399,6 +399,7 @@ class JobSpec(_message.Message):
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ENABLE_THINKING_FIELD_NUMBER: _ClassVar[int]
+    SKIP_BAD_RECORDS_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
     LORA_RANK_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
@@ -438,6 +439,7 @@ class JobSpec(_message.Message):
     max_tokens: int
     max_context_tokens: int
     enable_thinking: bool
+    skip_bad_records: bool
     max_concurrent: int
     lora_rank: int
     reward: RewardSpec
@@ -461,7 +463,7 @@ class JobSpec(_message.Message):
     num_epochs: int
     sft: SftSpec
     mcp_config: str
-    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., enable_thinking: _Optional[bool] = ..., max_concurrent: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., max_steps_off_policy: _Optional[int] = ..., experiment: _Optional[str] = ..., grpo: _Optional[_Union[GrpoSpec, _Mapping]] = ..., eval_every_steps: _Optional[int] = ..., eval_split: _Optional[str] = ..., eval_k: _Optional[int] = ..., eval_max_tasks: _Optional[int] = ..., eval_temperature: _Optional[float] = ..., keep_last: _Optional[int] = ..., keep_best_metric: _Optional[str] = ..., log_sample_rate: _Optional[float] = ..., dataset_size: _Optional[int] = ..., num_epochs: _Optional[int] = ..., sft: _Optional[_Union[SftSpec, _Mapping]] = ..., mcp_config: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., enable_thinking: _Optional[bool] = ..., skip_bad_records: _Optional[bool] = ..., max_concurrent: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., max_steps_off_policy: _Optional[int] = ..., experiment: _Optional[str] = ..., grpo: _Optional[_Union[GrpoSpec, _Mapping]] = ..., eval_every_steps: _Optional[int] = ..., eval_split: _Optional[str] = ..., eval_k: _Optional[int] = ..., eval_max_tasks: _Optional[int] = ..., eval_temperature: _Optional[float] = ..., keep_last: _Optional[int] = ..., keep_best_metric: _Optional[str] = ..., log_sample_rate: _Optional[float] = ..., dataset_size: _Optional[int] = ..., num_epochs: _Optional[int] = ..., sft: _Optional[_Union[SftSpec, _Mapping]] = ..., mcp_config: _Optional[str] = ...) -> None: ...
 
 class SftSpec(_message.Message):
     __slots__ = ("data_path", "format", "min_score", "epochs", "learning_rate", "batch_size", "max_samples", "max_length", "shuffle")
@@ -623,7 +625,7 @@ class EvalSummary(_message.Message):
     def __init__(self, step: _Optional[int] = ..., split: _Optional[str] = ..., k: _Optional[int] = ..., tasks: _Optional[int] = ..., reward_mean: _Optional[float] = ..., success_rate: _Optional[float] = ..., avg_at_k: _Optional[float] = ..., pass_at_k: _Optional[float] = ..., seconds: _Optional[float] = ..., results: _Optional[_Iterable[_Union[EvalTaskResult, _Mapping]]] = ..., policy: _Optional[str] = ..., served_policy: _Optional[str] = ...) -> None: ...
 
 class StepSummary(_message.Message):
-    __slots__ = ("step", "reward_mean", "reward_std", "turns_mean", "step_seconds", "trajectories", "groups", "loss", "trained_sequences", "rollout_seconds", "train_seconds", "staleness_mean", "staleness_max", "stale_groups_rerun", "trainer_idle_seconds", "rollout_idle_seconds")
+    __slots__ = ("step", "reward_mean", "reward_std", "turns_mean", "step_seconds", "trajectories", "groups", "loss", "trained_sequences", "rollout_seconds", "train_seconds", "staleness_mean", "staleness_max", "stale_groups_rerun", "trainer_idle_seconds", "rollout_idle_seconds", "scorer_errors", "scorer_error", "scoring_failed", "policy_wait_seconds")
     STEP_FIELD_NUMBER: _ClassVar[int]
     REWARD_MEAN_FIELD_NUMBER: _ClassVar[int]
     REWARD_STD_FIELD_NUMBER: _ClassVar[int]
@@ -640,6 +642,10 @@ class StepSummary(_message.Message):
     STALE_GROUPS_RERUN_FIELD_NUMBER: _ClassVar[int]
     TRAINER_IDLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     ROLLOUT_IDLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SCORER_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    SCORER_ERROR_FIELD_NUMBER: _ClassVar[int]
+    SCORING_FAILED_FIELD_NUMBER: _ClassVar[int]
+    POLICY_WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     step: int
     reward_mean: float
     reward_std: float
@@ -656,10 +662,14 @@ class StepSummary(_message.Message):
     stale_groups_rerun: int
     trainer_idle_seconds: float
     rollout_idle_seconds: float
-    def __init__(self, step: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., turns_mean: _Optional[float] = ..., step_seconds: _Optional[float] = ..., trajectories: _Optional[int] = ..., groups: _Optional[int] = ..., loss: _Optional[float] = ..., trained_sequences: _Optional[int] = ..., rollout_seconds: _Optional[float] = ..., train_seconds: _Optional[float] = ..., staleness_mean: _Optional[float] = ..., staleness_max: _Optional[int] = ..., stale_groups_rerun: _Optional[int] = ..., trainer_idle_seconds: _Optional[float] = ..., rollout_idle_seconds: _Optional[float] = ...) -> None: ...
+    scorer_errors: int
+    scorer_error: str
+    scoring_failed: bool
+    policy_wait_seconds: float
+    def __init__(self, step: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., turns_mean: _Optional[float] = ..., step_seconds: _Optional[float] = ..., trajectories: _Optional[int] = ..., groups: _Optional[int] = ..., loss: _Optional[float] = ..., trained_sequences: _Optional[int] = ..., rollout_seconds: _Optional[float] = ..., train_seconds: _Optional[float] = ..., staleness_mean: _Optional[float] = ..., staleness_max: _Optional[int] = ..., stale_groups_rerun: _Optional[int] = ..., trainer_idle_seconds: _Optional[float] = ..., rollout_idle_seconds: _Optional[float] = ..., scorer_errors: _Optional[int] = ..., scorer_error: _Optional[str] = ..., scoring_failed: _Optional[bool] = ..., policy_wait_seconds: _Optional[float] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "completed_steps", "error", "created_at", "updated_at", "steps", "policy", "config_hash", "queue_position", "evals", "sft")
+    __slots__ = ("id", "spec", "state", "completed_steps", "error", "created_at", "updated_at", "steps", "policy", "config_hash", "queue_position", "evals", "sft", "resumes")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -673,6 +683,7 @@ class Job(_message.Message):
     QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
     EVALS_FIELD_NUMBER: _ClassVar[int]
     SFT_FIELD_NUMBER: _ClassVar[int]
+    RESUMES_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: JobState
@@ -686,7 +697,20 @@ class Job(_message.Message):
     queue_position: int
     evals: _containers.RepeatedCompositeFieldContainer[EvalSummary]
     sft: SftStatus
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., completed_steps: _Optional[int] = ..., error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepSummary, _Mapping]]] = ..., policy: _Optional[str] = ..., config_hash: _Optional[str] = ..., queue_position: _Optional[int] = ..., evals: _Optional[_Iterable[_Union[EvalSummary, _Mapping]]] = ..., sft: _Optional[_Union[SftStatus, _Mapping]] = ...) -> None: ...
+    resumes: _containers.RepeatedCompositeFieldContainer[JobResume]
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., completed_steps: _Optional[int] = ..., error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepSummary, _Mapping]]] = ..., policy: _Optional[str] = ..., config_hash: _Optional[str] = ..., queue_position: _Optional[int] = ..., evals: _Optional[_Iterable[_Union[EvalSummary, _Mapping]]] = ..., sft: _Optional[_Union[SftStatus, _Mapping]] = ..., resumes: _Optional[_Iterable[_Union[JobResume, _Mapping]]] = ...) -> None: ...
+
+class JobResume(_message.Message):
+    __slots__ = ("time", "state", "error", "completed_steps")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_STEPS_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    state: JobState
+    error: str
+    completed_steps: int
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., error: _Optional[str] = ..., completed_steps: _Optional[int] = ...) -> None: ...
 
 class ProgressEvent(_message.Message):
     __slots__ = ("job_id", "seq", "time", "kind", "state", "step", "total_steps", "summary", "message", "eval", "sft")

@@ -56,6 +56,11 @@ class TrainerStub:
                 request_serializer=artfleet_dot_v1_dot_trainer__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=artfleet_dot_v1_dot_common__pb2.Job.FromString,
                 _registered_method=True)
+        self.ResumeJob = channel.unary_unary(
+                '/artfleet.v1.Trainer/ResumeJob',
+                request_serializer=artfleet_dot_v1_dot_trainer__pb2.ResumeJobRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_common__pb2.Job.FromString,
+                _registered_method=True)
         self.WatchJob = channel.unary_stream(
                 '/artfleet.v1.Trainer/WatchJob',
                 request_serializer=artfleet_dot_v1_dot_trainer__pb2.WatchJobRequest.SerializeToString,
@@ -117,6 +122,13 @@ class TrainerServicer:
 
     def CancelJob(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeJob(self, request, context):
+        """A FAILED or CANCELLED job queued again, to go on from its last checkpoint.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -191,6 +203,11 @@ def add_TrainerServicer_to_server(servicer, server):
             'CancelJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelJob,
                     request_deserializer=artfleet_dot_v1_dot_trainer__pb2.CancelJobRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_common__pb2.Job.SerializeToString,
+            ),
+            'ResumeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeJob,
+                    request_deserializer=artfleet_dot_v1_dot_trainer__pb2.ResumeJobRequest.FromString,
                     response_serializer=artfleet_dot_v1_dot_common__pb2.Job.SerializeToString,
             ),
             'WatchJob': grpc.unary_stream_rpc_method_handler(
@@ -337,6 +354,33 @@ class Trainer:
             target,
             '/artfleet.v1.Trainer/CancelJob',
             artfleet_dot_v1_dot_trainer__pb2.CancelJobRequest.SerializeToString,
+            artfleet_dot_v1_dot_common__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/artfleet.v1.Trainer/ResumeJob',
+            artfleet_dot_v1_dot_trainer__pb2.ResumeJobRequest.SerializeToString,
             artfleet_dot_v1_dot_common__pb2.Job.FromString,
             options,
             channel_credentials,

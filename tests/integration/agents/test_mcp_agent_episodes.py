@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import shutil
 import sys
 import time
@@ -208,3 +210,48 @@ async def test_a_server_that_dies_mid_episode_shows_its_stderr(tmp_path: Path) -
 def test_episode_record_fields_are_the_proto_s() -> None:
     episode = pb.Episode(agent="mcp", evaluated=True, evaluate_reward=0.5)
     assert pb.Episode.FromString(episode.SerializeToString()) == episode
+
+
+NOISY = Path(__file__).resolve().parents[2] / "fixtures" / "mcp_noisy_server.py"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    return "\nState:\tZ" in status
+
+
+async def test_a_server_flooding_stdout_is_stopped_with_the_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A server that logs to stdout: every line is no protocol. It used to run until the
+    # request's timeout, the SDK logging a traceback per line meanwhile (2.6 MB/s).
+    pidfile = tmp_path / "pid"
+    server = {"command": sys.executable, "args": [str(NOISY), "--flood", str(pidfile)]}
+    task = McpTask({"noisy": server}, ToolCallSpec("evaluate"))
+    caplog.set_level(logging.DEBUG)
+    start = time.monotonic()
+    with pytest.raises(McpFailure) as info:
+        async with open_environment(task, McpEndpoint("", "", 20.0)) as environment:
+            await environment.start()
+    assert time.monotonic() - start < 10  # its budget stopped it, not the 20 s timeout
+    reason = "MCP server wrote \\d+ bytes of non-protocol output to stdout"
+    assert re.match(f"MCP server 'noisy' did not start: {reason}", str(info.value))
+    assert "warming up the cache" in str(info.value)  # its first such line
+    assert not any(record.exc_info for record in caplog.records)  # no traceback a line
+    assert sum(len(record.getMessage()) for record in caplog.records) < 10_000
+    assert _gone(int(pidfile.read_text()))
+
+
+async def test_a_server_under_the_budget_serves_and_its_output_is_counted_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = {"command": sys.executable, "args": [str(NOISY), "--banner", "4000"]}
+    task = McpTask({"noisy": server}, ToolCallSpec("evaluate"), ToolCallSpec("setup"))
+    async with open_environment(task, McpEndpoint("", "", 20.0)) as environment:
+        assert await environment.start() == "ready"
+        assert (await environment.evaluate()).reward == 1.0
+    counted = [r.getMessage() for r in caplog.records if "non-protocol" in r.getMessage()]
+    assert len(counted) == 1 and "MCP server wrote 4000 bytes" in counted[0], counted

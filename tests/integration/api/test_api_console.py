@@ -75,7 +75,10 @@ def test_console_follows_a_running_job_and_shows_tool_calls(
         )
         page.screenshot(path=str(artifacts / f"job-step-{step}.png"), full_page=True)
     page.wait_for_selector("#job-state:has-text('succeeded')", timeout=120_000)
-    assert page.locator("#checkpoints tbody tr").count() == STEPS
+    # Each training step's checkpoint, as the trainer lists them on disk (step 0's too).
+    page.wait_for_function(
+        f"document.querySelectorAll('#checkpoints tr[data-training-step]').length === {STEPS}"
+    )
     assert page.locator("svg[data-testid=chart-loss] circle").count() == STEPS
     page.screenshot(path=str(artifacts / "job.png"), full_page=True)
 

@@ -89,6 +89,7 @@ def test_health_reports_every_dependency(api: httpx.Client) -> None:
         "reward",
         "sandbox",
         "redis",
+        "inference",  # the policy endpoint: here the trainer's own server
     }
     # The HTTP training API's fields, from the services that know them.
     assert body["art_backend"] == "torch"
@@ -101,7 +102,7 @@ def test_training_api_train_streams_every_step_and_resumes(api: httpx.Client) ->
     assert response.status_code == 202, response.text
     started = response.json()
     job_id = started["job_id"]
-    assert started["stream_url"] == "/train/my-project/my-agent-v1/stream"
+    assert started["stream_url"] == f"/jobs/{job_id}/stream"  # this job, not the model's newest
     spec = started["job"]["spec"]
     assert (spec["groups_per_step"], spec["rollouts_per_group"], spec["steps"]) == (2, 4, 5)
     assert spec["task_prompt"] == TRAIN_BODY["task_prompt"]
@@ -110,7 +111,8 @@ def test_training_api_train_streams_every_step_and_resumes(api: httpx.Client) ->
     first = _stream(api, started["stream_url"], stop_after_step=2)
     last_id = first[-1].id
     assert last_id is not None
-    rest = _stream(api, started["stream_url"], last_event_id=last_id)
+    # Resumed by the model's name: its newest job is this one.
+    rest = _stream(api, "/train/my-project/my-agent-v1/stream", last_event_id=last_id)
     events = first + rest
     seqs = [int(e.id) for e in events if e.id is not None]
     assert seqs == sorted(set(seqs)), "a resumed stream repeats or reorders nothing"

@@ -6,9 +6,12 @@ job's own experiment name."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -95,6 +98,14 @@ async def services(redis_url: str, tmp_path: Path) -> AsyncIterator[Services]:
 
 @pytest.fixture
 async def api(services: Services, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    async with _client(services, tmp_path) as client:
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def _client(
+    services: Services, tmp_path: Path, **settings_: Any
+) -> AsyncIterator[httpx.AsyncClient]:
     target = f"127.0.0.1:{services.port}"
     settings = ApiSettings(
         api_token=TOKEN,  # type: ignore[arg-type]
@@ -106,6 +117,7 @@ async def api(services: Services, tmp_path: Path) -> AsyncIterator[httpx.AsyncCl
         trajectories_dir=str(tmp_path / "logs"),
         health_timeout_s=2.0,
         rpc_timeout_s=10.0,
+        **settings_,
     )
     app = create_app(settings)
     transport = httpx.ASGITransport(app=app)
@@ -228,3 +240,67 @@ async def test_status_shows_the_jobs_own_experiment(
     assert (await api.get(f"/jobs/{job.id}")).json()["experiment"] == "lr-sweep-3"
     status = (await api.get("/train/p/agent/status")).json()
     assert status["experiment"] == "lr-sweep-3"
+
+
+def _checkpoint(services: Services, job: pb.Job, step: int) -> None:
+    directory = checkpoint_layout.model_dir(
+        str(services.art_path), "p", f"{job.spec.name}-{job.id}"
+    )
+    checkpoint = directory / "checkpoints" / f"{step:04d}"
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    (checkpoint / "adapter_config.json").write_text(json.dumps({"r": 8}))
+
+
+async def test_a_job_lists_only_the_checkpoints_on_the_trainers_disk(
+    api: httpx.AsyncClient, services: Services
+) -> None:
+    job = await _finished_job(services, "kept-some")
+    job.steps.extend([pb.StepSummary(step=s) for s in (1, 2, 3)])
+    await services.store.save(job)
+    for step in (0, 3):  # retention deleted step 2's
+        _checkpoint(services, job, step)
+    body = (await api.get(f"/jobs/{job.id}")).json()
+    assert [(c["step"], c["training_step"]) for c in body["checkpoints"]] == [
+        (0, None),
+        (1, 1),
+        (3, 3),
+    ]
+    assert body["checkpoints"][2]["policy"] == f"kept-some-{job.id}@3"
+    none = await services.store.create(spec_to_proto(validate_spec({"name": "fresh"})))
+    assert (await api.get(f"/jobs/{none.id}")).json()["checkpoints"] == []
+    listed = (await api.get("/jobs")).json()["jobs"]
+    assert all(j["checkpoints"] is None for j in listed)  # a listing asks no Models RPC
+
+
+async def _with_policy(services: Services, name: str, state: Any, on_disk: bool) -> pb.Job:
+    job = await _finished_job(services, name)
+    job.policy = f"{name}-{job.id}@1"
+    await services.store.save(job)
+    await services.store.set_state(job, state)
+    if not on_disk:
+        shutil.rmtree(checkpoint_layout.model_dir(str(services.art_path), "p", f"{name}-{job.id}"))
+    return job
+
+
+async def test_the_policy_judge_is_named_at_creation_skipping_failed_and_deleted_ones(
+    services: Services, tmp_path: Path
+) -> None:
+    good = await _with_policy(services, "good", pb.JOB_STATE_SUCCEEDED, on_disk=True)
+    await _with_policy(services, "failed", pb.JOB_STATE_FAILED, on_disk=True)  # ran last
+    await _with_policy(services, "deleted", pb.JOB_STATE_SUCCEEDED, on_disk=False)
+    settings = {
+        "judge_model_map": {"gpt-4o": "policy"},
+        "policy_base_url": "http://127.0.0.1:1/v1",  # nothing answers: the score is 0
+    }
+    async with _client(services, tmp_path, **settings) as api:
+        response = await api.post("/evaluate", json=EVALUATE)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["policy"] == good.policy and body["judge"] == f"policy ({good.policy})"
+        assert body["outcome"]["failures"][0]["scorer"] == "judge"  # it was called, and failed
+        named = await api.post(
+            "/evaluate", json={**EVALUATE, "project": "p", "model_name": "failed"}
+        )
+        assert named.status_code == 409, named.text
+        assert named.json()["field"] == "judge_model"
+        assert "p/failed has none" in named.json()["error"]

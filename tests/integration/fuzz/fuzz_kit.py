@@ -371,3 +371,224 @@ def fuzz_service(
         one()
     finally:
         fleet.call(channel.close(), 10)
+
+
+# ---------------------------------------------------------------- every field, a few values each
+#
+# Random cases may miss a field (a CI-sized run did miss those added since it was written):
+# the sweep below sends each field of each request message, nested ones included, a few
+# hostile values, the rest of the message valid (a seed) or default. Its list of fields is
+# derived from the descriptors, so a field added later is swept the day it lands.
+
+Chain = tuple[FieldDescriptor, ...]
+# Hostile several ways at once: no JSON, control and non-printable characters (NUL
+# included), a path that climbs, shell syntax, a right-to-left override.
+MIXED_STRING = "{../..\x00\x01\x7f $(id) \u202e not json"
+MANY = 3000  # copies in a repeated field
+SWEEP_CONCURRENCY = 8
+
+
+def map_entry(field: FieldDescriptor) -> Descriptor | None:
+    """The entry type (key, value) of a map field; None for any other field."""
+    entry = field.message_type
+    return entry if entry is not None and entry.GetOptions().map_entry else None
+
+
+def field_chains(descriptor: Descriptor) -> list[Chain]:
+    """Every field of `descriptor` and of the messages inside it, each as its chain of
+    fields from the top (`spec.reward.scorers.name`; through a map, its entry's `value`).
+    A message type already on the chain is not entered again (recursive types)."""
+    found: list[Chain] = []
+
+    def walk(message: Descriptor, chain: Chain, types: frozenset[str]) -> None:
+        for field in message.fields:
+            here = (*chain, field)
+            found.append(here)
+            inner, entry = field.message_type, map_entry(field)
+            if entry is not None:  # into its values' type, through the entry's `value`
+                value = entry.fields_by_name["value"]
+                here, inner = (*here, value), value.message_type
+            if inner is None or inner.full_name in types:
+                continue
+            walk(inner, here, types | {inner.full_name})
+
+    walk(descriptor, (), frozenset({descriptor.full_name}))
+    return found
+
+
+def field_path(chain: Chain) -> str:
+    return ".".join(field.name for field in chain)
+
+
+def _extremes(field: FieldDescriptor, strings: Sequence[str]) -> list[Any]:
+    """Hostile values of the field's type, the worst first; none is the type's default
+    (a default is no value on the wire)."""
+    kind = field.type
+    if kind in _INT_RANGES:
+        low, high = _INT_RANGES[kind]
+        return [low, high, -1] if low < 0 else [high, 2**31]
+    if kind in (_TYPES.TYPE_DOUBLE, _TYPES.TYPE_FLOAT):
+        big = 3e38 if kind == _TYPES.TYPE_FLOAT else 1e308
+        return [float("nan"), float("inf"), float("-inf"), -1.0, big]
+    if kind == _TYPES.TYPE_BOOL:
+        return [True]
+    if kind == _TYPES.TYPE_ENUM:
+        return [2**31 - 1, -(2**31)]  # numbers no enum of ours defines
+    if kind == _TYPES.TYPE_STRING:
+        return [MIXED_STRING, *(s for s in strings if s)]
+    if kind == _TYPES.TYPE_BYTES:
+        return [b"\xff\xfe\xc3\x28\x00", b"\xff" * HUGE, b"\xed\xa0\x80"]
+    assert field.message_type is not None
+    return [GetMessageClass(field.message_type)()]  # present, every field unset
+
+
+def hostile_values(field: FieldDescriptor, strings: Sequence[str], turn: int) -> list[Any]:
+    """What the sweep sends `field`: its type's worst value, and one more extreme picked by
+    `turn` (so that across the fields every extreme is sent); a repeated field one hostile
+    element and MANY copies of it, a map one hostile entry."""
+    entry = map_entry(field)
+    if entry is not None:
+        key = _extremes(entry.fields_by_name["key"], strings)[0]
+        return [[(key, _extremes(entry.fields_by_name["value"], strings)[0])]]
+    values = _extremes(field, strings)
+    if _is_repeated(field):
+        return [[values[0]], [values[0]] * MANY]
+    return [values[0], values[1 + turn % (len(values) - 1)]] if len(values) > 1 else values
+
+
+def _map_key(entry: Descriptor) -> Any:
+    """The key under which a chain goes through a map (hostile, the same every time)."""
+    return _extremes(entry.fields_by_name["key"], ())[0]
+
+
+def _reach(message: Message, chain: Chain) -> Message:
+    """The message holding the chain's last field, made present on the way (a repeated
+    field's first element, a map's entry under a hostile key)."""
+    fields = iter(chain[:-1])
+    for field in fields:
+        entry = map_entry(field)
+        if entry is not None:
+            next(fields)  # the entry's value, reached through its key
+            message = getattr(message, field.name)[_map_key(entry)]
+        elif _is_repeated(field):
+            items = getattr(message, field.name)
+            message = items[0] if len(items) else items.add()
+        else:
+            message = getattr(message, field.name)
+            message.SetInParent()
+    return message
+
+
+def field_is_set(message: Message, chain: Chain) -> bool:
+    """Whether the request carries the chain's field (a value other than the default)."""
+    fields = iter(chain[:-1])
+    for field in fields:
+        entry = map_entry(field)
+        if entry is not None:
+            next(fields)
+            entries, key = getattr(message, field.name), _map_key(entry)
+            if key not in entries:
+                return False
+            message = entries[key]
+        elif _is_repeated(field):
+            items = getattr(message, field.name)
+            if not len(items):
+                return False
+            message = items[0]
+        elif not message.HasField(field.name):
+            return False
+        else:
+            message = getattr(message, field.name)
+    return any(f.number == chain[-1].number for f, _ in message.ListFields())
+
+
+@dataclass(frozen=True)
+class FieldCase:
+    method: MethodDescriptor
+    chain: Chain
+    request: Message
+
+    @property
+    def path(self) -> str:
+        return field_path(self.chain)
+
+
+def _base(
+    method: MethodDescriptor, ids: Sequence[str], seeds: Mapping[str, Message], swept: str
+) -> Message:
+    """The method's seed (else the default message) with its `*session_id` fields naming
+    a live session, but for the field being swept."""
+    message = GetMessageClass(method.input_type)()
+    seed = seeds.get(_path(method))
+    if seed is not None:
+        message.CopyFrom(seed)
+    for field in method.input_type.fields:
+        named = field.name.endswith("session_id") and field.type == _TYPES.TYPE_STRING
+        if ids and named and field.name != swept and not _is_repeated(field):
+            setattr(message, field.name, ids[0])
+    return message
+
+
+def field_cases(
+    service: str,
+    strings: Sequence[str],
+    ids: Sequence[str] = (),
+    seeds: Mapping[str, Message] | None = None,
+) -> list[FieldCase]:
+    """Each field (field_chains) of each request message of `service`, set to each of its
+    hostile_values in its method's base message."""
+    cases = []
+    turn = 0
+    for method in methods(service):
+        for chain in field_chains(method.input_type):
+            for value in hostile_values(chain[-1], strings, turn):
+                request = _base(method, ids, seeds or {}, chain[0].name)
+                _assign(_reach(request, chain), chain[-1], value)
+                cases.append(FieldCase(method, chain, request))
+            turn += 1
+    return cases
+
+
+def _shown(case: FieldCase) -> str:
+    value = repr(case.request)
+    return f"{case.path} in {value[:200]}{'...' if len(value) > 200 else ''}"
+
+
+async def _sweep(
+    target: str, token: str, cases: Sequence[FieldCase]
+) -> list[tuple[FieldCase, Verdict]]:
+    metadata = (("authorization", f"Bearer {token}"),)
+    limit = asyncio.Semaphore(SWEEP_CONCURRENCY)
+    channel = await _open(target)
+
+    async def one(case: FieldCase) -> tuple[FieldCase, Verdict]:
+        async with limit:
+            try:
+                async with asyncio.timeout(UNARY_DEADLINE_S + 10):
+                    verdict = await invoke(channel, case.method, case.request, metadata)
+            except TimeoutError:
+                path = _path(case.method)
+                verdict = Verdict(path, "HANG", f"{path}: no answer past its deadline")
+        if verdict.failure:
+            verdict = Verdict(
+                verdict.method, verdict.outcome, f"{verdict.failure} [{_shown(case)}]"
+            )
+        return case, verdict
+
+    try:
+        return list(await asyncio.gather(*(one(case) for case in cases)))
+    finally:
+        await channel.close()
+
+
+def sweep_fields(
+    fleet: Any,
+    service: str,
+    strings: Sequence[str],
+    ids: Sequence[str] = (),
+    seeds: Mapping[str, Message] | None = None,
+) -> list[tuple[FieldCase, Verdict]]:
+    """Every field_case of `service`, a few at a time, each judged like a random case."""
+    cases = field_cases(service, strings, ids, seeds)
+    budget = len(cases) * (UNARY_DEADLINE_S + 10) / SWEEP_CONCURRENCY + 60
+    return fleet.call(_sweep(fleet.target(service), fleet.token, cases), budget)

@@ -4,7 +4,10 @@ environment in tests/fixtures, started once per trajectory through ScoreGroup.""
 from __future__ import annotations
 
 import json
+import logging
+import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +137,21 @@ async def test_failures_follow_the_policy(servicer: RewardServicer, registry: An
         "artfleet_reward_failures_total", {"scorer": "mcp_evaluate", "type": "timeout"}
     )
     assert value == 1
+
+
+NOISY = Path(__file__).resolve().parents[2] / "fixtures" / "mcp_noisy_server.py"
+
+
+async def test_a_server_flooding_stdout_fails_the_score_with_the_reason(
+    servicer: RewardServicer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    noisy = {"server": {"command": sys.executable, "args": [str(NOISY), "--flood"]}}
+    start = time.monotonic()
+    response = await servicer.score(_request(noisy, _trajectory([]), policy="zero"))
+    assert time.monotonic() - start < 15  # its budget stopped it, not the 60 s timeout
+    [failure] = response.outcome.failures
+    assert failure.type == "error"
+    assert re.match(r"MCP server wrote \d+ bytes of non-protocol output to stdout", failure.message)
+    assert not any(record.exc_info for record in caplog.records)  # no traceback a line
+    assert sum(len(record.getMessage()) for record in caplog.records) < 10_000

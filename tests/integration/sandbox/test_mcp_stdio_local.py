@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -12,9 +13,12 @@ import pytest
 from mcp import ClientSession
 from pydantic import SecretStr
 
+from artfleet.clients.mcp_guard import NON_PROTOCOL_BUDGET_BYTES, NonProtocolOutput, guard_stdout
 from artfleet.clients.mcp_stdio import McpStdioError, sandbox_stdio_client
 from artfleet_sandbox.__main__ import SandboxApp
+from artfleet_sandbox.local_backend.stdio import LocalStdio
 from artfleet_sandbox.settings import DEFAULT_SANDBOX_PATH, SandboxSettings
+from artfleet_sandbox.stdio import StdioSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -68,3 +72,45 @@ async def test_an_allowed_local_server_answers_and_ends_with_the_stream() -> Non
             ):
                 await session.initialize()
         assert info.value.code.name == "ABORTED" and "code 3" in info.value.details
+
+
+NOISY = str(Path(__file__).resolve().parents[2] / "fixtures" / "mcp_noisy_server.py")
+
+
+async def test_a_server_flooding_stdout_through_the_sandbox_is_stopped_by_its_budget(
+    tmp_path: Path,
+) -> None:
+    pidfile = tmp_path / "pid"
+    async with local_app(allow=True) as target:
+        args = [sys.executable, NOISY, "--flood", str(pidfile)]
+        stdio = sandbox_stdio_client(target, TOKEN, "", args)
+        with pytest.raises(NonProtocolOutput) as info:
+            async with guard_stdout(stdio) as streams, ClientSession(*streams) as session:
+                await session.initialize()
+        # The sandbox stops the server once the stream is gone.
+        for _ in range(100):
+            if _gone(int(pidfile.read_text())):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # and closes its pipes (before the loop ends)
+    assert _gone(int(pidfile.read_text()))
+    assert info.value.size > NON_PROTOCOL_BUDGET_BYTES
+    assert str(info.value).startswith(f"MCP server wrote {info.value.size} bytes of non-protocol")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+
+
+async def test_a_server_killed_mid_flood_is_closed_at_once() -> None:
+    # Its output fills the queue nobody reads (the client went away), then its pipe: close()
+    # used to wait forever for that pipe's end, holding the RPC's handler.
+    spec = StdioSpec(image="", args=(sys.executable, NOISY, "--flood"))
+    process = await LocalStdio.start(spec, True, f"{os.path.dirname(sys.executable)}:/usr/bin")
+    await asyncio.sleep(1.5)  # 4 MiB of output fill the queue, then the pipe behind it
+    assert process.output.full()
+    await asyncio.wait_for(process.close(), 10)
+    assert await process.exit_code() == -9

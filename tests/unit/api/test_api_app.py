@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_policy import fake_policy
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from starlette.routing import Mount
@@ -30,18 +31,19 @@ OPEN = {"/health", *DOCS}
 
 def _settings(tmp_path: Path, **extra: object) -> ApiSettings:
     down = f"127.0.0.1:{free_port()}"  # nothing listens there
-    return ApiSettings(
-        api_token=TOKEN,  # type: ignore[arg-type]
-        redis_url=f"redis://127.0.0.1:{free_port()}/0",
-        trainer_target=down,
-        rollout_target=down,
-        reward_target=down,
-        sandbox_target=down,
-        trajectories_dir=str(tmp_path / "logs"),
-        health_timeout_s=1.0,
-        rpc_timeout_s=2.0,
-        **extra,  # type: ignore[arg-type]
-    )
+    values: dict[str, object] = {
+        "api_token": TOKEN,
+        "redis_url": f"redis://127.0.0.1:{free_port()}/0",
+        "trainer_target": down,
+        "rollout_target": down,
+        "reward_target": down,
+        "sandbox_target": down,
+        "policy_base_url": f"http://{down}/v1",
+        "trajectories_dir": str(tmp_path / "logs"),
+        "health_timeout_s": 1.0,
+        "rpc_timeout_s": 2.0,
+    }
+    return ApiSettings(**{**values, **extra})  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -121,8 +123,32 @@ def test_health_is_open_and_503_with_each_dependency_down(client: TestClient) ->
         None,
         None,
     )
-    assert set(body["dependencies"]) == {"trainer", "rollout", "reward", "sandbox", "redis"}
+    assert set(body["dependencies"]) == {
+        "trainer",
+        "rollout",
+        "reward",
+        "sandbox",
+        "redis",
+        "inference",
+    }
     assert not any(d["ok"] for d in body["dependencies"].values())
+
+
+def test_health_reports_the_policy_endpoint_as_its_clients_reach_it(tmp_path: Path) -> None:
+    """The inference service is HTTP: /health lists its models with the fleet token, so a
+    policy still loading (or one refusing this fleet's token) is a 503 naming it."""
+    with fake_policy(TOKEN) as policy:
+        settings = _settings(tmp_path, policy_base_url=policy.base_url)
+        with TestClient(create_app(settings)) as client:
+            serving = client.get("/health").json()["dependencies"]["inference"]
+            policy.serving = False
+            loading = client.get("/health")
+            policy.serving, policy.token = True, "another-fleets-token"
+            refused = client.get("/health").json()["dependencies"]["inference"]
+    assert serving == {"ok": True, "detail": f"serves 1 model(s) at {policy.base_url}/models"}
+    assert loading.status_code == 503
+    assert loading.json()["dependencies"]["inference"]["ok"] is False
+    assert refused["ok"] is False and "token is refused" in refused["detail"]
 
 
 def test_unreachable_trainer_is_503_json_not_a_traceback(client: TestClient) -> None:

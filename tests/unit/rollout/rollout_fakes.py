@@ -95,6 +95,9 @@ class FakePolicies:
         self.tasks.append(task)
         return self.policy_
 
+    async def served(self, task: rollout_pb2.GroupTask, api_key: str) -> str | None:
+        return None
+
 
 class FakeWorkspace:
     def __init__(self, owner: FakeWorkspaces, spec: Spec) -> None:

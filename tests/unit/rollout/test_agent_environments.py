@@ -66,7 +66,16 @@ def test_hud_loader_reads_tasks_and_counts_skipped_records(tmp_path: Path) -> No
     scenario = env.scenarios()[0]
     assert scenario.mcp is not None and scenario.mcp.setup is not None
     assert dict(scenario.mcp.setup.arguments) == {"seed": 1}
-    assert env.skipped == {"no prompt": 2, "mcp_config must hold exactly one server": 1}
+    assert env.skipped == {
+        "no prompt": 1,
+        "mcp_config must hold exactly one server": 1,
+        "not a JSON object": 1,
+    }
+    assert [str(b) for b in env.bad_records.first] == [
+        f"{path}:2: no prompt",
+        f"{path}:3: mcp_config must hold exactly one server",
+        f"{path}:4: not a JSON object",
+    ]
 
 
 def test_jsonl_loader_and_its_errors(tmp_path: Path) -> None:
@@ -79,9 +88,13 @@ def test_jsonl_loader_and_its_errors(tmp_path: Path) -> None:
     with pytest.raises(LoaderError, match="no such file"):
         load_jsonl(str(tmp_path / "missing.jsonl"))
     bad = tmp_path / "bad.json"
-    bad.write_text("{")
-    with pytest.raises(LoaderError, match="not valid JSON"):
+    bad.write_text('[{"prompt": "a"},\n{"prompt" "b"}]')  # an array is one document
+    with pytest.raises(LoaderError, match=f"^{bad}:2: not valid JSON"):
         load_jsonl(str(bad))
+    bad.write_text('{"prompt": "a"}\n{"prompt": "b"')  # not one document: JSON lines
+    assert [str(b) for b in load_jsonl(str(bad)).bad_records.first] == [
+        f"{bad}:2: not valid JSON (Expecting ',' delimiter at column 15)"
+    ]
 
 
 def test_container_servers_go_through_the_sandbox_transport() -> None:

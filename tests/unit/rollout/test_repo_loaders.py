@@ -43,9 +43,20 @@ def test_swebench_records() -> None:
         "FAIL_TO_PASS is not a JSON list": 1,
         "no problem_statement": 1,
         "no base_commit": 1,
-        "unreadable record": 2,
+        "not valid JSON": 1,
+        "not a JSON object": 1,
     }
-    assert dict(env.describe().skipped) == env.skipped
+    # Described, the first bad records are named by their line; the rest by reason.
+    path = FIXTURES / "swebench.jsonl"
+    assert dict(env.describe().skipped) == {
+        f"{path}:3: no FAIL_TO_PASS": 1,
+        f"{path}:4: FAIL_TO_PASS is not a JSON list": 1,
+        f"{path}:5: no problem_statement": 1,
+        f"{path}:6: no base_commit": 1,
+        f"{path}:7: not valid JSON (Expecting property name enclosed in double quotes "
+        "at column 2)": 1,
+        "not a JSON object": 1,
+    }
 
 
 def test_r2e_records() -> None:
@@ -62,7 +73,7 @@ def test_r2e_records() -> None:
         "no expected_output_json": 1,
         "expected_output_json is not JSON": 1,
         "no test expected to pass": 1,
-        "unreadable record": 1,
+        "not a JSON object": 1,
     }
 
 

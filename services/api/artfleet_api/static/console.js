@@ -40,6 +40,17 @@ function fmt(value, digits = 3) {
   return value === null || value === undefined ? "–" : Number(value).toFixed(digits);
 }
 
+// A step that trained no sequence (equal rewards in every group) has no loss: not 0.
+function lossOf(step) { return step && step.trained_sequences ? fmt(step.loss, 4) : "–"; }
+
+// What the reward's scorers failed on in a step; "" when nothing did.
+function scorerNote(step) {
+  if (!step.scorer_errors) return "";
+  const groups = step.scorer_errors === 1 ? "group" : "groups";
+  const lost = step.scoring_failed ? ", every group lost" : "";
+  return `${step.scorer_errors} ${groups}${lost}: ${step.scorer_error}`;
+}
+
 function show(...nodes) {
   const view = document.getElementById("view");
   view.replaceChildren(...nodes);
@@ -84,6 +95,7 @@ async function jobsPage() {
   const rows = jobs.map((job) =>
     h("tr", { class: "clickable", "data-job": job.id, onclick: () => { location.hash = `#/job/${job.id}`; } },
       h("td", {}, job.id),
+      h("td", { title: `base model ${job.spec.base_model || "–"}` }, `${job.project}/${job.model_name}`),
       h("td", {}, h("span", { class: `state ${job.state}` }, job.state)),
       h("td", {}, job.experiment),
       h("td", {}, `${job.completed_steps} / ${job.total_steps}`),
@@ -91,8 +103,8 @@ async function jobsPage() {
       h("td", {}, job.created_at ? job.created_at.replace("T", " ").slice(0, 19) : "")));
   show(h("h1", {}, "Jobs"),
     h("table", { id: "jobs" },
-      h("thead", {}, h("tr", {}, ["Job", "State", "Experiment", "Step", "Reward", "Created"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 6 }, "No jobs yet.")))));
+      h("thead", {}, h("tr", {}, ["Job", "Model", "State", "Experiment", "Step", "Reward", "Created"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 7 }, "No jobs yet.")))));
 }
 
 function chart(id, title, points) {
@@ -121,13 +133,31 @@ function chart(id, title, points) {
   return h("div", { class: "chart" }, h("h3", {}, title), svg);
 }
 
+// Only the checkpoints the trainer has on disk (retention deletes some): job.checkpoints.
+function checkpointRows(job, steps) {
+  if (!job.checkpoints) return [h("tr", {}, h("td", { colspan: 5 }, "The trainer did not list this job's checkpoints."))];
+  if (!job.checkpoints.length) return [h("tr", {}, h("td", { colspan: 5 }, "No checkpoint on disk."))];
+  return job.checkpoints.map((c) => {
+    const trained = c.training_step === null ? null : steps.get(c.training_step);
+    // Saved before training step 1: the initial adapter (step 0) or an SFT phase's.
+    const before = c.step === 0 ? "initial" : "SFT";
+    return h("tr", { "data-step": c.step, "data-training-step": c.training_step },
+      h("td", {}, c.step), h("td", {}, c.policy + (c.best ? " (best)" : "")),
+      h("td", {}, c.training_step === null ? before : trained ? fmt(trained.reward_mean) : "–"),
+      h("td", {}, lossOf(trained)), h("td", {}, trained ? fmt(trained.step_seconds, 1) : "–"));
+  });
+}
+
+function stepRows(sorted) {
+  return sorted.map((s) => h("tr", { "data-step": s.step, class: s.scoring_failed ? "error" : null },
+    h("td", {}, s.step), h("td", {}, fmt(s.reward_mean)), h("td", {}, s.trained_sequences),
+    h("td", {}, lossOf(s)), h("td", {}, fmt(s.step_seconds, 1)), h("td", {}, scorerNote(s) || "–")));
+}
+
 function renderJob(job, steps) {
   const sorted = [...steps.values()].sort((a, b) => a.step - b.step);
   const series = (key) => sorted.map((s) => [s.step, s[key]]);
-  const policyName = job.policy ? job.policy.split("@")[0] : "";
-  const checkpoints = sorted.map((s) => h("tr", {}, h("td", {}, s.step),
-    h("td", {}, policyName ? `${policyName}@${s.step}` : "–"), h("td", {}, fmt(s.reward_mean)),
-    h("td", {}, fmt(s.loss, 4)), h("td", {}, fmt(s.step_seconds, 1))));
+  const failing = [...sorted].reverse().find((s) => s.scorer_errors);
   show(h("h1", {}, `Job ${job.id}`),
     h("div", { class: "kv" },
       h("span", {}, "Experiment"), h("span", {}, job.experiment),
@@ -135,17 +165,23 @@ function renderJob(job, steps) {
       h("span", {}, "Step"), h("span", { id: "job-step" }, `${sorted.length ? sorted[sorted.length - 1].step : 0} / ${job.total_steps}`),
       h("span", {}, "Base model"), h("span", {}, job.spec.base_model || "–"),
       h("span", {}, "Serving"), h("span", {}, job.policy || "–"),
-      job.error ? h("span", {}, "Error") : null, job.error ? h("span", { class: "error" }, job.error) : null),
+      job.error ? h("span", {}, "Error") : null, job.error ? h("span", { class: "error" }, job.error) : null,
+      failing ? h("span", {}, "Scorer errors") : null,
+      failing ? h("span", { id: "scorer-errors", class: "error" }, `step ${failing.step}: ${scorerNote(failing)}`) : null),
     h("div", { class: "charts" },
       chart("chart-reward", "Reward (mean)", series("reward_mean")),
       chart("chart-loss", "Loss", series("loss")),
       chart("chart-step-time", "Step time (s)", series("step_seconds")),
       chart("chart-turns", "Turns per episode (mean)", series("turns_mean")),
       chart("chart-eval", "Held-out eval: pass@k", (job.evals || []).map((e) => [e.step, e.pass_at_k]))),
+    h("h2", {}, "Steps"),
+    h("table", { id: "steps" },
+      h("thead", {}, h("tr", {}, ["Step", "Reward", "Trained seqs", "Loss", "Step time", "Scorer errors"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, stepRows(sorted))),
     h("h2", {}, "Checkpoints"),
     h("table", { id: "checkpoints" },
       h("thead", {}, h("tr", {}, ["Step", "Policy", "Reward", "Loss", "Step time"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, checkpoints)),
+      h("tbody", {}, checkpointRows(job, steps))),
     h("p", {}, h("a", { href: "#/trajectories" }, "Browse sampled trajectories →")));
 }
 
@@ -201,7 +237,7 @@ async function jobPage(jobId) {
       steps.set(event.summary.step, event.summary);
       // The new checkpoint is served now: take the policy name from the job.
       const fresh = await json(`/jobs/${encodeURIComponent(jobId)}`).catch(() => null);
-      if (fresh) job.policy = fresh.policy;
+      if (fresh) Object.assign(job, { policy: fresh.policy, checkpoints: fresh.checkpoints });
     }
     if (event.kind === "eval" && event.eval) job.evals = [...(job.evals || []), event.eval];
     if (event.kind === "state") job.state = event.state;

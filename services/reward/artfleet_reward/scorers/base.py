@@ -22,6 +22,7 @@ from artfleet.v1 import common_pb2 as pb
 
 from ..metrics import RewardMetrics
 from ..settings import RewardSettings
+from .judge_context import JudgeContexts
 
 # Failure types (the `type` label of artfleet_reward_failures_total).
 ERROR, TIMEOUT, UNAVAILABLE, INVALID_OUTPUT = "error", "timeout", "unavailable", "invalid_output"
@@ -55,6 +56,8 @@ class Runtime:
     settings: RewardSettings
     metrics: RewardMetrics
     judge_cache: Any = None  # llm.JudgeCache, made by the servicer
+    # Judges' contexts (their model listings), for fitting prompts into them.
+    judge_contexts: JudgeContexts = field(default_factory=JudgeContexts)
 
 
 @dataclass

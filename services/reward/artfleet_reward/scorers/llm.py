@@ -12,6 +12,9 @@ local judge (SmolLM2-135M) otherwise writes explanations that never end. ART's r
 always sends its own `response_format`, so the bounded schema goes as vLLM's
 `structured_outputs` extension (the built-in server and vLLM honour it) and litellm is
 told to drop ART's. ART still parses the answer with its own model.
+
+Both scorers fit their prompt into the judge's context (`judge_context`): a group that
+would not fit is sent with its long texts cut, not refused by the judge.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ import json
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import litellm
 import pydantic
@@ -47,12 +50,16 @@ from .base import (
     ScorerDef,
     ScorerError,
 )
+from .judge_context import MIN_CAP, Budget, Lists, fit, refusal, ruler_chars
 from .tokens import tracking_metadata
 
 _EXPLANATION_CHARS = 160
 # Tokens of JSON around each bounded score ({"trajectory_id": "1", "explanation": "",
 # "score": 0.25}) and around the whole answer; text runs ~2+ characters per token.
 _ITEM_TOKENS, _BASE_TOKENS, _CHARS_PER_TOKEN = 24, 8, 2
+# RULER's own instructions around the rubric and the trajectories (ART's judge prompt).
+_RULER_INSTRUCTION_CHARS = 400
+T = TypeVar("T")
 
 
 def explanation_chars(max_tokens: int, items: int) -> int:
@@ -147,6 +154,47 @@ class _LLMScorer(Scorer):
             params["extra_body"] = {"structured_outputs": {"json": schema}}
         return params
 
+    async def _fitted(
+        self,
+        ctx: GroupContext,
+        call: _Call,
+        lists: Lists,
+        fixed: int,
+        send: Callable[[Lists, int | None], Awaitable[T]],
+    ) -> T:
+        """`send(lists cut to the judge's context, the cap or None)`; when the judge still
+        refuses the prompt as too long, once more, cut to what its refusal says."""
+        contexts = ctx.runtime.judge_contexts
+        budget = await contexts.budget(call.base_url, call.model, call.api_key)
+        for last in (False, True):
+            sent, cap = self._cut(lists, budget, fixed)
+            try:
+                return await send(sent, cap)
+            except ScorerError:
+                raise
+            except Exception as exc:
+                refused = refusal(exc)
+                if refused is None or last:
+                    raise
+                used = fixed + ruler_chars(sent)
+                budget = (budget or Budget(refused.context)).after(refused, used)
+                contexts.learn(call.base_url, call.model, budget)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _cut(self, lists: Lists, budget: Budget | None, fixed: int) -> tuple[Lists, int | None]:
+        if budget is None:  # a judge whose context is not known: sent as it is
+            return lists, None
+        try:
+            return fit(lists, budget.prompt_chars(self.options.max_tokens) - fixed)
+        except ValueError:
+            raise ScorerError(
+                ERROR,
+                f"the judge's context ({budget.context} tokens, {self.options.max_tokens} "
+                f"of them for its answer) cannot hold {len(lists)} trajectories even with "
+                f"every text cut to {MIN_CAP} characters: use a judge with a longer context, "
+                "fewer rollouts per group or shorter episodes",
+            ) from None
+
     def _failure(self, exc: BaseException, call: _Call) -> ScorerError:
         message = call.redact(f"{type(exc).__name__}: {exc}")[:500]
         if isinstance(exc, TimeoutError | litellm.Timeout):
@@ -200,42 +248,66 @@ class RulerScorer(_LLMScorer):
         self.replaces_reward = replaces_reward
 
     async def score(self, ctx: GroupContext, indices: Sequence[int]) -> list[Result]:
-        group = art.TrajectoryGroup(
-            [codec.trajectory_from_proto(ctx.trajectories[i]) for i in indices]
-        )
+        trajectories = [codec.trajectory_from_proto(ctx.trajectories[i]) for i in indices]
         call = self._resolve(ctx)
-        schema = None
-        if self.options.bounded:
-            lists = [t.messages() for t in group.trajectories]
-            # ART sends a single trajectory when all are identical, and expects one score.
-            expected = 1 if all(m == lists[0] for m in lists) else len(lists)
-            schema = _ruler_schema(expected, self.options.max_tokens)
+        tools = trajectories[0].tools if trajectories else None
+        fixed = _RULER_INSTRUCTION_CHARS + len(self.options.rubric)
+        fixed += len(json.dumps(tools)) if tools else 0
         start = time.monotonic()
         try:
-            scored = await asyncio.wait_for(
-                art.rewards.ruler_score_group(
-                    group,
-                    f"openai/{call.model}",
-                    extra_litellm_params=self._litellm_params(call, ctx, schema),
-                    rubric=self.options.rubric,
-                ),
-                self._timeout(ctx) + 5,  # litellm's own timeout should fire first
-            )
+            if any(t.additional_histories for t in trajectories):
+                raise ValueError("Additional histories are not supported by RULER yet.")
+            lists: Lists = [cast(list[dict[str, Any]], t.messages()) for t in trajectories]
+
+            async def send(sent: Lists, cap: int | None) -> tuple[list[Any], int | None]:
+                return await self._ruler(ctx, call, sent, tools), cap
+
+            scores, cap = await self._fitted(ctx, call, lists, fixed, send)
+        except ScorerError:
+            raise
         except Exception as exc:
             raise self._failure(exc, call) from exc
         finally:
             ctx.runtime.metrics.judge_seconds.labels(scorer=self.name).observe(
                 time.monotonic() - start
             )
-        if scored is None or len(scored.trajectories) != len(indices):
+        if len(scores) != len(indices):
             raise ScorerError(INVALID_OUTPUT, "RULER returned no scores for this group")
+        note = _cut_note(cap, call)
         results: list[Result] = []
-        for trajectory in scored.trajectories:
+        for score in scores:
             # ART asks for scores in [0, 1]; a weak judge may step outside.
-            value = _clip01(float(trajectory.metrics["ruler_score"]))
-            logs = tuple(line for line in trajectory.logs if line.startswith("RULER"))
+            value = _clip01(float(score.score))
+            logs = (f"RULER explanation: {score.explanation}", *note)
             results.append(Scored(value, logs, {"ruler_score": value}))
         return results
+
+    async def _ruler(self, ctx: GroupContext, call: _Call, lists: Lists, tools: Any) -> list[Any]:
+        schema = None
+        if self.options.bounded:
+            # ART sends a single trajectory when all are identical, and expects one score.
+            expected = 1 if all(m == lists[0] for m in lists) else len(lists)
+            schema = _ruler_schema(expected, self.options.max_tokens)
+        return await asyncio.wait_for(
+            art.rewards.ruler(
+                cast(Any, lists),
+                f"openai/{call.model}",
+                extra_litellm_params=self._litellm_params(call, ctx, schema),
+                rubric=self.options.rubric,
+                tools=tools,
+            ),
+            self._timeout(ctx) + 5,  # litellm's own timeout should fire first
+        )
+
+
+def _cut_note(cap: int | None, call: _Call) -> tuple[str, ...]:
+    """A log line on each trajectory whose judge saw its texts cut (they say why)."""
+    if cap is None:
+        return ()
+    return (
+        f"judge prompt cut to fit {call.model}'s context: texts over {cap} characters "
+        "shortened in their middle",
+    )
 
 
 def _configure_ruler(params: RulerParams, field: str) -> Scorer:
@@ -299,18 +371,35 @@ class JudgeScorer(_LLMScorer):
 
         return list(await asyncio.gather(*(one(i) for i in indices)))
 
-    def _messages(self, ctx: GroupContext, i: int) -> list[dict[str, str]]:
-        messages = codec.trajectory_from_proto(ctx.trajectories[i]).messages()
-        system = (
+    def _system(self) -> str:
+        return (
             "You grade one trajectory of an AI agent against a rubric. Reply with JSON: an"
             " `explanation` (one short sentence) and a `score` from 0 to 1.\n\nRubric:\n"
             + self.options.rubric
         )
-        user = "<trajectory>\n" + json.dumps(messages, default=str) + "\n</trajectory>"
-        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def _messages(self, trajectory: list[dict[str, Any]]) -> list[dict[str, str]]:
+        user = "<trajectory>\n" + json.dumps(trajectory, default=str) + "\n</trajectory>"
+        return [{"role": "system", "content": self._system()}, {"role": "user", "content": user}]
 
     async def _judge(self, ctx: GroupContext, call: _Call, i: int) -> Result:
-        messages = self._messages(ctx, i)
+        trajectory = codec.trajectory_from_proto(ctx.trajectories[i]).messages()
+        lists: Lists = [cast(list[dict[str, Any]], trajectory)]
+
+        async def send(sent: Lists, cap: int | None) -> Scored:
+            return await self._verdict(ctx, call, sent[0], cap)
+
+        try:
+            return await self._fitted(ctx, call, lists, len(self._system()), send)
+        except ScorerError as exc:
+            return exc
+        except Exception as exc:
+            return self._failure(exc, call)
+
+    async def _verdict(
+        self, ctx: GroupContext, call: _Call, trajectory: list[dict[str, Any]], cap: int | None
+    ) -> Scored:
+        messages = self._messages(trajectory)
         opts = self.options
         key = hashlib.sha256(
             json.dumps(
@@ -321,7 +410,7 @@ class JudgeScorer(_LLMScorer):
         cached = cache.get(key) if cache is not None else None
         metrics.judge_cache.labels(scorer=self.name, result="hit" if cached else "miss").inc()
         if cached is not None:
-            return cached
+            return cast(Scored, cached)
         params = self._litellm_params(
             call, ctx, _verdict_schema(opts.max_tokens) if opts.bounded else None
         )
@@ -334,12 +423,11 @@ class JudgeScorer(_LLMScorer):
                 caching=False,
                 **params,
             )
-            verdict = Verdict.model_validate_json(response.choices[0].message.content or "{}")
-        except Exception as exc:
-            return self._failure(exc, call)
         finally:
             metrics.judge_seconds.labels(scorer=self.name).observe(time.monotonic() - start)
-        result = Scored(_clip01(verdict.score), (f"judge: {verdict.explanation}",))
+        verdict = Verdict.model_validate_json(response.choices[0].message.content or "{}")
+        logs = (f"judge: {verdict.explanation}", *_cut_note(cap, call))
+        result = Scored(_clip01(verdict.score), logs)
         if cache is not None:
             cache.put(key, result)
         return result

@@ -22,6 +22,7 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from artfleet.clients.mcp_guard import NonProtocolOutput, guard_stdout
 from artfleet.clients.mcp_local import ServerStderr, server_params
 from artfleet.contracts import codec
 from artfleet.specs.scorer_params import McpEvaluateParams, ToolCall
@@ -151,6 +152,8 @@ class MCPEvaluateScorer(Scorer):
                     cause = _cause(exc)
                     if isinstance(cause, ScorerError):
                         return cause
+                    if isinstance(cause, NonProtocolOutput):
+                        return ScorerError(ERROR, str(cause)[:500])
                     # The server's own account (ssh's, docker's) says why; the SDK's
                     # "Connection closed" does not.
                     said = stderr.tail()
@@ -169,7 +172,9 @@ class MCPEvaluateScorer(Scorer):
         opts = self.options
         assert opts.server is not None  # score() checked
         async with AsyncExitStack() as stack:
-            streams = await stack.enter_async_context(stdio_client(opts.server, stderr.file))
+            # A server whose stdout floods with non-protocol output is stopped (its budget).
+            stdio = guard_stdout(stdio_client(opts.server, stderr.file))
+            streams = await stack.enter_async_context(stdio)
             session = await stack.enter_async_context(ClientSession(*streams))
             await session.initialize()
             tools = {tool.name for tool in (await session.list_tools()).tools}

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from mcp import ClientSession, stdio_client
 
+from artfleet.clients.mcp_guard import NonProtocolOutput, guard_stdout
 from artfleet.clients.mcp_local import ServerStderr, server_params
 from artfleet.clients.mcp_stdio import McpStdioError, sandbox_stdio_client
 from artfleet.specs.hud_config import check_mcp_config
@@ -111,9 +112,10 @@ def transport(
     ((name, server),) = config.items()
     if not isinstance(server, Mapping):
         raise McpFailure(f"mcp_config.{name} must be a mapping")
+    # Over stdio (not HTTP), a server's non-protocol output past a budget stops it.
     if name == "docker" or "image" in server:
         image, args = str(server.get("image", "")), [str(a) for a in server.get("args", [])]
-        return _docker_transport(endpoint.sandbox_target, endpoint.token, image, args)
+        return guard_stdout(_docker_transport(endpoint.sandbox_target, endpoint.token, image, args))
     if "url" in server:
         return _http(str(server["url"]), dict(server.get("headers") or {}))
     command, args = str(server.get("command", "")), [str(a) for a in server.get("args", [])]
@@ -121,11 +123,11 @@ def transport(
         raise McpFailure(f"mcp_config.{name} needs a command or a url")
     container = docker_run(command, args)
     if container is not None:
-        return _docker_transport(endpoint.sandbox_target, endpoint.token, *container)
+        return guard_stdout(_docker_transport(endpoint.sandbox_target, endpoint.token, *container))
     params = server_params(command, args, server.get("env"), server.get("cwd"))
     if stderr is None:
-        return stdio_client(params)
-    return stdio_client(params, errlog=stderr.file)
+        return guard_stdout(stdio_client(params))
+    return guard_stdout(stdio_client(params, errlog=stderr.file))
 
 
 @asynccontextmanager
@@ -317,6 +319,8 @@ async def open_environment(task: McpTask, endpoint: McpEndpoint) -> AsyncIterato
 def _account(error: BaseException | None) -> str:
     if isinstance(error, McpStdioError):
         return f"{error.code.name}: {error.details}"
+    if isinstance(error, NonProtocolOutput):
+        return str(error)
     return ""
 
 

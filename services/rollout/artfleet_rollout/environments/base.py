@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from artfleet.contracts.records import BadRecords
 from artfleet.v1 import rollout_pb2
 
 from .repo_task import RepoTask
@@ -93,7 +94,7 @@ class Environment:
         description: str,
         scenarios: Iterable[Scenario],
         agent: str = "terminal",
-        skipped: Mapping[str, int] | None = None,
+        bad_records: BadRecords | None = None,
         tools: Sequence[str] = (),
         tool_choice: Any = None,
     ) -> None:
@@ -104,8 +105,11 @@ class Environment:
         self.agent = agent
         self.tools = tuple(tools)  # tool names offered, for listings (MCP: the server's)
         self.tool_choice = tool_choice  # OpenAI tool_choice sent with every turn; None = unsent
-        # Records a loader left out, by named reason ("no FAIL_TO_PASS": 3); never a crash.
-        self.skipped: dict[str, int] = dict(skipped or {})
+        # Records a loader left out, located (`file:line: reason`); never a crash. The
+        # trainer refuses a job over them unless it sets skip_bad_records.
+        self.bad_records = bad_records or BadRecords()
+        # ... and counted by named reason ("no FAIL_TO_PASS": 3).
+        self.skipped: dict[str, int] = dict(self.bad_records.by_reason)
         self._scenarios = list(scenarios)
         self._by_id = {s.id: s for s in self._scenarios}
         if len(self._by_id) != len(self._scenarios):
@@ -129,7 +133,8 @@ class Environment:
         return {split: len(self.scenarios(split)) for split in SPLITS}
 
     def describe(self) -> rollout_pb2.EnvironmentInfo:
-        """The DescribeEnvironment reply: no instructions, checks or solutions, only names."""
+        """The DescribeEnvironment reply: no instructions, checks or solutions, only names;
+        `skipped` names the first bad records by location (BadRecords.as_skipped)."""
         return rollout_pb2.EnvironmentInfo(
             name=self.name,
             description=self.description,
@@ -139,5 +144,5 @@ class Environment:
                 for s in self._scenarios
             ],
             agent=self.agent,
-            skipped=self.skipped,
+            skipped=self.bad_records.as_skipped(),
         )

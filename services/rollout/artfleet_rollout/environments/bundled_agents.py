@@ -38,7 +38,7 @@ def load_game_2048() -> Environment:
         "2048 through its MCP server (artfleet-mcp-2048): reach the target tile",
         hud.scenarios(),
         agent="mcp",
-        skipped=hud.skipped,
+        bad_records=hud.bad_records,
         tools=("move",),
         tool_choice=REQUIRED,
     )

@@ -9,49 +9,43 @@
 Either reads a local file, or a `datasets` dataset saved on disk (`save_to_disk`: a
 directory), at load time only. A record without a split goes to `test` when its position
 is 4 mod 5 (the fifth, tenth, ...), to `train` otherwise, so a file of five or more has
-both splits. Records that cannot become a task are counted in `Environment.skipped` by
-reason, never a crash.
+both splits. A record that cannot become a task (not JSON, not UTF-8, a missing or invalid
+field, a repeated id) is a bad record, named by its line (`Environment.bad_records`,
+artfleet.contracts.records), never a crash; the trainer refuses a job over such a file
+unless the job sets `skip_bad_records`.
 """
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from artfleet.contracts.records import (
+    BadRecord,
+    BadRecords,
+    DataFileError,
+    numbered,
+    read_json_records,
+)
 from artfleet.specs.hud_config import check_mcp_config
 
 from .base import SPLITS, Environment, McpTask, Scenario, ToolCallSpec
 
-R = TypeVar("R")
+# The source cannot be read at all (missing file, a broken JSON array): INVALID_ARGUMENT
+# (artfleet.contracts.errors) naming the file, wherever it is raised.
+LoaderError = DataFileError
+Located = tuple[str, Any]  # (where, a record or a BadRecord): artfleet.contracts.records
 
 
-class LoaderError(ValueError):
-    """The source cannot be read at all (missing file, not JSON): names the source."""
-
-
-def read_records(source: str) -> list[dict[str, Any]]:
-    """The records of a JSON/JSONL file or a `datasets` directory (saved with save_to_disk)."""
+def read_records(source: str) -> Iterator[Located]:
+    """The located records of a JSON/JSONL file or a `datasets` directory (save_to_disk)."""
     path = Path(source).expanduser()
     if path.is_dir():
-        return _from_disk(path)
+        return numbered(source, _from_disk(path))
     if not path.is_file():
         raise LoaderError(f"{source}: no such file or dataset directory")
-    text = path.read_text(encoding="utf-8")
-    try:
-        if path.suffix == ".jsonl":
-            data: Any = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LoaderError(f"{source}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if isinstance(data, dict) and isinstance(data.get("tasks"), list):
-        data = data["tasks"]
-    if not isinstance(data, list):
-        raise LoaderError(f"{source}: expected a list of records (or {{'tasks': [...]}})")
-    return [r if isinstance(r, dict) else {"_invalid": r} for r in data]
+    return read_json_records(path)
 
 
 def _from_disk(path: Path) -> list[dict[str, Any]]:
@@ -130,46 +124,52 @@ def _prompt_scenario(record: dict[str, Any], position: int) -> Scenario:
 
 
 def collect_scenarios(
-    records: Iterable[R],
-    make: Callable[[R, int], Scenario],
+    records: Iterable[Located],
+    make: Callable[[Any, int], Scenario],
     skip: type[Exception] = ValueError,
-) -> tuple[list[Scenario], dict[str, int]]:
-    """The scenarios `make` builds from `records`, in order; a record it refuses with
-    `skip` (the message is the reason) or a repeated id is counted by reason instead."""
+) -> tuple[list[Scenario], BadRecords]:
+    """The scenarios `make` builds from located `records`, in order. A BadRecord, a record
+    `make` refuses with `skip` (the message is the reason) and a repeated id are bad
+    records at their location instead."""
     scenarios: list[Scenario] = []
-    skipped: Counter[str] = Counter()
-    seen: set[str] = set()
-    for position, record in enumerate(records):
+    bad = BadRecords()
+    seen: dict[str, str] = {}  # id -> where it first was
+    for position, (where, record) in enumerate(records):
+        if isinstance(record, BadRecord):
+            bad.add(record)
+            continue
         try:
             scenario = make(record, position)
         except skip as exc:
-            skipped[str(exc)] += 1
+            bad.add(BadRecord(where, str(exc)))
             continue
         if scenario.id in seen:
-            skipped["duplicate id"] += 1
+            bad.add(
+                BadRecord(where, "duplicate id", f"{scenario.id!r}, first at {seen[scenario.id]}")
+            )
             continue
-        seen.add(scenario.id)
+        seen[scenario.id] = where
         scenarios.append(scenario)
-    return scenarios, dict(skipped)
+    return scenarios, bad
 
 
 def load_hud(source: str, *, name: str = "") -> Environment:
-    scenarios, skipped = collect_scenarios(read_records(source), _hud_scenario)
+    scenarios, bad = collect_scenarios(read_records(source), _hud_scenario)
     return Environment(
         name or f"hud:{source}",
         f"HUD-style MCP taskset from {source}",
         scenarios,
         agent="mcp",
-        skipped=skipped,
+        bad_records=bad,
     )
 
 
 def load_jsonl(source: str, *, name: str = "") -> Environment:
-    scenarios, skipped = collect_scenarios(read_records(source), _prompt_scenario)
+    scenarios, bad = collect_scenarios(read_records(source), _prompt_scenario)
     return Environment(
         name or f"jsonl:{source}",
         f"single-turn prompts from {source}",
         scenarios,
         agent="single",
-        skipped=skipped,
+        bad_records=bad,
     )

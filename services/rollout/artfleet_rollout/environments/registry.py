@@ -3,13 +3,17 @@ immutable, so every rollout worker coroutine can read the same instance.
 
 A name is either a bundled environment (`shell-tasks`) or a loader with its source,
 `<loader>:<path>` (`jsonl:/data/prompts.jsonl`, `swebench:/data/lite.parquet`): the
-loader reads the local file (or a `datasets` dataset saved on disk) once, at first use.
+loader reads the local file (or a `datasets` dataset saved on disk) at first use, and again
+when the file changes (its modification time or size), so a file fixed after the trainer
+refused a job for its bad records is read anew, not served from the cache.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from . import bundled_agents, calculator, code_fix, math_single, repo_loaders, shell_tasks
 from .base import Environment, UnknownEnvironment
@@ -29,7 +33,8 @@ _LOADERS: dict[str, Callable[[str], Environment]] = {
     "jsonl": load_jsonl,
     **repo_loaders.LOADERS,
 }
-_LOADED: dict[str, Environment] = {}
+Stamp = tuple[int, int] | None  # a loader source's (mtime_ns, size); None = not a file
+_LOADED: dict[str, tuple[Environment, Stamp]] = {}
 _LOCK = threading.Lock()  # Celery may run threads; load each environment exactly once
 
 
@@ -59,10 +64,26 @@ def list_loaders() -> list[str]:
 def get_environment(name: str) -> Environment:
     """The named environment; raises UnknownEnvironment listing the known names."""
     with _LOCK:
-        if name in _LOADED:
-            return _LOADED[name]
-        environment = _LOADED[name] = _factory(name)()
+        stamp = _stamp(name)
+        cached = _LOADED.get(name)
+        # A source gone since (stamp None) keeps serving what was read: running jobs go on.
+        if cached is not None and (stamp is None or cached[1] == stamp):
+            return cached[0]
+        environment = _factory(name)()
+        _LOADED[name] = (environment, stamp)
         return environment
+
+
+def _stamp(name: str) -> Stamp:
+    """What says a loader's source file changed since it was read; None for the rest."""
+    loader, sep, source = name.partition(":")
+    if name in _FACTORIES or not sep or loader not in _LOADERS:
+        return None
+    try:
+        stat = os.stat(Path(source).expanduser())
+    except (OSError, ValueError):  # missing (the loader says so), a name too long, ...
+        return None
+    return stat.st_mtime_ns, stat.st_size
 
 
 def _factory(name: str) -> Callable[[], Environment]:

@@ -2,8 +2,9 @@
 
 Each reads the published record format from a local JSONL, JSON or parquet file, or a
 `datasets` dataset saved on disk (`save_to_disk`), once, at first use. A record that
-lacks what a task needs is skipped and counted by a named reason (`Environment.skipped`,
-listed by `artfleet envs show`), never a crash.
+lacks what a task needs (or is not JSON) is a bad record at its line, with a named reason
+(`Environment.bad_records`, listed by `artfleet envs show`), never a crash; the trainer
+refuses a job over them unless the job sets `skip_bad_records`.
 
 - SWE-bench (`princeton-nlp/SWE-bench*`): `instance_id`, `repo`, `base_commit`,
   `problem_statement`, `patch` (the reference fix), `test_patch`, and `FAIL_TO_PASS` /
@@ -32,8 +33,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from artfleet.contracts.records import JSON_LINES_SUFFIXES, numbered, read_json_records
+
 from .base import SPLITS, Environment, Scenario
-from .loaders import LoaderError, collect_scenarios
+from .loaders import LoaderError, Located, collect_scenarios
 from .repo_task import RepoTask
 
 Record = dict[str, Any]
@@ -57,33 +60,19 @@ class Skip(Exception):
 # ---------------------------------------------------------------- reading records
 
 
-def read_records(source: str) -> Iterator[Record | None]:
-    """Records of a JSONL/JSON/parquet file or a saved `datasets` dir; None = unreadable."""
+def read_records(source: str) -> Iterator[Located]:
+    """Located records of a JSONL/JSON/parquet file or a saved `datasets` dir."""
     path = Path(source)
     if path.is_dir():
-        yield from _read_saved_dataset(path)
+        yield from numbered(source, _read_saved_dataset(path))
     elif not path.is_file():
         raise LoaderError(f"{source}: no such file or dataset directory")
     elif path.suffix == ".parquet":
-        yield from _read_parquet(path)
-    elif path.suffix in (".jsonl", ".ndjson"):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                yield _json_record(line)
-    elif path.suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        rows = data if isinstance(data, list) else [data]
-        yield from (row if isinstance(row, dict) else None for row in rows)
+        yield from numbered(source, _read_parquet(path))
+    elif path.suffix in (*JSON_LINES_SUFFIXES, ".json"):
+        yield from read_json_records(path)
     else:
         raise LoaderError(f"{source}: expected .jsonl, .json, .parquet or a datasets dir")
-
-
-def _json_record(line: str) -> Record | None:
-    try:
-        value = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _read_parquet(path: Path) -> Iterator[Record]:
@@ -91,7 +80,11 @@ def _read_parquet(path: Path) -> Iterator[Record]:
         import pyarrow.parquet as pq
     except ImportError:
         raise LoaderError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
-    yield from pq.read_table(path).to_pylist()
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise LoaderError(f"{path}: not a readable parquet file ({exc})") from None
+    yield from table.to_pylist()
 
 
 def _read_saved_dataset(path: Path) -> Iterator[Record]:
@@ -250,17 +243,15 @@ def swesynth_scenario(record: Record) -> Scenario:
 def load_records(
     name: str, source: str, build: Callable[[Record], Scenario], description: str
 ) -> Environment:
-    def make(record: Record | None, _position: int) -> Scenario:
-        if record is None:
-            raise Skip("unreadable record")
+    def make(record: Record, _position: int) -> Scenario:
         return build(record)
 
-    scenarios, skipped = collect_scenarios(read_records(source), make, skip=Skip)
+    scenarios, bad = collect_scenarios(read_records(source), make, skip=Skip)
     return Environment(
         name=f"{name}:{source}",
         description=f"{description} from {os.path.basename(source)}",
         scenarios=scenarios,
-        skipped=skipped,
+        bad_records=bad,
     )
 
 

@@ -17,6 +17,8 @@ from artfleet_sandbox.backend import InvalidArgument, check_env
 from artfleet_sandbox.stdio import FailedPrecondition, Output, StdioSpec, StreamName
 
 _READ_CHUNK = 64 * 1024
+_EXIT_POLL_S = 0.01
+_EXIT_POLLS = 500  # 5 s for a SIGKILL to land
 
 
 class LocalStdio:
@@ -79,7 +81,19 @@ class LocalStdio:
         if self._process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._process.pid, signal.SIGKILL)
-            await self._process.wait()
         for task in (*self._readers, self._ended):
             task.cancel()
         await asyncio.gather(*self._readers, self._ended, return_exceptions=True)
+        # Output left unread in a pipe (a server killed mid-flood, its reader waiting for
+        # room in `output`) keeps the pipe open, and wait() waits for its end: forever.
+        # So the pipes are closed, once the kill landed (closing first would reap the
+        # process behind the child watcher's back). Nothing public closes them (the MCP
+        # SDK's stdio client does the same).
+        for _ in range(_EXIT_POLLS):
+            if self._process.returncode is not None:
+                break
+            await asyncio.sleep(_EXIT_POLL_S)
+        transport = getattr(self._process, "_transport", None)
+        if transport is not None:
+            transport.close()
+        await self._process.wait()

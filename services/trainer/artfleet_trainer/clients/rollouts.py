@@ -52,6 +52,20 @@ class RolloutClient:
     async def scenario_ids(self, environment: str, split: str) -> list[str]:
         return split_ids(await self.describe(environment), environment, split)
 
+    async def check_policy(self, base_url: str, policy: str) -> str | None:
+        """None when `base_url` serves `policy` as the rollout workers reach it; else why
+        not. Unavailable when no rollout replica answers."""
+        request = rollout_pb2.CheckPolicyRequest(model_base_url=base_url, policy=policy)
+        async with aio_channel(self._target, self._token) as channel:
+            try:
+                # The replica's own probe may take its full minute on a loading server.
+                answer = await rollout_pb2_grpc.RolloutStub(channel).CheckPolicy(
+                    request, timeout=90
+                )
+            except grpc.aio.AioRpcError as exc:
+                raise Unavailable(f"rollout service {self._target}: {exc.details()}") from None
+        return None if answer.served else (answer.error or "not served")
+
 
 def split_ids(info: rollout_pb2.EnvironmentInfo, environment: str, split: str) -> list[str]:
     """The scenario ids of `split`, else InvalidArgument on `split` naming the splits."""

@@ -38,6 +38,7 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer import metrics
 from artfleet_trainer.clients.rollouts import Dispatcher
 from artfleet_trainer.jobs import scheduling
+from artfleet_trainer.jobs.policy_gate import PolicyGate
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -111,6 +112,7 @@ class StepPipeline:
         dispatcher: Dispatcher,
         inference_url: str,
         version_offset: int = 0,
+        gate: PolicyGate | None = None,
     ) -> None:
         # Checkpoints before step 1 (an SFT phase's adapter): step s trains version
         # s - 1 + version_offset into s + version_offset.
@@ -122,6 +124,7 @@ class StepPipeline:
         self._batches = batches
         self._dispatcher = dispatcher
         self._url = inference_url
+        self._gate = gate or PolicyGate(None, 0.0)
         self._dispatched: dict[int, dict[str, rollout_pb2.GroupTask]] = {}
 
     @property
@@ -157,6 +160,10 @@ class StepPipeline:
             base_url=self._url,
             policy_version=version,
         )
+
+    async def policy_served(self) -> float:
+        """Seconds waited for the endpoint to serve the policy the next groups sample."""
+        return await self._gate.wait_serving(self._url, self.policy_name())
 
     async def dispatch_through(self, step: int, version: int) -> None:
         """Dispatch steps `step` .. `step + k` (each once), sampled from `version`."""
@@ -198,9 +205,21 @@ class StepPipeline:
             sent = await self._dispatcher.enqueue([tasks[g] for g in lost], skip=set())
             metrics.GROUPS_REQUEUED.inc(sent)
 
-        return await self._batches.gather(
-            self._job.id, step, group_ids, self._spec.gather_timeout_s, quorum, on_lost=requeue
-        )
+        # The time the policy was down does not count against the gather's deadline: the
+        # workers held their groups meanwhile and run them again.
+        timeout_s = self._spec.gather_timeout_s
+        while True:
+            down_before = self._gate.down_s
+            gathering = self._batches.gather(
+                self._job.id, step, group_ids, timeout_s, quorum, on_lost=requeue
+            )
+            try:
+                return await self._gate.watched(self._url, self.policy_name(), gathering)
+            except QuorumNotReached:
+                timeout_s = self._gate.down_s - down_before
+                if timeout_s <= 0:
+                    raise
+                log.warning("step %d: the policy was down %.0fs: gathering longer", step, timeout_s)
 
     async def _rerun(self, step: int, gathered: Gathered, stale: list[str]) -> Gathered:
         log.warning(

@@ -27,9 +27,11 @@ from artfleet_trainer.jobs import (
     retention,
     samples,
     scheduling,
+    scoring_health,
     wandb_runs,
 )
 from artfleet_trainer.jobs.evals import Evaluator
+from artfleet_trainer.jobs.policy_gate import PolicyGate, PolicyProbe
 from artfleet_trainer.jobs.steps import (
     build_groups,
     check_reward_signals,
@@ -73,8 +75,10 @@ class JobRunner:
         dispatcher: Dispatcher,
         rollout: ScenarioSource,
         batches: StepBatches,
+        policy_probe: PolicyProbe | None = None,
     ) -> None:
         self._settings = settings
+        self._policy_probe = policy_probe
         self._store = store
         self._backend = backend
         self._dispatcher = dispatcher
@@ -193,6 +197,8 @@ class JobRunner:
             await self._store.save(job)
         if done:
             await self._batches.close(job.id, done)
+        if await self._store.resume_pending(job.id):
+            await self._start_afresh(job, spec, done)
         scenario_ids = await self._rollout.scenario_ids(spec.environment, spec.split)
         steps = pipeline.StepPipeline(
             job=job,
@@ -203,8 +209,10 @@ class JobRunner:
             dispatcher=self._dispatcher,
             inference_url=self._inference_url(model),
             version_offset=offset,
+            gate=PolicyGate(self._policy_probe, self._settings.policy_outage_s),
         )
         # Step 0: the base policy's figures; on resume, an eval the restart interrupted.
+        await steps.policy_served()
         await self._evaluator.maybe_run(job, spec, model, done, self._inference_url(model))
         for step in range(done + 1, spec.steps + 1):
             if await self._store.cancel_requested(job.id):
@@ -223,6 +231,14 @@ class JobRunner:
         if await self._store.cancel_requested(job.id) and job.completed_steps < spec.steps:
             raise JobCancelled()
 
+    async def _start_afresh(self, job: pb.Job, spec: JobSpecModel, done: int) -> None:
+        """A resumed job (it had FAILED or was CANCELLED) runs the steps it had begun from
+        nothing: what their batches hold may be what failed it (a fail_job verdict)."""
+        last = min(done + 1 + spec.max_steps_off_policy, spec.steps)
+        for step in range(done + 1, last + 1):
+            await self._batches.discard(job.id, step)
+        await self._store.resume_handled(job.id)
+
     async def _run_step(
         self,
         job: pb.Job,
@@ -233,6 +249,8 @@ class JobRunner:
     ) -> None:
         start, cpu_start = time.monotonic(), time.process_time()
         await self._emit_step(job, pb.EVENT_KIND_STEP_STARTED, step, spec.steps)
+        # After a restart the trainer is back long before vLLM: dispatch to a serving policy.
+        policy_wait_s = await steps.policy_served()
         # Steps step+1 .. step+k (max_steps_off_policy) roll out while this one trains.
         await steps.dispatch_through(step, version=job.completed_steps + steps.version_offset)
         got = await steps.gather(step)
@@ -266,6 +284,8 @@ class JobRunner:
         )
         summary = summarize_step(step, groups, result, rollout_s, time.monotonic() - start)
         pipeline.record(summary, got, rollout_idle_s)
+        summary.policy_wait_seconds = policy_wait_s
+        scoring_health.mark(summary, gathered.groups)
         job.completed_steps = step
         job.policy = model.get_inference_name()
         job.steps.append(summary)
@@ -283,6 +303,8 @@ class JobRunner:
         await samples.write_step_async(
             self._settings.trajectory_log_dir, job, spec, step, gathered.groups
         )
+        # After the step is recorded and its samples written: they show what failed.
+        scoring_health.check(job, self._settings.max_scoring_failed_steps)
 
     async def _emit_step(
         self,

@@ -11,6 +11,7 @@ from artfleet.contracts.art_types import art
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer.jobs.scheduling import mean_std
+from artfleet_trainer.jobs.scoring_health import first_error
 
 
 def build_groups(entries: Sequence[batch_pb2.BatchGroup]) -> list[art.TrajectoryGroup]:
@@ -39,9 +40,12 @@ def check_reward_signals(step: int, entries: Sequence[batch_pb2.BatchGroup]) -> 
         return
     dropped = sum(e.outcome.group_dropped for e in entries)
     if dropped:
+        # The scorer and its error are the reason: name them where the user looks first.
+        error = first_error(entries)
+        why = f": {error}" if error else ""
         raise RuntimeError(
-            f"step {step}: no group left to train on; the reward service dropped {dropped} "
-            "(see artfleet_reward_failures_total and the reward service's log)"
+            f"step {step}: no group left to train on; the reward service dropped {dropped}"
+            f"{why} (see artfleet_reward_failures_total and the reward service's log)"
         )
 
 

@@ -11,14 +11,31 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import redis.asyncio as aioredis
+import redis.exceptions
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from artfleet.contracts.errors import NotFound
+from artfleet.contracts.errors import FailedPrecondition, InvalidArgument, NotFound
 from artfleet.v1 import common_pb2 as pb
 
 JOBS_INDEX = "artfleet:jobs"
 TERMINAL = frozenset({pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED})
 ACTIVE = (pb.JOB_STATE_RUNNING, pb.JOB_STATE_CANCELLING, pb.JOB_STATE_QUEUED)
+RESUMABLE = frozenset({pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED})
+# How long a submit's idempotency key names its job: a client's retries come well within.
+IDEMPOTENCY_TTL_S = 24 * 3600
+
+# KEYS: the idempotency key, the job's key, the jobs index. ARGV: "<job id> <config hash>",
+# the key's TTL, the job's bytes, its index score, its id. The key and the job are written
+# in one step, so a concurrent submit with the key finds the job it names. Returns what
+# the key already held (that submit's job), or nil when this call made the job.
+CREATE_ONCE = """
+local held = redis.call('GET', KEYS[1])
+if held then return held end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
+return false
+"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +57,10 @@ def _events_key(job_id: str) -> str:
     return f"artfleet:events:{job_id}"
 
 
+def _idempotency_key(key: str) -> str:
+    return f"artfleet:job-idempotency:{key}"
+
+
 def set_queue_positions(newest_first: list[pb.Job], *also: pb.Job) -> None:
     """Queued jobs run in submission order: the oldest queued is position 1."""
     position = 0
@@ -58,6 +79,36 @@ def _now() -> Timestamp:
     return ts
 
 
+def _new_job(spec: pb.JobSpec, config_hash: str) -> pb.Job:
+    job = pb.Job(
+        id=uuid.uuid4().hex[:12], spec=spec, state=pb.JOB_STATE_QUEUED, config_hash=config_hash
+    )
+    job.created_at.CopyFrom(_now())
+    return job
+
+
+def _check_resumable(job: pb.Job) -> None:
+    """Only a FAILED or CANCELLED job goes on; any other is refused naming its state (an
+    active one is running already, a SUCCEEDED one has nothing left to run)."""
+    if job.state in RESUMABLE:
+        return
+    state = pb.JobState.Name(job.state).removeprefix("JOB_STATE_")
+    raise FailedPrecondition(
+        f"job {job.id} is {state}: only a FAILED or CANCELLED job can be resumed"
+    )
+
+
+def _mark_resumed(job: pb.Job) -> pb.JobResume:
+    """Queues `job` again; its record keeps what it was (the failure's reason included),
+    its steps and evals stay, and the error of the run to come starts empty."""
+    resume = job.resumes.add(state=job.state, error=job.error, completed_steps=job.completed_steps)
+    resume.time.CopyFrom(_now())
+    job.state = pb.JOB_STATE_QUEUED
+    job.error = ""
+    job.updated_at.CopyFrom(resume.time)
+    return resume
+
+
 class JobStore:
     """Owns every `artfleet:job*` and `artfleet:events:*` key (step batches:
     artfleet.contracts.batches)."""
@@ -65,16 +116,48 @@ class JobStore:
     def __init__(self, redis: aioredis.Redis) -> None:
         # redis-py's return types are unions of bytes/str/awaitables: typed loosely here.
         self._redis: Any = redis
+        self._create_once = redis.register_script(CREATE_ONCE)
 
     async def create(self, spec: pb.JobSpec, config_hash: str = "") -> pb.Job:
-        job = pb.Job(
-            id=uuid.uuid4().hex[:12], spec=spec, state=pb.JOB_STATE_QUEUED, config_hash=config_hash
-        )
-        job.created_at.CopyFrom(_now())
+        job = _new_job(spec, config_hash)
         await self.save(job)
         await self._redis.zadd(JOBS_INDEX, {job.id: time.time()})
-        await self.emit(job.id, pb.ProgressEvent(kind=pb.EVENT_KIND_STATE, state=job.state))
+        await self._queued(job)
         return job
+
+    async def submit(
+        self, spec: pb.JobSpec, config_hash: str, idempotency_key: str = ""
+    ) -> tuple[pb.Job, bool]:
+        """A new job, or the one `idempotency_key` made before (False: not new). The same
+        key with another spec (config hash) is refused naming `idempotency_key`."""
+        if not idempotency_key:
+            return await self.create(spec, config_hash), True
+        job = _new_job(spec, config_hash)
+        job.updated_at.CopyFrom(job.created_at)
+        held = await self._create_once(
+            keys=[_idempotency_key(idempotency_key), _job_key(job.id), JOBS_INDEX],
+            args=[
+                f"{job.id} {config_hash}",
+                IDEMPOTENCY_TTL_S,
+                job.SerializeToString(),
+                time.time(),
+                job.id,
+            ],
+        )
+        if held is None:
+            await self._queued(job)
+            return job, True
+        job_id, _, held_hash = held.decode().partition(" ")
+        if held_hash != config_hash:
+            raise InvalidArgument(
+                f"was used for job {job_id} with another spec (config {held_hash}, this one "
+                f"{config_hash}): send a new key for a new job",
+                "idempotency_key",
+            )
+        return await self.get(job_id), False
+
+    async def _queued(self, job: pb.Job) -> None:
+        await self.emit(job.id, pb.ProgressEvent(kind=pb.EVENT_KIND_STATE, state=job.state))
 
     async def save(self, job: pb.Job) -> None:
         job.updated_at.CopyFrom(_now())
@@ -140,6 +223,46 @@ class JobStore:
     async def cancel_requested(self, job_id: str) -> bool:
         return bool(await self._redis.exists(f"{_job_key(job_id)}:cancel"))
 
+    async def resume(self, job_id: str) -> pb.Job:
+        """A FAILED or CANCELLED job back in the queue (`_mark_resumed`); the runner goes on
+        after its last checkpoint. NotFound, or FailedPrecondition naming its state."""
+        key = _job_key(job_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            while True:
+                # WATCH: of two resumes at once (or a resume and a cancel) one wins; the
+                # other reads the record again, and a second resume is refused as QUEUED.
+                try:
+                    await pipe.watch(key)
+                    raw = await pipe.get(key) if job_id else None
+                    if raw is None:
+                        raise NotFound(f"no job with id {job_id!r}")
+                    job = pb.Job.FromString(raw)
+                    _check_resumable(job)
+                    resume = _mark_resumed(job)
+                    pipe.multi()
+                    pipe.set(key, job.SerializeToString())
+                    # The cancel flag would end the run at once; the runner takes the mark.
+                    pipe.delete(f"{key}:cancel")
+                    pipe.set(f"{key}:resumed", b"1")
+                    await pipe.execute()
+                    break
+                except redis.exceptions.WatchError:
+                    continue
+        was = pb.JobState.Name(resume.state).removeprefix("JOB_STATE_")
+        message = f"resumed ({was}) after step {resume.completed_steps}"
+        await self.emit(
+            job.id, pb.ProgressEvent(kind=pb.EVENT_KIND_STATE, state=job.state, message=message)
+        )
+        return job
+
+    async def resume_pending(self, job_id: str) -> bool:
+        """Whether the job was resumed and the runner has yet to start the steps it had
+        begun afresh (`resume_handled` after, so an outage in between repeats that)."""
+        return bool(await self._redis.exists(f"{_job_key(job_id)}:resumed"))
+
+    async def resume_handled(self, job_id: str) -> None:
+        await self._redis.delete(f"{_job_key(job_id)}:resumed")
+
     # ------------------------------------------------------------ train ledger
     async def record_trained(self, job_id: str, entry: TrainedStep) -> int:
         """After a step's checkpoint is saved: appends what it trained on to the job's
@@ -166,23 +289,30 @@ class JobStore:
     async def events(
         self, job_id: str, from_seq: int = 0, block_ms: int = 1000
     ) -> AsyncIterator[pb.ProgressEvent]:
-        """Replays then follows the job's events until it reaches a terminal state."""
+        """Replays then follows the job's events until it reaches a terminal state: its
+        last one, as a resumed job has one before each resume."""
         job = await self.get(job_id)
         last_id = "0-0"
         while True:
             reply = await self._redis.xread({_events_key(job_id): last_id}, block=block_ms)
             for _stream, entries in reply or []:
-                for entry_id, fields in entries:
+                for i, (entry_id, fields) in enumerate(entries):
                     last_id = entry_id
                     event = pb.ProgressEvent.FromString(fields[b"e"])
                     if event.seq >= from_seq:
                         yield event
-                    if event.kind == pb.EVENT_KIND_STATE and event.state in TERMINAL:
+                    if event.kind != pb.EVENT_KIND_STATE or event.state not in TERMINAL:
+                        continue
+                    if i + 1 == len(entries) and not await self._went_on(job_id, entry_id):
                         return
             if not reply:
                 job = await self.get(job_id)
                 if job.state in TERMINAL and last_id != "0-0":
                     return
+
+    async def _went_on(self, job_id: str, entry_id: bytes) -> bool:
+        """Whether events follow `entry_id` (nothing but a resume follows a terminal state)."""
+        return bool(await self._redis.xread({_events_key(job_id): entry_id}, count=1))
 
     # ------------------------------------------------------------ leases
     async def acquire_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:

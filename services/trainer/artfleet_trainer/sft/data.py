@@ -6,14 +6,16 @@ JSON array or one per line; samples above a score are kept and the assistant tur
 `extra.conversation` are trained on. OpenAI messages: `{"messages": [...], "tools"?: [...]}`
 per line (ART's own SFT files). `auto` reads each record by its keys.
 
-Records that cannot be used are counted by named reason (like the environments' loaders),
-never fatal one by one; a file with no usable sample is an error at submit. Pure Python:
-the servicer validates with it before the job is queued.
+A record that is not UTF-8, not JSON, not an object or lacks a field its format needs is
+a bad record, named by its line (artfleet.contracts.records); with the job's
+`skip_bad_records` it is left out and counted, else the job is refused naming it. Records
+that are well formed but not trained on (below `min_score`, no assistant turn, over
+`max_samples`) are counted by reason too. A file with no usable sample is an error at
+submit. Pure Python: the servicer validates with it before the job is queued.
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -22,6 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from artfleet.contracts.errors import InvalidArgument
+from artfleet.contracts.records import (
+    BadRecord,
+    BadRecords,
+    DataFileError,
+    read_json_records,
+    refuse_bad_records,
+)
 from artfleet.specs.sft import SftModel
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -37,18 +46,26 @@ class SftSample:
 @dataclass
 class SftData:
     samples: list[SftSample] = field(default_factory=list)
-    skipped: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)  # bad records and filtered ones
     records: int = 0
+    bad: BadRecords = field(default_factory=BadRecords)
 
 
 class Skip(ValueError):
-    """A record left out; the message is the reason it is counted under."""
+    """A bad record (malformed, a field missing); the message is its reason."""
 
 
-def load_samples(spec: SftModel, *, field_name: str = "sft.data_path") -> SftData:
+class Filtered(ValueError):
+    """A well-formed record not trained on; the message is the reason it is counted under."""
+
+
+def load_samples(
+    spec: SftModel, *, skip_bad_records: bool = True, field_name: str = "sft.data_path"
+) -> SftData:
     """Every usable sample of `spec.data_path` (filtered by `min_score`, at most
-    `max_samples`); InvalidArgument naming `field_name` when the file cannot be read or
-    holds no usable sample."""
+    `max_samples`); InvalidArgument naming `field_name` when the file cannot be read, has
+    bad records and `skip_bad_records` is False (the job's option), or holds no usable
+    sample."""
     path = Path(spec.data_path)
     try:
         is_file = path.is_file()
@@ -59,20 +76,13 @@ def load_samples(spec: SftModel, *, field_name: str = "sft.data_path") -> SftDat
         raise InvalidArgument(f"no such file on the trainer: {spec.data_path}", field_name)
     if size > MAX_FILE_BYTES:
         raise InvalidArgument(f"file is larger than {MAX_FILE_BYTES} bytes", field_name)
-    skipped: Counter[str] = Counter()
-    samples: list[SftSample] = []
-    records = 0
-    for record in _records(path, skipped):
-        records += 1
-        try:
-            samples.append(_sample(record, spec))
-        except Skip as exc:
-            skipped[str(exc)] += 1
-    records += skipped["not JSON"]  # lines that were no record at all count too
+    data = _read_samples(path, spec, field_name)
+    refuse_bad_records(data.bad, skip_bad_records, field_name)
+    samples, skipped = data.samples, Counter(data.skipped)
     if spec.max_samples and len(samples) > spec.max_samples:
         skipped["over max_samples"] += len(samples) - spec.max_samples
         samples = samples[: spec.max_samples]
-    data = SftData(samples, dict(sorted(skipped.items())), records)
+    data = SftData(samples, dict(sorted(skipped.items())), data.records, data.bad)
     if not samples:
         raise InvalidArgument(
             f"no usable SFT sample in {spec.data_path}: {describe(data)}", field_name
@@ -80,41 +90,41 @@ def load_samples(spec: SftModel, *, field_name: str = "sft.data_path") -> SftDat
     return data
 
 
-def describe(data: SftData) -> str:
-    reasons = ", ".join(f"{n} {reason}" for reason, n in data.skipped.items()) or "none skipped"
-    return f"{len(data.samples)} of {data.records} records kept ({reasons})"
-
-
-def _records(path: Path, skipped: Counter[str]) -> Iterator[Any]:
-    """A JSON array (or one object) when the file parses whole; otherwise JSON lines."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(f"cannot read {path}: {exc}", "sft.data_path") from None
-    if text.lstrip().startswith("["):
-        try:
-            whole = json.loads(text)
-        except (ValueError, RecursionError) as exc:  # bad JSON, huge ints, deep nesting
-            raise InvalidArgument(f"not valid JSON: {exc}", "sft.data_path") from None
-        yield from whole
-        return
-    try:  # one (pretty-printed) record; JSON lines do not parse whole
-        yield json.loads(text)
-        return
-    except (ValueError, RecursionError):
-        pass
-    for line in text.splitlines():
-        if not line.strip():
+def _read_samples(path: Path, spec: SftModel, field_name: str) -> SftData:
+    """Every sample of the file; bad records located, filtered ones counted by reason."""
+    data = SftData()
+    filtered: Counter[str] = Counter()
+    for where, record in _records(path, field_name):
+        data.records += 1
+        if isinstance(record, BadRecord):
+            data.bad.add(record)
             continue
         try:
-            yield json.loads(line)
-        except (ValueError, RecursionError):
-            skipped["not JSON"] += 1
+            data.samples.append(_sample(record, spec))
+        except Filtered as exc:
+            filtered[str(exc)] += 1
+        except Skip as exc:
+            data.bad.add(BadRecord(where, str(exc)))
+    data.skipped = dict(filtered + data.bad.by_reason)
+    return data
 
 
-def _sample(record: Any, spec: SftModel) -> SftSample:
-    if not isinstance(record, Mapping):
-        raise Skip("not an object")
+def describe(data: SftData) -> str:
+    reasons = ", ".join(f"{n} {reason}" for reason, n in data.skipped.items()) or "none skipped"
+    text = f"{len(data.samples)} of {data.records} records kept ({reasons})"
+    return text + (f"; {data.bad.summary()}" if data.bad.count else "")
+
+
+def _records(path: Path, field_name: str) -> Iterator[tuple[str, Any]]:
+    """Located records: a JSON array or one object when the file is one document,
+    otherwise JSON lines (artfleet.contracts.records)."""
+    try:
+        yield from read_json_records(path)
+    except DataFileError as exc:
+        raise InvalidArgument(exc.message, field_name) from None
+
+
+def _sample(record: Mapping[str, Any], spec: SftModel) -> SftSample:
     kind = spec.format
     if kind == "auto":
         kind = "messages" if "messages" in record else "offline"
@@ -123,7 +133,7 @@ def _sample(record: Any, spec: SftModel) -> SftSample:
         if isinstance(score, bool) or not isinstance(score, int | float):
             raise Skip("no score")
         if score < spec.min_score:
-            raise Skip("score below min_score")
+            raise Filtered("score below min_score")
     if kind == "messages":
         raw, tools = record.get("messages"), record.get("tools")
         if raw is None:
@@ -147,7 +157,7 @@ def _messages(raw: Any) -> list[dict[str, Any]]:
         raise Skip("empty conversation")
     messages = [_message(m) for m in raw]
     if not any(m["role"] == "assistant" for m in messages):
-        raise Skip("no assistant turn")
+        raise Filtered("no assistant turn")  # well formed, but nothing to learn from
     return messages
 
 

@@ -56,14 +56,15 @@ ART_UNSUPPORTED = {
 
 def check_spec(spec: JobSpecModel) -> None:
     """At submit: InvalidArgument naming `sft.<field>` the job's backend cannot honour, or
-    `sft.data_path` when the file is missing or holds no usable sample."""
+    `sft.data_path` when the file is missing, has bad records the job does not skip
+    (`skip_bad_records`) or holds no usable sample."""
     if spec.sft is None:
         return
     if spec.backend == "art":
         for name, why in ART_UNSUPPORTED.items():
             if name in spec.sft.model_fields_set and getattr(spec.sft, name):
                 raise InvalidArgument(f"not supported by the art backend: {why}", f"sft.{name}")
-    load_samples(spec.sft)
+    load_samples(spec.sft, skip_bad_records=spec.skip_bad_records)
 
 
 def offset(job: pb.Job) -> int:
@@ -96,6 +97,8 @@ class SftPhase:
             log.info("job %s: SFT checkpoint %d found; not training it again", job.id, current)
             await self._finish(job, spec, current)
             return
+        # Bad records were refused at submit unless the job skips them; a job queued
+        # before that check existed (or a file changed since) trains on the good ones.
         data = await asyncio.to_thread(load_samples, spec.sft)
         log.info("job %s: SFT on %s", job.id, describe(data))
         for reason, n in data.skipped.items():

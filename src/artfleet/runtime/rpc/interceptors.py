@@ -199,7 +199,7 @@ async def _map_error(
         code = context.code()
         return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
     if isinstance(exc, ArtfleetError):
-        await context.abort(exc.code, exc.message)
+        await context.abort(exc.code, bounded_details(exc.message))
     if _store_unreachable(exc):
         # A Redis restart is an outage the caller can wait out, not a bug: UNAVAILABLE is
         # what clients (and grpc's retry policies) retry on.
@@ -215,6 +215,21 @@ async def _map_error(
             grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); request id {rid}"
         )
     return grpc.StatusCode.CANCELLED
+
+
+# A status message travels as a trailer, percent-encoded (up to 3 bytes per byte), and a
+# trailer past the client's metadata limit (8 KiB by default) ends the call as UNAVAILABLE
+# instead of our status: messages that quote the input (a 300 kB name) are cut to fit.
+MAX_DETAILS_BYTES = 2048
+
+
+def bounded_details(message: str) -> str:
+    """`message`, cut to MAX_DETAILS_BYTES of UTF-8 (with a mark saying so)."""
+    data = message.encode()
+    if len(data) <= MAX_DETAILS_BYTES:
+        return message
+    cut = data[: MAX_DETAILS_BYTES - 40].decode(errors="ignore")
+    return f"{cut}... ({len(data)} bytes, cut)"
 
 
 def _store_unreachable(exc: BaseException) -> bool:
