@@ -12,23 +12,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import redis.asyncio as aioredis
-from pydantic import SecretStr
+from submit_fleet import api_client, submit_server, submit_target
 from typer.testing import CliRunner, Result
 
-from artfleet.runtime.rpc.server import GrpcServer
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import reward_pb2_grpc, rollout_pb2_grpc, trainer_pb2_grpc
-from artfleet_api.app import create_app
-from artfleet_api.settings import ApiSettings
-from artfleet_cli.fleet import free_port
 from artfleet_cli.main import app
-from artfleet_reward.servicer import RewardServicer
-from artfleet_rollout.group import GroupRunner
-from artfleet_rollout.servicer import RolloutServicer
-from artfleet_rollout.settings import RolloutSettings
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import RolloutClient
 from artfleet_trainer.jobs.store import JobStore
@@ -44,25 +34,11 @@ async def fleet(redis_url: str, tmp_path: Path) -> AsyncIterator[tuple[str, JobS
     client = aioredis.from_url(redis_url)
     await client.flushdb()
     store = JobStore(client)
-    target = f"127.0.0.1:{free_port()}"
-    settings = RolloutSettings(
-        api_token=SecretStr(TOKEN), port=int(target.split(":")[1]), metrics_port=0
-    )
+    target = submit_target()
     trainer = TrainerServicer(
         store, RolloutClient(target, TOKEN), RewardClient(target, TOKEN), lambda backend: ""
     )
-    # DescribeEnvironment loads the file; no group is run, so the runner is not started.
-    rollout = RolloutServicer(GroupRunner(settings))
-    server = GrpcServer(
-        settings,
-        "bad-records-test",
-        [
-            lambda s: trainer_pb2_grpc.add_TrainerServicer_to_server(trainer, s),
-            lambda s: rollout_pb2_grpc.add_RolloutServicer_to_server(rollout, s),
-            lambda s: reward_pb2_grpc.add_RewardServicer_to_server(RewardServicer(), s),
-        ],
-        ["artfleet.v1.Trainer", "artfleet.v1.Rollout", "artfleet.v1.Reward"],
-    )
+    server = submit_server(target, TOKEN, trainer, "bad-records-test")
     await server.start()
     try:
         yield target, store
@@ -110,24 +86,7 @@ async def test_the_http_api_answers_422_naming_the_field(
     target, _ = fleet
     path = tmp_path / "prompts.jsonl"
     path.write_bytes(b'{"prompt": "one"}\n{"prompt": "caf\xe9"}\n')
-    settings = ApiSettings(
-        api_token=TOKEN,  # type: ignore[arg-type]
-        redis_url=f"redis://127.0.0.1:{free_port()}/0",
-        trainer_target=target,
-        reward_target=target,
-        rollout_target=target,
-        sandbox_target="127.0.0.1:1",
-        trajectories_dir=str(tmp_path / "logs"),
-        rpc_timeout_s=30.0,
-    )
-    api = create_app(settings)
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with (
-        api.router.lifespan_context(api),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=api), base_url="http://api", headers=headers
-        ) as client,
-    ):
+    async with api_client(target, TOKEN, tmp_path) as client:
         reply = await client.post("/train", json={"spec": {"environment": f"jsonl:{path}"}})
     assert reply.status_code == 422, reply.text
     body: dict[str, Any] = reply.json()

@@ -15,25 +15,17 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 from local_http import serve_app
-from pydantic import SecretStr
+from submit_fleet import submit_server, submit_target
 
-from artfleet.runtime.config import ServerSettings
 from artfleet.runtime.rpc.client import aio_channel
-from artfleet.runtime.rpc.server import GrpcServer
 from artfleet.specs.job import spec_to_proto, validate_spec
 from artfleet.v1 import (
-    reward_pb2_grpc,
-    rollout_pb2,
-    rollout_pb2_grpc,
     trainer_pb2,
     trainer_pb2_grpc,
 )
-from artfleet_cli.fleet import free_port
 from artfleet_inference.engine import PolicyEngine
 from artfleet_inference.policies import PolicyTable
 from artfleet_inference.server import Front
-from artfleet_reward.servicer import RewardServicer
-from artfleet_rollout.environments import get_environment
 from artfleet_trainer.clients.inference_client import InferenceClient
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import RolloutClient
@@ -45,15 +37,6 @@ pytestmark = pytest.mark.integration
 TOKEN = "context-limit-token"
 VLLM_KEY = "vllm-key-for-tests"
 MAX_MODEL_LEN = 2048
-
-
-class Describe(rollout_pb2_grpc.RolloutServicer):
-    """The rollout service's DescribeEnvironment (the built-in environments), all a submit asks."""
-
-    async def DescribeEnvironment(
-        self, request: rollout_pb2.DescribeEnvironmentRequest, context: object
-    ) -> rollout_pb2.EnvironmentInfo:
-        return get_environment(request.name).describe()
 
 
 @pytest.fixture
@@ -83,7 +66,7 @@ async def trainer(redis_url: str, inference: tuple[str, Any]) -> AsyncIterator[t
     client = aioredis.from_url(redis_url)
     await client.flushdb()
     store = JobStore(client)
-    target = f"127.0.0.1:{free_port()}"
+    target = submit_target()
     servicer = TrainerServicer(
         store,
         RolloutClient(target, TOKEN),
@@ -91,16 +74,7 @@ async def trainer(redis_url: str, inference: tuple[str, Any]) -> AsyncIterator[t
         lambda backend: "",
         context_limits=ContextLimits(inference=InferenceClient(inference[0], TOKEN)),
     )
-    server = GrpcServer(
-        ServerSettings(api_token=SecretStr(TOKEN), port=int(target.split(":")[1]), metrics_port=0),
-        "context-limit-test",
-        [
-            lambda s: trainer_pb2_grpc.add_TrainerServicer_to_server(servicer, s),
-            lambda s: rollout_pb2_grpc.add_RolloutServicer_to_server(Describe(), s),
-            lambda s: reward_pb2_grpc.add_RewardServicer_to_server(RewardServicer(), s),
-        ],
-        ["artfleet.v1.Trainer", "artfleet.v1.Rollout", "artfleet.v1.Reward"],
-    )
+    server = submit_server(target, TOKEN, servicer, "context-limit-test")
     await server.start()
     try:
         yield target, store, inference[1]

@@ -1,7 +1,6 @@
 """`POST /train` with an `Idempotency-Key`, its `status_url`, and `POST /jobs/{id}/resume`,
-through the API app on a real Redis and a real gRPC server holding the trainer's, the
-reward service's and a rollout DescribeEnvironment servicer (what a submit asks; no job
-runs)."""
+through the API app on a real Redis and the submit path's servicers on one gRPC server
+(tests/support/submit_fleet.py; no job runs)."""
 
 from __future__ import annotations
 
@@ -13,17 +12,9 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio as aioredis
-from pydantic import SecretStr
+from submit_fleet import api_client, submit_server, submit_target
 
-from artfleet.runtime.config import ServerSettings
-from artfleet.runtime.rpc.server import GrpcServer
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import reward_pb2_grpc, rollout_pb2, rollout_pb2_grpc, trainer_pb2_grpc
-from artfleet_api.app import create_app
-from artfleet_api.settings import ApiSettings
-from artfleet_cli.fleet import free_port
-from artfleet_reward.servicer import RewardServicer
-from artfleet_rollout.environments import get_environment
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import RolloutClient
 from artfleet_trainer.jobs.store import JobStore
@@ -35,21 +26,12 @@ TOKEN = "idempotency-token"
 BODY = {"model_name": "agent", "project": "proj", "num_steps": 2, "use_ruler": False}
 
 
-class Describe(rollout_pb2_grpc.RolloutServicer):
-    """The rollout service's DescribeEnvironment (the built-in environments), all a submit asks."""
-
-    async def DescribeEnvironment(
-        self, request: rollout_pb2.DescribeEnvironmentRequest, context: object
-    ) -> rollout_pb2.EnvironmentInfo:
-        return get_environment(request.name).describe()
-
-
 @pytest.fixture
 async def fleet(redis_url: str, tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
     client = aioredis.from_url(redis_url)
     await client.flushdb()
     store = JobStore(client)
-    target = f"127.0.0.1:{free_port()}"
+    target = submit_target()
     trainer = TrainerServicer(
         store,
         RolloutClient(target, TOKEN),
@@ -57,37 +39,10 @@ async def fleet(redis_url: str, tmp_path: Path) -> AsyncIterator[tuple[httpx.Asy
         lambda backend: "",
         art_path=str(tmp_path / "art"),
     )
-    server = GrpcServer(
-        ServerSettings(api_token=SecretStr(TOKEN), port=int(target.split(":")[1]), metrics_port=0),
-        "idempotency-test",
-        [
-            lambda s: trainer_pb2_grpc.add_TrainerServicer_to_server(trainer, s),
-            lambda s: rollout_pb2_grpc.add_RolloutServicer_to_server(Describe(), s),
-            lambda s: reward_pb2_grpc.add_RewardServicer_to_server(RewardServicer(), s),
-        ],
-        ["artfleet.v1.Trainer", "artfleet.v1.Rollout", "artfleet.v1.Reward"],
-    )
+    server = submit_server(target, TOKEN, trainer, "idempotency-test")
     await server.start()
-    settings = ApiSettings(
-        api_token=TOKEN,  # type: ignore[arg-type]
-        redis_url=f"redis://127.0.0.1:{free_port()}/0",
-        trainer_target=target,
-        reward_target=target,
-        rollout_target=target,
-        sandbox_target="127.0.0.1:1",
-        trajectories_dir=str(tmp_path / "logs"),
-        rpc_timeout_s=30.0,
-    )
-    app = create_app(settings)
     try:
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app),
-                base_url="http://api",
-                headers={"Authorization": f"Bearer {TOKEN}"},
-            ) as api,
-        ):
+        async with api_client(target, TOKEN, tmp_path) as api:
             yield api, store
     finally:
         await server.stop(1)
