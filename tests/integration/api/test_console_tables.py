@@ -41,6 +41,7 @@ def _job() -> tuple[pb.Job, dict[str, Any]]:
             scorer_error=SCORER_ERROR,
             scoring_failed=True,
         )
+    job.resumes.add(state=pb.JOB_STATE_FAILED, error="RuntimeError: judge down", completed_steps=1)
     info = trainer_pb2.ModelInfo(name="agent-j1")
     for step in (0, 1, 3):  # retention deleted step 2's
         info.checkpoints.add(step=step)
@@ -114,4 +115,13 @@ def test_the_job_page_shows_checkpoints_on_disk_untrained_losses_and_scorer_erro
     assert steps["3"][5] == f"2 groups, every group lost: {SCORER_ERROR}"
     assert (
         page.inner_text("#scorer-errors") == f"step 3: 2 groups, every group lost: {SCORER_ERROR}"
+    )
+
+
+def test_the_job_page_shows_its_resumes(page: Any) -> None:
+    page.click("#jobs tbody tr[data-job]")
+    page.wait_for_selector("#job-resumed")
+    assert (
+        page.inner_text("#job-resumed")
+        == "1× · last after step 1, was failed: RuntimeError: judge down"
     )

@@ -44,6 +44,14 @@ function fmt(value, digits = 3) {
 function lossOf(step) { return step && step.trained_sequences ? fmt(step.loss, 4) : "–"; }
 
 // What the reward's scorers failed on in a step; "" when nothing did.
+// A job taken up again after it failed or was cancelled: how often, and what the last
+// resume found (the failure's reason stays in the record).
+function resumedNote(resumes) {
+  const last = resumes[resumes.length - 1];
+  const why = last.error ? `: ${last.error}` : "";
+  return `${resumes.length}× · last after step ${last.completed_steps}, was ${last.state}${why}`;
+}
+
 function scorerNote(step) {
   if (!step.scorer_errors) return "";
   const groups = step.scorer_errors === 1 ? "group" : "groups";
@@ -158,6 +166,7 @@ function renderJob(job, steps) {
   const sorted = [...steps.values()].sort((a, b) => a.step - b.step);
   const series = (key) => sorted.map((s) => [s.step, s[key]]);
   const failing = [...sorted].reverse().find((s) => s.scorer_errors);
+  const resumed = (job.resumes || []).length > 0;
   show(h("h1", {}, `Job ${job.id}`),
     h("div", { class: "kv" },
       h("span", {}, "Experiment"), h("span", {}, job.experiment),
@@ -166,6 +175,8 @@ function renderJob(job, steps) {
       h("span", {}, "Base model"), h("span", {}, job.spec.base_model || "–"),
       h("span", {}, "Serving"), h("span", {}, job.policy || "–"),
       job.error ? h("span", {}, "Error") : null, job.error ? h("span", { class: "error" }, job.error) : null,
+      resumed ? h("span", {}, "Resumed") : null,
+      resumed ? h("span", { id: "job-resumed" }, resumedNote(job.resumes)) : null,
       failing ? h("span", {}, "Scorer errors") : null,
       failing ? h("span", { id: "scorer-errors", class: "error" }, `step ${failing.step}: ${scorerNote(failing)}`) : null),
     h("div", { class: "charts" },
