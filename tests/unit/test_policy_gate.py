@@ -67,6 +67,25 @@ async def test_watching_counts_the_down_time_and_an_unreachable_prober_is_not_an
     assert gate.down_s > 0
 
 
+async def test_an_outage_going_on_counts_in_down_s_before_it_ends() -> None:
+    # A gather's deadline that falls inside an outage must see it (it is extended by it).
+    second_probe = asyncio.Event()
+
+    class Down(Probe):
+        async def check_policy(self, base_url: str, policy: str) -> str | None:
+            if self.calls == 1:
+                second_probe.set()
+            return await super().check_policy(base_url, policy)
+
+    gate = PolicyGate(Down(["refused"] * 50), 600)
+    waiting = asyncio.create_task(gate.wait_serving("http://inference/v1", "m@1"))
+    await second_probe.wait()  # after the first pause: the outage is a second old
+    assert gate.down_s >= 1.0
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    assert gate.down_s >= 1.0  # kept once the wait ends
+
+
 async def test_an_outage_past_the_budget_while_watching_cancels_the_work() -> None:
     gate = PolicyGate(Probe(["refused"] * 20), 0.1, watch_every_s=0.01)
     cancelled = asyncio.Event()

@@ -41,7 +41,15 @@ class PolicyGate:
         self._probe = probe
         self._budget_s = budget_s
         self._watch_every_s = watch_every_s
-        self.down_s = 0.0  # seen down while watching, in total
+        self._down_s = 0.0  # outages that ended
+        self._down_since: float | None = None  # the outage going on, if one is
+
+    @property
+    def down_s(self) -> float:
+        """Seconds the endpoint was seen down in total, an outage going on included (a
+        gather's deadline that falls inside an outage is extended by it)."""
+        ongoing = 0.0 if self._down_since is None else time.monotonic() - self._down_since
+        return self._down_s + ongoing
 
     async def wait_serving(self, base_url: str, policy: str) -> float:
         """Seconds waited for `policy` to be served (0.0 at once); OutageTooLong past the
@@ -52,23 +60,27 @@ class PolicyGate:
         why = await probe.check_policy(base_url, policy)
         if why is None:
             return 0.0
-        start = time.monotonic()
+        start = self._down_since = time.monotonic()
         log.warning("the policy endpoint does not serve %s (%s): waiting for it", policy, why)
-        await wait_until_back(
-            lambda: probe.check_policy(base_url, policy),
-            OutageClock(self._budget_s),
-            why,
-            what=f"the policy endpoint {base_url} ({policy})",
-            setting=SETTING,
-        )
-        waited = time.monotonic() - start
+        try:
+            await wait_until_back(
+                lambda: probe.check_policy(base_url, policy),
+                OutageClock(self._budget_s),
+                why,
+                what=f"the policy endpoint {base_url} ({policy})",
+                setting=SETTING,
+            )
+        finally:
+            waited = time.monotonic() - start
+            self._down_s += waited
+            self._down_since = None
         metrics.POLICY_WAIT_SECONDS.inc(waited)
         log.info("the policy endpoint serves %s again after %.1fs", policy, waited)
         return waited
 
     async def watched(self, base_url: str, policy: str, work: Awaitable[T]) -> T:
-        """`work` while the endpoint is probed every few seconds: its down time adds to
-        `down_s`; an outage past the budget cancels `work` and raises OutageTooLong."""
+        """`work` while the endpoint is probed every few seconds (its down time counts in
+        `down_s`); an outage past the budget cancels `work` and raises OutageTooLong."""
         if self._probe is None:
             return await work
         task = asyncio.ensure_future(work)
@@ -89,6 +101,6 @@ class PolicyGate:
         while True:
             await asyncio.sleep(self._watch_every_s)
             try:
-                self.down_s += await self.wait_serving(base_url, policy)
+                await self.wait_serving(base_url, policy)
             except Unavailable as exc:  # no rollout replica to ask: cannot tell
                 log.debug("policy watch: %s", exc)
