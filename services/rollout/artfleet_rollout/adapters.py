@@ -48,10 +48,10 @@ _TOKEN_IDS_BODY = {"return_token_ids": True}
 _RPC_SLACK_S = 30.0  # the sandbox enforces the command's own limit; this bounds the call
 _CREATE_DEADLINE_S = 120.0
 _SCORE_DEADLINE_S = 600.0
-_SCORE_RETRY_S = 180.0
+_SCORE_RETRY_S = 180.0  # a reward replica restarting: its compose restart, its imports
 # A gateway or a server still starting: the endpoint is down, not refusing the request.
 _OUTAGE_STATUSES = frozenset({502, 503, 504})
-_PROBE_TIMEOUT_S = 10.0  # a reward replica restarting: its compose restart, its imports
+_PROBE_TIMEOUT_S = 10.0
 
 
 # ---------------------------------------------------------------- policy
@@ -87,10 +87,9 @@ class OpenAIPolicy:
                 body=self._body(messages, tools, tool_choice),
                 options={"timeout": self._timeout_s},
             )
-        except APIConnectionError as exc:  # includes timeouts, after the client's retries
-            raise PolicyUnavailable(f"{self._client.base_url}: {describe_api_error(exc)}") from exc
-        except APIStatusError as exc:
-            if exc.status_code not in _OUTAGE_STATUSES:
+        except (APIConnectionError, APIStatusError) as exc:  # after the client's retries
+            # A connection error (timeouts included) or an outage status: the endpoint is down.
+            if isinstance(exc, APIStatusError) and exc.status_code not in _OUTAGE_STATUSES:
                 raise
             raise PolicyUnavailable(f"{self._client.base_url}: {describe_api_error(exc)}") from exc
         if not completion.choices:

@@ -43,9 +43,9 @@ Connect = Callable[[RolloutSettings], Awaitable[Connections]]
 # The fleet's own settings (Redis URL with its password, ...) are never a model key.
 _FLEET_PREFIX = "ARTFLEET_"
 EpisodeResult = tuple[art.Trajectory, pb.Episode]
-_CHECK_TIMEOUT_S = 60.0
+_CHECK_TIMEOUT_S = 60.0  # a checkpoint served on request loads within the first call
 # A held group notices the endpoint is back within this (one /models call per pause).
-_OUTAGE_PROBE_MAX_PAUSE_S = 5.0  # a checkpoint served on request loads within the first call
+_OUTAGE_PROBE_MAX_PAUSE_S = 5.0
 
 
 def validate_task(task: rollout_pb2.GroupTask) -> None:
