@@ -14,17 +14,15 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
-from pydantic import SecretStr
 from runner_harness import run_to_end, runner_settings
+from submit_fleet import trainer_server
 from trainer_fakes import FakeBackend, scored
 from typer.testing import CliRunner
 
 from artfleet.contracts.batches import StepBatches
-from artfleet.runtime.config import ServerSettings
-from artfleet.runtime.rpc.server import GrpcServer
 from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import rollout_pb2, trainer_pb2_grpc
+from artfleet.v1 import rollout_pb2
 from artfleet_cli.main import app
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import RolloutClient
@@ -165,12 +163,7 @@ async def trainer_target(redis: aioredis.Redis) -> AsyncIterator[str]:
         RewardClient("127.0.0.1:1", TOKEN),
         lambda backend: "",
     )
-    server = GrpcServer(
-        ServerSettings(api_token=SecretStr(TOKEN), port=0, metrics_port=0),
-        "trainer-sft-test",
-        [lambda s: trainer_pb2_grpc.add_TrainerServicer_to_server(servicer, s)],
-        ["artfleet.v1.Trainer"],
-    )
+    server = trainer_server(servicer, TOKEN, "trainer-sft-test")
     await server.start()
     yield f"127.0.0.1:{server.port}"
     await server.stop(1)

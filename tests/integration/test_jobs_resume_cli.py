@@ -11,12 +11,10 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from pydantic import SecretStr
+from submit_fleet import trainer_server
 from typer.testing import CliRunner, Result
 
-from artfleet.runtime.config import ServerSettings
 from artfleet.runtime.rpc.client import aio_channel
-from artfleet.runtime.rpc.server import GrpcServer
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_cli.main import app
@@ -48,12 +46,7 @@ async def trainer(redis_url: str) -> AsyncIterator[tuple[str, JobStore]]:
         RewardClient("127.0.0.1:1", TOKEN),
         lambda backend: "",
     )
-    server = GrpcServer(
-        ServerSettings(api_token=SecretStr(TOKEN), port=0, metrics_port=0),
-        "trainer-resume-test",
-        [lambda s: trainer_pb2_grpc.add_TrainerServicer_to_server(servicer, s)],
-        ["artfleet.v1.Trainer"],
-    )
+    server = trainer_server(servicer, TOKEN, "trainer-resume-test")
     await server.start()
     yield f"127.0.0.1:{server.port}", store
     await server.stop(1)

@@ -15,16 +15,13 @@ import pytest
 import redis.asyncio as aioredis
 import torch
 from peft import PeftModel, get_peft_model
-from pydantic import SecretStr
+from submit_fleet import trainer_server
 from tiny_llama import tiny_llama
 from typer.testing import CliRunner, Result
 
 from artfleet.contracts.checkpoint_layout import write_best
-from artfleet.runtime.config import ServerSettings
-from artfleet.runtime.rpc.server import GrpcServer
 from artfleet.specs.job import config_hash, spec_to_proto, validate_spec
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import trainer_pb2_grpc
 from artfleet_cli.main import app
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import RolloutClient
@@ -66,12 +63,7 @@ async def trainer(redis_url: str, tmp_path: Path) -> AsyncIterator[tuple[str, Jo
         art_path=str(art_path),
         retire=_retire,
     )
-    server = GrpcServer(
-        ServerSettings(api_token=SecretStr(TOKEN), port=0, metrics_port=0),
-        "trainer-models-test",
-        [lambda s: trainer_pb2_grpc.add_TrainerServicer_to_server(servicer, s)],
-        ["artfleet.v1.Trainer"],
-    )
+    server = trainer_server(servicer, TOKEN, "trainer-models-test")
     await server.start()
     yield f"127.0.0.1:{server.port}", store, art_path
     await server.stop(1)

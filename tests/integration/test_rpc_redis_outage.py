@@ -15,11 +15,9 @@ import grpc
 import pytest
 import redis
 import redis.asyncio as aioredis
-from pydantic import SecretStr
+from submit_fleet import trainer_server
 
-from artfleet.runtime.config import ServerSettings
 from artfleet.runtime.rpc.client import aio_channel
-from artfleet.runtime.rpc.server import GrpcServer
 from artfleet.specs.job import config_hash, spec_to_proto, validate_spec
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_cli.fleet import free_port, redis_server_binary
@@ -91,12 +89,7 @@ async def trainer(own_redis: OwnRedis, tmp_path: Path) -> AsyncIterator[tuple[st
         lambda backend: "",
         art_path=str(tmp_path / "art"),
     )
-    server = GrpcServer(
-        ServerSettings(api_token=SecretStr(TOKEN), port=0, metrics_port=0),
-        "trainer-outage-test",
-        [lambda s: trainer_pb2_grpc.add_TrainerServicer_to_server(servicer, s)],
-        ["artfleet.v1.Trainer"],
-    )
+    server = trainer_server(servicer, TOKEN, "trainer-outage-test")
     await server.start()
     yield f"127.0.0.1:{server.port}", store
     await server.stop(1)

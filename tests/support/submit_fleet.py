@@ -1,4 +1,5 @@
-"""The submit path on one gRPC server, for tests of what SubmitJob and `POST /train`
+"""The trainer's servicer on a gRPC server of its own (`trainer_server`), and the submit
+path on one gRPC server, for tests of what SubmitJob and `POST /train`
 accept: the trainer's servicer (as the test builds it), the real rollout servicer (its
 DescribeEnvironment loads environments; no group runs, so its runner is never started) and
 the reward servicer; and the HTTP API in front of them, in process."""
@@ -12,6 +13,7 @@ from pathlib import Path
 import httpx
 from pydantic import SecretStr
 
+from artfleet.runtime.config import ServerSettings
 from artfleet.runtime.rpc.server import GrpcServer
 from artfleet.v1 import reward_pb2_grpc, rollout_pb2_grpc, trainer_pb2_grpc
 from artfleet_api.app import create_app
@@ -26,6 +28,16 @@ from artfleet_trainer.servicer import TrainerServicer
 
 def submit_target() -> str:
     return f"127.0.0.1:{free_port()}"
+
+
+def trainer_server(servicer: TrainerServicer, token: str, name: str) -> GrpcServer:
+    """The trainer's servicer alone on a free port (`server.port` once started)."""
+    return GrpcServer(
+        ServerSettings(api_token=SecretStr(token), port=0, metrics_port=0),
+        name,
+        [lambda s: trainer_pb2_grpc.add_TrainerServicer_to_server(servicer, s)],
+        ["artfleet.v1.Trainer"],
+    )
 
 
 def submit_server(target: str, token: str, trainer: TrainerServicer, name: str) -> GrpcServer:
