@@ -134,3 +134,12 @@ async def test_undecodable_requests_are_invalid_argument(server: GrpcServer, raw
 async def _drain(stream: AsyncIterator[object]) -> None:
     async for _ in stream:
         pass
+
+
+async def test_a_second_server_on_a_taken_port_fails_to_start(server: GrpcServer) -> None:
+    # gRPC's default SO_REUSEPORT would let both bind and split the connections.
+    settings = ServerSettings(api_token=SecretStr(TOKEN), port=server.port, metrics_port=0)
+    second = GrpcServer(settings, "test", [], [])
+    with pytest.raises(RuntimeError):
+        await second.start()
+    assert await _health(server.port) == health_pb2.HealthCheckResponse.NOT_SERVING

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from artfleet.runtime.service import serve
+from artfleet.runtime.service import free_port, serve
 
 
 class SlowStart:
@@ -58,3 +58,8 @@ def test_a_failed_start_stops_what_it_started_and_raises() -> None:
     with pytest.raises(RuntimeError, match="did not start"):
         asyncio.run(serve(app))
     assert app.events == ["spawned", "stopped"]
+
+
+def test_free_port_never_hands_out_a_port_twice() -> None:
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)

@@ -7,6 +7,7 @@ import logging
 import signal
 import socket
 import sys
+import threading
 from typing import Protocol, TypeVar
 
 from pydantic import ValidationError
@@ -23,11 +24,24 @@ class Lifecycle(Protocol):
     async def stop(self) -> None: ...
 
 
+_handed_out: set[int] = set()
+_handed_lock = threading.Lock()
+
+
 def free_port() -> int:
-    """A loopback port free now (for a child process to bind; another may take it first)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free now, never one this process handed out before (for a child
+    process to bind; another process may still take it first).
+
+    The kernel can give a port it just released to the next bind: a fleet that picks its
+    ports one after another would then start two services on one port."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        with _handed_lock:
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
 
 
 def load_settings(cls: type[S]) -> S:

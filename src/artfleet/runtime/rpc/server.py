@@ -54,6 +54,9 @@ class GrpcServer:
             options=[
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                # gRPC shares a port by default: a second service on a taken port would
+                # take half its connections instead of failing to start.
+                ("grpc.so_reuseport", 0),
             ],
         )
         for register in self._registrars:
