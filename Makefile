@@ -50,7 +50,7 @@ typecheck:
 	$(BIN)/mypy
 
 test:
-	$(BIN)/pytest -ra
+	$(BIN)/pytest -ra --durations=25
 
 test-fast:
 	$(BIN)/pytest -ra -m "not slow"

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from chaos import ChaosDriver, ChaosPlan
-from chaos_fleet import become_subreaper, leftover_workspaces
+from chaos_fleet import leftover_workspaces, subreaper
 from netns_fleet import NetnsFleet
 from netns_hosts import can_make_namespaces
 from partition import NET_KINDS, NetFaultDriver, NetReport
@@ -51,21 +51,20 @@ def main() -> int:
     def log(line: str) -> None:
         print(f"[{time.monotonic() - start:7.1f}s] {line}", flush=True)
 
-    become_subreaper()
     # One group per worker at a time: a step's groups go to both worker hosts.
-    fleet = NetnsFleet(workdir, extra_env={"ARTFLEET_GROUPS_CONCURRENCY": "1"})
-    fleet.start()
-    try:
-        quiet = ChaosDriver(fleet, plan, log)
-        quiet.run(args.timeout_s)
-        baseline = quiet.step_seconds()
-        log(f"baseline step seconds: {baseline}")
-        report = NetFaultDriver(fleet, plan, log, counts).run_and_verify(args.timeout_s)
-        report.chaos.baseline_step_seconds = baseline
-    finally:
-        log(f"fleet stopped: {fleet.stop()}")
-    report.chaos.orphans = fleet.leftover_processes() + fleet.net_leftovers
-    become_subreaper(False)
+    with subreaper():
+        fleet = NetnsFleet(workdir, extra_env={"ARTFLEET_GROUPS_CONCURRENCY": "1"})
+        fleet.start()
+        try:
+            quiet = ChaosDriver(fleet, plan, log)
+            quiet.run(args.timeout_s)
+            baseline = quiet.step_seconds()
+            log(f"baseline step seconds: {baseline}")
+            report = NetFaultDriver(fleet, plan, log, counts).run_and_verify(args.timeout_s)
+            report.chaos.baseline_step_seconds = baseline
+        finally:
+            log(f"fleet stopped: {fleet.stop()}")
+        report.chaos.orphans = fleet.leftover_processes() + fleet.net_leftovers
     report.chaos.orphan_workspaces = leftover_workspaces(fleet)
     log(f"logs in {workdir / 'logs'}")
     return _print(report)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from chaos import ChaosDriver, ChaosPlan, verify
-from chaos_fleet import become_subreaper, leftover_workspaces, wait_sessions_closed
+from chaos_fleet import leftover_workspaces, subreaper, wait_sessions_closed
 from netns_fleet import PLACEMENT, WORKER_HOSTS, NetnsFleet
 from netns_hosts import can_make_namespaces
 from partition import NetFaultDriver
@@ -41,23 +41,20 @@ def fleet(
 ) -> Iterator[NetnsFleet]:
     why_not = can_make_namespaces()
     require_infra(not why_not, why_not)
-    become_subreaper()  # whatever outlives its parent is found after the stop
     # One group per worker at a time: the step's two groups go to both worker hosts.
-    fleet = NetnsFleet(
-        tmp_path_factory.mktemp("netns"), extra_env={"ARTFLEET_GROUPS_CONCURRENCY": "1"}
-    )
-    try:
-        fleet.start()
-        yield fleet
-    finally:
-        codes = fleet.stop()
+    with subreaper():  # whatever outlives its parent is found after the stop
+        fleet = NetnsFleet(
+            tmp_path_factory.mktemp("netns"), extra_env={"ARTFLEET_GROUPS_CONCURRENCY": "1"}
+        )
         try:
+            fleet.start()
+            yield fleet
+        finally:
+            codes = fleet.stop()
             assert fleet.net_leftovers == [], "namespaces or links left behind"
             assert fleet.leftover_processes() == []
             assert leftover_workspaces(fleet) == []
             assert all(code is not None and code >= 0 for code in codes.values()), codes
-        finally:
-            become_subreaper(False)
 
 
 def _counter(fleet: NetnsFleet, name: str, family: str) -> float:

@@ -35,10 +35,10 @@ from chaos_fleet import (
     ROLLOUTS,
     SANDBOXES,
     ChaosFleet,
-    become_subreaper,
     docker_containers,
     leftover_workspaces,
     session_count,
+    subreaper,
     wait_sessions_closed,
 )
 
@@ -530,28 +530,36 @@ def run_chaos(
     """A fresh fleet; the undisturbed job first when `baseline` (same spec and seed), then
     the job under `plan`; the fleet stopped; every check. The fleet's Python must see our
     sources (PYTHONPATH) as the caller does."""
-    become_subreaper()
-    fleet = ChaosFleet(workdir)
-    fleet.start()
-    try:
-        baseline_seconds: list[float] = []
-        if baseline:
-            quiet = ChaosDriver(fleet, replace(plan, counts={}), log)
-            quiet.run(timeout_s)
-            baseline_seconds = quiet.step_seconds()
-            log(f"baseline step seconds: {baseline_seconds}")
-        driver = ChaosDriver(fleet, plan, log)
-        job = driver.run(timeout_s)
-        report = verify(driver, job, [])  # counters and the ledger need the fleet up
-        report.baseline_step_seconds = baseline_seconds
-        # Every episode closed its session; a killed worker's went with its owner lease.
-        report.sessions_left = wait_sessions_closed(fleet, fleet.sandbox_lease_s + 30)
-        report.checks["sessions_closed"] = report.sessions_left == 0
-    finally:
-        log(f"fleet stopped: {fleet.stop()}")
-    try:
+    with subreaper():
+        fleet = ChaosFleet(workdir)
+        fleet.start()
+        try:
+            report = _run_plan(fleet, plan, baseline, timeout_s, log)
+        finally:
+            log(f"fleet stopped: {fleet.stop()}")
         report.orphans = orphans_after_stop(fleet)
-    finally:
-        become_subreaper(False)  # the caller (pytest) goes on as before
     report.orphan_workspaces = leftover_workspaces(fleet)
+    return report
+
+
+def _run_plan(
+    fleet: ChaosFleet,
+    plan: ChaosPlan,
+    baseline: bool,
+    timeout_s: float,
+    log: Callable[[str], None],
+) -> ChaosReport:
+    baseline_seconds: list[float] = []
+    if baseline:
+        quiet = ChaosDriver(fleet, replace(plan, counts={}), log)
+        quiet.run(timeout_s)
+        baseline_seconds = quiet.step_seconds()
+        log(f"baseline step seconds: {baseline_seconds}")
+    driver = ChaosDriver(fleet, plan, log)
+    job = driver.run(timeout_s)
+    report = verify(driver, job, [])  # counters and the ledger need the fleet up
+    report.baseline_step_seconds = baseline_seconds
+    # Every episode closed its session; a killed worker's went with its owner lease.
+    report.sessions_left = wait_sessions_closed(fleet, fleet.sandbox_lease_s + 30)
+    report.checks["sessions_closed"] = report.sessions_left == 0
     return report

@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import not_
 from pathlib import Path
@@ -37,10 +38,22 @@ _PR_SET_CHILD_SUBREAPER = 36
 Metrics = dict[str, float]
 
 
-def become_subreaper(on: bool = True) -> None:
+def _set_subreaper(on: bool = True) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+@contextlib.contextmanager
+def subreaper() -> Iterator[None]:
+    """Whatever outlives its parent inside is found (it becomes ours), and the caller is an
+    ordinary parent again after it, however it ends: a pytest left a subreaper keeps every
+    later test's orphans as zombies, which look alive to any wait for their exit."""
+    _set_subreaper()
+    try:
+        yield
+    finally:
+        _set_subreaper(False)
 
 
 def kind_of(name: str) -> str:

@@ -4,11 +4,15 @@ leftovers, and are never reaped behind their owner's back."""
 
 from __future__ import annotations
 
+import ctypes
 import subprocess
 import sys
 import time
 
-from chaos_fleet import _children
+import pytest
+from chaos_fleet import _children, subreaper
+
+_PR_GET_CHILD_SUBREAPER = 37
 
 
 def test_children_before_the_fleet_are_excluded() -> None:
@@ -34,3 +38,18 @@ def test_excluded_zombies_are_left_to_their_owner() -> None:
 def _is_zombie(pid: int) -> bool:
     with open(f"/proc/{pid}/status") as status:
         return any(line.startswith("State:\tZ") for line in status)
+
+
+def _is_subreaper() -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    flag = ctypes.c_int(0)
+    assert libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0
+    return bool(flag.value)
+
+
+def test_a_run_that_fails_leaves_pytest_an_ordinary_parent() -> None:
+    # Left a subreaper, pytest would keep later tests' orphans as zombies that look alive.
+    with pytest.raises(TimeoutError), subreaper():
+        assert _is_subreaper()
+        raise TimeoutError("the job hung")
+    assert not _is_subreaper()
