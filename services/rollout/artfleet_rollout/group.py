@@ -188,7 +188,9 @@ class GroupRunner:
             self._settings,
             agent=environment.agent,
             token=self._token,
-            tool_choice=environment.tool_choice,
+            tool_choice=(
+                environment.tool_choice if scenario.tool_choice is None else scenario.tool_choice
+            ),
         )
         results = await self._held_through_outages(task, ctx, connections, api_key)
         response = await self._score(connections, task, results)

@@ -269,3 +269,55 @@ async def test_a_group_error_drops_only_the_trajectories_it_scored() -> None:
     assert [t.dropped for t in outcome.trajectories] == [True, True, False]
     [failure] = outcome.failures
     assert (failure.trajectory, failure.type) == (GROUP, "error")
+
+
+MESSAGE_SCORERS_MODULE = '''
+def art_reward(trajectory, bonus=0.0):
+    """An ART script's reward function: it reads the trajectory's messages."""
+    last = trajectory.messages()[-1]
+    return float("42" in last["content"]) + bonus + trajectory.metrics["turns"]
+
+
+async def by_messages(messages, episode):
+    return 1.0 if episode.finish == "submit" and len(messages) == 2 else 0.0
+'''
+
+
+async def test_a_custom_scorer_gets_the_trajectory_or_its_messages(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "artfleet_test_messages.py").write_text(MESSAGE_SCORERS_MODULE)
+    info = tmp_path / "artfleet_test_messages-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: artfleet-test-messages\n")
+    (info / "entry_points.txt").write_text(
+        "[artfleet.scorers]\nart_reward = artfleet_test_messages:art_reward\n"
+        "by_messages = artfleet_test_messages:by_messages\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    trajectory = pb.Trajectory(
+        messages_and_choices=[
+            pb.MessageOrChoice(message=pb.ChatMessage(role="user", content="6 times 7?")),
+            pb.MessageOrChoice(message=pb.ChatMessage(role="assistant", content="It is 42.")),
+        ],
+        metrics={"turns": pb.Scalar(int_value=1)},
+    )
+    ctx = GroupContext([trajectory], [pb.Episode(finish="submit")], None, _runtime())
+    registry.cache_clear()
+    try:
+        spec = pb.RewardSpec(
+            scorers=[
+                pb.ScorerSpec(name="art_reward", params_json='{"bonus": 0.5}'),
+                pb.ScorerSpec(name="by_messages"),
+            ]
+        )
+        outcome = await score_group(resolve_spec(spec), ctx)
+        assert outcome.trajectories[0].components == {"art_reward": 2.5, "by_messages": 1.0}
+        taken = pb.RewardSpec(
+            scorers=[pb.ScorerSpec(name="art_reward", params_json='{"trajectory": 1}')]
+        )
+        with pytest.raises(InvalidSpec) as caught:
+            resolve_spec(taken)
+        assert caught.value.field == "reward[0].params.trajectory"
+    finally:
+        registry.cache_clear()

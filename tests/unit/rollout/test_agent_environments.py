@@ -58,11 +58,22 @@ def test_hud_loader_reads_tasks_and_counts_skipped_records(tmp_path: Path) -> No
         "setup_tool": [{"name": "setup", "arguments": {"seed": 1}}],
         "evaluate_tool": {"name": "evaluate", "arguments": {"strict": True}},
     }
-    records = [good, {**good, "prompt": ""}, {**good, "mcp_config": {}}, "not an object"]
+    named = {"type": "function", "function": {"name": "move"}}
+    records = [
+        good,
+        {**good, "prompt": ""},
+        {**good, "mcp_config": {}},
+        "not an object",
+        {**good, "id": "forced", "tool_choice": "required"},
+        {**good, "id": "named", "tool_choice": named},
+        {**good, "id": "bad-choice", "tool_choice": "always"},
+    ]
     path = tmp_path / "tasks.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records))
     env = load_hud(str(path))
-    assert env.agent == "mcp" and [s.id for s in env.scenarios()] == ["task-0000"]
+    assert env.agent == "mcp"
+    assert [s.id for s in env.scenarios()] == ["task-0000", "forced", "named"]
+    assert [s.tool_choice for s in env.scenarios()] == [None, "required", named]
     scenario = env.scenarios()[0]
     assert scenario.mcp is not None and scenario.mcp.setup is not None
     assert dict(scenario.mcp.setup.arguments) == {"seed": 1}
@@ -70,11 +81,14 @@ def test_hud_loader_reads_tasks_and_counts_skipped_records(tmp_path: Path) -> No
         "no prompt": 1,
         "mcp_config must hold exactly one server": 1,
         "not a JSON object": 1,
+        "tool_choice must be one of auto, required, none or {type: function, function: {name}}": 1,
     }
     assert [str(b) for b in env.bad_records.first] == [
         f"{path}:2: no prompt",
         f"{path}:3: mcp_config must hold exactly one server",
         f"{path}:4: not a JSON object",
+        f"{path}:7: tool_choice must be one of auto, required, none or "
+        "{type: function, function: {name}}",
     ]
 
 

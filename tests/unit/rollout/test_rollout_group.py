@@ -23,6 +23,7 @@ from rollout_fakes import (
 from artfleet.contracts import codec
 from artfleet.contracts.errors import InvalidArgument
 from artfleet.v1 import reward_pb2
+from artfleet_rollout.environments import Environment, Scenario, register_environment
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.ports import PolicyTurn
 from artfleet_rollout.scoring import BadScores
@@ -293,3 +294,40 @@ async def test_a_jobs_max_concurrent_bounds_its_episodes_across_its_groups(
     await runner.stop()
     assert [len(r.group.trajectories) for r in responses] == [3, 3]
     assert policy.peak == peak
+
+
+# ---------------------------------------------------------------- a task's own tool_choice
+class ChoiceRecordingPolicy(ScriptedPolicy):
+    def __init__(self) -> None:
+        super().__init__(["no tool call"])
+        self.choices: list[Any] = []
+
+    async def complete(
+        self,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = None,
+    ) -> PolicyTurn:
+        self.choices.append(tool_choice)
+        return await super().complete(messages, tools=tools, tool_choice=tool_choice)
+
+
+@pytest.mark.parametrize(
+    ("own", "sent"),
+    [(None, "required"), ({"type": "function", "function": {"name": "bash"}}, None)],
+)
+async def test_a_tasks_own_tool_choice_wins_over_its_environments(own: Any, sent: Any) -> None:
+    name = f"choice-test-{own is None}"
+    scenario = Scenario(id="s1", split="train", title="t", instruction="do", tool_choice=own)
+    register_environment(
+        name, lambda: Environment(name, "d", [scenario], agent="tools", tool_choice="required")
+    )
+    policy = ChoiceRecordingPolicy()
+    runner = _runner(FakeFleet(FakePolicies(policy)))
+    await runner.start()
+    try:
+        await runner.run(group_task(environment=name, scenario_id="s1", rollouts=1, max_turns=1))
+    finally:
+        await runner.stop()
+    assert policy.choices == [own if own is not None else sent]

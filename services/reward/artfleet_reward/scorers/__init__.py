@@ -8,21 +8,22 @@ A package adds a scorer by declaring an entry point in the group `artfleet.score
 The object is either a `ScorerDef` (full control: group scoring, param checks; its
 `params` may name a pydantic model that validates them, as the built-ins' do) or a
 function `fn(episode: artfleet.v1.Episode, **params) -> float`, whose params are checked
-against its signature when a job is submitted. Built-in names cannot be replaced.
+against its signature when a job is submitted; a function may instead take the episode's
+`trajectory` (an `art.Trajectory`) or `messages` (scorers.custom). Built-in names cannot be
+replaced.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
 
 from .answer import ANSWER_SCORERS
-from .base import EpisodeScorer, InvalidSpec, ScorerDef
+from .base import ScorerDef
+from .custom import function_scorer
 from .llm import LLM_SCORERS
 from .mcp import MCP_SCORERS
 from .process import EPISODE_SCORERS
@@ -32,21 +33,6 @@ ENTRY_POINT_GROUP = "artfleet.scorers"
 BUILTIN: dict[str, ScorerDef] = {
     d.name: d for d in (*EPISODE_SCORERS, *LLM_SCORERS, *MCP_SCORERS, *ANSWER_SCORERS)
 }
-
-
-def _function_scorer(name: str, fn: Callable[..., Any]) -> ScorerDef:
-    signature = inspect.signature(fn)
-
-    def configure(params: Mapping[str, Any], field: str) -> EpisodeScorer:
-        try:
-            signature.bind(None, **params)
-        except TypeError as exc:
-            key = next((k for k in params if k not in signature.parameters), None)
-            raise InvalidSpec(f"{field}.{key}" if key else field, str(exc)) from None
-        return EpisodeScorer(lambda episode: fn(episode, **params))
-
-    doc = (inspect.getdoc(fn) or "custom scorer").splitlines()[0]
-    return ScorerDef(name, doc, configure)
 
 
 def _load(entry: EntryPoint) -> ScorerDef | None:
@@ -61,7 +47,7 @@ def _load(entry: EntryPoint) -> ScorerDef | None:
     if isinstance(loaded, ScorerDef):
         return replace(loaded, name=entry.name)
     if callable(loaded):
-        return _function_scorer(entry.name, loaded)
+        return function_scorer(entry.name, loaded)
     log.error("scorer entry point %s is neither a ScorerDef nor a function", entry.value)
     return None
 

@@ -83,6 +83,8 @@ class Scenario:
     # to the agent (and kept out of repr so it does not leak into logs).
     solution: str = field(default="", repr=False)
     repo: RepoTask | None = None  # a repo task: hidden F2P/P2P tests run after the episode
+    # OpenAI tool_choice for this task's turns (a taskset's record); None = the environment's
+    tool_choice: Any = None
 
 
 class Environment:

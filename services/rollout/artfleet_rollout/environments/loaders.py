@@ -2,7 +2,9 @@
 
 - `hud:` a HUD taskset: a JSON list (or `{"tasks": [...]}`) or JSONL of
   task configs `{id?, prompt, mcp_config, setup_tool?, evaluate_tool, split?,
-  system_prompt?}`; the MCP agent runs them.
+  system_prompt?, tool_choice?}`; the MCP agent runs them (`tool_choice`, OpenAI's:
+  `auto`, `required`, `none` or `{type: function, function: {name}}`, is sent with every
+  turn of that task, as the bundled tool environments send `required`).
 - `jsonl:` prompts for the single-turn agent: `{prompt, answer?, system?, id?, split?,
   difficulty?}` per line.
 
@@ -87,6 +89,24 @@ def _tool_call(value: Any, default: str) -> ToolCallSpec | None:
     return ToolCallSpec(value.get("name", default), arguments)
 
 
+TOOL_CHOICES = ("auto", "required", "none")
+
+
+def _tool_choice(value: Any) -> Any:
+    """OpenAI's tool_choice, checked here so a bad one is a bad record, not a 400 later."""
+    if value is None or value in TOOL_CHOICES:
+        return value
+    named = isinstance(value, dict) and value.get("type") == "function"
+    function = value.get("function") if named else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str) or not name:
+        raise ValueError(
+            f"tool_choice must be one of {', '.join(TOOL_CHOICES)} "
+            "or {type: function, function: {name}}"
+        )
+    return {"type": "function", "function": {"name": name}}
+
+
 def _hud_scenario(record: dict[str, Any], position: int) -> Scenario:
     prompt, config = record.get("prompt"), record.get("mcp_config")
     if not isinstance(prompt, str) or not prompt.strip():
@@ -102,6 +122,7 @@ def _hud_scenario(record: dict[str, Any], position: int) -> Scenario:
         instruction=prompt.strip(),
         system=system if isinstance(system, str) else "",
         mcp=McpTask(config, evaluate, _tool_call(record.get("setup_tool"), "setup")),
+        tool_choice=_tool_choice(record.get("tool_choice")),
     )
 
 
