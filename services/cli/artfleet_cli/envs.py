@@ -43,26 +43,49 @@ def _tools(environment: Any) -> str:
 def list_envs(
     as_json: bool = typer.Option(False, "--json", help="print the environments as JSON"),
 ) -> None:
-    """Every bundled environment (name, agent, split sizes, tools) and the loaders."""
+    """Every environment (name, agent, split sizes, tools, and where it comes from: bundled,
+    or the package and version that installed it), the loaders, the agent kinds, and
+    plugins that failed to load, with their error."""
     environments = _registry()
-    records = []
-    for name in environments.list_environments():
-        environment = _load(name)
+    from artfleet_rollout.agents.kinds import agent_kinds, broken_agents
+
+    records, broken = [], []
+    for name, source in environments.environment_sources().items():
+        try:
+            environment = environments.get_environment(name)
+        except ValueError as exc:  # a plugin whose factory raised (BrokenEnvironment)
+            broken.append({"name": name, "kind": "environment", "error": str(exc)})
+            continue
         sizes = environment.split_sizes()
         records.append(
             {"name": name, "agent": environment.agent, "train": sizes["train"],
-             "test": sizes["test"], "tools": list(environment.tools)}
+             "test": sizes["test"], "tools": list(environment.tools), "source": str(source)}
         )  # fmt: skip
+    broken += [
+        {"name": b.name, "kind": what, "error": b.describe(what)}
+        for what, found in (
+            ("environment", environments.broken_environments()),
+            ("agent kind", broken_agents()),
+        )
+        for b in found.values()
+        if not any(r["name"] == b.name and r["kind"] == what for r in broken)
+    ]
     loaders = [f"{n}:<path>" for n in environments.list_loaders()]
+    agents = {kind: str(source) for kind, source in agent_kinds().items()}
     if as_json:
-        print(json.dumps({"environments": records, "loaders": loaders}, indent=2))
+        listing = {"environments": records, "loaders": loaders, "agents": agents}
+        print(json.dumps(listing | {"broken": broken}, indent=2))
         return
     rows = [
-        [r["name"], r["agent"], str(r["train"]), str(r["test"]), ", ".join(r["tools"]) or "-"]
-        for r in records
-    ]
-    render.listing(("name", "agent", "train", "test", "tools"), rows, ("name",))
+        [r["name"], r["agent"], str(r["train"]), str(r["test"]),
+         ", ".join(r["tools"]) or "-", r["source"]]
+        for r in sorted(records, key=lambda r: r["name"])
+    ]  # fmt: skip
+    render.listing(("name", "agent", "train", "test", "tools", "source"), rows, ("name",))
     print(f"loaders: {', '.join(loaders)}")
+    print("agent kinds: " + ", ".join(f"{k} ({s})" for k, s in sorted(agents.items())))
+    for b in broken:
+        print(f"broken: {b['error']}")
 
 
 @app.command("show")

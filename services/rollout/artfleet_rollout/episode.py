@@ -1,52 +1,19 @@
-"""One episode of the environment's agent kind. The terminal agent (here): open a workspace,
-loop {policy → action → workspace → observation}, run the scenario's check, close the
-workspace. The other kinds (`tools`, `mcp`, `single`) live in `agents.kinds`. I/O goes
-only through the ports given (and, for MCP, the environment's server)."""
+"""One episode of the environment's agent kind: the trajectory and the `Episode` record
+made, the kind's runner (agents.kinds) run, both finished and counted. I/O goes only
+through the ports in the context (and, for MCP, the environment's server)."""
 
 from __future__ import annotations
-
-import logging
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
 
 from openai.types.chat.chat_completion import Choice
 
 from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import rollout_pb2
 from artfleet_rollout import metrics
-from artfleet_rollout.agents import kinds
-from artfleet_rollout.agents.terminal import (
-    ExecResultLike,
-    build_initial_messages,
-    format_observation,
-    parse_action,
-    step_event,
-)
-from artfleet_rollout.agents.turns import Budget, ask_policy
-from artfleet_rollout.environments import Scenario
-from artfleet_rollout.ports import Policy, Workspace, Workspaces, WorkspaceSpec
-from artfleet_rollout.repo_episode import finish_repo_task, repo_source
-from artfleet_rollout.settings import RolloutSettings
+from artfleet_rollout.agents.context import AgentRun, EpisodeContext
+from artfleet_rollout.agents.kinds import agent_kinds, agent_runner
+from artfleet_rollout.environments import environment_sources
 
-log = logging.getLogger(__name__)
-
-
-@dataclass
-class EpisodeContext:
-    task: rollout_pb2.GroupTask
-    scenario: Scenario
-    policy: Policy
-    workspaces: Workspaces
-    settings: RolloutSettings
-    agent: str = "terminal"  # the environment's agent kind
-    token: str = ""  # the fleet token (container MCP servers start in the sandbox service)
-    tool_choice: Any = None  # OpenAI tool_choice for tool-calling kinds; None = not sent
-
-
-AgentRun = Callable[[EpisodeContext, art.Trajectory, pb.Episode], Awaitable[None]]
+__all__ = ["AgentRun", "EpisodeContext", "run_episode"]
 
 
 async def run_episode(ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, pb.Episode]:
@@ -60,95 +27,18 @@ async def run_episode(ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, 
             "agent": ctx.agent,
         },
     )
+    # Which installed package produced it, for a plugin's episodes ("name version").
+    for key, source in (
+        ("agent_plugin", agent_kinds().get(ctx.agent)),
+        ("environment_plugin", environment_sources().get(ctx.task.environment)),
+    ):
+        if source is not None and not source.bundled:
+            trajectory.metadata[key] = str(source)
     episode = pb.Episode(agent=ctx.agent)
-    await AGENTS[ctx.agent](ctx, trajectory, episode)
+    await agent_runner(ctx.agent)(ctx, trajectory, episode)
     episode.turns = sum(isinstance(item, Choice) for item in trajectory.messages_and_choices)
     trajectory.metrics.update(turns=episode.turns, check_passed=episode.check_passed)
     metrics.EPISODES.labels(episode.finish).inc()
     metrics.AGENT_EPISODES.labels(ctx.agent, episode.finish).inc()
     metrics.TURNS.observe(episode.turns)
     return trajectory.finish(), episode
-
-
-async def run_terminal(
-    ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.Episode
-) -> None:
-    messages: list[Any] = list(build_initial_messages(ctx.scenario))
-    if ctx.task.task_prompt:
-        messages[0] = {"role": "system", "content": ctx.task.task_prompt}
-    trajectory.messages_and_choices = messages
-    workspace = await ctx.workspaces.open(
-        WorkspaceSpec(
-            job_id=ctx.task.job_id,
-            files=ctx.scenario.files,
-            image=ctx.scenario.image,
-            network=ctx.scenario.network,
-            **repo_source(ctx.scenario.repo, ctx.scenario.image),
-        )
-    )
-    try:
-        episode.finish = await _agent_loop(ctx, workspace, trajectory, episode)
-        if ctx.scenario.repo is not None:  # hidden F2P/P2P tests, after the agent is done
-            trajectory.metrics.update(
-                await finish_repo_task(
-                    workspace, ctx.scenario.repo, episode, timeout_s=ctx.settings.tests_timeout_s
-                )
-            )
-        if ctx.scenario.check:
-            episode.check_passed = await workspace.check(
-                ctx.scenario.check, timeout_s=ctx.settings.check_timeout_s
-            )
-            episode.check_ran = True
-    finally:
-        await workspace.close()
-
-
-AGENTS: dict[str, AgentRun] = {
-    "terminal": run_terminal,
-    "tools": kinds.run_tools,
-    "mcp": kinds.run_mcp,
-    "single": kinds.run_single,
-}
-
-
-async def _agent_loop(
-    ctx: EpisodeContext, workspace: Workspace, trajectory: art.Trajectory, episode: pb.Episode
-) -> str:
-    budget = Budget(ctx.task.max_context_tokens, ctx.task.max_tokens)
-    for turn in range(1, ctx.task.max_turns + 1):
-        if budget.exhausted():
-            return "context"
-        choice = await ask_policy(
-            ctx.policy, trajectory, budget, default_version=ctx.task.policy_version
-        )
-        trajectory.messages_and_choices.append(choice)
-        action = parse_action(choice.message.content or "")
-        if action.kind == "submit":
-            episode.steps.append(step_event(turn, action, None))
-            return "submit"
-        outcome = None
-        if action.kind == "bash":
-            outcome = await _exec(ctx, workspace, action.command)
-            observation = format_observation(
-                outcome.exit_code,
-                _text(outcome.stdout),
-                _text(outcome.stderr),
-                outcome.timed_out,
-                ctx.settings.observation_chars,
-            )
-        else:
-            observation = action.error
-        episode.steps.append(step_event(turn, action, outcome))
-        trajectory.messages_and_choices.append({"role": "user", "content": observation})
-    return "max_turns"
-
-
-async def _exec(ctx: EpisodeContext, workspace: Workspace, command: str) -> ExecResultLike:
-    start = time.perf_counter()
-    result = await workspace.exec(command, timeout_s=ctx.settings.exec_timeout_s)
-    metrics.SANDBOX_SECONDS.observe(time.perf_counter() - start)
-    return result
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value

@@ -26,6 +26,7 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout import metrics
 from artfleet_rollout.environments import (
+    BrokenEnvironment,
     Environment,
     Scenario,
     UnknownEnvironment,
@@ -73,7 +74,7 @@ def check_base_url(url: str, field: str) -> None:
 def task_environment(task: rollout_pb2.GroupTask) -> Environment:
     try:
         return get_environment(task.environment)
-    except (UnknownEnvironment, LoaderError) as exc:
+    except (UnknownEnvironment, BrokenEnvironment, LoaderError) as exc:
         raise InvalidArgument(str(exc), "task.environment") from None
 
 

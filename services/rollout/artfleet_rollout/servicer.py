@@ -16,7 +16,12 @@ from artfleet_rollout.agents.mcp_env import (
     probe_evaluate,
     with_job_server,
 )
-from artfleet_rollout.environments import Environment, UnknownEnvironment, get_environment
+from artfleet_rollout.environments import (
+    BrokenEnvironment,
+    Environment,
+    UnknownEnvironment,
+    get_environment,
+)
 from artfleet_rollout.group import GroupRunner
 
 
@@ -33,6 +38,8 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServicer):
             env = get_environment(request.name)
         except UnknownEnvironment as exc:
             raise NotFound(str(exc)) from None
+        except BrokenEnvironment as exc:
+            raise InvalidArgument(str(exc), "name") from None
         if request.probe_evaluate:
             await self._probe_evaluate(env, request.mcp_config)
         return env.describe()

@@ -14,6 +14,7 @@ from typing import Any
 from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout import metrics
+from artfleet_rollout.agents.context import EpisodeContext
 from artfleet_rollout.agents.terminal import Action, step_event, truncate_middle
 from artfleet_rollout.ports import Policy, Toolbox, ToolResult
 
@@ -39,6 +40,20 @@ class LoopOptions:
     # HUD agents stop when the model answers without a tool call; the tool agent asks again.
     text_ends: bool = False
     policy_version: int | None = None  # served at dispatch; used where an answer names none
+
+
+def loop_options(ctx: EpisodeContext, agent: str, *, text_ends: bool) -> LoopOptions:
+    """The loop's options for an episode of `agent` (the task's limits and tool_choice)."""
+    return LoopOptions(
+        agent=agent,
+        max_turns=ctx.task.max_turns,
+        max_tokens=ctx.task.max_tokens,
+        max_context_tokens=ctx.task.max_context_tokens,
+        result_chars=ctx.settings.tool_result_chars,
+        tool_choice=ctx.tool_choice,
+        text_ends=text_ends,
+        policy_version=ctx.task.policy_version,
+    )
 
 
 async def run_tool_loop(

@@ -1,7 +1,6 @@
 """Environments (task sets) the agent is trained and evaluated on."""
 
 from .base import (
-    AGENTS,
     SPLITS,
     Environment,
     McpTask,
@@ -12,6 +11,9 @@ from .base import (
     UnknownSplit,
 )
 from .registry import (
+    BrokenEnvironment,
+    broken_environments,
+    environment_sources,
     get_environment,
     list_environments,
     list_loaders,
@@ -21,8 +23,8 @@ from .registry import (
 from .shell_tasks import ScenarioDataError, load_shell_tasks, parse_shell_tasks
 
 __all__ = [
-    "AGENTS",
     "SPLITS",
+    "BrokenEnvironment",
     "Environment",
     "McpTask",
     "Scenario",
@@ -31,6 +33,8 @@ __all__ = [
     "UnknownEnvironment",
     "UnknownScenario",
     "UnknownSplit",
+    "broken_environments",
+    "environment_sources",
     "get_environment",
     "list_environments",
     "list_loaders",

@@ -13,7 +13,6 @@ from artfleet.v1 import rollout_pb2
 from .repo_task import RepoTask
 
 SPLITS = ("train", "test")
-AGENTS = ("terminal", "tools", "mcp", "single")
 
 
 @dataclass(frozen=True)
@@ -100,8 +99,13 @@ class Environment:
         tools: Sequence[str] = (),
         tool_choice: Any = None,
     ) -> None:
-        if agent not in AGENTS:
-            raise ValueError(f"environment {name!r}: agent must be one of {', '.join(AGENTS)}")
+        # The kinds import the environments' types: read at construction, not import.
+        from artfleet_rollout.agents.kinds import UnknownAgent, agent_runner
+
+        try:
+            agent_runner(agent)
+        except UnknownAgent as exc:  # names the known kinds, or a broken plugin's error
+            raise ValueError(f"environment {name!r}: {exc}") from None
         self.name = name
         self.description = description
         self.agent = agent

@@ -6,18 +6,34 @@ A name is either a bundled environment (`shell-tasks`) or a loader with its sour
 loader reads the local file (or a `datasets` dataset saved on disk) at first use, and again
 when the file changes (its modification time or size), so a file fixed after the trainer
 refused a job for its bad records is read anew, not served from the cache.
+
+Packages add environments through the entry point group `artfleet.environments`, a name
+and a factory (a function returning an `Environment`, or an `Environment`):
+
+    [project.entry-points."artfleet.environments"]
+    my-game = "my_pkg.env:load_my_game"
+
+They are read once per process; a bundled name cannot be replaced. One that fails to
+load (or whose factory raises) is listed as broken with its error, and a job naming it is
+refused with it (BrokenEnvironment).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from artfleet_rollout.plugins import BUNDLED, BrokenPlugin, Plugins, Provenance, error_tail
+from artfleet_rollout.plugins import load_plugins as _load_plugins
+
 from . import bundled_agents, calculator, code_fix, math_single, repo_loaders, shell_tasks
 from .base import Environment, UnknownEnvironment
 from .loaders import load_hud, load_jsonl
+
+ENTRY_POINT_GROUP = "artfleet.environments"
 
 _FACTORIES: dict[str, Callable[[], Environment]] = {
     shell_tasks.NAME: shell_tasks.load_shell_tasks,
@@ -38,6 +54,59 @@ _LOADED: dict[str, tuple[Environment, Stamp]] = {}
 _LOCK = threading.Lock()  # Celery may run threads; load each environment exactly once
 
 
+_BUNDLED_NAMES = frozenset(_FACTORIES)
+
+
+class BrokenEnvironment(ValueError):
+    """A plugin environment that failed to load, or whose factory raised."""
+
+
+@functools.cache
+def _plugins() -> Plugins:
+    return _load_plugins(ENTRY_POINT_GROUP, _BUNDLED_NAMES)
+
+
+def _plugin_factory(name: str) -> Callable[[], Environment] | None:
+    loaded = _plugins().loaded.get(name)
+    if loaded is None:
+        return None
+    made, source = loaded
+
+    def build() -> Environment:
+        try:
+            environment = made() if callable(made) else made
+        except Exception:
+            broken = BrokenPlugin(name, source, error_tail())
+            _plugins().broken[name] = broken
+            raise BrokenEnvironment(broken.describe("environment")) from None
+        if not isinstance(environment, Environment):
+            raise BrokenEnvironment(
+                f"environment {name!r} ({source}): its entry point gave "
+                f"{type(environment).__name__}, not an Environment"
+            )
+        return environment
+
+    return build
+
+
+def environment_sources() -> dict[str, Provenance]:
+    """Every named environment (bundled and plugins; not loader sources) and its origin."""
+    plugins = {n: source for n, (_, source) in _plugins().loaded.items()}
+    return {n: BUNDLED for n in _FACTORIES} | plugins
+
+
+def broken_environments() -> dict[str, BrokenPlugin]:
+    return dict(_plugins().broken)
+
+
+def reload_plugins() -> None:
+    """Reads the entry points again (tests; a process reads them once)."""
+    with _LOCK:
+        for name in _plugins().loaded:
+            _LOADED.pop(name, None)
+        _plugins.cache_clear()
+
+
 def register_environment(name: str, factory: Callable[[], Environment]) -> None:
     """Adds (or replaces, for tests) an environment factory."""
     with _LOCK:
@@ -54,7 +123,8 @@ def register_loader(loader: str, load: Callable[[str], Environment]) -> None:
 
 
 def list_environments() -> list[str]:
-    return sorted(_FACTORIES)
+    """Bundled and plugin environments that loaded (broken ones: broken_environments)."""
+    return sorted(environment_sources())
 
 
 def list_loaders() -> list[str]:
@@ -77,7 +147,7 @@ def get_environment(name: str) -> Environment:
 def _stamp(name: str) -> Stamp:
     """What says a loader's source file changed since it was read; None for the rest."""
     loader, sep, source = name.partition(":")
-    if name in _FACTORIES or not sep or loader not in _LOADERS:
+    if name in _FACTORIES or name in _plugins().loaded or not sep or loader not in _LOADERS:
         return None
     try:
         stat = os.stat(Path(source).expanduser())
@@ -87,11 +157,15 @@ def _stamp(name: str) -> Stamp:
 
 
 def _factory(name: str) -> Callable[[], Environment]:
-    factory = _FACTORIES.get(name)
+    factory = _FACTORIES.get(name) or _plugin_factory(name)
     if factory is not None:
         return factory
+    broken = _plugins().broken.get(name)
+    if broken is not None:
+        raise BrokenEnvironment(broken.describe("environment"))
     loader, sep, source = name.partition(":")
     load = _LOADERS.get(loader) if sep and source else None
     if load is None:
-        raise UnknownEnvironment(name, [*_FACTORIES, *(f"{key}:<path>" for key in _LOADERS)])
+        known = [*environment_sources(), *(f"{key}:<path>" for key in _LOADERS)]
+        raise UnknownEnvironment(name, known)
     return lambda: load(source)
