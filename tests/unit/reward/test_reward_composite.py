@@ -11,6 +11,7 @@ import socket
 from typing import Any
 
 import pytest
+from plugin_dist import install_plugin
 from prometheus_client import CollectorRegistry
 
 from artfleet.specs.reward import GateModel, RangeModel, ScorerModel
@@ -227,15 +228,14 @@ def length_bonus(episode, per_turn=0.1):
 async def test_custom_scorers_come_from_entry_points(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "artfleet_test_plugin.py").write_text(ENTRY_POINT_MODULE)
-    info = tmp_path / "artfleet_test_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: artfleet-test-plugin\n")
-    (info / "entry_points.txt").write_text(
+    install_plugin(
+        tmp_path,
+        monkeypatch,
+        "artfleet_test_plugin",
+        ENTRY_POINT_MODULE,
         "[artfleet.scorers]\nlength_bonus = artfleet_test_plugin:length_bonus\n"
-        "process = artfleet_test_plugin:length_bonus\n"  # built-ins cannot be replaced
+        "process = artfleet_test_plugin:length_bonus\n",  # built-ins cannot be replaced
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
     registry.cache_clear()
     try:
         spec = pb.RewardSpec(
@@ -286,15 +286,14 @@ async def by_messages(messages, episode):
 async def test_a_custom_scorer_gets_the_trajectory_or_its_messages(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "artfleet_test_messages.py").write_text(MESSAGE_SCORERS_MODULE)
-    info = tmp_path / "artfleet_test_messages-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: artfleet-test-messages\n")
-    (info / "entry_points.txt").write_text(
+    install_plugin(
+        tmp_path,
+        monkeypatch,
+        "artfleet_test_messages",
+        MESSAGE_SCORERS_MODULE,
         "[artfleet.scorers]\nart_reward = artfleet_test_messages:art_reward\n"
-        "by_messages = artfleet_test_messages:by_messages\n"
+        "by_messages = artfleet_test_messages:by_messages\n",
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
     trajectory = pb.Trajectory(
         messages_and_choices=[
             pb.MessageOrChoice(message=pb.ChatMessage(role="user", content="6 times 7?")),

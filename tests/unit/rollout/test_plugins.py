@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from plugin_dist import install_plugin
 from pydantic import SecretStr
 from rollout_fakes import group_task
 from typer.testing import CliRunner
@@ -73,14 +74,9 @@ SOURCE = Provenance("artfleet-test-guess", "0.3")
 
 @pytest.fixture
 def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    (tmp_path / "artfleet_test_guess.py").write_text(PLUGIN)
-    info = tmp_path / "artfleet_test_guess-0.3.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: artfleet-test-guess\nVersion: 0.3\n"
+    install_plugin(
+        tmp_path, monkeypatch, "artfleet_test_guess", PLUGIN, ENTRY_POINTS, version="0.3"
     )
-    (info / "entry_points.txt").write_text(ENTRY_POINTS)
-    monkeypatch.syspath_prepend(str(tmp_path))
     kinds.reload_plugins()
     environments.reload_plugins()
     yield
