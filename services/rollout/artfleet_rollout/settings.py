@@ -39,6 +39,12 @@ class RolloutSettings(ServerSettings):
         description="per MCP request (start, tool call, evaluate): a "
         "hung or dead MCP server fails the episode after this",
     )
+    plugin_timeout_s: float = Field(
+        default=1800.0,
+        gt=0,
+        description="an ART rollout function's whole episode: a plugin that never returns "
+        "fails its episode after this",
+    )
     model_retries: int = Field(default=10, ge=0, le=50, description="backoff up to ~1 min")
     model_timeout_s: float = Field(default=600.0, gt=0, description="per model call")
     policy_outage_s: float = Field(

@@ -36,7 +36,7 @@ from artfleet.specs.base import (
     nested_error,
     spec_error,
 )
-from artfleet.specs.scorer_params import BUILTIN_PARAMS, MCP_EVALUATE
+from artfleet.specs.scorer_params import BUILTIN_PARAMS, MCP_EVALUATE, ROLLOUT_REWARD
 from artfleet.v1 import common_pb2 as pb
 
 SPEC_FIELD, CLIP_FIELD = "reward", "reward_clip"  # the job spec's keys
@@ -53,8 +53,9 @@ DEFAULT_WEIGHT = 1.0  # 0 is a real weight: computed and logged, not counted
 DEFAULT_GATE_MIN = 1.0  # e.g. "tests all pass"
 DEFAULT_SCORERS = ("process", "task_check")
 # An agent kind whose environment scores itself: a job of it with no `reward` key is
-# scored so (HUD's habit: the MCP environment's own evaluate tool is the reward).
-AGENT_DEFAULT_SCORERS = {"mcp": (MCP_EVALUATE,)}
+# scored so (HUD's habit: the MCP environment's own evaluate tool is the reward; ART's: the
+# rollout function sets trajectory.reward).
+AGENT_DEFAULT_SCORERS = {"mcp": (MCP_EVALUATE,), "art": (ROLLOUT_REWARD,)}
 
 
 # ---------------------------------------------------------------- the spec

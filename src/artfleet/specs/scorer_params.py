@@ -54,6 +54,10 @@ class TaskCheckParams(Params):
     unknown_key: ClassVar[str] = "task_check takes no parameters"
 
 
+class RolloutRewardParams(Params):
+    unknown_key: ClassVar[str] = "rollout_reward takes no parameters"
+
+
 def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ValueError("must be an http(s) URL")
@@ -216,10 +220,12 @@ class AnswerCheckParams(Params):
 
 
 MCP_EVALUATE = "mcp_evaluate"  # the scorer that is an MCP environment's evaluate tool
+ROLLOUT_REWARD = "rollout_reward"  # the reward an ART rollout function gave its trajectory
 BUILTIN_PARAMS: dict[str, type[Params]] = {
     "process": ProcessParams,
     "tests": TestsParams,
     "task_check": TaskCheckParams,
+    ROLLOUT_REWARD: RolloutRewardParams,
     "ruler": RulerParams,
     "judge": JudgeParams,
     MCP_EVALUATE: McpEvaluateParams,

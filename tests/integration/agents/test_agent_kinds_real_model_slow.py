@@ -1,6 +1,7 @@
 """Every agent kind with the real SmolLM2-135M through the built-in torch policy server:
 `single` (math-single, no sandbox), `tools` (tool-shell in a real local-backend sandbox over
-gRPC) and `mcp` (game-2048 through the real MCP server over stdio). ART then tokenizes every
+gRPC), `mcp` (game-2048 through the real MCP server over stdio) and `art` (an installed
+package's ART rollout function). ART then tokenizes every
 assistant turn, tool calls included, as trainable, with the server's token ids.
 """
 
@@ -18,6 +19,8 @@ import grpc
 import pytest
 import pytest_asyncio
 from agent_fakes import HalfReward
+from art_quiz import PLUGIN
+from plugin_dist import install_plugin
 from pydantic import SecretStr
 from trained_tokens import mismatches, sampled_turns
 from transformers import AutoTokenizer
@@ -26,6 +29,7 @@ from artfleet.clients.sandbox import SandboxRouter
 from artfleet.contracts import codec
 from artfleet.v1 import rollout_pb2, sandbox_pb2_grpc
 from artfleet_rollout.adapters import GrpcWorkspaces, OpenAIClients
+from artfleet_rollout.environments import registry as environments
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.ports import Connections
 from artfleet_rollout.settings import RolloutSettings
@@ -181,3 +185,27 @@ async def test_mcp_agent_plays_2048(
     _assert_trainable(response)
     rewards = [e.evaluate_reward for e in response.episodes]
     print(f"mcp: 2 episodes in {seconds:.1f}s, evaluate rewards {rewards}")
+
+
+async def test_an_art_rollout_function_trains_exactly_what_it_sampled(
+    policy_url: tuple[str, str], sandbox_target: str, tmp_path: Path
+) -> None:
+    # A package's ART rollout function (tests/support/art_quiz.py), run as written: two
+    # turns with its own user message between them, each choice from model.openai_client().
+    with pytest.MonkeyPatch.context() as patch:
+        install_plugin(
+            tmp_path, patch, "artfleet_test_quiz", PLUGIN, "[artfleet.environments]\n"
+            "quiz = artfleet_test_quiz:quiz\n"
+        )  # fmt: skip
+        environments.reload_plugins()
+        try:
+            response, seconds = await _run_group(
+                policy_url, sandbox_target, "quiz", "one-plus-one", max_tokens=24
+            )
+        finally:
+            environments.reload_plugins()
+    assert len(response.episodes) == 2 and not response.group.exceptions
+    for episode in response.episodes:
+        assert episode.agent == "art" and episode.finish == "rollout" and episode.turns == 2
+    _assert_trainable(response)
+    print(f"art: 2 episodes in {seconds:.1f}s")

@@ -320,3 +320,15 @@ async def test_a_custom_scorer_gets_the_trajectory_or_its_messages(
         assert caught.value.field == "reward[0].params.trajectory"
     finally:
         registry.cache_clear()
+
+
+async def test_rollout_reward_keeps_the_reward_the_rollout_gave() -> None:
+    trajectories = [pb.Trajectory(reward=0.7), pb.Trajectory(reward=-1.0)]
+    ctx = GroupContext(trajectories, [pb.Episode(), pb.Episode()], None, _runtime())
+    spec = pb.RewardSpec(scorers=[pb.ScorerSpec(name="rollout_reward")])
+    outcome = await score_group(resolve_spec(spec), ctx)
+    assert [t.reward for t in outcome.trajectories] == [0.7, -1.0]
+    with pytest.raises(InvalidSpec, match="rollout_reward takes no parameters"):
+        resolve_spec(
+            pb.RewardSpec(scorers=[pb.ScorerSpec(name="rollout_reward", params_json='{"x": 1}')])
+        )

@@ -245,7 +245,7 @@ SERVER = {"command": "python", "args": ["server.py"]}
         (
             [{"name": ""}],
             "reward[0].name",
-            "known: answer_check, judge, mcp_evaluate, process, ruler",
+            "known: answer_check, judge, mcp_evaluate, process, rollout_reward, ruler",
         ),
         ([{"name": "process"}, {"name": "process"}], "reward[1].name", "listed twice"),
         ([{"name": "process", "weight": float("nan")}], "reward[0].weight", "finite"),

@@ -24,10 +24,18 @@ Decisions the table leaves open, made here:
 
 from __future__ import annotations
 
-from artfleet.specs.scorer_params import ProcessParams, TaskCheckParams, TestsParams
+from collections.abc import Sequence
+
+from artfleet.specs.scorer_params import (
+    ROLLOUT_REWARD,
+    ProcessParams,
+    RolloutRewardParams,
+    TaskCheckParams,
+    TestsParams,
+)
 from artfleet.v1 import common_pb2
 
-from .base import EpisodeScorer, Scored, ScorerDef
+from .base import EpisodeScorer, GroupContext, Result, Scored, Scorer, ScorerDef
 
 Episode = common_pb2.Episode
 
@@ -118,6 +126,18 @@ def _configure_task_check(params: TaskCheckParams, field: str) -> EpisodeScorer:
     return EpisodeScorer(task_check_reward)
 
 
+class RolloutRewardScorer(Scorer):
+    """The reward the episode's own rollout set (an ART rollout function's
+    `trajectory.reward`), as it is."""
+
+    async def score(self, ctx: GroupContext, indices: Sequence[int]) -> list[Result]:
+        return [ctx.trajectories[i].reward for i in indices]
+
+
+def _configure_rollout_reward(params: RolloutRewardParams, field: str) -> RolloutRewardScorer:
+    return RolloutRewardScorer()
+
+
 EPISODE_SCORERS = (
     ScorerDef(
         "process",
@@ -136,5 +156,11 @@ EPISODE_SCORERS = (
         "1.0 when the scenario's check passed",
         _configure_task_check,
         TaskCheckParams,
+    ),
+    ScorerDef(
+        ROLLOUT_REWARD,
+        "the reward the episode's own rollout gave (ART rollout functions' trajectory.reward)",
+        _configure_rollout_reward,
+        RolloutRewardParams,
     ),
 )

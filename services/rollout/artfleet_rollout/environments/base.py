@@ -84,6 +84,9 @@ class Scenario:
     repo: RepoTask | None = None  # a repo task: hidden F2P/P2P tests run after the episode
     # OpenAI tool_choice for this task's turns (a taskset's record); None = the environment's
     tool_choice: Any = None
+    # What a plugin's episode needs beyond these fields (an ART rollout function and the
+    # user's own scenario object: art_environment.ArtTask); never shown or compared.
+    payload: Any = field(default=None, repr=False, compare=False)
 
 
 class Environment:

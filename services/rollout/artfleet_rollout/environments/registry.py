@@ -8,7 +8,8 @@ when the file changes (its modification time or size), so a file fixed after the
 refused a job for its bad records is read anew, not served from the cache.
 
 Packages add environments through the entry point group `artfleet.environments`, a name
-and a factory (a function returning an `Environment`, or an `Environment`):
+and a factory (a function returning an `Environment`, an `Environment`, or an ART rollout
+function with its scenarios: art_environment.ArtEnvironment):
 
     [project.entry-points."artfleet.environments"]
     my-game = "my_pkg.env:load_my_game"
@@ -73,8 +74,14 @@ def _plugin_factory(name: str) -> Callable[[], Environment] | None:
     made, source = loaded
 
     def build() -> Environment:
+        # An ART rollout function with its scenarios (imported here: it imports us).
+        from artfleet_rollout.art_environment import ArtEnvironment
+
         try:
-            environment = made() if callable(made) else made
+            if isinstance(made, ArtEnvironment):
+                environment = made.environment(name)
+            else:
+                environment = made() if callable(made) else made
         except Exception:
             broken = BrokenPlugin(name, source, error_tail())
             _plugins().broken[name] = broken

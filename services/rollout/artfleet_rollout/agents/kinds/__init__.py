@@ -18,7 +18,7 @@ from artfleet_rollout.agents.context import AgentRun
 from artfleet_rollout.plugins import BUNDLED as BUNDLED_SOURCE
 from artfleet_rollout.plugins import BrokenPlugin, Plugins, Provenance, load_plugins
 
-from . import mcp, single, terminal, tools
+from . import art, mcp, single, terminal, tools
 
 ENTRY_POINT_GROUP = "artfleet.agents"
 BUNDLED: dict[str, AgentRun] = {
@@ -26,6 +26,7 @@ BUNDLED: dict[str, AgentRun] = {
     tools.KIND: tools.run_tools,
     mcp.KIND: mcp.run_mcp,
     single.KIND: single.run_single,
+    art.KIND: art.run_art,
 }
 
 

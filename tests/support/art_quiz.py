@@ -1,0 +1,72 @@
+"""An ART rollout function written as an ART example writes it (its own messages, the
+client from the model, each choice appended, its own reward), and broken variants: the
+source of a test plugin package (plugin_dist.install_plugin), for the unit tests of the
+`art` kind and its real-model test."""
+
+PLUGIN = '''
+import asyncio
+import art
+from artfleet_rollout.art_environment import ArtEnvironment
+
+QUIZ = [
+    {"id": "one-plus-one", "question": "1+1?", "answer": "2"},
+    {"id": "two-plus-two", "question": "2+2?", "answer": "4", "split": "test"},
+]
+
+
+async def rollout(model: art.Model, scenario: dict) -> art.Trajectory:
+    """Arithmetic, asked twice."""
+    client = model.openai_client()
+    trajectory = art.Trajectory(
+        messages_and_choices=[
+            {"role": "system", "content": "Answer with a number."},
+            {"role": "user", "content": scenario["question"]},
+        ],
+        reward=0.0,
+    )
+    for _ in range(2):
+        completion = await client.chat.completions.create(
+            model=model.get_inference_name(),
+            messages=trajectory.messages(),
+            max_completion_tokens=32,
+            temperature=1.0,
+        )
+        choice = completion.choices[0]
+        trajectory.messages_and_choices.append(choice)
+        trajectory.messages_and_choices.append({"role": "user", "content": "Sure?"})
+    trajectory.messages_and_choices.pop()
+    trajectory.reward = 1.0 if scenario["answer"] in (choice.message.content or "") else 0.0
+    trajectory.metrics["asked"] = 2
+    trajectory.metadata["quiz"] = scenario["id"]
+    return trajectory
+
+
+async def returns_text(model, scenario):
+    return "a string"
+
+
+async def samples_nothing(model, scenario):
+    return art.Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=1.0)
+
+
+async def names_another_model(model, scenario):
+    await model.openai_client().chat.completions.create(model="gpt-4o", messages=[])
+
+
+async def never_returns(model, scenario):
+    await asyncio.Event().wait()
+
+
+async def raises(model, scenario):
+    raise KeyError("answer")
+
+
+quiz = ArtEnvironment(rollout, scenarios=QUIZ)
+quiz_file = ArtEnvironment(rollout, scenarios="quiz.jsonl", description="from a file")
+quiz_splits = ArtEnvironment(rollout, scenarios=lambda: ([QUIZ[0]], [QUIZ[1]]))
+bad_return = ArtEnvironment(returns_text, scenarios=QUIZ)
+no_choice = ArtEnvironment(samples_nothing, scenarios=QUIZ)
+wrong_model = ArtEnvironment(names_another_model, scenarios=QUIZ)
+hangs = ArtEnvironment(never_returns, scenarios=QUIZ)
+crashes = ArtEnvironment(raises, scenarios=QUIZ)
+'''
