@@ -6,7 +6,7 @@ source of a test plugin package (plugin_dist.install_plugin), for the unit tests
 PLUGIN = '''
 import asyncio
 import art
-from artfleet_rollout.art_environment import ArtEnvironment
+from artfleet_rollout.art_environment import ArtEnvironment, sandbox
 
 QUIZ = [
     {"id": "one-plus-one", "question": "1+1?", "answer": "2"},
@@ -61,7 +61,24 @@ async def raises(model, scenario):
     raise KeyError("answer")
 
 
+async def checks_in_a_sandbox(model, scenario):
+    """The answer is checked by a command in a sandbox of the episode."""
+    trajectory = await rollout(model, scenario)
+    answer = trajectory.messages_and_choices[-1].message.content or ""
+    async with sandbox({"answer.txt": answer}) as box:
+        result = await box.exec("grep -q " + scenario["answer"] + " answer.txt", timeout_s=10)
+    trajectory.reward = 1.0 if result.exit_code == 0 else 0.0
+    return trajectory
+
+
+async def hangs_in_a_sandbox(model, scenario):
+    async with sandbox({"a.txt": "x"}):
+        await asyncio.Event().wait()
+
+
 quiz = ArtEnvironment(rollout, scenarios=QUIZ)
+checked = ArtEnvironment(checks_in_a_sandbox, scenarios=QUIZ)
+sandbox_hangs = ArtEnvironment(hangs_in_a_sandbox, scenarios=QUIZ)
 quiz_file = ArtEnvironment(rollout, scenarios="quiz.jsonl", description="from a file")
 quiz_splits = ArtEnvironment(rollout, scenarios=lambda: ([QUIZ[0]], [QUIZ[1]]))
 bad_return = ArtEnvironment(returns_text, scenarios=QUIZ)

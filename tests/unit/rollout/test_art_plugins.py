@@ -14,20 +14,31 @@ from art_quiz import PLUGIN
 from openai.types.chat.chat_completion import Choice
 from plugin_dist import install_plugin
 from pydantic import SecretStr
-from rollout_fakes import ScriptedPolicy, group_task
+from rollout_fakes import FakeWorkspaces, ScriptedPolicy, group_task
 
 from artfleet.contracts.art_types import art
 from artfleet.specs.reward import default_scorers
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout.agents import kinds
 from artfleet_rollout.agents.kinds.art import PluginFailure
+from artfleet_rollout.art_environment import sandbox
 from artfleet_rollout.environments import get_environment
 from artfleet_rollout.environments import registry as environments
 from artfleet_rollout.episode import EpisodeContext, run_episode
 from artfleet_rollout.ports import Workspaces
 from artfleet_rollout.settings import RolloutSettings
 
-NAMES = ("quiz", "quiz_file", "quiz_splits", "bad_return", "no_choice", "wrong_model", "hangs")
+NAMES = (
+    "quiz",
+    "quiz_file",
+    "quiz_splits",
+    "bad_return",
+    "no_choice",
+    "wrong_model",
+    "hangs",
+    "checked",
+    "sandbox_hangs",
+)
 ENTRY_POINTS = "[artfleet.environments]\n" + "".join(
     f"{n.replace('_', '-')} = artfleet_test_quiz:{n}\n" for n in (*NAMES, "crashes")
 )
@@ -46,7 +57,10 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 async def _episode(
-    environment: str, scenario_id: str = "one-plus-one", timeout_s: float = 1800.0
+    environment: str,
+    scenario_id: str = "one-plus-one",
+    timeout_s: float = 1800.0,
+    workspaces: FakeWorkspaces | None = None,
 ) -> tuple[art.Trajectory, pb.Episode, ScriptedPolicy]:
     env = get_environment(environment)
     task = group_task(
@@ -54,9 +68,8 @@ async def _episode(
     )
     policy = ScriptedPolicy(["It is 2.", "Yes, 2."])
     settings = RolloutSettings(api_token=SecretStr("unit-test-token"), plugin_timeout_s=timeout_s)
-    # No sandbox: an ART rollout function has none (the workspaces are never opened).
-    workspaces = cast(Workspaces, None)
-    ctx = EpisodeContext(task, env.get(scenario_id), policy, workspaces, settings, agent=env.agent)
+    sandboxes = cast(Workspaces, workspaces or FakeWorkspaces())
+    ctx = EpisodeContext(task, env.get(scenario_id), policy, sandboxes, settings, agent=env.agent)
     trajectory, episode = await run_episode(ctx, 0)
     return trajectory, episode, policy
 
@@ -121,3 +134,25 @@ async def test_a_rollout_that_breaks_the_contract_fails_naming_the_plugin(
 async def test_a_rollouts_own_exception_fails_its_episode() -> None:
     with pytest.raises(KeyError, match="answer"):
         await _episode("crashes")
+
+
+async def test_a_rollout_opens_a_sandbox_of_its_episode_and_closes_it() -> None:
+    workspaces = FakeWorkspaces()
+    trajectory, _, _ = await _episode("checked", workspaces=workspaces)
+    [box] = workspaces.opened
+    assert box.spec.job_id == "job-1" and box.files == {"answer.txt": b"Yes, 2."}
+    assert box.commands == ["grep -q 2 answer.txt"] and box.closed
+    assert trajectory.reward == 1.0
+
+
+async def test_a_rollout_stuck_in_a_sandbox_leaves_no_session_open() -> None:
+    workspaces = FakeWorkspaces()
+    with pytest.raises(PluginFailure, match=r"did not return within 0\.2s"):
+        await _episode("sandbox-hangs", timeout_s=0.2, workspaces=workspaces)
+    assert [box.closed for box in workspaces.opened] == [True]
+
+
+async def test_sandbox_outside_an_episode_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="call it in a rollout"):
+        async with sandbox():
+            pass

@@ -27,7 +27,7 @@ from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout import metrics
 from artfleet_rollout.agents.context import EpisodeContext
-from artfleet_rollout.art_environment import ART_KIND, ArtTask
+from artfleet_rollout.art_environment import ART_KIND, CURRENT, ArtTask, EpisodeServices
 from artfleet_rollout.ports import Policy
 
 KIND = ART_KIND
@@ -131,15 +131,17 @@ async def run_art(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.E
         )
     session = _Session(ctx, task.plugin)
     timeout_s = ctx.settings.plugin_timeout_s
+    services = CURRENT.set(EpisodeServices(ctx.task.job_id, ctx.workspaces))
     try:
-        result = await asyncio.wait_for(
-            task.rollout(bound_model(ctx, session), task.scenario), timeout_s
-        )
+        rollout = task.rollout(bound_model(ctx, session), task.scenario)
+        result = await asyncio.wait_for(rollout, timeout_s)
     except TimeoutError:
         raise PluginFailure(
             f"{task.plugin}: the rollout did not return within {timeout_s:g}s "
             "(ARTFLEET_PLUGIN_TIMEOUT_S)"
         ) from None
+    finally:
+        CURRENT.reset(services)
     _check(result, session)
     trajectory.messages_and_choices = list(result.messages_and_choices)
     trajectory.tools = result.tools
