@@ -75,3 +75,9 @@ REPO_TEST_SECONDS = Histogram(
     "Placing and running a repo task's hidden tests, per episode",
     buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
 )
+PLUGINS = Gauge(
+    "artfleet_rollout_plugins",
+    "Installed environments and agent kinds (1 each), by entry point group, name, package, "
+    "version and state (loaded or broken)",
+    ["group", "name", "package", "version", "state"],
+)

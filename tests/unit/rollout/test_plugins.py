@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from plugin_dist import install_plugin
+from prometheus_client import REGISTRY
 from pydantic import SecretStr
 from rollout_fakes import group_task
 from typer.testing import CliRunner
@@ -31,7 +32,7 @@ from artfleet_rollout.environments import (
 from artfleet_rollout.environments import registry as environments
 from artfleet_rollout.episode import EpisodeContext, run_episode
 from artfleet_rollout.plugins import BUNDLED as BUNDLED_SOURCE
-from artfleet_rollout.plugins import Provenance
+from artfleet_rollout.plugins import Provenance, export_metrics
 from artfleet_rollout.servicer import RolloutServicer
 from artfleet_rollout.settings import RolloutSettings
 
@@ -155,3 +156,18 @@ def test_envs_list_says_where_each_comes_from_and_what_is_broken(plugin: None) -
     table = CliRunner().invoke(app, ["envs", "list"])
     assert table.exit_code == 0 and "artfleet-test-guess 0.3" in table.output
     assert "broken: environment 'missing'" in table.output
+
+
+def test_the_worker_exports_each_plugin_with_its_version(plugin: None) -> None:
+    export_metrics(kinds.ENTRY_POINT_GROUP, kinds.plugins())
+    export_metrics(environments.ENTRY_POINT_GROUP, environments.plugins())
+
+    def sample(group: str, name: str, state: str, version: str = "0.3") -> float | None:
+        labels = {"group": group, "name": name, "package": "artfleet-test-guess"}
+        labels |= {"version": version, "state": state}
+        return REGISTRY.get_sample_value("artfleet_rollout_plugins", labels)
+
+    assert sample("artfleet.agents", "guess-kind", "loaded") == 1
+    assert sample("artfleet.agents", "broken-kind", "broken") == 1
+    assert sample("artfleet.environments", "guess", "loaded") == 1
+    assert sample("artfleet.environments", "missing", "broken") == 1

@@ -63,12 +63,12 @@ class BrokenEnvironment(ValueError):
 
 
 @functools.cache
-def _plugins() -> Plugins:
+def plugins() -> Plugins:
     return _load_plugins(ENTRY_POINT_GROUP, _BUNDLED_NAMES)
 
 
 def _plugin_factory(name: str) -> Callable[[], Environment] | None:
-    loaded = _plugins().loaded.get(name)
+    loaded = plugins().loaded.get(name)
     if loaded is None:
         return None
     made, source = loaded
@@ -84,7 +84,7 @@ def _plugin_factory(name: str) -> Callable[[], Environment] | None:
                 environment = made() if callable(made) else made
         except Exception:
             broken = BrokenPlugin(name, source, error_tail())
-            _plugins().broken[name] = broken
+            plugins().broken[name] = broken
             raise BrokenEnvironment(broken.describe("environment")) from None
         if not isinstance(environment, Environment):
             raise BrokenEnvironment(
@@ -98,20 +98,20 @@ def _plugin_factory(name: str) -> Callable[[], Environment] | None:
 
 def environment_sources() -> dict[str, Provenance]:
     """Every named environment (bundled and plugins; not loader sources) and its origin."""
-    plugins = {n: source for n, (_, source) in _plugins().loaded.items()}
-    return {n: BUNDLED for n in _FACTORIES} | plugins
+    installed = {n: source for n, (_, source) in plugins().loaded.items()}
+    return {n: BUNDLED for n in _FACTORIES} | installed
 
 
 def broken_environments() -> dict[str, BrokenPlugin]:
-    return dict(_plugins().broken)
+    return dict(plugins().broken)
 
 
 def reload_plugins() -> None:
     """Reads the entry points again (tests; a process reads them once)."""
     with _LOCK:
-        for name in _plugins().loaded:
+        for name in plugins().loaded:
             _LOADED.pop(name, None)
-        _plugins.cache_clear()
+        plugins.cache_clear()
 
 
 def register_environment(name: str, factory: Callable[[], Environment]) -> None:
@@ -154,7 +154,7 @@ def get_environment(name: str) -> Environment:
 def _stamp(name: str) -> Stamp:
     """What says a loader's source file changed since it was read; None for the rest."""
     loader, sep, source = name.partition(":")
-    if name in _FACTORIES or name in _plugins().loaded or not sep or loader not in _LOADERS:
+    if name in _FACTORIES or name in plugins().loaded or not sep or loader not in _LOADERS:
         return None
     try:
         stat = os.stat(Path(source).expanduser())
@@ -167,7 +167,7 @@ def _factory(name: str) -> Callable[[], Environment]:
     factory = _FACTORIES.get(name) or _plugin_factory(name)
     if factory is not None:
         return factory
-    broken = _plugins().broken.get(name)
+    broken = plugins().broken.get(name)
     if broken is not None:
         raise BrokenEnvironment(broken.describe("environment"))
     loader, sep, source = name.partition(":")

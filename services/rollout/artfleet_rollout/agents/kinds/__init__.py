@@ -35,29 +35,29 @@ class UnknownAgent(ValueError):
 
 
 @functools.cache
-def _plugins() -> Plugins:
+def plugins() -> Plugins:
     return load_plugins(ENTRY_POINT_GROUP, frozenset(BUNDLED))
 
 
 def agent_kinds() -> dict[str, Provenance]:
     """Every usable kind and where it comes from."""
-    plugins = {kind: source for kind, (_, source) in _plugins().loaded.items()}
-    return dict.fromkeys(BUNDLED, BUNDLED_SOURCE) | plugins
+    installed = {kind: source for kind, (_, source) in plugins().loaded.items()}
+    return dict.fromkeys(BUNDLED, BUNDLED_SOURCE) | installed
 
 
 def broken_agents() -> dict[str, BrokenPlugin]:
-    return dict(_plugins().broken)
+    return dict(plugins().broken)
 
 
 def agent_runner(kind: str) -> AgentRun:
     """The runner of `kind`; UnknownAgent naming the known kinds (or the plugin's error)."""
     if kind in BUNDLED:
         return BUNDLED[kind]
-    loaded = _plugins().loaded.get(kind)
+    loaded = plugins().loaded.get(kind)
     if loaded is not None and callable(loaded[0]):
         run: AgentRun = loaded[0]
         return run
-    broken = _plugins().broken.get(kind)
+    broken = plugins().broken.get(kind)
     if broken is not None:
         raise UnknownAgent(broken.describe("agent kind"))
     if loaded is not None:
@@ -67,4 +67,4 @@ def agent_runner(kind: str) -> AgentRun:
 
 def reload_plugins() -> None:
     """Reads the entry points again (tests; a process reads them once)."""
-    _plugins.cache_clear()
+    plugins.cache_clear()
