@@ -4,6 +4,7 @@ points and their distribution."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,4 +27,6 @@ def install_plugin(
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     (info / "entry_points.txt").write_text(entry_points)
     monkeypatch.syspath_prepend(str(root))
+    # Another test may have installed (and imported) a module of that name elsewhere.
+    monkeypatch.delitem(sys.modules, module, raising=False)
     return name
