@@ -218,6 +218,13 @@ async def test_a_replacing_scorer_keeps_the_rest_as_independent_reward() -> None
     assert [t.reward for t in outcome.trajectories] == [2.9, 0.6, 0.4]
 
 
+def _refused_field(spec: pb.RewardSpec) -> str:
+    """The field a spec is refused on at submit."""
+    with pytest.raises(InvalidSpec) as caught:
+        resolve_spec(spec)
+    return caught.value.field
+
+
 ENTRY_POINT_MODULE = '''
 def length_bonus(episode, per_turn=0.1):
     """A bonus per turn."""
@@ -247,9 +254,7 @@ async def test_custom_scorers_come_from_entry_points(
         outcome = await score_group(resolve_spec(spec), _ctx([pb.Episode(turns=3)]))
         assert outcome.trajectories[0].components == {"length_bonus": 1.5, "process": 0.0}
         bad = pb.RewardSpec(scorers=[pb.ScorerSpec(name="length_bonus", params_json='{"x": 1}')])
-        with pytest.raises(InvalidSpec) as caught:
-            resolve_spec(bad)
-        assert caught.value.field == "reward[0].params.x"
+        assert _refused_field(bad) == "reward[0].params.x"
     finally:
         registry.cache_clear()
 
@@ -315,9 +320,7 @@ async def test_a_custom_scorer_gets_the_trajectory_or_its_messages(
         taken = pb.RewardSpec(
             scorers=[pb.ScorerSpec(name="art_reward", params_json='{"trajectory": 1}')]
         )
-        with pytest.raises(InvalidSpec) as caught:
-            resolve_spec(taken)
-        assert caught.value.field == "reward[0].params.trajectory"
+        assert _refused_field(taken) == "reward[0].params.trajectory"
     finally:
         registry.cache_clear()
 
