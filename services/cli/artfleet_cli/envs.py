@@ -49,26 +49,24 @@ def list_envs(
     environments = _registry()
     from artfleet_rollout.agents.kinds import agent_kinds, broken_agents
 
-    records, broken = [], []
+    records = []
     for name, source in environments.environment_sources().items():
         try:
             environment = environments.get_environment(name)
-        except ValueError as exc:  # a plugin whose factory raised (BrokenEnvironment)
-            broken.append({"name": name, "kind": "environment", "error": str(exc)})
+        except ValueError:  # a plugin whose factory failed: broken_environments() has it
             continue
         sizes = environment.split_sizes()
         records.append(
             {"name": name, "agent": environment.agent, "train": sizes["train"],
              "test": sizes["test"], "tools": list(environment.tools), "source": str(source)}
         )  # fmt: skip
-    broken += [
+    broken = [
         {"name": b.name, "kind": what, "error": b.describe(what)}
         for what, found in (
             ("environment", environments.broken_environments()),
             ("agent kind", broken_agents()),
         )
         for b in found.values()
-        if not any(r["name"] == b.name and r["kind"] == what for r in broken)
     ]
     loaders = [f"{n}:<path>" for n in environments.list_loaders()]
     agents = {kind: str(source) for kind, source in agent_kinds().items()}

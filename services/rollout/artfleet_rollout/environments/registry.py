@@ -83,15 +83,14 @@ def _plugin_factory(name: str) -> Callable[[], Environment] | None:
             else:
                 environment = made() if callable(made) else made
         except Exception:
-            broken = BrokenPlugin(name, source, error_tail())
-            plugins().broken[name] = broken
-            raise BrokenEnvironment(broken.describe("environment")) from None
-        if not isinstance(environment, Environment):
-            raise BrokenEnvironment(
-                f"environment {name!r} ({source}): its entry point gave "
-                f"{type(environment).__name__}, not an Environment"
-            )
-        return environment
+            error = error_tail()
+        else:
+            if isinstance(environment, Environment):
+                return environment
+            error = f"its entry point gave {type(environment).__name__}, not an Environment"
+        # Listed as broken from now on (envs list), and refused by name with its error.
+        broken = plugins().broken[name] = BrokenPlugin(name, source, error)
+        raise BrokenEnvironment(broken.describe("environment"))
 
     return build
 
