@@ -64,6 +64,7 @@ class ScriptedPolicy:
         self.fail_on_turn = fail_on_turn
         self.calls: list[list[Any]] = []
         self.tools: list[Any] = []
+        self.tool_choices: list[Any] = []
         self._prompt_len: int | None = None
 
     async def complete(
@@ -75,6 +76,7 @@ class ScriptedPolicy:
     ) -> PolicyTurn:
         self.calls.append(list(messages))
         self.tools.append(tools)
+        self.tool_choices.append(tool_choice)
         if self._prompt_len is None:
             self._prompt_len = len(messages)
         turn = (len(messages) - self._prompt_len) // 2

@@ -297,22 +297,6 @@ async def test_a_jobs_max_concurrent_bounds_its_episodes_across_its_groups(
 
 
 # ---------------------------------------------------------------- a task's own tool_choice
-class ChoiceRecordingPolicy(ScriptedPolicy):
-    def __init__(self) -> None:
-        super().__init__(["no tool call"])
-        self.choices: list[Any] = []
-
-    async def complete(
-        self,
-        messages: Sequence[Any],
-        *,
-        tools: Sequence[Any] | None = None,
-        tool_choice: Any = None,
-    ) -> PolicyTurn:
-        self.choices.append(tool_choice)
-        return await super().complete(messages, tools=tools, tool_choice=tool_choice)
-
-
 @pytest.mark.parametrize(
     ("own", "sent"),
     [(None, "required"), ({"type": "function", "function": {"name": "bash"}}, None)],
@@ -323,11 +307,11 @@ async def test_a_tasks_own_tool_choice_wins_over_its_environments(own: Any, sent
     register_environment(
         name, lambda: Environment(name, "d", [scenario], agent="tools", tool_choice="required")
     )
-    policy = ChoiceRecordingPolicy()
+    policy = ScriptedPolicy(["no tool call"])
     runner = _runner(FakeFleet(FakePolicies(policy)))
     await runner.start()
     try:
         await runner.run(group_task(environment=name, scenario_id="s1", rollouts=1, max_turns=1))
     finally:
         await runner.stop()
-    assert policy.choices == [own if own is not None else sent]
+    assert policy.tool_choices == [own if own is not None else sent]
