@@ -6,7 +6,8 @@ source of a test plugin package (plugin_dist.install_plugin), for the unit tests
 PLUGIN = '''
 import asyncio
 import art
-from artfleet_rollout.art_environment import ArtEnvironment, sandbox
+from artfleet.clients.episode import sandbox, score
+from artfleet_rollout.art_environment import ArtEnvironment
 
 QUIZ = [
     {"id": "one-plus-one", "question": "1+1?", "answer": "2"},
@@ -76,7 +77,28 @@ async def hangs_in_a_sandbox(model, scenario):
         await asyncio.Event().wait()
 
 
+async def tested_and_scored(model, scenario):
+    """Tests run in a sandbox of the episode, then the `tests` scorer's verdict."""
+    trajectory = await rollout(model, scenario)
+    async with sandbox({"test_answer.py": "def test_it():\\n    assert True\\n"}) as box:
+        report = await box.run_tests("pytest -q", timeout_s=60)
+    judge = {"name": "judge", "weight": 0.5, "params": {"judge": "policy"}}
+    [verdict] = await score(trajectory, "tests", judge)
+    trajectory.reward = verdict.reward
+    trajectory.metrics["tests_passed"] = report.passed
+    trajectory.logs.extend(verdict.logs)
+    return trajectory
+
+
+async def scores_with_nothing(model, scenario):
+    trajectory = await rollout(model, scenario)
+    await score(trajectory)
+    return trajectory
+
+
 quiz = ArtEnvironment(rollout, scenarios=QUIZ)
+tested = ArtEnvironment(tested_and_scored, scenarios=QUIZ)
+scores_nothing = ArtEnvironment(scores_with_nothing, scenarios=QUIZ)
 checked = ArtEnvironment(checks_in_a_sandbox, scenarios=QUIZ)
 sandbox_hangs = ArtEnvironment(hangs_in_a_sandbox, scenarios=QUIZ)
 quiz_file = ArtEnvironment(rollout, scenarios="quiz.jsonl", description="from a file")

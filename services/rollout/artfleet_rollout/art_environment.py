@@ -20,22 +20,15 @@ beside the module that declared it), or a function returning them, as a list or 
 splits follow the loaders' rule (every fifth one is `test`). The rollout function gets the
 scenario object itself. The `art` agent kind (agents/kinds/art.py) runs the episodes.
 
-A rollout that needs a sandbox opens one for its episode, on the fleet's sandbox replicas
-with the episode's owner lease (so a dead worker's sessions close as the bundled agents'
-do); the model's commands run there, never in the worker:
-
-    async with sandbox({"calc.py": source}, image="python:3.12") as box:
-        result = await box.exec("python calc.py", timeout_s=20)   # exit_code, stdout, ...
-        report = await box.run_tests("pytest -q", timeout_s=120)  # passed, failed, ...
+A rollout reaches the fleet's sandboxes and scorers through `artfleet.clients.episode`
+(`sandbox()`, `score()`), inside the episode the `art` kind runs it in.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +38,6 @@ from artfleet.contracts.records import BadRecord, BadRecords
 
 from .environments import SPLITS, Environment, Scenario
 from .environments.loaders import read_records
-from .ports import Workspace, Workspaces, WorkspaceSpec
 
 ART_KIND = "art"
 Rollout = Callable[[art.Model, Any], Awaitable[art.Trajectory]]
@@ -90,38 +82,6 @@ class ArtEnvironment:
         doc = (inspect.getdoc(self.rollout) or "").splitlines()
         description = self.description or (doc[0] if doc else f"ART rollout {name}")
         return Environment(name, description, scenarios, agent=ART_KIND, bad_records=bad)
-
-
-@dataclass(frozen=True)
-class EpisodeServices:
-    """What plugin code may use of the episode it runs in."""
-
-    job_id: str
-    workspaces: Workspaces
-
-
-# Set by the `art` kind around the rollout function: a task (and its children) sees it.
-CURRENT: ContextVar[EpisodeServices | None] = ContextVar("artfleet_episode", default=None)
-
-
-@asynccontextmanager
-async def sandbox(
-    files: Mapping[str, str] | None = None, *, image: str = "", network: bool = False
-) -> AsyncIterator[Workspace]:
-    """A sandbox session for the current episode, closed on exit (ports.Workspace: exec,
-    write_files, read_file, run_tests, check). `image` "" is the sandbox's default;
-    `network` asks for network access (the sandbox's policy decides)."""
-    services = CURRENT.get()
-    if services is None:
-        raise RuntimeError("sandbox() opens a session for a fleet episode: call it in a rollout")
-    spec = WorkspaceSpec(
-        job_id=services.job_id, files=dict(files or {}), image=image, network=network
-    )
-    workspace = await services.workspaces.open(spec)
-    try:
-        yield workspace
-    finally:
-        await workspace.close()
 
 
 Located = tuple[str, str, Any]  # (where, split given by the source or "", scenario)

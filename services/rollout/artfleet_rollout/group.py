@@ -192,6 +192,7 @@ class GroupRunner:
             tool_choice=(
                 environment.tool_choice if scenario.tool_choice is None else scenario.tool_choice
             ),
+            reward=connections.reward,
         )
         results = await self._held_through_outages(task, ctx, connections, api_key)
         response = await self._score(connections, task, results)

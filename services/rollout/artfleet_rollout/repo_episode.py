@@ -12,6 +12,7 @@ import base64
 import shlex
 import time
 from collections.abc import Mapping
+from typing import Protocol
 
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout import metrics
@@ -73,6 +74,30 @@ def grouped_summary(task: RepoTask, cases: Mapping[str, str]) -> pb.TestSummary:
     return summary
 
 
+class Counted(Protocol):
+    """A test run's counts (ports.SuiteRun, the plugin API's TestRun)."""
+
+    @property
+    def passed(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def errored(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def exit_code(self) -> int: ...
+
+
+def suite_summary(run: Counted) -> pb.TestSummary:
+    """A run's own counts; resolved = it ran tests, all passed, and it exited 0."""
+    summary = pb.TestSummary(
+        passed=run.passed, failed=run.failed, errored=run.errored, total=run.total
+    )
+    summary.resolved = run.total > 0 and run.passed == run.total and run.exit_code == 0
+    return summary
+
+
 def _observe(summary: pb.TestSummary, seconds: float) -> None:
     metrics.REPO_TASKS.labels(str(summary.resolved).lower()).inc()
     metrics.REPO_TEST_SECONDS.observe(seconds)
@@ -110,13 +135,8 @@ async def finish_repo_task(
     run: SuiteRun = await workspace.run_tests(
         task.test_command or task.default_test_command(), timeout_s=timeout_s
     )
-    if task.hidden_tests():
-        summary = grouped_summary(task, run.cases)
-    else:  # only a test command (SWE-SYNTH style): its own counts, resolved = all passed
-        summary = pb.TestSummary(
-            passed=run.passed, failed=run.failed, errored=run.errored, total=run.total
-        )
-        summary.resolved = run.total > 0 and run.passed == run.total and run.exit_code == 0
+    # Hidden tests: F2P/P2P groups; only a test command (SWE-SYNTH style): its own counts.
+    summary = grouped_summary(task, run.cases) if task.hidden_tests() else suite_summary(run)
     episode.tests.CopyFrom(summary)
     episode.tests_seconds = time.perf_counter() - started
     episode.check_ran, episode.check_passed = True, summary.resolved

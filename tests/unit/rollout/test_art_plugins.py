@@ -14,14 +14,16 @@ from art_quiz import PLUGIN
 from openai.types.chat.chat_completion import Choice
 from plugin_dist import install_plugin
 from pydantic import SecretStr
-from rollout_fakes import FakeWorkspaces, ScriptedPolicy, group_task
+from rollout_fakes import FakeReward, FakeWorkspaces, ScriptedPolicy, group_task
 
+from artfleet.clients.episode import ScoringFailed, sandbox
 from artfleet.contracts.art_types import art
+from artfleet.specs.base import InvalidSpec
 from artfleet.specs.reward import default_scorers
 from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import reward_pb2
 from artfleet_rollout.agents import kinds
 from artfleet_rollout.agents.kinds.art import PluginFailure
-from artfleet_rollout.art_environment import sandbox
 from artfleet_rollout.environments import get_environment
 from artfleet_rollout.environments import registry as environments
 from artfleet_rollout.episode import EpisodeContext, run_episode
@@ -38,6 +40,8 @@ NAMES = (
     "hangs",
     "checked",
     "sandbox_hangs",
+    "tested",
+    "scores_nothing",
 )
 ENTRY_POINTS = "[artfleet.environments]\n" + "".join(
     f"{n.replace('_', '-')} = artfleet_test_quiz:{n}\n" for n in (*NAMES, "crashes")
@@ -61,6 +65,7 @@ async def _episode(
     scenario_id: str = "one-plus-one",
     timeout_s: float = 1800.0,
     workspaces: FakeWorkspaces | None = None,
+    reward: FakeReward | None = None,
 ) -> tuple[art.Trajectory, pb.Episode, ScriptedPolicy]:
     env = get_environment(environment)
     task = group_task(
@@ -69,7 +74,9 @@ async def _episode(
     policy = ScriptedPolicy(["It is 2.", "Yes, 2."])
     settings = RolloutSettings(api_token=SecretStr("unit-test-token"), plugin_timeout_s=timeout_s)
     sandboxes = cast(Workspaces, workspaces or FakeWorkspaces())
-    ctx = EpisodeContext(task, env.get(scenario_id), policy, sandboxes, settings, agent=env.agent)
+    ctx = EpisodeContext(
+        task, env.get(scenario_id), policy, sandboxes, settings, agent=env.agent, reward=reward
+    )
     trajectory, episode = await run_episode(ctx, 0)
     return trajectory, episode, policy
 
@@ -156,3 +163,46 @@ async def test_sandbox_outside_an_episode_is_refused() -> None:
     with pytest.raises(RuntimeError, match="call it in a rollout"):
         async with sandbox():
             pass
+
+
+def _by_tests(request: reward_pb2.ScoreGroupRequest) -> reward_pb2.ScoreGroupResponse:
+    """The share of the episode's tests that passed, with a judge's log line."""
+    response = reward_pb2.ScoreGroupResponse()
+    for episode in request.episodes:
+        rate = episode.tests.passed / max(episode.tests.total, 1)
+        response.scores.add(reward=rate, components={"tests": rate}, logs=["judged"])
+    return response
+
+
+async def test_a_rollout_runs_tests_in_its_sandbox_and_scores_them() -> None:
+    reward = FakeReward(_by_tests)
+    trajectory, episode, _ = await _episode("tested", reward=reward)
+    # The last test run is the episode's record: the `tests` scorer reads it (here, and in
+    # the job's own reward after the rollout returns).
+    assert (episode.tests.passed, episode.tests.total, episode.tests.resolved) == (1, 1, True)
+    assert episode.check_ran and episode.check_passed
+    [request] = reward.requests
+    assert [s.name for s in request.spec.scorers] == ["tests", "judge"]
+    assert request.spec.scorers[1].weight == 0.5
+    # The reward service reads text: the sampled tokens stay in the worker.
+    choices = [
+        i.choice for i in request.group.trajectories[0].messages_and_choices if i.HasField("choice")
+    ]
+    assert choices and not any(c.token_ids for c in choices)
+    assert trajectory.reward == 1.0 and trajectory.metrics["tests_passed"] == 1
+    assert "judged" in trajectory.logs
+
+
+async def test_a_scorer_that_fails_the_job_fails_the_rollout_naming_the_plugin() -> None:
+    def fails(request: reward_pb2.ScoreGroupRequest) -> reward_pb2.ScoreGroupResponse:
+        response = reward_pb2.ScoreGroupResponse()
+        response.outcome.fail_job = "judge: the judge endpoint refused the key"
+        return response
+
+    with pytest.raises(ScoringFailed, match="tested: judge: the judge endpoint refused"):
+        await _episode("tested", reward=FakeReward(fails))
+
+
+async def test_score_names_what_is_wrong_with_its_scorers() -> None:
+    with pytest.raises(InvalidSpec, match="name at least one scorer"):
+        await _episode("scores-nothing", reward=FakeReward(_by_tests))

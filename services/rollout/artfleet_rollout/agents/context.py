@@ -15,7 +15,7 @@ from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout.environments import Scenario
-from artfleet_rollout.ports import Policy, Workspaces
+from artfleet_rollout.ports import Policy, RewardClient, Workspaces
 from artfleet_rollout.settings import RolloutSettings
 
 
@@ -29,6 +29,7 @@ class EpisodeContext:
     agent: str = "terminal"  # the environment's agent kind
     token: str = ""  # the fleet token (container MCP servers start in the sandbox service)
     tool_choice: Any = None  # OpenAI tool_choice for tool-calling kinds; None = not sent
+    reward: RewardClient | None = None  # plugin code's score() (artfleet.clients.episode)
 
 
 AgentRun = Callable[[EpisodeContext, art.Trajectory, pb.Episode], Awaitable[None]]

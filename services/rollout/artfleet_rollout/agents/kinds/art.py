@@ -23,11 +23,13 @@ from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion import Choice
 from openai.types.completion_usage import CompletionUsage
 
+from artfleet.clients.episode import CURRENT
 from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout import metrics
 from artfleet_rollout.agents.context import EpisodeContext
-from artfleet_rollout.art_environment import ART_KIND, CURRENT, ArtTask, EpisodeServices
+from artfleet_rollout.agents.plugin_episode import FleetEpisode
+from artfleet_rollout.art_environment import ART_KIND, ArtTask
 from artfleet_rollout.ports import Policy
 
 KIND = ART_KIND
@@ -131,7 +133,7 @@ async def run_art(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.E
         )
     session = _Session(ctx, task.plugin)
     timeout_s = ctx.settings.plugin_timeout_s
-    services = CURRENT.set(EpisodeServices(ctx.task.job_id, ctx.workspaces))
+    services = CURRENT.set(FleetEpisode(ctx, episode, task.plugin))
     try:
         rollout = task.rollout(bound_model(ctx, session), task.scenario)
         result = await asyncio.wait_for(rollout, timeout_s)
