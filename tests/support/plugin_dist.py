@@ -4,6 +4,7 @@ points and their distribution."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,3 +31,22 @@ def install_plugin(
     # Another test may have installed (and imported) a module of that name elsewhere.
     monkeypatch.delitem(sys.modules, module, raising=False)
     return name
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLE_PACKAGES = ("guess-number", "sandbox-coding")
+
+
+def pip_install_examples(target: Path) -> Path:
+    """`pip install`s the example plugin packages (examples/) into `target`, as a user
+    installs theirs into the fleet's environment; put `target` on the path to use them."""
+    subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"),
+            *("--no-build-isolation", "--target", str(target)),
+            *(str(EXAMPLES / name) for name in EXAMPLE_PACKAGES),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return target
