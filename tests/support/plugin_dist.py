@@ -4,6 +4,7 @@ points and their distribution."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,12 +40,16 @@ EXAMPLE_PACKAGES = ("guess-number", "sandbox-coding")
 
 def pip_install_examples(target: Path) -> Path:
     """`pip install`s the example plugin packages (examples/) into `target`, as a user
-    installs theirs into the fleet's environment; put `target` on the path to use them."""
+    installs theirs into the fleet's environment; put `target` on the path to use them.
+    Each is built from a copy, so the build leaves nothing in the source tree."""
+    sources = target.parent / f"{target.name}-sources"
+    for name in EXAMPLE_PACKAGES:
+        shutil.copytree(EXAMPLES / name, sources / name)
     subprocess.run(
         [
             *(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"),
             *("--no-build-isolation", "--target", str(target)),
-            *(str(EXAMPLES / name) for name in EXAMPLE_PACKAGES),
+            *(str(sources / name) for name in EXAMPLE_PACKAGES),
         ],
         check=True,
         capture_output=True,
