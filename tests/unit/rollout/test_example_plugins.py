@@ -72,7 +72,7 @@ async def test_the_game_answers_each_guess_until_solved(installed: None) -> None
     low = "1" if game.secret != 1 else "2"
     ctx = _ctx("guess-number", "guess-000", ["no idea", low, str(game.secret)], FakeWorkspaces())
     trajectory, episode = await run_episode(ctx, 0)
-    said = [m["content"] for m in trajectory.messages_and_choices if isinstance(m, dict)]
+    said = [str(m.get("content")) for m in trajectory.messages_and_choices if isinstance(m, dict)]
     assert said[2].startswith("That is not a number") and said[3] in ("Higher.", "Lower.")
     assert sum(isinstance(c, Choice) for c in trajectory.messages_and_choices) == 3
     assert trajectory.metrics["solved"] == 1.0 and trajectory.metrics["invalid"] == 1
