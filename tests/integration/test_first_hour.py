@@ -21,9 +21,13 @@ from typing import Any
 import httpx
 import pytest
 from fleet_shell import sourced
+from plugin_dist import pip_install_examples
+from trainable import assert_trainable
 from waiting import wait_for
 
+from artfleet.runtime.rpc.client import sync_channel
 from artfleet.specs.job import DEFAULT_BASE_MODEL
+from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -146,7 +150,8 @@ def tour(
         f"OPENAI_API_KEY={FAKE_JUDGE_KEY}\n"
         'ARTFLEET_JUDGE_MODEL_MAP={"gpt-4o": "policy"}\n'
     )
-    shell = _user_shell()
+    # The example plugin packages, pip-installed where the fleet's Python finds them.
+    shell = {**_user_shell(), "PYTHONPATH": str(pip_install_examples(home / "plugins"))}
     proc, out = _start(home, shell, "fleet-up.out")
     tour = Tour(home, proc, out, shell)
     tour.endpoints = sourced(home / "fleet" / "fleet.env")
@@ -390,3 +395,71 @@ def test_evaluations_compare_several_ways_and_old_checkpoints_prune(
     steps = {c["step"] for m in left if m["name"] == name for c in m["checkpoints"]}
     assert steps == kept, (steps, kept)
     tour.verdict("7 compare and prune", f"3-way compare; prune kept steps {sorted(kept)}")
+
+
+# -- own agents: users' plugin packages train on the fleet --------------------------------
+
+EXAMPLES = {
+    "guess-number": "artfleet-example-guess-number 0.1.0",
+    "sandbox-coding": "artfleet-example-sandbox-coding 0.1.0",
+}
+FIRST_SCENARIO = {"guess-number": "guess-000", "sandbox-coding": "add"}
+
+
+def test_plugin_packages_train_and_say_which_version_sampled(tour: Tour) -> None:
+    from art.utils.trajectory_logging import read_trajectory_groups_parquet
+
+    listed = json.loads(_ok(tour.artfleet("envs", "list", "--json")))
+    sources = {e["name"]: e["source"] for e in listed["environments"]}
+    assert {name: sources.get(name) for name in EXAMPLES} == EXAMPLES
+    with tour.api() as client:
+        health = client.get("/health").json()
+    running = {p["name"]: f"{p['package']} {p['version']}" for p in health["plugins"]}
+    assert running == EXAMPLES  # what the rollout replicas loaded, with versions
+    jobs = {
+        env: _submitted(tour.artfleet("jobs", "submit", "--env", env, "--name", env,
+                                      "--steps", "2", *TINY))
+        for env in EXAMPLES
+    }  # fmt: skip
+    for env, job_id in jobs.items():
+        watched = tour.artfleet("jobs", "watch", job_id, timeout=900)
+        assert watched.returncode == 0, watched.stdout + watched.stderr
+        job = tour.job(job_id)
+        name = f"{env}-{job_id}"
+        models = tour.home / "fleet" / "art" / job["spec"]["project"] / "models" / name
+        for step in (1, 2):
+            groups = read_trajectory_groups_parquet(
+                models / "trajectories" / "train" / f"{step:04d}.parquet"
+            )
+            trajectories = [t for g in groups for t in g.trajectories]
+            assert len(trajectories) == 4
+            for trajectory in trajectories:
+                # Step 2 was sampled from checkpoint 1, by the plugin's own version.
+                assert trajectory.metadata["policy"] == f"{name}@{step - 1}"
+                assert trajectory.metadata["environment_plugin"] == EXAMPLES[env]
+        # The trained tokens are the sampled ones: a group from the trained policy, run by
+        # the fleet's rollout service, through the trainer's own tokenization.
+        assert_trainable(_run_group(tour, env, f"{name}@2"))
+    tour.verdict("own agents", f"{', '.join(EXAMPLES)} trained 2 steps each from their packages")
+
+
+def _run_group(tour: Tour, environment: str, policy: str) -> rollout_pb2.RunGroupResponse:
+    task = rollout_pb2.GroupTask(
+        job_id=f"check-{environment}",
+        group_id=f"check-{environment}",
+        environment=environment,
+        scenario_id=FIRST_SCENARIO[environment],
+        rollouts=2,
+        max_turns=3,
+        model_base_url=tour.endpoints["ARTFLEET_POLICY_BASE_URL"],
+        policy=policy,
+        max_tokens=32,
+        max_context_tokens=2048,
+    )
+    channel = sync_channel(tour.endpoints["ARTFLEET_ROLLOUT_TARGET"],
+                           tour.endpoints["ARTFLEET_API_TOKEN"])  # fmt: skip
+    try:
+        stub = rollout_pb2_grpc.RolloutStub(channel)
+        return stub.RunGroup(rollout_pb2.RunGroupRequest(task=task), timeout=600)
+    finally:
+        channel.close()

@@ -328,6 +328,17 @@ class DependencyOut(BaseModel):
     detail: str
 
 
+class PluginOut(BaseModel):
+    """A plugin package the rollout service runs (`artfleet envs list` shows why a broken
+    one failed)."""
+
+    group: str = Field(description="`artfleet.environments` or `artfleet.agents`")
+    name: str = Field(description="the environment's name or the agent kind")
+    package: str
+    version: str
+    state: Literal["loaded", "broken"]
+
+
 class HealthOut(BaseModel):
     status: Literal["healthy", "unhealthy"]
     version: str
@@ -342,6 +353,11 @@ class HealthOut(BaseModel):
         description="`WANDB_API_KEY` is set in the trainer's environment; null: no trainer"
     )
     dependencies: dict[str, DependencyOut]
+    plugins: list[PluginOut] | None = Field(
+        default=None,
+        description="the plugin packages a rollout replica runs, with their versions; "
+        "null: no rollout service answered",
+    )
 
 
 class TrajectoryEntry(BaseModel):

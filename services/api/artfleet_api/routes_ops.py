@@ -33,6 +33,7 @@ from artfleet_api.models import (
     HealthOut,
     ModelList,
     ModelOut,
+    PluginOut,
     RolloutRequest,
     RolloutResponse,
     ScoreOut,
@@ -339,6 +340,25 @@ async def _trainer_info(request: Request) -> trainer_pb2.TrainerInfo | None:
         return None  # the dependency's own entry says why
 
 
+async def _rollout_plugins(request: Request) -> list[PluginOut] | None:
+    try:
+        reply = await backends(request).rollout.ListPlugins(
+            rollout_pb2.ListPluginsRequest(), timeout=request.app.state.settings.health_timeout_s
+        )
+    except grpc.aio.AioRpcError:
+        return None  # the dependency's own entry says why
+    return [
+        PluginOut(
+            group=p.group,
+            name=p.name,
+            package=p.package,
+            version=p.version,
+            state="broken" if p.state == "broken" else "loaded",
+        )
+        for p in reply.plugins
+    ]
+
+
 async def _judge_key_set(request: Request) -> bool | None:
     """Whether the reward service can call the hosted judge the HTTP bodies name by
     default: it refuses a spec whose judge's key variable is not set (ValidateSpec)."""
@@ -367,8 +387,11 @@ async def _judge_key_set(request: Request) -> bool | None:
 )
 async def health(request: Request) -> JSONResponse:
     """Each dependency's state; 503 when one is down. No token needed."""
-    states, info, judge_key = await asyncio.gather(
-        backends(request).health(), _trainer_info(request), _judge_key_set(request)
+    states, info, judge_key, plugins = await asyncio.gather(
+        backends(request).health(),
+        _trainer_info(request),
+        _judge_key_set(request),
+        _rollout_plugins(request),
     )
     ok = all(s.ok for s in states.values())
     body = HealthOut(
@@ -378,5 +401,6 @@ async def health(request: Request) -> JSONResponse:
         openai_configured=judge_key,
         wandb_configured=info.wandb_configured if info is not None else None,
         dependencies={n: DependencyOut(ok=s.ok, detail=s.detail) for n, s in states.items()},
+        plugins=plugins,
     )
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)

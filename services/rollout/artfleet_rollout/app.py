@@ -22,10 +22,8 @@ from artfleet.contracts.queue import ROLLOUT_QUEUE
 from artfleet.runtime.health import HealthMonitor
 from artfleet.runtime.rpc.server import GrpcServer
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
-from artfleet_rollout.agents import kinds
-from artfleet_rollout.environments import registry as environments
 from artfleet_rollout.group import GroupRunner
-from artfleet_rollout.plugins import export_metrics
+from artfleet_rollout.installed import export_metrics, installed_plugins
 from artfleet_rollout.servicer import RolloutServicer
 from artfleet_rollout.settings import RolloutSettings
 from artfleet_rollout.worker import GroupWorker, create_worker_app
@@ -103,11 +101,7 @@ class RolloutRuntime:
 
     async def start(self) -> None:
         await self._redis.ping()  # fail fast with a clear error when Redis is not there
-        for group, found in (
-            (kinds.ENTRY_POINT_GROUP, kinds.plugins()),
-            (environments.ENTRY_POINT_GROUP, environments.plugins()),
-        ):
-            export_metrics(group, found)
+        export_metrics(installed_plugins())
         await self.runner.start()  # on this loop: its channels and clients belong to it
         await self.server.start()
         self.health.start()

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from artfleet_rollout import metrics
-
 log = logging.getLogger(__name__)
 ERROR_LINES = 4  # of a plugin's traceback, kept for listings and refusals
 
@@ -75,12 +73,3 @@ def load_plugins(group: str, reserved: frozenset[str] = frozenset()) -> Plugins:
             log.error("%s", broken.describe(f"{group} plugin"))
             plugins.broken[entry.name] = broken
     return plugins
-
-
-def export_metrics(group: str, plugins: Plugins) -> None:
-    """One `artfleet_rollout_plugins` sample per plugin of `group`: what runs where."""
-    for name, (_, source) in plugins.loaded.items():
-        metrics.PLUGINS.labels(group, name, source.package, source.version, "loaded").set(1)
-    for name, broken in plugins.broken.items():
-        labels = (group, name, broken.provenance.package, broken.provenance.version, "broken")
-        metrics.PLUGINS.labels(*labels).set(1)

@@ -1,5 +1,5 @@
 """Rollout gRPC API: describe environments, run one group synchronously, check a policy
-endpoint.
+endpoint, list the plugins this replica runs.
 
 The servicer is given a started GroupRunner; the server shares the runner's event loop,
 so a RunGroup call reuses the runner's connections like any Celery-submitted group."""
@@ -23,6 +23,7 @@ from artfleet_rollout.environments import (
     get_environment,
 )
 from artfleet_rollout.group import GroupRunner
+from artfleet_rollout.installed import installed_plugins
 
 
 class RolloutServicer(rollout_pb2_grpc.RolloutServicer):
@@ -70,3 +71,8 @@ class RolloutServicer(rollout_pb2_grpc.RolloutServicer):
         self, request: rollout_pb2.CheckPolicyRequest, context: grpc.aio.ServicerContext
     ) -> rollout_pb2.CheckPolicyResponse:
         return await self._runner.check_policy(request)
+
+    async def ListPlugins(
+        self, request: rollout_pb2.ListPluginsRequest, context: grpc.aio.ServicerContext
+    ) -> rollout_pb2.ListPluginsResponse:
+        return rollout_pb2.ListPluginsResponse(plugins=installed_plugins())

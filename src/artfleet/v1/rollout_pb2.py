@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from artfleet.v1 import common_pb2 as artfleet_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61rtfleet/v1/rollout.proto\x12\x0b\x61rtfleet.v1\x1a\x18\x61rtfleet/v1/common.proto\"V\n\x1a\x44\x65scribeEnvironmentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0eprobe_evaluate\x18\x02 \x01(\x08\x12\x12\n\nmcp_config\x18\x03 \x01(\t\"G\n\x0cScenarioInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05split\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\r\n\x05image\x18Z \x01(\t\"\xd3\x02\n\x0f\x45nvironmentInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x41\n\x0bsplit_sizes\x18\x03 \x03(\x0b\x32,.artfleet.v1.EnvironmentInfo.SplitSizesEntry\x12,\n\tscenarios\x18\x04 \x03(\x0b\x32\x19.artfleet.v1.ScenarioInfo\x12\r\n\x05\x61gent\x18\x05 \x01(\t\x12:\n\x07skipped\x18( \x03(\x0b\x32).artfleet.v1.EnvironmentInfo.SkippedEntry\x1a\x31\n\x0fSplitSizesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x1a.\n\x0cSkippedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\xd4\x03\n\tGroupTask\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x05\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x04 \x01(\t\x12\x13\n\x0bscenario_id\x18\x05 \x01(\t\x12\x10\n\x08rollouts\x18\x06 \x01(\x05\x12\x11\n\tmax_turns\x18\x07 \x01(\x05\x12\x16\n\x0emodel_base_url\x18\x08 \x01(\t\x12\x0e\n\x06policy\x18\t \x01(\t\x12\x13\n\x0btemperature\x18\n \x01(\x01\x12\x12\n\nmax_tokens\x18\x0b \x01(\x05\x12\x1a\n\x12max_context_tokens\x18\x0c \x01(\x05\x12\'\n\x06reward\x18\r \x01(\x0b\x32\x17.artfleet.v1.RewardSpec\x12\x0c\n\x04seed\x18\x0e \x01(\x03\x12\x19\n\x11model_api_key_env\x18\x0f \x01(\t\x12\x16\n\x0epolicy_version\x18( \x01(\x03\x12\x13\n\x0btask_prompt\x18\x1e \x01(\t\x12\x16\n\x0emax_concurrent\x18\x1f \x01(\x05\x12\x12\n\nmcp_config\x18  \x01(\t\x12\x1c\n\x0f\x65nable_thinking\x18! \x01(\x08H\x00\x88\x01\x01\x42\x12\n\x10_enable_thinking\"7\n\x0fRunGroupRequest\x12$\n\x04task\x18\x01 \x01(\x0b\x32\x16.artfleet.v1.GroupTask\"\x94\x01\n\x10RunGroupResponse\x12+\n\x05group\x18\x01 \x01(\x0b\x32\x1c.artfleet.v1.TrajectoryGroup\x12&\n\x08\x65pisodes\x18\x02 \x03(\x0b\x32\x14.artfleet.v1.Episode\x12+\n\x07outcome\x18\x03 \x01(\x0b\x32\x1a.artfleet.v1.RewardOutcome\"W\n\x12\x43heckPolicyRequest\x12\x16\n\x0emodel_base_url\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x19\n\x11model_api_key_env\x18\x03 \x01(\t\"~\n\x13\x43heckPolicyResponse\x12\x11\n\treachable\x18\x01 \x01(\x08\x12\x12\n\nauthorized\x18\x02 \x01(\x08\x12\x0e\n\x06served\x18\x03 \x01(\x08\x12\x0e\n\x06models\x18\x04 \x03(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x11\n\tserved_as\x18\x06 \x01(\t2\x82\x02\n\x07Rollout\x12\\\n\x13\x44\x65scribeEnvironment\x12\'.artfleet.v1.DescribeEnvironmentRequest\x1a\x1c.artfleet.v1.EnvironmentInfo\x12G\n\x08RunGroup\x12\x1c.artfleet.v1.RunGroupRequest\x1a\x1d.artfleet.v1.RunGroupResponse\x12P\n\x0b\x43heckPolicy\x12\x1f.artfleet.v1.CheckPolicyRequest\x1a .artfleet.v1.CheckPolicyResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61rtfleet/v1/rollout.proto\x12\x0b\x61rtfleet.v1\x1a\x18\x61rtfleet/v1/common.proto\"\x14\n\x12ListPluginsRequest\"e\n\x06Plugin\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07package\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\r\n\x05state\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\";\n\x13ListPluginsResponse\x12$\n\x07plugins\x18\x01 \x03(\x0b\x32\x13.artfleet.v1.Plugin\"V\n\x1a\x44\x65scribeEnvironmentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0eprobe_evaluate\x18\x02 \x01(\x08\x12\x12\n\nmcp_config\x18\x03 \x01(\t\"G\n\x0cScenarioInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05split\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\r\n\x05image\x18Z \x01(\t\"\xd3\x02\n\x0f\x45nvironmentInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x41\n\x0bsplit_sizes\x18\x03 \x03(\x0b\x32,.artfleet.v1.EnvironmentInfo.SplitSizesEntry\x12,\n\tscenarios\x18\x04 \x03(\x0b\x32\x19.artfleet.v1.ScenarioInfo\x12\r\n\x05\x61gent\x18\x05 \x01(\t\x12:\n\x07skipped\x18( \x03(\x0b\x32).artfleet.v1.EnvironmentInfo.SkippedEntry\x1a\x31\n\x0fSplitSizesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x1a.\n\x0cSkippedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\xd4\x03\n\tGroupTask\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x05\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x04 \x01(\t\x12\x13\n\x0bscenario_id\x18\x05 \x01(\t\x12\x10\n\x08rollouts\x18\x06 \x01(\x05\x12\x11\n\tmax_turns\x18\x07 \x01(\x05\x12\x16\n\x0emodel_base_url\x18\x08 \x01(\t\x12\x0e\n\x06policy\x18\t \x01(\t\x12\x13\n\x0btemperature\x18\n \x01(\x01\x12\x12\n\nmax_tokens\x18\x0b \x01(\x05\x12\x1a\n\x12max_context_tokens\x18\x0c \x01(\x05\x12\'\n\x06reward\x18\r \x01(\x0b\x32\x17.artfleet.v1.RewardSpec\x12\x0c\n\x04seed\x18\x0e \x01(\x03\x12\x19\n\x11model_api_key_env\x18\x0f \x01(\t\x12\x16\n\x0epolicy_version\x18( \x01(\x03\x12\x13\n\x0btask_prompt\x18\x1e \x01(\t\x12\x16\n\x0emax_concurrent\x18\x1f \x01(\x05\x12\x12\n\nmcp_config\x18  \x01(\t\x12\x1c\n\x0f\x65nable_thinking\x18! \x01(\x08H\x00\x88\x01\x01\x42\x12\n\x10_enable_thinking\"7\n\x0fRunGroupRequest\x12$\n\x04task\x18\x01 \x01(\x0b\x32\x16.artfleet.v1.GroupTask\"\x94\x01\n\x10RunGroupResponse\x12+\n\x05group\x18\x01 \x01(\x0b\x32\x1c.artfleet.v1.TrajectoryGroup\x12&\n\x08\x65pisodes\x18\x02 \x03(\x0b\x32\x14.artfleet.v1.Episode\x12+\n\x07outcome\x18\x03 \x01(\x0b\x32\x1a.artfleet.v1.RewardOutcome\"W\n\x12\x43heckPolicyRequest\x12\x16\n\x0emodel_base_url\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x19\n\x11model_api_key_env\x18\x03 \x01(\t\"~\n\x13\x43heckPolicyResponse\x12\x11\n\treachable\x18\x01 \x01(\x08\x12\x12\n\nauthorized\x18\x02 \x01(\x08\x12\x0e\n\x06served\x18\x03 \x01(\x08\x12\x0e\n\x06models\x18\x04 \x03(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x11\n\tserved_as\x18\x06 \x01(\t2\xd4\x02\n\x07Rollout\x12\\\n\x13\x44\x65scribeEnvironment\x12\'.artfleet.v1.DescribeEnvironmentRequest\x1a\x1c.artfleet.v1.EnvironmentInfo\x12G\n\x08RunGroup\x12\x1c.artfleet.v1.RunGroupRequest\x1a\x1d.artfleet.v1.RunGroupResponse\x12P\n\x0b\x43heckPolicy\x12\x1f.artfleet.v1.CheckPolicyRequest\x1a .artfleet.v1.CheckPolicyResponse\x12P\n\x0bListPlugins\x12\x1f.artfleet.v1.ListPluginsRequest\x1a .artfleet.v1.ListPluginsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,26 +36,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENVIRONMENTINFO_SPLITSIZESENTRY']._serialized_options = b'8\001'
   _globals['_ENVIRONMENTINFO_SKIPPEDENTRY']._loaded_options = None
   _globals['_ENVIRONMENTINFO_SKIPPEDENTRY']._serialized_options = b'8\001'
-  _globals['_DESCRIBEENVIRONMENTREQUEST']._serialized_start=68
-  _globals['_DESCRIBEENVIRONMENTREQUEST']._serialized_end=154
-  _globals['_SCENARIOINFO']._serialized_start=156
-  _globals['_SCENARIOINFO']._serialized_end=227
-  _globals['_ENVIRONMENTINFO']._serialized_start=230
-  _globals['_ENVIRONMENTINFO']._serialized_end=569
-  _globals['_ENVIRONMENTINFO_SPLITSIZESENTRY']._serialized_start=472
-  _globals['_ENVIRONMENTINFO_SPLITSIZESENTRY']._serialized_end=521
-  _globals['_ENVIRONMENTINFO_SKIPPEDENTRY']._serialized_start=523
-  _globals['_ENVIRONMENTINFO_SKIPPEDENTRY']._serialized_end=569
-  _globals['_GROUPTASK']._serialized_start=572
-  _globals['_GROUPTASK']._serialized_end=1040
-  _globals['_RUNGROUPREQUEST']._serialized_start=1042
-  _globals['_RUNGROUPREQUEST']._serialized_end=1097
-  _globals['_RUNGROUPRESPONSE']._serialized_start=1100
-  _globals['_RUNGROUPRESPONSE']._serialized_end=1248
-  _globals['_CHECKPOLICYREQUEST']._serialized_start=1250
-  _globals['_CHECKPOLICYREQUEST']._serialized_end=1337
-  _globals['_CHECKPOLICYRESPONSE']._serialized_start=1339
-  _globals['_CHECKPOLICYRESPONSE']._serialized_end=1465
-  _globals['_ROLLOUT']._serialized_start=1468
-  _globals['_ROLLOUT']._serialized_end=1726
+  _globals['_LISTPLUGINSREQUEST']._serialized_start=68
+  _globals['_LISTPLUGINSREQUEST']._serialized_end=88
+  _globals['_PLUGIN']._serialized_start=90
+  _globals['_PLUGIN']._serialized_end=191
+  _globals['_LISTPLUGINSRESPONSE']._serialized_start=193
+  _globals['_LISTPLUGINSRESPONSE']._serialized_end=252
+  _globals['_DESCRIBEENVIRONMENTREQUEST']._serialized_start=254
+  _globals['_DESCRIBEENVIRONMENTREQUEST']._serialized_end=340
+  _globals['_SCENARIOINFO']._serialized_start=342
+  _globals['_SCENARIOINFO']._serialized_end=413
+  _globals['_ENVIRONMENTINFO']._serialized_start=416
+  _globals['_ENVIRONMENTINFO']._serialized_end=755
+  _globals['_ENVIRONMENTINFO_SPLITSIZESENTRY']._serialized_start=658
+  _globals['_ENVIRONMENTINFO_SPLITSIZESENTRY']._serialized_end=707
+  _globals['_ENVIRONMENTINFO_SKIPPEDENTRY']._serialized_start=709
+  _globals['_ENVIRONMENTINFO_SKIPPEDENTRY']._serialized_end=755
+  _globals['_GROUPTASK']._serialized_start=758
+  _globals['_GROUPTASK']._serialized_end=1226
+  _globals['_RUNGROUPREQUEST']._serialized_start=1228
+  _globals['_RUNGROUPREQUEST']._serialized_end=1283
+  _globals['_RUNGROUPRESPONSE']._serialized_start=1286
+  _globals['_RUNGROUPRESPONSE']._serialized_end=1434
+  _globals['_CHECKPOLICYREQUEST']._serialized_start=1436
+  _globals['_CHECKPOLICYREQUEST']._serialized_end=1523
+  _globals['_CHECKPOLICYRESPONSE']._serialized_start=1525
+  _globals['_CHECKPOLICYRESPONSE']._serialized_end=1651
+  _globals['_ROLLOUT']._serialized_start=1654
+  _globals['_ROLLOUT']._serialized_end=1994
 # @@protoc_insertion_point(module_scope)

@@ -7,6 +7,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ListPluginsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Plugin(_message.Message):
+    __slots__ = ("group", "name", "package", "version", "state", "error")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PACKAGE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    name: str
+    package: str
+    version: str
+    state: str
+    error: str
+    def __init__(self, group: _Optional[str] = ..., name: _Optional[str] = ..., package: _Optional[str] = ..., version: _Optional[str] = ..., state: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ListPluginsResponse(_message.Message):
+    __slots__ = ("plugins",)
+    PLUGINS_FIELD_NUMBER: _ClassVar[int]
+    plugins: _containers.RepeatedCompositeFieldContainer[Plugin]
+    def __init__(self, plugins: _Optional[_Iterable[_Union[Plugin, _Mapping]]] = ...) -> None: ...
+
 class DescribeEnvironmentRequest(_message.Message):
     __slots__ = ("name", "probe_evaluate", "mcp_config")
     NAME_FIELD_NUMBER: _ClassVar[int]

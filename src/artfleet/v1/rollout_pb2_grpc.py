@@ -49,6 +49,11 @@ class RolloutStub:
                 request_serializer=artfleet_dot_v1_dot_rollout__pb2.CheckPolicyRequest.SerializeToString,
                 response_deserializer=artfleet_dot_v1_dot_rollout__pb2.CheckPolicyResponse.FromString,
                 _registered_method=True)
+        self.ListPlugins = channel.unary_unary(
+                '/artfleet.v1.Rollout/ListPlugins',
+                request_serializer=artfleet_dot_v1_dot_rollout__pb2.ListPluginsRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_rollout__pb2.ListPluginsResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutServicer:
@@ -75,6 +80,14 @@ class RolloutServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListPlugins(self, request, context):
+        """The plugin packages this replica runs (entry point groups `artfleet.agents` and
+        `artfleet.environments`), with their versions; broken ones with their error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,6 +105,11 @@ def add_RolloutServicer_to_server(servicer, server):
                     servicer.CheckPolicy,
                     request_deserializer=artfleet_dot_v1_dot_rollout__pb2.CheckPolicyRequest.FromString,
                     response_serializer=artfleet_dot_v1_dot_rollout__pb2.CheckPolicyResponse.SerializeToString,
+            ),
+            'ListPlugins': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPlugins,
+                    request_deserializer=artfleet_dot_v1_dot_rollout__pb2.ListPluginsRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_rollout__pb2.ListPluginsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +193,33 @@ class Rollout:
             '/artfleet.v1.Rollout/CheckPolicy',
             artfleet_dot_v1_dot_rollout__pb2.CheckPolicyRequest.SerializeToString,
             artfleet_dot_v1_dot_rollout__pb2.CheckPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPlugins(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/artfleet.v1.Rollout/ListPlugins',
+            artfleet_dot_v1_dot_rollout__pb2.ListPluginsRequest.SerializeToString,
+            artfleet_dot_v1_dot_rollout__pb2.ListPluginsResponse.FromString,
             options,
             channel_credentials,
             insecure,

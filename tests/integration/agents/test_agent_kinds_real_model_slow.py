@@ -22,11 +22,9 @@ from agent_fakes import HalfReward
 from art_quiz import PLUGIN
 from plugin_dist import install_plugin
 from pydantic import SecretStr
-from trained_tokens import mismatches, sampled_turns
-from transformers import AutoTokenizer
+from trainable import assert_trainable
 
 from artfleet.clients.sandbox import SandboxRouter
-from artfleet.contracts import codec
 from artfleet.v1 import rollout_pb2, sandbox_pb2_grpc
 from artfleet_rollout.adapters import GrpcWorkspaces, OpenAIClients
 from artfleet_rollout.environments import registry as environments
@@ -36,12 +34,7 @@ from artfleet_rollout.settings import RolloutSettings
 from artfleet_sandbox.factory import build_servicer
 from artfleet_sandbox.settings import DEFAULT_SANDBOX_PATH, SandboxSettings
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend import training
 from artfleet_trainer.torch_backend.backend import TorchBackend
-from artfleet_trainer.torch_backend.model_loader import (
-    ensure_chat_template_and_pad,
-    ensure_embedded_cache,
-)
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -122,28 +115,6 @@ async def _run_group(
     return response, time.perf_counter() - start
 
 
-def _assert_trainable(response: rollout_pb2.RunGroupResponse) -> list[Any]:
-    """ART trains every assistant turn of every trajectory on exactly the sampled token ids,
-    with their logprobs, in the context each was sampled from (see trained_tokens)."""
-    group = codec.group_from_proto(response.group)
-    assert group.trajectories
-    for i, trajectory in enumerate(group.trajectories):
-        trajectory.reward = float(i)  # distinct rewards: ART drops zero-advantage groups
-    tokenizer = AutoTokenizer.from_pretrained(ensure_embedded_cache())
-    ensure_chat_template_and_pad(tokenizer)  # the template the server and training render
-    results = training.tokenize_groups(tokenizer, [group], {})  # what the trainer trains on
-    by_trajectory: dict[int, list[Any]] = {}
-    for result in results:
-        by_trajectory.setdefault(id(result.trajectory), []).append(result)
-    assert len(by_trajectory) == len(group.trajectories)
-    for own in by_trajectory.values():
-        turns = sampled_turns(own[0].trajectory.messages_and_choices)
-        assert turns
-        problems = mismatches(own, turns)
-        assert not problems, problems
-    return results
-
-
 async def test_single_turn_math(policy_url: tuple[str, str], sandbox_target: str) -> None:
     response, seconds = await _run_group(
         policy_url, sandbox_target, "math-single", "d1-001", rollouts=4, max_tokens=48
@@ -152,7 +123,7 @@ async def test_single_turn_math(policy_url: tuple[str, str], sandbox_target: str
     for episode in response.episodes:
         assert episode.agent == "single" and episode.finish == "answer"
         assert episode.expected_answer.isdigit()
-    _assert_trainable(response)
+    assert_trainable(response)
     print(f"single: 4 episodes in {seconds:.1f}s")
 
 
@@ -167,7 +138,7 @@ async def test_tool_agent_in_a_real_sandbox(
         assert episode.agent == "tools" and episode.check_ran
         assert json.loads(trajectory.tools_json)[0]["function"]["name"] == "bash"
         assert episode.steps  # every turn left a step for process rewards
-    _assert_trainable(response)
+    assert_trainable(response)
     calls = sum(sum(e.tool_calls.values()) for e in response.episodes)
     print(f"tools: 2 episodes in {seconds:.1f}s, {calls} tool calls")
 
@@ -182,7 +153,7 @@ async def test_mcp_agent_plays_2048(
     for episode in response.episodes:
         assert episode.agent == "mcp" and episode.evaluated
         assert 0.0 < episode.evaluate_reward <= 1.0
-    _assert_trainable(response)
+    assert_trainable(response)
     rewards = [e.evaluate_reward for e in response.episodes]
     print(f"mcp: 2 episodes in {seconds:.1f}s, evaluate rewards {rewards}")
 
@@ -207,5 +178,5 @@ async def test_an_art_rollout_function_trains_exactly_what_it_sampled(
     assert len(response.episodes) == 2 and not response.group.exceptions
     for episode in response.episodes:
         assert episode.agent == "art" and episode.finish == "rollout" and episode.turns == 2
-    _assert_trainable(response)
+    assert_trainable(response)
     print(f"art: 2 episodes in {seconds:.1f}s")

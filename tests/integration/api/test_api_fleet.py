@@ -95,6 +95,7 @@ def test_health_reports_every_dependency(api: httpx.Client) -> None:
     assert body["art_backend"] == "torch"
     assert body["openai_configured"] is bool(os.environ.get("OPENAI_API_KEY"))
     assert body["wandb_configured"] is False  # the fleet's trainer has no WANDB_API_KEY
+    assert body["plugins"] == []  # a rollout replica answered: no plugin packages here
 
 
 def test_training_api_train_streams_every_step_and_resumes(api: httpx.Client) -> None:

@@ -31,8 +31,9 @@ from artfleet_rollout.environments import (
 )
 from artfleet_rollout.environments import registry as environments
 from artfleet_rollout.episode import EpisodeContext, run_episode
+from artfleet_rollout.installed import export_metrics
 from artfleet_rollout.plugins import BUNDLED as BUNDLED_SOURCE
-from artfleet_rollout.plugins import Provenance, export_metrics
+from artfleet_rollout.plugins import Provenance
 from artfleet_rollout.servicer import RolloutServicer
 from artfleet_rollout.settings import RolloutSettings
 
@@ -158,9 +159,22 @@ def test_envs_list_says_where_each_comes_from_and_what_is_broken(plugin: None) -
     assert "broken: environment 'missing'" in table.output
 
 
-def test_the_worker_exports_each_plugin_with_its_version(plugin: None) -> None:
-    export_metrics(kinds.ENTRY_POINT_GROUP, kinds.plugins())
-    export_metrics(environments.ENTRY_POINT_GROUP, environments.plugins())
+async def test_the_worker_lists_and_exports_each_plugin_with_its_version(plugin: None) -> None:
+    servicer = RolloutServicer.__new__(RolloutServicer)  # ListPlugins needs no runner
+    reply = await servicer.ListPlugins(rollout_pb2.ListPluginsRequest(), None)
+    listed = {(p.group, p.name): p for p in reply.plugins}
+    assert {(g, n, p.state) for (g, n), p in listed.items()} == {
+        ("artfleet.agents", "guess-kind", "loaded"),
+        ("artfleet.agents", "broken-kind", "broken"),
+        ("artfleet.environments", "guess", "loaded"),
+        ("artfleet.environments", "missing", "broken"),
+        # Its import worked, its factory failed: broken from the start, not at first use.
+        ("artfleet.environments", "raising", "broken"),
+    }
+    assert {(p.package, p.version) for p in reply.plugins} == {("artfleet-test-guess", "0.3")}
+    raising = listed["artfleet.environments", "raising"]
+    assert "the game server is not configured" in raising.error
+    export_metrics(list(reply.plugins))
 
     def sample(group: str, name: str, state: str, version: str = "0.3") -> float | None:
         labels = {"group": group, "name": name, "package": "artfleet-test-guess"}
