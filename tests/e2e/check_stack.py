@@ -150,6 +150,14 @@ def check_targets(prometheus: str, sandbox: int, rollout: int) -> list[str]:
           f"{ {r['metric']['instance']: r['value'][1] for r in served} }")  # fmt: skip
     if len(served) != sandbox:
         out.append(f"{len(served)} of {sandbox} sandbox replicas served sessions")
+    # Every rollout replica exports the plugin packages it loaded (the plugin image).
+    plugins = query(
+        prometheus, 'count by (name, version) (artfleet_rollout_plugins{state="loaded"})'
+    )
+    loaded = {f"{r['metric']['name']} {r['metric']['version']}": r["value"][1] for r in plugins}
+    print(f"plugins loaded (replicas): {loaded}")
+    if not loaded or any(int(n) != rollout for n in loaded.values()):
+        out.append(f"plugins loaded by {loaded}, expected on each of {rollout} rollout replicas")
     return out
 
 

@@ -91,19 +91,22 @@ API_PORT=$API_PORT
 ARTFLEET_TAG=e2e
 EOF
 chmod 600 "$WORK/.env"
-COMPOSE=(docker compose --env-file "$WORK/.env" -p "$PROJECT"
+BASE_COMPOSE=(docker compose --env-file "$WORK/.env" -p "$PROJECT"
   -f docker-compose.yml -f docker-compose.cpu.yml)
+# The rollout workers run the image with the example plugin packages (docs/own-agents.md).
+COMPOSE=("${BASE_COMPOSE[@]}" -f docker-compose.plugins.yml)
 
 # -- 2. images ---------------------------------------------------------------------------
 # Each Python image installs only its own dependency set (pyproject.toml extras): only the
 # trainer carries torch and the model. They share the first layers (base, CA, venv, user).
 NO_CACHE=()
 [[ ${E2E_COLD:-0} == 1 ]] && NO_CACHE=(--no-cache)
+"${BASE_COMPOSE[@]}" build --quiet "${NO_CACHE[@]}" rollout  # what the plugin image is FROM
 "${COMPOSE[@]}" build --quiet "${NO_CACHE[@]}"
 phase "image builds"
 
 # Every image's size; the slim services have limits (MB = 10^6 bytes, as docker prints).
-declare -A SIZE_LIMIT_MB=([sandbox]=400 [rollout]=1000 [reward]=1000 [api]=400)
+declare -A SIZE_LIMIT_MB=([sandbox]=400 [rollout-plugins]=1000 [reward]=1000 [api]=400)
 too_big=0
 echo "== image sizes"
 for image in $("${COMPOSE[@]}" config --images | sort -u); do
@@ -157,11 +160,16 @@ phase "job (2 steps, SUCCEEDED)"
 API_URL="http://127.0.0.1:$API_PORT" JOB_ID=$JOB_ID "$VENV/bin/python" - <<'PY'
 import os, httpx
 url, token = os.environ["API_URL"], os.environ["ARTFLEET_API_TOKEN"]
-assert httpx.get(f"{url}/health").status_code == 200, httpx.get(f"{url}/health").text
+health = httpx.get(f"{url}/health")
+assert health.status_code == 200, health.text
+# Each rollout replica runs the plugin image: the examples, loaded, with their versions.
+plugins = {(p["name"], p["version"], p["state"]) for p in health.json()["plugins"]}
+assert plugins == {("guess-number", "0.1.0", "loaded"), ("sandbox-coding", "0.1.0", "loaded")}
 assert "ArtFleet console" in httpx.get(f"{url}/").text
 job = httpx.get(f"{url}/jobs/{os.environ['JOB_ID']}", headers={"Authorization": f"Bearer {token}"})
 assert job.json()["state"] == "succeeded", job.text
-print(f"api: {url} serves the console; job {job.json()['id']} {job.json()['state']}")
+print(f"api: {url} serves the console; job {job.json()['id']} {job.json()['state']}; "
+      f"plugins {sorted(plugins)}")
 PY
 phase "api and console"
 

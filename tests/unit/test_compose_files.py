@@ -327,3 +327,30 @@ def test_art_image_has_its_own_pins_on_our_base_and_reaches_the_hub() -> None:
     # Hub ids for `art` jobs: art_types' setdefault keeps the image's explicit value.
     final_env = after_shared.rsplit("\nENV ", 1)[-1]
     assert "HF_HUB_OFFLINE=0" in final_env
+
+
+def test_the_plugins_override_builds_the_rollout_image_with_each_package() -> None:
+    class ComposeLoader(yaml.SafeLoader):
+        pass
+
+    # `build: !override` replaces the rollout's build instead of merging into it.
+    ComposeLoader.add_constructor("!override", ComposeLoader.construct_mapping)
+    text = (ROOT / "docker-compose.plugins.yml").read_text()
+    assert "build: !override" in text
+    services = yaml.load(text, ComposeLoader)["services"]
+    assert set(services) == {"rollout"}  # the only service that runs plugin code
+    rollout = services["rollout"]
+    assert rollout["build"]["dockerfile"] == "deploy/plugins/Dockerfile"
+    assert rollout["build"]["args"] == {
+        "ROLLOUT_IMAGE": "artfleet/rollout:${ARTFLEET_TAG:-latest}",
+        "PLUGINS_DIR": "${ARTFLEET_PLUGINS_DIR:-examples}",
+    }
+    assert rollout["image"] == "artfleet/rollout-plugins:${ARTFLEET_TAG:-latest}"
+    dockerfile = (ROOT / "deploy/plugins/Dockerfile").read_text()
+    assert "FROM ${ROLLOUT_IMAGE}" in dockerfile and 'pip install --quiet "$(dirname' in dockerfile
+    assert dockerfile.rstrip().endswith("USER artfleet")  # the workers never run as root
+    # The packages are in the build context: the default folder, and the documented one.
+    allowed = (ROOT / ".dockerignore").read_text().splitlines()
+    assert {"!examples/", "!plugins/"} <= set(allowed)
+    assert all((ROOT / "examples" / p / "pyproject.toml").is_file() for p in os.listdir(
+        ROOT / "examples") if (ROOT / "examples" / p).is_dir())  # fmt: skip

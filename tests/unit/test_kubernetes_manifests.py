@@ -222,8 +222,12 @@ def test_the_components_render_onto_an_overlay(kustomize: list[str], tree: Path)
     )
     result = render(kustomize, overlay)
     assert result.returncode == 0, result.stderr
-    names = {d["metadata"]["name"] for d in yaml.safe_load_all(result.stdout) if d}
-    assert "sandbox-observability" in names
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert "sandbox-observability" in {d["metadata"]["name"] for d in docs}
+    # rollout-plugins: the rollout workers run the image with the plugin packages.
+    images = {d["metadata"]["name"]: {c["image"] for c in containers(d)} for d in workloads(docs)}
+    assert images["rollout"] == {"artfleet/rollout-plugins:latest"}
+    assert "artfleet/rollout-plugins:latest" not in images["trainer"] | images["api"]
 
 
 # --- secrets ----------------------------------------------------------------------------
