@@ -7,33 +7,26 @@ lost with a killed replica once, at its first call, close included (chaos suite 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY
-from waiting import wait_for
+from sandbox_replica import TOKEN, Replica, replicas
 
 from artfleet.clients.sandbox import SandboxRouter
 from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import sandbox_pb2 as pb
 from artfleet.v1 import sandbox_pb2_grpc
-from artfleet_cli.fleet import free_port
 from artfleet_rollout.adapters import GrpcWorkspaces
 from artfleet_rollout.ports import WorkspaceLost, WorkspaceSpec
-from artfleet_sandbox.local_backend.stale import OWNER_FILE
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-TOKEN = "owner-lease-token"
+__all__ = ["replicas"]  # the fixture, from sandbox_replica
 # Renewed every third of it: a loaded machine would have to stall a renewing client for
 # two thirds of a lease (4 s) to lose its sessions.
 LEASE_S = 6.0
@@ -54,82 +47,6 @@ async def main():
 
 asyncio.run(main())
 """
-
-
-@dataclass
-class Replica:
-    root: Path
-    logs: Path
-    port: int = field(default_factory=free_port)
-    metrics_port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> Replica:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ARTFLEET_")}
-        env.update(
-            ARTFLEET_API_TOKEN=TOKEN,
-            ARTFLEET_PORT=str(self.port),
-            ARTFLEET_METRICS_PORT=str(self.metrics_port),
-            ARTFLEET_SANDBOX_BACKEND="local",
-            ARTFLEET_WORKSPACE_ROOT=str(self.root),
-            ARTFLEET_CACHE_DIR=str(self.root.parent / "cache"),
-            ARTFLEET_TEST_RUNTIME="false",
-            ARTFLEET_USE_BWRAP="never",
-            ARTFLEET_SANDBOX_ALLOW_UNISOLATED="true",
-        )
-        log = (self.logs / f"sandbox-{self.port}.log").open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "artfleet_sandbox"], env=env, stdout=log, stderr=log
-        )
-        wait_for(f"sandbox replica on :{self.port} serving", self.serving, 120)
-        return self
-
-    def serving(self) -> bool:
-        assert self.proc is not None and self.proc.poll() is None, "the replica exited"
-        with grpc.insecure_channel(self.target) as channel:
-            try:
-                reply = health_pb2_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(), timeout=2
-                )
-            except grpc.RpcError:
-                return False
-        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
-
-    def own_dir(self) -> Path:
-        assert self.proc is not None
-        found = [
-            p.parent
-            for p in self.root.glob(f"artfleet-sandbox-*/{OWNER_FILE}")
-            if f'"pid": {self.proc.pid},' in p.read_text()
-        ]
-        assert len(found) == 1, found
-        return found[0]
-
-    def metric(self, sample: str) -> float:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as reply:
-            for line in reply.read().decode().splitlines():
-                if line.startswith(sample + " "):
-                    return float(line.split()[-1])
-        return 0.0
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(60)
-
-
-@pytest.fixture
-def replicas(tmp_path: Path) -> Iterator[list[Replica]]:
-    made: list[Replica] = []
-    (tmp_path / "logs").mkdir()
-    yield made
-    for replica in made:
-        replica.stop(signal.SIGKILL)
 
 
 async def session_open(stub: sandbox_pb2_grpc.SandboxStub, session_id: str) -> bool:

@@ -334,7 +334,10 @@ def test_the_plugins_override_builds_the_rollout_image_with_each_package() -> No
         pass
 
     # `build: !override` replaces the rollout's build instead of merging into it.
-    ComposeLoader.add_constructor("!override", ComposeLoader.construct_mapping)
+    def as_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+        return loader.construct_mapping(node)
+
+    ComposeLoader.add_constructor("!override", as_mapping)
     text = (ROOT / "docker-compose.plugins.yml").read_text()
     assert "build: !override" in text
     services = yaml.load(text, ComposeLoader)["services"]
