@@ -1,5 +1,7 @@
-"""A real job through the real fleet: redis-server, Celery worker, four gRPC services, the
-real SmolLM2 model. One fleet for the module; the jobs run one after another."""
+"""Real jobs through the real fleet: redis-server, Celery worker, four gRPC services, the
+real SmolLM2 model. One fleet for the module (a fleet start is the costly part); the jobs
+run one after another: a plain job, cancel, a trainer restart, bad specs, the token on
+every RPC, an asynchronous job and a code-fix job scored by its hidden tests."""
 
 from __future__ import annotations
 
@@ -228,3 +230,77 @@ def test_every_rpc_requires_the_token(fleet: LocalFleet, token: str | None) -> N
                 health_pb2.HealthCheckRequest(), timeout=10
             )
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+# -- more kinds of job on the same fleet ---------------------------------------------------
+
+
+def test_an_async_job_succeeds_at_most_one_version_stale(
+    trainer: trainer_pb2_grpc.TrainerStub,
+) -> None:
+    """max_steps_off_policy=1: a step may be sampled one policy version behind."""
+    spec = JobSpecModel.model_validate(
+        dict(
+            name="async",
+            steps=3,
+            groups_per_step=2,
+            rollouts_per_group=2,
+            max_turns=2,
+            max_tokens=32,
+            learning_rate=1e-4,
+            max_steps_off_policy=1,
+        )
+    )
+    job = trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+    for _ in trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500):
+        pass
+    job = trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert [s.step for s in job.steps] == [1, 2, 3]
+    assert all(s.staleness_max <= 1 for s in job.steps)
+    # Step 2 was dispatched with step 1: sampled by policy 0 (one behind) unless its
+    # requests waited for step 1's training (one torch thread), then by policy 1.
+    assert job.steps[1].staleness_max in (0, 1)
+    assert all(s.trainer_idle_seconds >= 0 and s.step_seconds > 0 for s in job.steps)
+
+
+GROUP_METRICS = ("f2p_passed", "f2p_failed", "p2p_passed", "p2p_failed")
+
+
+def test_code_fix_job_with_the_tests_scorer(
+    fleet: LocalFleet, trainer: trainer_pb2_grpc.TrainerStub
+) -> None:
+    """The terminal agent works in the buggy project, the hidden F2P/P2P tests run after
+    each episode, the `tests` scorer rewards them, and every logged trajectory carries the
+    per-group counts."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    spec = JobSpecModel.model_validate(
+        dict(
+            name="codefix",
+            environment="code-fix",
+            steps=2,
+            groups_per_step=2,
+            rollouts_per_group=2,
+            max_turns=2,
+            max_tokens=48,
+            lora_rank=4,
+            reward=[{"name": "tests"}, {"name": "process", "weight": 0.1}],
+        )
+    )
+    job = trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+    list(trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1800))
+    job = trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert job.completed_steps == 2
+    model_dir = fleet.workdir / "art" / job.spec.project / "models" / f"codefix-{job.id}"
+    for step in (1, 2):
+        rows = pq.read_table(model_dir / "trajectories" / "train" / f"{step:04d}.parquet")
+        rows = rows.to_pylist()
+        assert len(rows) == 4
+        for row in rows:
+            metrics = json.loads(row["metrics"])
+            assert all(name in metrics for name in GROUP_METRICS), metrics
+            # Every hidden test is counted in exactly one of its group's two numbers.
+            assert metrics["f2p_passed"] + metrics["f2p_failed"] >= 1
+            assert metrics["p2p_passed"] + metrics["p2p_failed"] >= 1
+            assert "reward_tests" in metrics or row["reward"] is not None
