@@ -84,6 +84,7 @@ bench:
 	$(BIN)/python bench/chaos_bench.py
 	$(BIN)/python bench/partition_bench.py
 	$(BIN)/python bench/overhead_bench.py
+	$(BIN)/python bench/plugin_overhead_bench.py
 	$(BIN)/python bench/fuzz_bench.py
 
 # The test command README.md gives: contracts, lint, types, every test, then the e2e run.
