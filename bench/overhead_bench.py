@@ -141,6 +141,15 @@ class Bench:
     policy: ReplayPolicy
     metrics_urls: dict[str, list[str]]  # service kind -> its processes' /metrics
 
+    @classmethod
+    def on(cls, fleet: LocalFleet, policy: ReplayPolicy) -> Bench:
+        """A bench over a started fleet: each service's /metrics."""
+        urls = {
+            k: [f"http://127.0.0.1:{fleet.ports[f'{k}_metrics']}/metrics"]
+            for k in ("trainer", "rollout", "sandbox", "reward")
+        }
+        return cls(fleet, policy, urls)
+
     def snapshot(self) -> Snapshot:
         totals: dict[str, Metrics] = {}
         for kind, urls in self.metrics_urls.items():
@@ -277,11 +286,7 @@ def main() -> None:
     print(f"fleet starting, uptime: {uptime()}", flush=True)
     fleet.start(timeout_s=600)
     try:
-        urls = {
-            k: [f"http://127.0.0.1:{fleet.ports[f'{k}_metrics']}/metrics"]
-            for k in ("trainer", "rollout", "sandbox", "reward")
-        }
-        bench = Bench(fleet, policy, urls)
+        bench = Bench.on(fleet, policy)
         # One episode at a time (max_concurrent=1): the cost of a turn, not of a queue.
         alone = bench.run_job(
             "serial",
@@ -290,7 +295,7 @@ def main() -> None:
             ),
         )
         one = bench.run_job("1w", JobSpecModel.model_validate({**spec, "name": "overhead-1w"}))
-        urls["rollout"].append(add_rollout_worker(fleet, "rollout-2"))
+        bench.metrics_urls["rollout"].append(add_rollout_worker(fleet, "rollout-2"))
         two = bench.run_job("2w", JobSpecModel.model_validate({**spec, "name": "overhead-2w"}))
     finally:
         fleet.stop()

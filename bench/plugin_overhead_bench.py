@@ -154,11 +154,7 @@ def main() -> None:
     print(f"fleet starting, uptime: {uptime()}", flush=True)
     fleet.start(timeout_s=600)
     try:
-        urls = {
-            k: [f"http://127.0.0.1:{fleet.ports[f'{k}_metrics']}/metrics"]
-            for k in ("trainer", "rollout", "sandbox", "reward")
-        }
-        bench = Bench(fleet, policy, urls)
+        bench = Bench.on(fleet, policy)
         runs: dict[str, list[float]] = {}
         # Interleaved, so a burst of load on the shared machine hits both.
         pairs = (("bundled", "tool-shell"), ("plugin", "bench-tool-loop")) * args.rounds

@@ -7,11 +7,12 @@ in `adapters.py`, and tests drive the loop with in-process implementations.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from openai.types.chat.chat_completion import Choice
 
+from artfleet.clients.episode import TestRun
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, rollout_pb2
 from artfleet_rollout.agents.terminal import ExecResultLike
@@ -90,18 +91,8 @@ class WorkspaceSpec:
     repo_commit: str = ""
 
 
-@dataclass(frozen=True)
-class SuiteRun:
-    """What a test run reported (passed, failed, ... as the sandbox counted them)."""
-
-    passed: int
-    failed: int
-    errored: int
-    total: int
-    exit_code: int
-    timed_out: bool
-    output: str = ""
-    cases: Mapping[str, str] = field(default_factory=dict)  # test name -> outcome
+# What a test run reported: one type for the agents and for plugin code's sandbox handle.
+SuiteRun = TestRun
 
 
 class Workspace(Protocol):
