@@ -47,15 +47,7 @@ def apply_scores(
     outcome.CopyFrom(response.outcome)
     if outcome.group_dropped or outcome.fail_job:
         return Scored([], [], outcome)
-    n = len(trajectories)
-    if len(response.scores) != n:
-        raise BadScores(
-            f"the reward service answered {len(response.scores)} scores for {n} trajectories"
-        )
-    bad = [i for i in outcome.dropped if not 0 <= i < n]
-    if bad:
-        raise BadScores(f"the reward service dropped trajectories {bad} of a group of {n}")
-    dropped = set(outcome.dropped) | {i for i, s in enumerate(response.scores) if s.dropped}
+    dropped = dropped_indices(response, len(trajectories))
     kept = Scored([], [], outcome)
     for i, (trajectory, episode, score) in enumerate(
         zip(trajectories, episodes, response.scores, strict=True)
@@ -69,6 +61,19 @@ def apply_scores(
     del outcome.dropped[:]
     outcome.dropped.extend(sorted(dropped))
     return kept
+
+
+def dropped_indices(response: reward_pb2.ScoreGroupResponse, n: int) -> set[int]:
+    """The trajectories the reward service dropped, whichever way it marked them (the
+    outcome's list, a score's flag); BadScores when its answer does not fit a group of `n`."""
+    if len(response.scores) != n:
+        raise BadScores(
+            f"the reward service answered {len(response.scores)} scores for {n} trajectories"
+        )
+    bad = [i for i in response.outcome.dropped if not 0 <= i < n]
+    if bad:
+        raise BadScores(f"the reward service dropped trajectories {bad} of a group of {n}")
+    return set(response.outcome.dropped) | {i for i, s in enumerate(response.scores) if s.dropped}
 
 
 def apply_score(trajectory: art.Trajectory, score: reward_pb2.TrajectoryScore) -> None:

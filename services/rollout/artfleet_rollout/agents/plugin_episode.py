@@ -13,6 +13,7 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout.agents.context import EpisodeContext
 from artfleet_rollout.ports import Workspace, WorkspaceSpec
 from artfleet_rollout.repo_episode import suite_summary
+from artfleet_rollout.scoring import dropped_indices
 
 
 class FleetEpisode:
@@ -48,19 +49,8 @@ class FleetEpisode:
             raise ScoringFailed(f"{self._plugin}: {outcome.fail_job}")
         if outcome.group_dropped:
             return [Score(0.0, {}, {}, [], dropped=True) for _ in trajectories]
-        if len(reply.scores) != len(trajectories):
-            raise RuntimeError(
-                f"the reward service answered {len(reply.scores)} scores "
-                f"for {len(trajectories)} trajectories"
-            )
-        dropped = set(outcome.dropped)
+        dropped = dropped_indices(reply, len(trajectories))
         return [
-            Score(
-                s.reward,
-                dict(s.components),
-                dict(s.metrics),
-                list(s.logs),
-                s.dropped or i in dropped,
-            )
+            Score(s.reward, dict(s.components), dict(s.metrics), list(s.logs), i in dropped)
             for i, s in enumerate(reply.scores)
         ]
