@@ -88,7 +88,7 @@ class Session(Protocol):
 
     async def read_file(self, path: str, *, max_bytes: int = 0) -> bytes: ...
 
-    async def run_tests(self, command: str = "", *, timeout_s: float) -> Any: ...
+    async def run_tests(self, command: str = "", *, timeout_s: float) -> TestRun: ...
 
     async def close(self) -> None: ...
 
@@ -151,17 +151,7 @@ class Sandbox:
         """Runs a test command (pytest: `pytest -q`; "" = the sandbox's default) and counts
         its results; the episode keeps the last run as its test record."""
         started = time.perf_counter()
-        run = await self._session.run_tests(command, timeout_s=timeout_s)
-        report = TestRun(
-            run.passed,
-            run.failed,
-            run.errored,
-            run.total,
-            run.exit_code,
-            run.timed_out,
-            run.output,
-            dict(run.cases),
-        )
+        report = await self._session.run_tests(command, timeout_s=timeout_s)
         self._services.tests_ran(report, time.perf_counter() - started)
         return report
 
