@@ -88,6 +88,15 @@ def _submit(trainer: trainer_pb2_grpc.TrainerStub, **fields: object) -> pb.Job:
     return trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
 
 
+def _run_to_end(
+    trainer: trainer_pb2_grpc.TrainerStub, spec: JobSpecModel, *, timeout_s: float
+) -> pb.Job:
+    """Submits the job, follows it until its stream ends, and returns it as it ended."""
+    job = trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+    list(trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=timeout_s))
+    return trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
+
+
 def _wait_event(events: Iterator[pb.ProgressEvent], kind: int, step: int) -> None:
     for event in events:
         if event.kind == kind and event.step == step:
@@ -251,10 +260,7 @@ def test_an_async_job_succeeds_at_most_one_version_stale(
             max_steps_off_policy=1,
         )
     )
-    job = trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
-    for _ in trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500):
-        pass
-    job = trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
+    job = _run_to_end(trainer, spec, timeout_s=1500)
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
     assert [s.step for s in job.steps] == [1, 2, 3]
     assert all(s.staleness_max <= 1 for s in job.steps)
@@ -287,9 +293,7 @@ def test_code_fix_job_with_the_tests_scorer(
             reward=[{"name": "tests"}, {"name": "process", "weight": 0.1}],
         )
     )
-    job = trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
-    list(trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1800))
-    job = trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
+    job = _run_to_end(trainer, spec, timeout_s=1800)
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
     assert job.completed_steps == 2
     model_dir = fleet.workdir / "art" / job.spec.project / "models" / f"codefix-{job.id}"
