@@ -3,6 +3,7 @@ whichever layers and logits are recomputed (tiny random Llama + LoRA)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -150,3 +151,69 @@ def test_a_train_step_is_the_same_under_any_budget() -> None:
             torch.testing.assert_close(value, kept_lora[name], atol=1e-6, rtol=1e-5)
     initial = {n: p for n, p in _lora_model().named_parameters() if "lora_A" in n}
     assert any(not torch.equal(kept_lora[n], p) for n, p in initial.items())  # it trained
+
+
+# --- the training primitives ----------------------------------------------------------
+
+
+def _trained(step: Callable[[Any, torch.optim.Optimizer], training.StepStats]) -> tuple[
+    training.StepStats, dict[str, torch.Tensor]
+]:  # fmt: skip
+    model = _lora_model()
+    optimizer = training.make_optimizer([p for p in model.parameters() if p.requires_grad])
+    stats = step(model, optimizer)
+    return stats, {n: p.detach().clone() for n, p in model.named_parameters() if "lora" in n}
+
+
+def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for name, value in a.items():
+        torch.testing.assert_close(value, b[name], atol=0, rtol=0)
+
+
+def test_a_grpo_step_is_its_composition_from_the_primitives() -> None:
+    """train_on_packed == forward_backward + optim_step per batch of rows, to the bit."""
+    packed = _packed()
+    config, dev = training.build_train_configs(1e-3, {})
+    grpo, grpo_lora = _trained(
+        lambda model, opt: training.train_on_packed(model, opt, packed, config, dev)
+    )
+
+    def composed(model: Any, optimizer: torch.optim.Optimizer) -> training.StepStats:
+        stats = training.StepStats()
+        memory = training.StepMemory.measure(model, dev)
+        for row in (0, 1):  # grad_accumulation_sequences=1: a step per row
+            multiplier = training.forward_backward(model, packed, [row], config, dev, memory, stats)
+            training.optim_step(optimizer, config.learning_rate * multiplier, stats)
+        return stats
+
+    stats, lora = _trained(composed)
+    assert stats.losses == grpo.losses and stats.grad_norms == grpo.grad_norms
+    assert len(stats.grad_norms) == 2
+    _assert_same(lora, grpo_lora)
+
+
+def test_gradients_accumulate_across_forward_backward_calls_until_optim_step() -> None:
+    packed = _packed()
+    config, dev = training.build_train_configs(1e-3, {})
+
+    def step(calls: list[list[int]]) -> Callable[[Any, torch.optim.Optimizer], Any]:
+        def run(model: Any, optimizer: torch.optim.Optimizer) -> training.StepStats:
+            stats = training.StepStats()
+            memory = training.StepMemory.measure(model, dev)
+            for rows in calls:
+                training.forward_backward(
+                    model, packed, rows, config, dev, memory, stats, scale=0.5
+                )
+            training.optim_step(optimizer, 1e-3, stats)
+            return stats
+
+        return run
+
+    together, together_lora = _trained(step([[0, 1]]))
+    apart, apart_lora = _trained(step([[0], [1]]))
+    assert apart.losses == together.losses and len(apart.grad_norms) == 1
+    for name, value in apart_lora.items():
+        torch.testing.assert_close(value, together_lora[name], atol=1e-7, rtol=1e-6)
+    initial = {n: p for n, p in _lora_model().named_parameters() if "lora_A" in n}
+    assert any(not torch.equal(apart_lora[n], p) for n, p in initial.items())  # it trained

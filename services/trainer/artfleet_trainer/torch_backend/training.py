@@ -248,6 +248,87 @@ def _mean(values: list[float]) -> float:
     return sum(finite) / len(finite) if finite else float("nan")
 
 
+@dataclass(frozen=True)
+class StepMemory:
+    """What bounds each row's activations in one step: the model's per-token sizes and the
+    budget a row may keep (activation_memory.py), measured once per step."""
+
+    sizes: activation_memory.ActivationSizes
+    budget: int
+
+    @classmethod
+    def measure(
+        cls,
+        model: Any,
+        dev_config: art.dev.TrainConfig,
+        activation_budget_bytes: int | None = None,
+        memory_fraction: float = 0.0,
+    ) -> StepMemory:
+        chunk = int(dev_config.get("logprob_calculation_chunk_size", DEFAULT_CHUNK_SIZE))
+        sizes, budget = activation_memory.sizes_and_budget(
+            model, activation_budget_bytes, chunk, memory_fraction
+        )
+        return cls(sizes, budget)
+
+
+def forward_backward(
+    model: Any,
+    packed: PackedTensors,
+    rows: Sequence[int],
+    config: art.types.TrainConfig,
+    dev_config: art.dev.TrainConfig,
+    memory: StepMemory,
+    stats: StepStats,
+    *,
+    scale: float = 1.0,
+) -> float:
+    """The training primitive: adds the gradient of each row's loss (ART's policy loss on
+    exactly the sampled tokens, times `scale`) to the trainable parameters' `.grad`, one row
+    at a time within the step's memory plan. Gradients accumulate until `optim_step`.
+    Returns the learning-rate multiplier of the last row (ART's per-trajectory power)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    power = float(dev_config.get("num_trajectories_learning_rate_multiplier_power", 0.0))
+    multiplier = 1.0
+    model.train()
+    try:
+        for row in rows:
+            inputs = art.preprocessing.inputs.create_train_inputs(
+                packed, row, config, dev_config, warmup=False
+            )
+            # Rows are computed one at a time: each drops its own trailing padding (the last
+            # row of a batch is often short).
+            inputs = _to_device(trim_padding(inputs), params[0].device)
+            plan = activation_memory.plan_and_apply(
+                model, int(inputs["tokens"].numel()), memory.sizes, memory.budget
+            )
+            stats.checkpointed_layers.append(plan.checkpointed_layers)
+            loss = _row_loss(model, inputs, config, dev_config, plan.checkpoint_logits)
+            (loss.policy_loss * scale).backward()
+            _record_loss(stats, loss)
+            multiplier = _rate_multiplier(inputs, power)
+    finally:
+        model.eval()
+    return multiplier
+
+
+def optim_step(
+    optimizer: torch.optim.Optimizer,
+    learning_rate: float,
+    stats: StepStats,
+    *,
+    max_grad_norm: float = MAX_GRAD_NORM,
+) -> None:
+    """The other primitive: clips the accumulated gradients, takes one optimizer step at
+    `learning_rate`, and clears the gradients."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate
+    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    stats.grad_norms.append(float(norm))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def train_on_packed(
     model: Any,
     optimizer: torch.optim.Optimizer,
@@ -259,59 +340,37 @@ def train_on_packed(
     activation_budget_bytes: int | None = None,
     memory_fraction: float = 0.0,
 ) -> StepStats:
-    """Optimizer steps over the packed rows, `grad_accumulation_sequences` rows per step.
+    """A GRPO step, composed of the primitives: per `grad_accumulation_sequences` rows, one
+    `forward_backward` (each row's loss averaged over the rows) and one `optim_step`.
 
     Each row keeps at most `activation_budget_bytes` of activations for the backward
     pass (estimated; 0: recompute every layer and the logits; None: the device's budget,
     measured at the start of the step within `memory_fraction` of a GPU when set)."""
     stats = StepStats()
-    params = [p for p in model.parameters() if p.requires_grad]
-    power = float(dev_config.get("num_trajectories_learning_rate_multiplier_power", 0.0))
-    chunk = int(dev_config.get("logprob_calculation_chunk_size", DEFAULT_CHUNK_SIZE))
-    sizes, budget = activation_memory.sizes_and_budget(
-        model, activation_budget_bytes, chunk, memory_fraction
-    )
-    model.train()
+    memory = StepMemory.measure(model, dev_config, activation_budget_bytes, memory_fraction)
+    optimizer.zero_grad(set_to_none=True)
     try:
         for rows in _row_batches(packed, config.grad_accumulation_sequences or 1):
-            optimizer.zero_grad(set_to_none=True)
-            for row in rows:
-                inputs = art.preprocessing.inputs.create_train_inputs(
-                    packed, row, config, dev_config, warmup=False
-                )
-                # Rows are computed one at a time: each drops its own trailing padding
-                # (the last row of a batch is often short).
-                inputs = _to_device(trim_padding(inputs), params[0].device)
-                plan = activation_memory.plan_and_apply(
-                    model, int(inputs["tokens"].numel()), sizes, budget
-                )
-                stats.checkpointed_layers.append(plan.checkpointed_layers)
-                loss = _row_loss(model, inputs, config, dev_config, plan.checkpoint_logits)
-                (loss.policy_loss / len(rows)).backward()
-                _record_loss(stats, loss)
-                _set_learning_rate(optimizer, config.learning_rate, inputs, power)
-            norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-            stats.grad_norms.append(float(norm))
-            optimizer.step()
+            multiplier = forward_backward(
+                model, packed, rows, config, dev_config, memory, stats, scale=1 / len(rows)
+            )
+            optim_step(
+                optimizer, config.learning_rate * multiplier, stats, max_grad_norm=max_grad_norm
+            )
     finally:
         optimizer.zero_grad(set_to_none=True)
-        model.eval()
     return stats
 
 
-def _set_learning_rate(
-    optimizer: torch.optim.Optimizer, learning_rate: float, inputs: Any, power: float
-) -> None:
+def _rate_multiplier(inputs: Any, power: float) -> float:
     """ART's `num_trajectories_learning_rate_multiplier_power`: the rate times (the row's
-    trajectories) ** power, set per row as ART's Unsloth loss does (the step's last row wins)."""
-    multiplier = 1.0
-    if power:
-        trajectories = int(
-            torch.unique(inputs["group_ids"]).numel() - torch.unique(inputs["parent_ids"]).numel()
-        )
-        multiplier = float(max(trajectories, 1)) ** power
-    for group in optimizer.param_groups:
-        group["lr"] = learning_rate * multiplier
+    trajectories) ** power, as ART's Unsloth loss sets it per row (a step's last row wins)."""
+    if not power:
+        return 1.0
+    trajectories = int(
+        torch.unique(inputs["group_ids"]).numel() - torch.unique(inputs["parent_ids"]).numel()
+    )
+    return float(max(trajectories, 1)) ** power
 
 
 def _to_device(inputs: Any, device: torch.device) -> Any:
