@@ -20,7 +20,7 @@ import torch
 from artfleet_trainer.backends.art_compat import art
 
 from . import activation_memory
-from .training import DEFAULT_CHUNK_SIZE, compute_logprobs
+from .training import StepMemory, StepStats, compute_logprobs, optim_step
 
 SFT_MAX_GRAD_NORM = 1.0  # ART's Unsloth SFT clips at 1.0 (GRPO at 0.1)
 
@@ -121,29 +121,28 @@ def train_batch(
     device's (None) measured once per batch."""
     params = [p for p in model.parameters() if p.requires_grad]
     total = max(sum(sum(r.trainable[1:]) for r in rows), 1)  # labels scored (see above)
-    sizes, budget = activation_memory.sizes_and_budget(
-        model, activation_budget_bytes, DEFAULT_CHUNK_SIZE, memory_fraction
-    )
+    memory = StepMemory.measure(model, {}, activation_budget_bytes, memory_fraction)
+    stats = StepStats()
     model.train()
     loss_sum = 0.0
     try:
         optimizer.zero_grad(set_to_none=True)
         for row in rows:
-            plan = activation_memory.plan_and_apply(model, len(row.token_ids), sizes, budget)
+            plan = activation_memory.plan_and_apply(
+                model, len(row.token_ids), memory.sizes, memory.budget
+            )
             nll, _ = row_loss_sum(model, row, params[0].device, plan.checkpoint_logits)
             (nll / total).backward()
             loss_sum += float(nll.detach())
-        norm = torch.nn.utils.clip_grad_norm_(params, SFT_MAX_GRAD_NORM)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate
-        optimizer.step()
+        optim_step(optimizer, learning_rate, stats, max_grad_norm=SFT_MAX_GRAD_NORM)
     finally:
         optimizer.zero_grad(set_to_none=True)
         model.eval()
+    norm = stats.grad_norms[-1]
     return {
         "loss/train": loss_sum / total,
         "loss/learning_rate": learning_rate,
-        "loss/grad_norm": float(norm) if math.isfinite(float(norm)) else float("nan"),
+        "loss/grad_norm": norm if math.isfinite(norm) else float("nan"),
         "data/batch_trainable_tokens": float(total),
     }
 
