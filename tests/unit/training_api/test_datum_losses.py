@@ -26,7 +26,7 @@ def _model() -> Any:
     return model
 
 
-def _datum(length: int, offset: int = 0, **inputs: list[float]) -> Datum:
+def _datum(length: int, *, offset: int = 0, **inputs: list[float]) -> Datum:
     tokens = [(offset + 3 * i) % VOCAB for i in range(length)]
     targets = [(offset + 3 * i + 1) % VOCAB for i in range(length)]
     return Datum(tokens, targets, dict(inputs))
@@ -64,7 +64,7 @@ def test_each_loss_is_its_formula_over_the_target_logprobs() -> None:
     assert ce.loss_sum == pytest.approx(float(-(lp * torch.tensor(weights)).sum()), rel=1e-5)
     advantages = [1.0, -1.0, 2.0, 0.5]
     # sampled with these very logprobs: every ratio is 1
-    sampled = dict(logprobs=lp.tolist(), advantages=advantages)
+    sampled: dict[str, list[float]] = {"logprobs": lp.tolist(), "advantages": advantages}
     for loss_fn in ("importance_sampling", "ppo", "cispo"):
         out = _forward(model, [_datum(4, **sampled)], loss_fn)
         expected = (
@@ -74,7 +74,7 @@ def test_each_loss_is_its_formula_over_the_target_logprobs() -> None:
         )
         assert out.loss_sum == pytest.approx(expected, rel=1e-5), loss_fn
     # far-off sampler logprobs: PPO clips the ratio at its threshold for positive advantages
-    stale = dict(logprobs=(lp - 2.0).tolist(), advantages=[1.0] * 4)
+    stale: dict[str, list[float]] = {"logprobs": (lp - 2.0).tolist(), "advantages": [1.0] * 4}
     ppo = _forward(model, [_datum(4, **stale)], "ppo", clip_high_threshold=1.5)
     assert ppo.loss_sum == pytest.approx(-4 * 1.5, rel=1e-5)
 

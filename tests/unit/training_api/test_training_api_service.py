@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from api_fleet import tiny_model
+from pydantic import SecretStr
 
 from artfleet.contracts.errors import InvalidArgument, NotFound, ResourceExhausted
 from artfleet.v1 import training_api_pb2 as pb
@@ -33,7 +34,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 async def service(tmp_path: Path) -> AsyncIterator[TrainingApiService]:
     settings = TrainerSettings(
-        art_path=str(tmp_path / "art"), api_token="t", training_api_max_clients=2
+        art_path=str(tmp_path / "art"), api_token=SecretStr("t"), training_api_max_clients=2
     )
     backend = TorchBackend(path=settings.art_path, num_threads=1, train_num_threads=1)
     sampler = CompletionsSampler(backend.sampling_endpoint)
