@@ -26,7 +26,7 @@ def _model() -> Any:
     return model
 
 
-def _datum(length: int, *, offset: int = 0, **inputs: list[float]) -> Datum:
+def _datum(length: int, offset: int = 0, /, **inputs: list[float]) -> Datum:
     tokens = [(offset + 3 * i) % VOCAB for i in range(length)]
     targets = [(offset + 3 * i + 1) % VOCAB for i in range(length)]
     return Datum(tokens, targets, dict(inputs))
@@ -40,7 +40,7 @@ def _forward(model: Any, datums: list[Datum], loss_fn: str = "cross_entropy", **
 
 def test_packed_datums_score_as_they_do_alone() -> None:
     model = _model()
-    datums = [_datum(5), _datum(7, offset=1), _datum(3, offset=2)]
+    datums = [_datum(5), _datum(7, 1), _datum(3, 2)]
     together = _forward(model, datums)
     assert datum_training.pack(datums) == [[0, 1, 2]]  # one row
     for index, datum in enumerate(datums):
