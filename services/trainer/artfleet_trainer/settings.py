@@ -89,16 +89,16 @@ class TrainerSettings(ServerSettings):
         description="steps in a row whose every group a scorer error zeroed or dropped before "
         "the job fails, naming the scorer (0: never)",
     )
-    training_api_max_clients: int = Field(
+    tinker_api_max_clients: int = Field(
         default=4,
         ge=0,
-        description="training clients of the HTTP training API loaded at once (each holds a "
+        description="training clients of the Tinker-compatible API loaded at once (each holds a "
         "LoRA and its optimizer state; 0 turns the API off)",
     )
-    training_api_max_queued_calls: int = Field(
-        default=256, ge=1, description="HTTP training API calls waiting or running at once"
+    tinker_api_max_queued_calls: int = Field(
+        default=256, ge=1, description="Tinker-compatible API calls waiting or running at once"
     )
-    training_api_idle_s: float = Field(
+    tinker_api_idle_s: float = Field(
         default=300.0,
         gt=0,
         description="a session silent this long (no heartbeat) has its training clients "

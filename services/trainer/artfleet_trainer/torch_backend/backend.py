@@ -148,7 +148,7 @@ class TorchBackend:
             loader=self._frozen.get,  # checkpoints and base models, for evaluation
         )
         Path(path).mkdir(parents=True, exist_ok=True)
-        self.training_clients = TrainingClients(self)  # the HTTP training API's clients
+        self.training_clients = TrainingClients(self)  # the Tinker-compatible API's clients
 
     @property
     def path(self) -> str:

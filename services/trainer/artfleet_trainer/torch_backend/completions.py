@@ -1,7 +1,7 @@
 """OpenAI text completions (`/v1/completions`) as vLLM serves them: request validation
 and response building, pure as protocol.py is.
 
-What the HTTP training API's sampler needs, so that one client samples from vLLM and from
+What the Tinker-compatible API's sampler needs, so that one client samples from vLLM and from
 this server alike: a prompt of token ids (or a string), vLLM's sampling extensions
 (`top_k`, `stop_token_ids`, `ignore_eos`), the sampled tokens' `logprobs`, and vLLM's
 `return_token_ids` and `prompt_logprobs`, in vLLM's response shape: every choice

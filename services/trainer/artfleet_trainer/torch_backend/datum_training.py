@@ -1,4 +1,4 @@
-"""The HTTP training API's (Tinker's) `forward_backward` on the torch backend: datums
+"""The Tinker-compatible API's `forward_backward` on the torch backend: datums
 packed into rows and trained through the same `training.forward_backward` as a GRPO step.
 
 A datum is a token sequence whose position i predicts `target_tokens[i]`, with per-position

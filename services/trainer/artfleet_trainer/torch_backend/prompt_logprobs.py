@@ -1,5 +1,5 @@
 """Prompt logprobs (vLLM's `prompt_logprobs`): how likely the model finds each prompt
-token after the ones before it, as the HTTP training API's `compute_logprobs` asks.
+token after the ones before it, as the Tinker-compatible API's `compute_logprobs` asks.
 
 A forward pass of its own over the whole prompt, apart from the batch's prefill (which
 keeps the last position's logits only and may start from a cached prefix). Logits come

@@ -289,7 +289,7 @@ def forward_backward(
 ) -> None:
     """The training primitive: adds the gradient of each row's loss (times `scale`) to the
     trainable parameters' `.grad`, one row at a time within the step's memory plan.
-    Gradients accumulate until `optim_step`. GRPO rows (`GrpoRows`) and the HTTP training
+    Gradients accumulate until `optim_step`. GRPO rows (`GrpoRows`) and the Tinker-compatible
     API's datums (`datum_training`) both come through here."""
     model.train()
     try:

@@ -1,4 +1,4 @@
-"""Training clients of the HTTP training API (Tinker's protocol) on the torch backend.
+"""Training clients of the Tinker-compatible API on the torch backend.
 
 Each client is a registered model of the backend (a LoRA on its base model, its own
 optimizer, its checkpoints in the fleet's layout under the project `tinker`), driven by
@@ -58,7 +58,7 @@ class ClientInfo:
 
 
 class TrainingClients:
-    """The backend's side of the HTTP training API: clients by name."""
+    """The backend's side of the Tinker-compatible API: clients by name."""
 
     def __init__(self, backend: TorchBackend) -> None:
         self._backend = backend

@@ -1,4 +1,4 @@
-"""The HTTP training API's checks of what it does not serve, and its listings (runs,
+"""The Tinker-compatible API's checks of what it does not serve, and its listings (runs,
 checkpoints, samplers, base models) as proto messages."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 import shutil
 
 from artfleet.contracts.errors import InvalidArgument, NotFound
-from artfleet.v1 import training_api_pb2 as pb
+from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet_trainer.backends import base_models as base_model_names
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.torch_backend.training_clients import TrainingClients

@@ -1,4 +1,4 @@
-"""Training runs of the HTTP training API on disk: what survives a trainer restart.
+"""Training runs of the Tinker-compatible API on disk: what survives a trainer restart.
 
 A run is a training client's model folder in the fleet's layout
 (`{art_path}/tinker/models/{name}/`, checkpoints `checkpoints/{step:04d}/`), plus

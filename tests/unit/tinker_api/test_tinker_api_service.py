@@ -1,4 +1,4 @@
-"""The trainer's HTTP training API service on a real TorchBackend (a tiny random Llama
+"""The trainer's Tinker-compatible API service on a real TorchBackend (a tiny random Llama
 wearing SmolLM2's tokenizer): training clients created, trained, saved and listed
 through their futures; seq_id order and retries; two clients that never touch each
 other's weights; limits and refusals that name what they refuse."""
@@ -15,13 +15,13 @@ from api_fleet import tiny_model
 from pydantic import SecretStr
 
 from artfleet.contracts.errors import InvalidArgument, NotFound, ResourceExhausted
-from artfleet.v1 import training_api_pb2 as pb
+from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet_trainer.settings import TrainerSettings
+from artfleet_trainer.tinker_api import catalog
+from artfleet_trainer.tinker_api.futures import Futures
+from artfleet_trainer.tinker_api.sampler import CompletionsSampler
+from artfleet_trainer.tinker_api.service import TinkerApiService
 from artfleet_trainer.torch_backend import TorchBackend
-from artfleet_trainer.training_api import catalog
-from artfleet_trainer.training_api.futures import Futures
-from artfleet_trainer.training_api.sampler import CompletionsSampler
-from artfleet_trainer.training_api.service import TrainingApiService
 
 Context: Any = None
 
@@ -32,13 +32,13 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[TrainingApiService]:
+async def service(tmp_path: Path) -> AsyncIterator[TinkerApiService]:
     settings = TrainerSettings(
-        art_path=str(tmp_path / "art"), api_token=SecretStr("t"), training_api_max_clients=2
+        art_path=str(tmp_path / "art"), api_token=SecretStr("t"), tinker_api_max_clients=2
     )
     backend = TorchBackend(path=settings.art_path, num_threads=1, train_num_threads=1)
     sampler = CompletionsSampler(backend.sampling_endpoint)
-    api = TrainingApiService(
+    api = TinkerApiService(
         settings,
         backend.training_clients,
         sampler,
@@ -52,7 +52,7 @@ async def service(tmp_path: Path) -> AsyncIterator[TrainingApiService]:
         await backend.close()
 
 
-async def _result(api: TrainingApiService, promise: pb.Promise) -> pb.RetrieveResponse:
+async def _result(api: TinkerApiService, promise: pb.Promise) -> pb.RetrieveResponse:
     outcome = await api.Retrieve(
         pb.RetrieveRequest(request_id=promise.request_id, wait_s=60), Context
     )
@@ -60,7 +60,7 @@ async def _result(api: TrainingApiService, promise: pb.Promise) -> pb.RetrieveRe
     return outcome
 
 
-async def _client(api: TrainingApiService, session: str, number: int, base: Path) -> str:
+async def _client(api: TinkerApiService, session: str, number: int, base: Path) -> str:
     create = pb.CreateModelOp(
         model_seq_id=number,
         base_model=str(base),
@@ -84,7 +84,7 @@ def _batch(loss_fn: str = "cross_entropy") -> pb.ForwardBackwardOp:
     return op
 
 
-async def _loss(api: TrainingApiService, model_id: str, seq: int, *, train: bool) -> float:
+async def _loss(api: TinkerApiService, model_id: str, seq: int, *, train: bool) -> float:
     op = _batch()
     op.forward_only = not train
     call = pb.TrainingCall(model_id=model_id, seq_id=seq, forward_backward=op)
@@ -93,19 +93,19 @@ async def _loss(api: TrainingApiService, model_id: str, seq: int, *, train: bool
     return outcome.forward_backward.metrics["loss:sum"]
 
 
-async def _step(api: TrainingApiService, model_id: str, seq: int) -> None:
+async def _step(api: TinkerApiService, model_id: str, seq: int) -> None:
     adam = pb.AdamParams(learning_rate=0.05, beta1=0.9, beta2=0.95, eps=1e-8)
     call = pb.TrainingCall(model_id=model_id, seq_id=seq, optim_step=pb.OptimStepOp(adam=adam))
     outcome = await _result(api, await api.Submit(call, Context))
     assert outcome.optim_step.metrics["grad_norm:mean"] > 0
 
 
-async def _session(api: TrainingApiService) -> str:
+async def _session(api: TinkerApiService) -> str:
     return (await api.CreateSession(pb.CreateTrainingSessionRequest(), Context)).session_id
 
 
 async def test_a_client_trains_saves_and_lists_its_checkpoints(
-    service: TrainingApiService, model_dir: Path
+    service: TinkerApiService, model_dir: Path
 ) -> None:
     session = await _session(service)
     model_id = await _client(service, session, 0, model_dir)
@@ -137,7 +137,7 @@ async def test_a_client_trains_saves_and_lists_its_checkpoints(
 
 
 async def test_calls_run_in_seq_id_order_and_a_retry_is_the_same_call(
-    service: TrainingApiService, model_dir: Path
+    service: TinkerApiService, model_dir: Path
 ) -> None:
     session = await _session(service)
     model_id = await _client(service, session, 0, model_dir)
@@ -157,7 +157,7 @@ async def test_calls_run_in_seq_id_order_and_a_retry_is_the_same_call(
 
 
 async def test_two_clients_keep_their_own_weights(
-    service: TrainingApiService, model_dir: Path
+    service: TinkerApiService, model_dir: Path
 ) -> None:
     session = await _session(service)
     a = await _client(service, session, 0, model_dir)
@@ -170,7 +170,7 @@ async def test_two_clients_keep_their_own_weights(
 
 
 async def test_limits_and_refusals_name_what_they_refuse(
-    service: TrainingApiService, model_dir: Path
+    service: TinkerApiService, model_dir: Path
 ) -> None:
     session = await _session(service)
     await _client(service, session, 0, model_dir)
@@ -178,7 +178,7 @@ async def test_limits_and_refusals_name_what_they_refuse(
     create = pb.CreateModelOp(
         model_seq_id=2, base_model=str(model_dir), rank=4, train_mlp=True, train_attn=True
     )
-    with pytest.raises(ResourceExhausted, match="ARTFLEET_TRAINING_API_MAX_CLIENTS"):
+    with pytest.raises(ResourceExhausted, match="ARTFLEET_TINKER_API_MAX_CLIENTS"):
         await service.Submit(pb.TrainingCall(session_id=session, create_model=create), Context)
     with pytest.raises(NotFound, match="not loaded"):
         call = pb.TrainingCall(model_id=f"{session}:train:9", seq_id=1, forward_backward=_batch())
@@ -199,7 +199,7 @@ async def test_limits_and_refusals_name_what_they_refuse(
 
 
 async def test_an_ended_session_releases_its_clients_and_keeps_their_weights(
-    service: TrainingApiService, model_dir: Path
+    service: TinkerApiService, model_dir: Path
 ) -> None:
     session = await _session(service)
     model_id = await _client(service, session, 0, model_dir)

@@ -1,4 +1,4 @@
-"""Sampling for the HTTP training API: token ids in, token ids and logprobs out, through
+"""Sampling for the Tinker-compatible API: token ids in, token ids and logprobs out, through
 the policy's OpenAI-compatible `/v1/completions` (the vLLM inference service, or the
 torch backend's own server), with one session reused for every call."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 
 from artfleet.contracts.errors import InvalidArgument, Unavailable
-from artfleet.v1 import training_api_pb2 as pb
+from artfleet.v1 import tinker_api_pb2 as pb
 
 DEFAULT_MAX_TOKENS = 256
 

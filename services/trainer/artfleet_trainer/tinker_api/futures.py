@@ -1,4 +1,4 @@
-"""Futures of the HTTP training API: each queued call's id and, once it ran, its outcome.
+"""Futures of the Tinker-compatible API: each queued call's id and, once it ran, its outcome.
 
 Ids carry this trainer process's boot id: a future from before a restart is answered as
 lost (retryable: the client sends the call again), never as unknown and never by a hang.
@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 
 from artfleet.contracts.errors import NotFound, ResourceExhausted
-from artfleet.v1 import training_api_pb2 as pb
+from artfleet.v1 import tinker_api_pb2 as pb
 
-PENDING_LIMIT_SETTING = "ARTFLEET_TRAINING_API_MAX_QUEUED_CALLS"
+PENDING_LIMIT_SETTING = "ARTFLEET_TINKER_API_MAX_QUEUED_CALLS"
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The gRPC service `TrainingApi`: the HTTP training API's state and queue on the trainer.
+"""The gRPC service `TinkerApi`: the Tinker-compatible API's state and queue on the trainer.
 
 Calls that change a training client run one at a time in its seq_id order
 (`ordering.ClientQueue`); samples run as they come. Each call answers at once with a
@@ -22,8 +22,8 @@ from artfleet.contracts.errors import (
     NotFound,
     ResourceExhausted,
 )
-from artfleet.v1 import training_api_pb2 as pb
-from artfleet.v1 import training_api_pb2_grpc
+from artfleet.v1 import tinker_api_pb2 as pb
+from artfleet.v1 import tinker_api_pb2_grpc
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.torch_backend import datum_training
 from artfleet_trainer.torch_backend.training_clients import TrainingClients
@@ -39,10 +39,10 @@ from .sessions import Sessions
 log = logging.getLogger(__name__)
 
 USER_ERRORS = (InvalidArgument, NotFound, FailedPrecondition)
-CLIENTS_LIMIT_SETTING = "ARTFLEET_TRAINING_API_MAX_CLIENTS"
+CLIENTS_LIMIT_SETTING = "ARTFLEET_TINKER_API_MAX_CLIENTS"
 
 
-class TrainingApiService(training_api_pb2_grpc.TrainingApiServicer):
+class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
     def __init__(
         self,
         settings: TrainerSettings,
@@ -57,8 +57,8 @@ class TrainingApiService(training_api_pb2_grpc.TrainingApiServicer):
         self._sampler = sampler
         self._check_base_model = check_base_model
         self.runs = Runs(settings.art_path)
-        self.sessions = Sessions(settings.training_api_idle_s)
-        self.futures = Futures(settings.training_api_max_queued_calls)
+        self.sessions = Sessions(settings.tinker_api_idle_s)
+        self.futures = Futures(settings.tinker_api_max_queued_calls)
         self._calls = Calls(clients, self.runs, self.sessions)
         self._queues: dict[str, ClientQueue] = {}  # live training clients by model id
         self._creates: dict[str, str] = {}  # model id -> the future creating it
@@ -66,7 +66,7 @@ class TrainingApiService(training_api_pb2_grpc.TrainingApiServicer):
         self._reaper: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._reaper = asyncio.create_task(self._reap(), name="training-api-reaper")
+        self._reaper = asyncio.create_task(self._reap(), name="tinker-api-reaper")
 
     async def stop(self) -> None:
         """Every waiting future fails (retryable): no client waits on a stopped trainer."""
@@ -197,7 +197,7 @@ class TrainingApiService(training_api_pb2_grpc.TrainingApiServicer):
         if model_id in self._creates:
             return pb.Promise(request_id=self._creates[model_id], model_id=model_id)
         run = self._create_call(call, op, session.session_id, model_id)
-        limit = self._settings.training_api_max_clients
+        limit = self._settings.tinker_api_max_clients
         if len(self._queues) >= limit:
             raise ResourceExhausted(
                 f"{limit} training clients are loaded ({CLIENTS_LIMIT_SETTING}); end a "

@@ -1,4 +1,4 @@
-"""The HTTP training API's losses on datums (torch_backend/datum_training.py), on a tiny
+"""The Tinker-compatible API's losses on datums (torch_backend/datum_training.py), on a tiny
 random Llama with LoRA: each loss is its formula over the datum's target logprobs, packed
 datums score as they do alone, and bad datums are refused naming the datum."""
 

@@ -1,4 +1,4 @@
-"""What each queued call of the HTTP training API does on the torch backend's training
+"""What each queued call of the Tinker-compatible API does on the torch backend's training
 clients: the proto op in, the proto result out. Errors are raised (ArtfleetError); the
 service turns them into the future's failure."""
 
@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from artfleet.contracts.errors import InvalidArgument, NotFound
-from artfleet.v1 import training_api_pb2 as pb
+from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet_trainer.torch_backend import datum_training
 from artfleet_trainer.torch_backend.training_clients import AdamParams, TrainingClients
 

@@ -1,4 +1,4 @@
-"""Sessions of the HTTP training API: who holds which training clients and samplers.
+"""Sessions of the Tinker-compatible API: who holds which training clients and samplers.
 
 A session lives while its client heartbeats. One silent for `idle_s` (or finished) has
 its training clients released from memory; their saved weights stay on disk.
