@@ -1,7 +1,7 @@
 """Bearer-token auth and request metrics, as ASGI middleware (every route, SSE included,
 without per-handler code). Open without a token: /health, the console's static files and
 the API's description (/docs, /openapi.json: no data, no secrets), so a browser opens them.
-Under /api/v1, the HTTP training API (Tinker's protocol), the token may also come as its
+Under /api/v1, the Tinker-compatible API, the token may also come as its
 clients send it: `X-API-Key: tml-<token>` (they refuse keys without that prefix) or
 `X-API-Key: <token>`."""
 

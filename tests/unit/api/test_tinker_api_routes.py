@@ -1,5 +1,5 @@
-"""The HTTP training API (Tinker's protocol) before a fake trainer: each route's body as
-its clients send it becomes the TrainingApi call, and each answer has the shape the
+"""The Tinker-compatible API before a fake trainer: each route's body as
+its clients send it becomes the TinkerApi call, and each answer has the shape the
 clients' strict response models require (written out here as they define it)."""
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from training_api_fake import BASE_MODEL, Front, training_api_front
+from tinker_api_fake import BASE_MODEL, Front, tinker_api_front
 
-from artfleet.v1 import training_api_pb2 as pb
+from artfleet.v1 import tinker_api_pb2 as pb
 
 API = "/api/v1"
 
 
 @pytest.fixture
 async def front() -> AsyncIterator[Front]:
-    async with training_api_front() as front:
+    async with tinker_api_front() as front:
         yield front
 
 

@@ -1,4 +1,4 @@
-"""forward_backward under the HTTP training API (Tinker's protocol): the protobuf body
+"""forward_backward under the Tinker-compatible API: the protobuf body
 of newer clients (built here with our TinkerWire messages, which carry Tinker's field
 numbers) and the JSON body of older ones become the same trainer call; what a text-only
 trainer cannot take is refused by datum and key."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from training_api_fake import Front, training_api_front
+from tinker_api_fake import Front, tinker_api_front
 
 from artfleet.v1 import tinker_wire_pb2 as wire
 
@@ -21,7 +21,7 @@ PROTOBUF = {"Content-Type": "application/x-protobuf"}
 
 @pytest.fixture
 async def front() -> AsyncIterator[Front]:
-    async with training_api_front() as front:
+    async with tinker_api_front() as front:
         yield front
 
 

@@ -1,4 +1,4 @@
-"""The HTTP training API (Tinker's protocol) under /api/v1: sessions, training and
+"""The Tinker-compatible API under /api/v1: sessions, training and
 sampling calls (queued on the trainer, answered with a future at once) and
 retrieve_future. Runs and checkpoints: rest.py; routes this server refuses: refused.py.
 Auth is the app's middleware; gRPC errors map onto HTTP in errors.py."""
@@ -12,11 +12,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from artfleet.v1 import training_api_pb2 as pb
-from artfleet_api.training_api import bodies as b
-from artfleet_api.training_api import fwdbwd, refused, rest, results, wire
-from artfleet_api.training_api.deps import Api, TrainingApi
-from artfleet_api.training_api.errors import PREFIX, WireError, validation_message
+from artfleet.v1 import tinker_api_pb2 as pb
+from artfleet_api.tinker_api import bodies as b
+from artfleet_api.tinker_api import fwdbwd, refused, rest, results, wire
+from artfleet_api.tinker_api.deps import Api, TrainingApi
+from artfleet_api.tinker_api.errors import PREFIX, WireError, validation_message
 
 # Out of the OpenAPI schema: the contract is Tinker's client (protobuf bodies included),
 # and a schema fuzzer must not create training clients on the trainer.

@@ -1,4 +1,4 @@
-"""The HTTP training API's (Tinker's protocol) JSON bodies onto the trainer's TrainingApi
+"""The Tinker-compatible API's JSON bodies onto the trainer's TrainingApi
 messages, and its replies back into the JSON its clients validate strictly (every
 field they require, datetimes as ISO text). forward_backward's bodies: fwdbwd.py; a
 future's results: results.py."""
@@ -9,10 +9,10 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from artfleet.v1 import training_api_pb2 as pb
-from artfleet_api.training_api import bodies as b
-from artfleet_api.training_api.errors import WireError
-from artfleet_api.training_api.fwdbwd import text_tokens
+from artfleet.v1 import tinker_api_pb2 as pb
+from artfleet_api.tinker_api import bodies as b
+from artfleet_api.tinker_api.errors import WireError
+from artfleet_api.tinker_api.fwdbwd import text_tokens
 
 ADAM = ("adam", "adamw")
 OWNER = "artfleet"  # runs have no owner here: one fleet, one token

@@ -1,4 +1,4 @@
-"""A stand-in for the trainer's TrainingApi gRPC service: canned replies, every request
+"""A stand-in for the trainer's TinkerApi gRPC service: canned replies, every request
 and its metadata recorded, any method made to fail with a chosen status; and the API app
 in front of it, served in-process (a real gRPC server on a free port, the app through
 httpx's ASGI transport, both on the test's event loop)."""
@@ -13,8 +13,8 @@ from typing import Any
 import grpc
 import httpx
 
-from artfleet.v1 import training_api_pb2 as pb
-from artfleet.v1 import training_api_pb2_grpc as pb_grpc
+from artfleet.v1 import tinker_api_pb2 as pb
+from artfleet.v1 import tinker_api_pb2_grpc as pb_grpc
 from artfleet_api.app import create_app
 from artfleet_api.settings import ApiSettings
 from artfleet_cli.fleet import free_port
@@ -47,7 +47,7 @@ RUN = pb.TrainingRun(
 
 
 @dataclass
-class FakeTrainingApi(pb_grpc.TrainingApiServicer):
+class FakeTrainingApi(pb_grpc.TinkerApiServicer):
     requests: list[tuple[str, Any]] = field(default_factory=list)
     metadata: list[dict[str, str]] = field(default_factory=list)
     failures: dict[str, tuple[grpc.StatusCode, str]] = field(default_factory=dict)
@@ -153,11 +153,11 @@ class Front:
 
 
 @asynccontextmanager
-async def training_api_front(**settings: Any) -> AsyncIterator[Front]:
+async def tinker_api_front(**settings: Any) -> AsyncIterator[Front]:
     """The API app before a FakeTrainingApi; the client sends the key as SDKs do."""
     trainer = FakeTrainingApi()
     server = grpc.aio.server()
-    pb_grpc.add_TrainingApiServicer_to_server(trainer, server)
+    pb_grpc.add_TinkerApiServicer_to_server(trainer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     values: dict[str, Any] = {
@@ -165,7 +165,7 @@ async def training_api_front(**settings: Any) -> AsyncIterator[Front]:
         "trainer_target": f"127.0.0.1:{port}",
         "redis_url": f"redis://127.0.0.1:{free_port()}/0",  # never reached
         "rpc_timeout_s": 5.0,
-        "training_api_wait_s": 0.5,
+        "tinker_api_wait_s": 0.5,
         **settings,
     }
     api_settings = ApiSettings(**values)

@@ -1,4 +1,4 @@
-"""The HTTP training API's (Tinker's protocol) synchronous lookups: the server's models,
+"""The Tinker-compatible API's synchronous lookups: the server's models,
 sampling sessions, training runs and their checkpoints, a checkpoint's weights."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 
-from artfleet.v1 import training_api_pb2 as pb
-from artfleet_api.training_api import bodies as b
-from artfleet_api.training_api import wire
-from artfleet_api.training_api.deps import Api
-from artfleet_api.training_api.errors import WireError
-from artfleet_api.training_api.refused import not_implemented
+from artfleet.v1 import tinker_api_pb2 as pb
+from artfleet_api.tinker_api import bodies as b
+from artfleet_api.tinker_api import wire
+from artfleet_api.tinker_api.deps import Api
+from artfleet_api.tinker_api.errors import WireError
+from artfleet_api.tinker_api.refused import not_implemented
 
 router = APIRouter()
 

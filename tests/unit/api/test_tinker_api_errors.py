@@ -1,4 +1,4 @@
-"""The HTTP training API (Tinker's protocol) refuses with a body: the key as its clients
+"""The Tinker-compatible API refuses with a body: the key as its clients
 send it, the trainer's gRPC status as the HTTP status clients act on (retry, give up,
 stop heartbeating), and each route this server does not implement named."""
 
@@ -10,10 +10,10 @@ from typing import Any
 import grpc
 import pytest
 from fastapi.routing import APIRoute
-from training_api_fake import TOKEN, Front, training_api_front
+from tinker_api_fake import TOKEN, Front, tinker_api_front
 
-from artfleet_api.training_api import refused, rest
-from artfleet_api.training_api import routes as training_api
+from artfleet_api.tinker_api import refused, rest
+from artfleet_api.tinker_api import routes as training_api
 
 API = "/api/v1"
 C = grpc.StatusCode  # the table below reads as the mapping does
@@ -21,12 +21,12 @@ C = grpc.StatusCode  # the table below reads as the mapping does
 
 @pytest.fixture
 async def front() -> AsyncIterator[Front]:
-    async with training_api_front() as front:
+    async with tinker_api_front() as front:
         yield front
 
 
 def _routes() -> Iterator[tuple[str, str]]:
-    """Every (method, path) the HTTP training API (Tinker's protocol) answers."""
+    """Every (method, path) the Tinker-compatible API answers."""
     for route in training_api.router.routes:
         if isinstance(route, APIRoute):
             yield from ((m, route.path) for m in sorted(route.methods or ()))

@@ -1,4 +1,4 @@
-"""Routes of the HTTP training API (Tinker's protocol) this server does not implement,
+"""Routes of the Tinker-compatible API this server does not implement,
 refused by name rather than with a bare 404. Routes a client only calls when
 client/config turns them on (it does not) are 501. Routes a user can call are 404:
 clients retry any 5xx for minutes before giving up, a 404 fails at once."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from artfleet_api.training_api.errors import PREFIX, WireError
+from artfleet_api.tinker_api.errors import PREFIX, WireError
 
 router = APIRouter()
 

@@ -1,4 +1,4 @@
-"""The JSON request bodies of the HTTP training API (Tinker's protocol), as its clients
+"""The JSON request bodies of the Tinker-compatible API, as its clients
 send them: fields they always send are required, unknown fields are ignored (newer
 clients add some), defaults are the clients' own."""
 

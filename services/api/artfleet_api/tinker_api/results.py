@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from fastapi.responses import JSONResponse, Response
 
+from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet.v1 import tinker_wire_pb2 as wire
-from artfleet.v1 import training_api_pb2 as pb
-from artfleet_api.training_api.errors import WireError, detail_response
+from artfleet_api.tinker_api.errors import WireError, detail_response
 
 PROTOBUF = "application/x-protobuf"
 CATEGORIES = ("user", "server", "unknown")

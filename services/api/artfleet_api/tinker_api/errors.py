@@ -1,4 +1,4 @@
-"""Errors of the HTTP training API (Tinker's protocol), in one place: the app's handlers
+"""Errors of the Tinker-compatible API, in one place: the app's handlers
 pass every exception raised under /api/v1 here. Bodies are `{"detail": ...}`, never
 empty: its clients take a bare 400 for a dropped connection and send it again."""
 
@@ -36,7 +36,7 @@ GRPC_TO_HTTP = {
 
 
 class WireError(Exception):
-    """A request the HTTP training API (Tinker's protocol) refuses, naming what is wrong
+    """A request the Tinker-compatible API refuses, naming what is wrong
     first (`data[2].loss_fn_inputs.weights: ...`)."""
 
     def __init__(self, message: str, status: int = 400) -> None:

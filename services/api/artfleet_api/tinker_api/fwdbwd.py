@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet.v1 import tinker_wire_pb2 as wire
-from artfleet.v1 import training_api_pb2 as pb
-from artfleet_api.training_api.bodies import (
+from artfleet_api.tinker_api.bodies import (
     ChunkBody,
     ForwardBackwardInputBody,
     TensorBody,
 )
-from artfleet_api.training_api.errors import WireError
+from artfleet_api.tinker_api.errors import WireError
 
 PROTO_DTYPES: dict[int, np.dtype[Any]] = {
     wire.TINKER_WIRE_DTYPE_FLOAT32: np.dtype("<f4"),

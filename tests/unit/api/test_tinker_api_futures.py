@@ -1,4 +1,4 @@
-"""retrieve_future under the HTTP training API (Tinker's protocol): a pending future is
+"""retrieve_future under the Tinker-compatible API: a pending future is
 `try_again`, a lost one 410, a failed one a 200 with `error`; results as JSON, and the
 forward/backward and sample results as protobuf when Accept asks for it (read back here
 with our TinkerWire messages, which carry Tinker's field numbers)."""
@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from training_api_fake import Front, training_api_front
+from tinker_api_fake import Front, tinker_api_front
 
+from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet.v1 import tinker_wire_pb2 as wire
-from artfleet.v1 import training_api_pb2 as pb
 
 RETRIEVE = "/api/v1/retrieve_future"
 PROTOBUF = "application/x-protobuf"
@@ -23,7 +23,7 @@ PROTOBUF = "application/x-protobuf"
 
 @pytest.fixture
 async def front() -> AsyncIterator[Front]:
-    async with training_api_front(training_api_wait_s=0.25, rpc_timeout_s=0.5) as front:
+    async with tinker_api_front(tinker_api_wait_s=0.25, rpc_timeout_s=0.5) as front:
         yield front
 
 
