@@ -47,7 +47,7 @@ RUN = pb.TrainingRun(
 
 
 @dataclass
-class FakeTrainingApi(pb_grpc.TinkerApiServicer):
+class FakeTinkerApi(pb_grpc.TinkerApiServicer):
     requests: list[tuple[str, Any]] = field(default_factory=list)
     metadata: list[dict[str, str]] = field(default_factory=list)
     failures: dict[str, tuple[grpc.StatusCode, str]] = field(default_factory=dict)
@@ -147,15 +147,15 @@ class FakeTrainingApi(pb_grpc.TinkerApiServicer):
 @dataclass
 class Front:
     client: httpx.AsyncClient
-    trainer: FakeTrainingApi
+    trainer: FakeTinkerApi
     settings: ApiSettings
     server: grpc.aio.Server
 
 
 @asynccontextmanager
 async def tinker_api_front(**settings: Any) -> AsyncIterator[Front]:
-    """The API app before a FakeTrainingApi; the client sends the key as SDKs do."""
-    trainer = FakeTrainingApi()
+    """The API app before a FakeTinkerApi; the client sends the key as SDKs do."""
+    trainer = FakeTinkerApi()
     server = grpc.aio.server()
     pb_grpc.add_TinkerApiServicer_to_server(trainer, server)
     port = server.add_insecure_port("127.0.0.1:0")

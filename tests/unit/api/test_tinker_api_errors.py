@@ -13,7 +13,7 @@ from fastapi.routing import APIRoute
 from tinker_api_fake import TOKEN, Front, tinker_api_front
 
 from artfleet_api.tinker_api import refused, rest
-from artfleet_api.tinker_api import routes as training_api
+from artfleet_api.tinker_api import routes as tinker_api
 
 API = "/api/v1"
 C = grpc.StatusCode  # the table below reads as the mapping does
@@ -27,7 +27,7 @@ async def front() -> AsyncIterator[Front]:
 
 def _routes() -> Iterator[tuple[str, str]]:
     """Every (method, path) the Tinker-compatible API answers."""
-    for route in training_api.router.routes:
+    for route in tinker_api.router.routes:
         if isinstance(route, APIRoute):
             yield from ((m, route.path) for m in sorted(route.methods or ()))
     for router in (rest.router, refused.router):
@@ -77,7 +77,7 @@ async def test_the_fleet_token_in_each_form(front: Front, headers: dict[str, str
     assert response.status_code == 200, response.text
 
 
-async def test_the_api_key_opens_only_the_training_api(front: Front) -> None:
+async def test_the_api_key_opens_only_the_tinker_api(front: Front) -> None:
     response = await front.client.get("/jobs")  # the client sends X-API-Key only
     assert response.status_code == 401 and response.json()["field"] == "Authorization"
 

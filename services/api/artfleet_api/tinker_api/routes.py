@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet_api.tinker_api import bodies as b
 from artfleet_api.tinker_api import fwdbwd, refused, rest, results, wire
-from artfleet_api.tinker_api.deps import Api, TrainingApi
+from artfleet_api.tinker_api.deps import Api, TinkerApi
 from artfleet_api.tinker_api.errors import PREFIX, WireError, validation_message
 
 # Out of the OpenAPI schema: the contract is Tinker's client (protobuf bodies included),
@@ -35,7 +35,7 @@ CLIENT_CONFIG = {
 }
 
 
-async def _submit(api: TrainingApi, call: pb.TrainingCall) -> dict[str, Any]:
+async def _submit(api: TinkerApi, call: pb.TrainingCall) -> dict[str, Any]:
     promise = await api.stub.Submit(call, timeout=api.timeout_s)
     return {"request_id": promise.request_id, "model_id": promise.model_id or None}
 

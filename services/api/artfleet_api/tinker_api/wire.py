@@ -1,4 +1,4 @@
-"""The Tinker-compatible API's JSON bodies onto the trainer's TrainingApi
+"""The Tinker-compatible API's JSON bodies onto the trainer's TinkerApi
 messages, and its replies back into the JSON its clients validate strictly (every
 field they require, datetimes as ISO text). forward_backward's bodies: fwdbwd.py; a
 future's results: results.py."""
