@@ -22,7 +22,15 @@ def client_venv(name: str, requirements: list[str]) -> Path:
         return python
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True)
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *requirements],
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            *requirements,
+        ],
         check=True,
     )
     marker.write_text(wanted)
