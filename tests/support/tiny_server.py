@@ -41,7 +41,10 @@ async def serve_tiny(
     `context` positions; yields the server's port."""
     model = tiny_llama(vocab, eos, max_position_embeddings=max(context, 256))
     worker = TorchWorker(num_threads=1)
-    engine = BatchEngine(model, tokenizer, stop_token_ids=frozenset({eos}), max_context=context)
+    # The engine serves the policy's step, as the backend builds them: answers name it.
+    engine = BatchEngine(
+        model, tokenizer, stop_token_ids=frozenset({eos}), max_context=context, step=step
+    )
     scheduler = GenerationScheduler(engine, asyncio.Lock(), worker)
     policy = ServedPolicy("agent", tokenizer, scheduler, max_context=context, step=step)
     server = InferenceServer({"agent": policy}, api_key=key)

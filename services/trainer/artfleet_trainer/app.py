@@ -10,7 +10,7 @@ from artfleet.contracts.batches import StepBatches
 from artfleet.contracts.queue import make_celery
 from artfleet.runtime.health import HealthMonitor
 from artfleet.runtime.rpc.server import GrpcServer
-from artfleet.v1 import trainer_pb2_grpc
+from artfleet.v1 import tinker_api_pb2_grpc, trainer_pb2_grpc
 from artfleet_trainer.backends import backend_unavailable_reason, make_backend
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import GroupDispatcher, RolloutClient
@@ -20,8 +20,22 @@ from artfleet_trainer.jobs.runner import JobRunner
 from artfleet_trainer.jobs.store import JobStore
 from artfleet_trainer.servicer import TrainerServicer
 from artfleet_trainer.settings import TrainerSettings
+from artfleet_trainer.tinker_api import catalog
+from artfleet_trainer.tinker_api.sampler import CompletionsSampler
+from artfleet_trainer.tinker_api.service import TinkerApiService
 
 log = logging.getLogger(__name__)
+
+
+def tinker_api_service(settings: TrainerSettings, backend: object) -> TinkerApiService | None:
+    """The Tinker-compatible API's service, on the torch backend unless turned off."""
+    clients = getattr(backend, "training_clients", None)
+    if clients is None or settings.tinker_api_max_clients == 0:
+        return None
+    sampler = CompletionsSampler(backend.sampling_endpoint)  # type: ignore[attr-defined]
+    return TinkerApiService(
+        settings, clients, sampler, lambda name: catalog.check_base_model(settings, name)
+    )
 
 
 class TrainerApp:
@@ -59,12 +73,18 @@ class TrainerApp:
         self.health = HealthMonitor.for_service(
             "trainer", settings, store_dirs=[settings.art_path, settings.trajectory_log_dir]
         )
-        self.server = GrpcServer(
-            settings,
-            "trainer",
-            [lambda server: trainer_pb2_grpc.add_TrainerServicer_to_server(servicer, server)],
-            ["artfleet.v1.Trainer"],
-        )
+        registrations = [
+            lambda server: trainer_pb2_grpc.add_TrainerServicer_to_server(servicer, server)
+        ]
+        names = ["artfleet.v1.Trainer"]
+        self.tinker_api = tinker_api_service(settings, self.backend)
+        if self.tinker_api is not None:
+            api = self.tinker_api
+            registrations.append(
+                lambda server: tinker_api_pb2_grpc.add_TinkerApiServicer_to_server(api, server)
+            )
+            names.append("artfleet.v1.TinkerApi")
+        self.server = GrpcServer(settings, "trainer", registrations, names)
 
     async def start(self) -> None:
         await self._redis.ping()  # fail fast with a clear error when Redis is not there
@@ -73,6 +93,8 @@ class TrainerApp:
         if serve is not None:
             await serve()
         self.runner.start()
+        if self.tinker_api is not None:
+            self.tinker_api.start()
         self.health.start()
         await self.server.set_serving(True)
 
@@ -81,6 +103,8 @@ class TrainerApp:
         await self.server.set_serving(False)
         await self.health.stop()
         await self.runner.stop(grace)
+        if self.tinker_api is not None:
+            await self.tinker_api.stop()
         await self.server.stop(grace)
         await self.backend.close()
         await self._redis.aclose()

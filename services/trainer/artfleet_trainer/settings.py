@@ -89,3 +89,18 @@ class TrainerSettings(ServerSettings):
         description="steps in a row whose every group a scorer error zeroed or dropped before "
         "the job fails, naming the scorer (0: never)",
     )
+    tinker_api_max_clients: int = Field(
+        default=4,
+        ge=0,
+        description="training clients of the Tinker-compatible API loaded at once (each holds a "
+        "LoRA and its optimizer state; 0 turns the API off)",
+    )
+    tinker_api_max_queued_calls: int = Field(
+        default=256, ge=1, description="Tinker-compatible API calls waiting or running at once"
+    )
+    tinker_api_idle_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="a session silent this long (no heartbeat) has its training clients "
+        "released from memory; their saved weights stay",
+    )

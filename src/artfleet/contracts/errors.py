@@ -33,3 +33,9 @@ class FailedPrecondition(ArtfleetError):
 
 class Unavailable(ArtfleetError):
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class ResourceExhausted(ArtfleetError):
+    """A configured limit is reached; the message names the limit (its setting)."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -182,9 +182,10 @@ def test_a_grpo_step_is_its_composition_from_the_primitives() -> None:
     def composed(model: Any, optimizer: torch.optim.Optimizer) -> training.StepStats:
         stats = training.StepStats()
         memory = training.StepMemory.measure(model, dev)
+        grpo = training.GrpoRows(model, packed, config, dev, stats)
         for row in (0, 1):  # grad_accumulation_sequences=1: a step per row
-            multiplier = training.forward_backward(model, packed, [row], config, dev, memory, stats)
-            training.optim_step(optimizer, config.learning_rate * multiplier, stats)
+            training.forward_backward(model, grpo.rows([row]), memory, stats)
+            training.optim_step(optimizer, config.learning_rate * grpo.multiplier, stats)
         return stats
 
     stats, lora = _trained(composed)
@@ -201,10 +202,9 @@ def test_gradients_accumulate_across_forward_backward_calls_until_optim_step() -
         def run(model: Any, optimizer: torch.optim.Optimizer) -> training.StepStats:
             stats = training.StepStats()
             memory = training.StepMemory.measure(model, dev)
+            grpo = training.GrpoRows(model, packed, config, dev, stats)
             for rows in calls:
-                training.forward_backward(
-                    model, packed, rows, config, dev, memory, stats, scale=0.5
-                )
+                training.forward_backward(model, grpo.rows(rows), memory, stats, scale=0.5)
             training.optim_step(optimizer, 1e-3, stats)
             return stats
 

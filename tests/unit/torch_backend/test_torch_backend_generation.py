@@ -23,6 +23,7 @@ from artfleet_trainer.torch_backend.generation import (
     generate_batch,
     stop_token_ids_of,
 )
+from artfleet_trainer.torch_backend.sampling import top_k_filter
 from artfleet_trainer.torch_backend.scheduler import GenerationScheduler
 from artfleet_trainer.torch_backend.worker import TorchWorker
 
@@ -126,6 +127,38 @@ def test_stop_strings_cut_the_text(model: Model, tokenizer: Tok) -> None:
     assert out.finish_reason == "stop"
     assert second_word not in out.text
     assert out.token_ids == free.token_ids[: len(out.token_ids)]
+
+
+def test_top_k_one_samples_the_most_likely_token(model: Model, tokenizer: Tok) -> None:
+    expected = run(model, tokenizer, [GenerationRequest([5, 6], greedy(6))])[0][0]
+    params = SamplingParams(n=3, temperature=1.5, top_k=1, max_tokens=6, seed=5)
+    for out in run(model, tokenizer, [GenerationRequest([5, 6], params)])[0]:
+        assert out.token_ids == expected.token_ids
+        torch.testing.assert_close(out.logprobs, expected.logprobs, atol=1e-5, rtol=0)
+
+
+def test_top_k_filter_keeps_each_rows_k_most_likely() -> None:
+    probs = torch.tensor([[0.1, 0.4, 0.3, 0.2], [0.1, 0.4, 0.3, 0.2], [0.25] * 4])
+    filtered = top_k_filter(probs, torch.tensor([2, 0, 1]))
+    torch.testing.assert_close(filtered[0], torch.tensor([0.0, 4 / 7, 3 / 7, 0.0]))
+    torch.testing.assert_close(filtered[1], probs[1])  # 0: no cut
+    torch.testing.assert_close(filtered[2], probs[2])  # ties with the k-th all stay
+
+
+def test_request_stop_ids_stop_and_ignore_eos_goes_past_the_end_of_turn(
+    model: Model, tokenizer: Tok
+) -> None:
+    free = run(model, tokenizer, [GenerationRequest([5, 6], greedy(6))])[0][0]
+    first, rest = free.token_ids[0], free.token_ids[1:]
+    stop_first = SamplingParams(temperature=0.0, max_tokens=6, stop_token_ids=frozenset({first}))
+    out = run(model, tokenizer, [GenerationRequest([5, 6], stop_first)])[0][0]
+    assert (out.token_ids, out.finish_reason, out.stop_reason) == ([first], "stop", first)
+    assert out.text == ""  # the stop id stays in the ids, not in the text
+    # The engine's end-of-turn ids (here: every id) stop nothing with ignore_eos.
+    ignore = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    every = frozenset(range(VOCAB))
+    out = run(model, tokenizer, [GenerationRequest([5, 6], ignore)], stop=every)[0][0]
+    assert out.token_ids == [first, *rest] and out.finish_reason == "length"
 
 
 def test_a_prompt_longer_than_the_context_is_refused(model: Model, tokenizer: Tok) -> None:

@@ -47,7 +47,8 @@ def _assert_error(body: dict) -> dict:
 
 @pytest.mark.parametrize("key", [None, "wrong", ""])
 async def test_every_route_needs_the_key(base_url: str, key: str | None) -> None:
-    for method, path in [("GET", "/models"), ("POST", "/chat/completions"), ("GET", "/nowhere")]:
+    routes = [("GET", "/models"), ("POST", "/chat/completions"), ("POST", "/completions")]
+    for method, path in [*routes, ("GET", "/nowhere")]:
         status, body = await _call(method, base_url + path, key=key, data=b"{}")
         assert status == 401
         assert _assert_error(body)["code"] == "invalid_api_key"

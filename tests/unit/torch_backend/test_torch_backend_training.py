@@ -11,7 +11,8 @@ from tiny_llama import tiny_llama
 from transformers import LlamaForCausalLM
 
 from artfleet_trainer.torch_backend import checkpoints, training
-from artfleet_trainer.torch_backend.generation import _left_pad, top_p_filter
+from artfleet_trainer.torch_backend.generation import _left_pad
+from artfleet_trainer.torch_backend.sampling import top_p_filter
 from artfleet_trainer.torch_backend.worker import (
     available_cores,
     cores_busy_elsewhere,

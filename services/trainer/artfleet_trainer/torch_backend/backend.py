@@ -42,6 +42,7 @@ from .model_loader import LoadedModel, load_base_model
 from .prefix_cache import DEFAULT_MAX_BYTES, PrefixCache
 from .scheduler import GenerationScheduler
 from .server import InferenceServer, ServedPolicy
+from .training_clients import TrainingClients
 from .worker import TorchWorker, training_thread_scope
 
 # A base model by name, loaded in the backend's dtype onto its device.
@@ -147,6 +148,11 @@ class TorchBackend:
             loader=self._frozen.get,  # checkpoints and base models, for evaluation
         )
         Path(path).mkdir(parents=True, exist_ok=True)
+        self.training_clients = TrainingClients(self)  # the Tinker-compatible API's clients
+
+    @property
+    def path(self) -> str:
+        return self._path
 
     async def __aenter__(self) -> TorchBackend:
         return self
@@ -170,6 +176,14 @@ class TorchBackend:
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
         return f"http://{host}:{self._server.port}/v1"
+
+    async def sampling_endpoint(self) -> tuple[str, str]:
+        """(OpenAI base URL, key) where the trainer itself samples its policies: the
+        inference service as the trainer reaches it, else its own server (started)."""
+        if self._publisher is not None:
+            return f"{self._publisher.url}/v1", self._publisher.token
+        port = await self._server.start()
+        return f"http://127.0.0.1:{port}/v1", self.api_key
 
     async def start_serving(self) -> None:
         """Serve before any job registers (evaluations of finished jobs' checkpoints)."""
@@ -206,6 +220,14 @@ class TorchBackend:
         self._states[model.name] = state
         self._policies[model.name] = state.policy
         await self._publish(state, state.policy.step)
+
+    async def unregister(self, name: str) -> None:
+        """Forget the model `name` (its weights leave memory; its checkpoints stay)."""
+        state = self._states.pop(name, None)
+        self._policies.pop(name, None)
+        if state is not None:
+            await state.policy.scheduler.close()
+            await self._worker.run(precision.release_cached_memory, self.device)
 
     async def _publish(self, state: _ModelState, step: int) -> None:
         """Hand the saved checkpoint `step` to the inference service, if one serves."""

@@ -30,6 +30,8 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from .adapter_versions import AdapterSnapshot, Drain
 from .grammar import mask_logits, new_matcher
 from .prefix_cache import PrefixCache, PrefixHit
+from .prompt_logprobs import PromptTokenLogprob, score_prompt
+from .sampling import sample
 
 FinishReason = Literal["stop", "length"]
 
@@ -43,6 +45,11 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     top_logprobs: int = 0
+    top_k: int = 0  # 0: no top-k cut
+    # The request's own stop ids (vLLM's `stop_token_ids`), besides the end-of-turn ones.
+    stop_token_ids: frozenset[int] = frozenset()
+    ignore_eos: bool = False  # the end-of-turn ids do not stop it (the request's ids do)
+    prompt_logprobs: int | None = None  # None: not computed; k: also the k most likely
 
 
 @dataclass
@@ -53,6 +60,8 @@ class SequenceOutput:
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     text: str = ""
     finish_reason: FinishReason | None = None
+    # As vLLM's: the request's stop id or stop string that ended it (None: end of turn).
+    stop_reason: int | str | None = None
 
 
 @dataclass(eq=False)
@@ -66,6 +75,7 @@ class GenerationRequest:
     # Constrained and free requests share the batch: only their rows' sampling differs.
     grammar: Any = None
     served_step: int | None = None  # the policy step that generated it (set on admission)
+    prompt_logprobs: list[PromptTokenLogprob] | None = None  # set on admission when asked
 
 
 @dataclass(eq=False)
@@ -166,6 +176,10 @@ class BatchEngine:
             row.version = self.weights_version
         for request in requests:
             request.served_step = self.served_step
+            if request.params.prompt_logprobs is not None:
+                request.prompt_logprobs = score_prompt(
+                    self.model, request.prompt_ids, request.params.prompt_logprobs, self.device
+                )
         # Identical prompts (the episodes of one group start alike) are prefilled once.
         unique: dict[tuple[int, ...], int] = {}
         for request in requests:
@@ -233,7 +247,11 @@ class BatchEngine:
         sampling_logits = mask_logits(
             self.logits, [row.matcher for row in self.rows], self.logits.shape[-1]
         )
-        tokens = _sample(sampling_logits, self.rows)
+        tokens = sample(
+            sampling_logits,
+            [row.request.params for row in self.rows],
+            [row.generator for row in self.rows],
+        )
         completed = self._record(tokens)
         if self.prefix_cache is not None:
             self._store_finished()
@@ -292,12 +310,15 @@ class BatchEngine:
             self.prefix_cache.store(tokens, layers, self.weights_version)
 
     def _finish_reason(self, row: _Row, token: int) -> FinishReason | None:
-        if token in self.stop_token_ids:
+        params = row.request.params
+        if token in self.stop_token_ids and not params.ignore_eos:
+            return "stop"
+        if token in params.stop_token_ids:
+            row.out.stop_reason = token
             return "stop"
         if row.matcher is not None and row.matcher.is_terminated():
             return "stop"
-        stop = row.request.params.stop
-        if stop and _find_stop(_decode(self.tokenizer, row.out.token_ids), stop) is not None:
+        if params.stop and _find_stop(_decode(self.tokenizer, row.out.token_ids), params.stop):
             return "stop"
         if len(row.out.token_ids) >= row.max_tokens or row.request.cancelled:
             return "length"
@@ -436,34 +457,9 @@ def _left_pad(tensor: torch.Tensor, length: int, dim: int = 2) -> torch.Tensor:
     return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
 
 
-def _sample(logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
-    """One token per row from its temperature/top-p distribution (greedy at temperature 0)."""
-    temperatures = torch.tensor([r.request.params.temperature for r in rows], device=logits.device)
-    top_ps = torch.tensor([r.request.params.top_p for r in rows], device=logits.device)
-    probs = torch.softmax(logits / temperatures.clamp(min=1e-5).unsqueeze(1), dim=-1)
-    if bool((top_ps < 1.0).any()):
-        probs = top_p_filter(probs, top_ps)
-    tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
-    for i, row in enumerate(rows):
-        if row.request.params.temperature <= 0:
-            tokens[i] = torch.argmax(logits[i])
-        else:
-            tokens[i] = torch.multinomial(probs[i], 1, generator=row.generator)[0]
-    return tokens
-
-
-def top_p_filter(probs: torch.Tensor, top_ps: torch.Tensor) -> torch.Tensor:
-    """Keep each row's smallest set of most likely tokens whose mass reaches its top_p."""
-    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
-    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-    sorted_probs = sorted_probs.masked_fill(mass_before >= top_ps.unsqueeze(1), 0.0)
-    filtered = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    return filtered / filtered.sum(dim=-1, keepdim=True)
-
-
-def _find_stop(text: str, stop: tuple[str, ...]) -> int | None:
-    """Where the earliest stop string starts in `text`, or None."""
-    hits = [text.find(s) for s in stop if s and s in text]
+def _find_stop(text: str, stop: tuple[str, ...]) -> tuple[int, str] | None:
+    """The earliest stop string in `text` and where it starts, or None."""
+    hits = [(text.find(s), s) for s in stop if s and s in text]
     return min(hits) if hits else None
 
 
@@ -472,10 +468,13 @@ def _decode(tokenizer: PreTrainedTokenizerBase, token_ids: list[int]) -> str:
 
 
 def _finalize(request: GenerationRequest, tokenizer: PreTrainedTokenizerBase) -> None:
-    """Set each choice's text: the end-of-turn token stays in token_ids/logprobs (ART
-    expects it there, as from vLLM) but not in the text; a stop string and what follows
-    it are cut off."""
+    """Set each choice's text: the end-of-turn token or the request's stop id stays in
+    token_ids/logprobs (ART expects it there, as from vLLM) but not in the text; a stop
+    string and what follows it are cut off."""
     for out in request.outputs:
-        text = _decode(tokenizer, out.token_ids)
-        cut = _find_stop(text, request.params.stop)
-        out.text = text if cut is None else text[:cut]
+        ids = out.token_ids[:-1] if isinstance(out.stop_reason, int) else out.token_ids
+        text = _decode(tokenizer, ids)
+        hit = _find_stop(text, request.params.stop)
+        if hit is not None:
+            text, out.stop_reason = text[: hit[0]], hit[1]
+        out.text = text

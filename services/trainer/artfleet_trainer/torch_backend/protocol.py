@@ -101,15 +101,9 @@ class ChatRequest:
 
 def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
     """Validate a /v1/chat/completions body; raise RequestError(400) on anything wrong."""
-    if not isinstance(body, dict):
-        raise bad_request("request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise bad_request("'model' must be a non-empty string", "model")
-    if body.get("stream"):
-        raise bad_request("streaming is not supported by this server", "stream")
-    logprobs = _optional(body, "logprobs", bool, False)
-    top_logprobs = _int(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
+    model = require_model(body)
+    logprobs = optional_field(body, "logprobs", bool, False)
+    top_logprobs = int_field(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
     if top_logprobs and not logprobs:
         raise bad_request("'top_logprobs' requires 'logprobs': true", "top_logprobs")
     try:
@@ -117,15 +111,7 @@ def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
         tool_choice = parse_tool_choice(body, specs)
     except ToolsError as exc:
         raise bad_request(str(exc), exc.param) from exc
-    params = SamplingParams(
-        n=_int(body, "n", 1, 1, MAX_N),
-        temperature=_float(body, "temperature", 1.0, 0.0, 2.0),
-        top_p=_float(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
-        max_tokens=_max_tokens(body, default_max_tokens),
-        stop=_stop(body.get("stop")),
-        seed=_optional(body, "seed", int, None),
-        top_logprobs=top_logprobs,
-    )
+    params = sampling_params(body, default_max_tokens, top_logprobs=top_logprobs)
     response_format = _structured_output(body)
     if response_format is not None and tool_choice.constrained:
         raise bad_request(
@@ -139,10 +125,36 @@ def parse_chat_request(body: Any, *, default_max_tokens: int) -> ChatRequest:
         params,
         logprobs,
         response_format,
-        _optional(body, "return_token_ids", bool, False),
+        optional_field(body, "return_token_ids", bool, False),
         tuple(specs),
         tool_choice,
         _template_kwargs(body.get("chat_template_kwargs")),
+    )
+
+
+def require_model(body: Any) -> str:
+    """The body's `model`, checked with what every generation route refuses (no object,
+    streaming)."""
+    if not isinstance(body, dict):
+        raise bad_request("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("'model' must be a non-empty string", "model")
+    if body.get("stream"):
+        raise bad_request("streaming is not supported by this server", "stream")
+    return model
+
+
+def sampling_params(body: dict[str, Any], default_max_tokens: int, **more: Any) -> SamplingParams:
+    """The sampling fields chat and text completions share; `more` sets the others."""
+    return SamplingParams(
+        n=int_field(body, "n", 1, 1, MAX_N),
+        temperature=float_field(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=float_field(body, "top_p", 1.0, 0.0, 1.0, low_open=True),
+        max_tokens=max_tokens_field(body, default_max_tokens),
+        stop=stop_strings(body.get("stop")),
+        seed=optional_field(body, "seed", int, None),
+        **more,
     )
 
 
@@ -221,7 +233,7 @@ def parse_response_format(value: Any) -> ResponseFormat | None:
     return ResponseFormat("json_schema", schema)
 
 
-def _optional(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+def optional_field(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     value = body.get(key)
     if value is None:
         return default
@@ -231,14 +243,14 @@ def _optional(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     return value
 
 
-def _int(body: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
-    value = int(_optional(body, key, int, default))
+def int_field(body: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = int(optional_field(body, key, int, default))
     if not low <= value <= high:
         raise bad_request(f"'{key}' must be between {low} and {high}", key)
     return value
 
 
-def _float(
+def float_field(
     body: dict[str, Any], key: str, default: float, low: float, high: float, low_open: bool = False
 ) -> float:
     value = body.get(key)
@@ -252,12 +264,12 @@ def _float(
     return float(value)
 
 
-def _max_tokens(body: dict[str, Any], default: int) -> int:
+def max_tokens_field(body: dict[str, Any], default: int) -> int:
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    return _int(body, key, default, 1, 1 << 20)
+    return int_field(body, key, default, 1, 1 << 20)
 
 
-def _stop(value: Any) -> tuple[str, ...]:
+def stop_strings(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
@@ -289,10 +301,14 @@ def model_not_found(requested: str, why: str = "") -> RequestError:
 TokenText = Callable[[int], str]
 
 
+def clamp_logprob(logprob: float) -> float:
+    return max(float(logprob), MIN_LOGPROB) if not math.isnan(logprob) else MIN_LOGPROB
+
+
 def token_entry(token_id: int, logprob: float, token_text: TokenText) -> dict[str, Any]:
     return {
         "token": f"token_id:{token_id}",
-        "logprob": max(float(logprob), MIN_LOGPROB) if not math.isnan(logprob) else MIN_LOGPROB,
+        "logprob": clamp_logprob(logprob),
         # The bytes of the decoded text (always valid UTF-8: ART decodes the first one).
         "bytes": list(token_text(token_id).encode("utf-8")),
     }

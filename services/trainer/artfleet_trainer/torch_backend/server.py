@@ -1,11 +1,13 @@
 """The built-in OpenAI-compatible server (aiohttp) that rollout workers call.
 
-It runs on the backend's event loop: `GET /v1/models` and `POST /v1/chat/completions`
-(no streaming), every route behind `Authorization: Bearer <api_key>`. Errors are
-OpenAI-style JSON bodies, never tracebacks. The policy is addressed as `name@step`
-(or plain `name`, meaning the current step; `name@best`, the step its job marked best).
-A model in training answers from its live weights at its current step; any other saved
-step (older ones, finished jobs', base models) from a copy loaded on request (frozen.py).
+It runs on the backend's event loop: `GET /v1/models`, `POST /v1/chat/completions` and
+`POST /v1/completions` (vLLM's text completions, a prompt of token ids for the HTTP
+training API's sampler: completions.py), no streaming, every route behind
+`Authorization: Bearer <api_key>`. Errors are OpenAI-style JSON bodies, never tracebacks.
+The policy is addressed as `name@step` (or plain `name`, meaning the current step;
+`name@best`, the step its job marked best). A model in training answers from its live
+weights at its current step; any other saved step (older ones, finished jobs', base
+models) from a copy loaded on request (frozen.py).
 
 Structured output (`response_format` json_schema/json_object, or vLLM's
 `structured_outputs`) is constrained decoding with xgrammar (grammar.py), so a judge
@@ -43,7 +45,13 @@ from artfleet.contracts.checkpoint_layout import (
     parse_model_name,
 )
 
-from .generation import GenerationRequest
+from .completions import (
+    CompletionRequest,
+    check_prompt_ids,
+    parse_completion_request,
+    text_completion,
+)
+from .generation import GenerationRequest, SequenceOutput
 from .grammar import GrammarCompiler, GrammarError
 from .metrics import GENERATED_TOKENS, GENERATION_REQUESTS, GENERATION_SECONDS
 from .protocol import (
@@ -85,10 +93,13 @@ class ServedPolicy:
         """Built on first use: reading the vocabulary costs a second, free requests never pay."""
         if self._grammars is None:
             engine = self.scheduler.engine
-            self._grammars = GrammarCompiler(
-                self.tokenizer, int(engine.model.config.vocab_size), engine.stop_token_ids
-            )
+            self._grammars = GrammarCompiler(self.tokenizer, self.vocab_size, engine.stop_token_ids)
         return self._grammars
+
+    @property
+    def vocab_size(self) -> int:
+        """The model's embedding rows (may be more than the tokenizer's ids)."""
+        return int(self.scheduler.engine.model.config.vocab_size)
 
     @property
     def served_name(self) -> str:
@@ -133,6 +144,7 @@ class InferenceServer:
         )
         app.router.add_get("/v1/models", self._list_models)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
+        app.router.add_post("/v1/completions", self._completions)
         return app
 
     async def start(self) -> int:
@@ -186,9 +198,18 @@ class InferenceServer:
         return web.json_response(model_list(names, self.started_at))
 
     async def _chat_completions(self, request: web.Request) -> web.Response:
+        return await self._answer(request, self._chat_completion_body)
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        return await self._answer(request, self._completion_body)
+
+    async def _answer(
+        self, request: web.Request, make_body: Callable[[web.Request], Awaitable[dict[str, Any]]]
+    ) -> web.Response:
+        """Answer a generation route with its body, counted in the same metrics."""
         started = time.monotonic()
         try:
-            body = await self._chat_completion_body(request)
+            body = await make_body(request)
         except RequestError as exc:
             GENERATION_REQUESTS.labels(status=str(exc.status)).inc()
             raise
@@ -204,14 +225,10 @@ class InferenceServer:
             await _read_json(request), default_max_tokens=self.default_max_tokens
         )
         policy = await self._resolve(chat.model)
-        served_name = policy.served_name
         prompt = _prompt_ids(policy, chat)
         grammar = await _grammar(policy, chat)
         generation = GenerationRequest(prompt, chat.params, grammar=grammar)
-        outputs = await policy.scheduler.generate(generation)
-        if generation.served_step is not None:  # the step that answered (asynchronous jobs)
-            served_name = f"{policy.name}@{generation.served_step}"
-        GENERATED_TOKENS.inc(sum(len(out.token_ids) for out in outputs))
+        outputs, served_name = await _generate(policy, generation)
         return chat_completion(
             model=served_name,
             outputs=outputs,
@@ -220,6 +237,23 @@ class InferenceServer:
             token_text=policy.token_text,
             prompt_token_ids=prompt if chat.return_token_ids else None,
             parse_tools=chat.tool_choice.mode != "none",
+        )
+
+    async def _completion_body(self, request: web.Request) -> dict[str, Any]:
+        completion = parse_completion_request(
+            await _read_json(request), default_max_tokens=self.default_max_tokens
+        )
+        policy = await self._resolve(completion.model)
+        prompt = _completion_prompt(policy, completion)
+        generation = GenerationRequest(prompt, completion.params)
+        outputs, served_name = await _generate(policy, generation)
+        return text_completion(
+            model=served_name,
+            outputs=outputs,
+            prompt_ids=prompt,
+            request=completion,
+            token_text=policy.token_text,
+            prompt_logprobs=generation.prompt_logprobs,
         )
 
     async def _resolve(self, requested: str) -> ServedPolicy:
@@ -273,12 +307,45 @@ def _prompt_ids(policy: ServedPolicy, chat: ChatRequest) -> list[int]:
     except Exception as exc:  # a template that rejects these messages: the caller's problem
         raise bad_request(f"cannot apply the chat template to these messages: {exc}") from exc
     prompt = [int(i) for i in cast(list[int], ids)]
+    _check_context(policy, prompt, "messages")
+    return prompt
+
+
+def _completion_prompt(policy: ServedPolicy, completion: CompletionRequest) -> list[int]:
+    """The ids a text completion continues: given, or the string's (with the tokenizer's
+    special tokens, BOS, unless `add_special_tokens` is false, as vLLM)."""
+    if isinstance(completion.prompt, str):
+        ids = policy.tokenizer.encode(
+            completion.prompt, add_special_tokens=completion.add_special_tokens
+        )
+        prompt = [int(i) for i in ids]
+    else:
+        prompt = completion.prompt
+        check_prompt_ids(prompt, policy.vocab_size)
+    if not prompt:
+        raise bad_request("'prompt' has no tokens", "prompt")
+    _check_context(policy, prompt, "prompt")
+    return prompt
+
+
+def _check_context(policy: ServedPolicy, prompt: list[int], param: str) -> None:
     if len(prompt) >= policy.max_context:
         raise RequestError(
             400,
             f"the prompt has {len(prompt)} tokens; this model's context is "
             f"{policy.max_context} tokens",
             code="context_length_exceeded",
-            param="messages",
+            param=param,
         )
-    return prompt
+
+
+async def _generate(
+    policy: ServedPolicy, generation: GenerationRequest
+) -> tuple[list[SequenceOutput], str]:
+    """The request's choices, and the name of the policy step that generated them."""
+    outputs = await policy.scheduler.generate(generation)
+    served_name = policy.served_name
+    if generation.served_step is not None:  # the step that answered (asynchronous jobs)
+        served_name = f"{policy.name}@{generation.served_step}"
+    GENERATED_TOKENS.inc(sum(len(out.token_ids) for out in outputs))
+    return outputs, served_name

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 
 from artfleet_trainer.backends.art_compat import art
 
-from . import activation_memory
-from .training import StepMemory, StepStats, compute_logprobs, optim_step
+from .training import Row, StepMemory, StepStats, compute_logprobs, forward_backward, optim_step
 
 SFT_MAX_GRAD_NORM = 1.0  # ART's Unsloth SFT clips at 1.0 (GRPO at 0.1)
 
@@ -119,25 +119,25 @@ def train_batch(
     (rows one at a time, gradients accumulated: no padding, one row's activations at once).
     Each row is planned like a GRPO row (activation_memory.py): within the budget, or the
     device's (None) measured once per batch."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    device = next(p for p in model.parameters() if p.requires_grad).device
     total = max(sum(sum(r.trainable[1:]) for r in rows), 1)  # labels scored (see above)
     memory = StepMemory.measure(model, {}, activation_budget_bytes, memory_fraction)
     stats = StepStats()
-    model.train()
-    loss_sum = 0.0
+    sums: list[float] = []
+
+    def loss(row: SftRow, model: Any, checkpoint_logits: bool) -> torch.Tensor:
+        nll, _ = row_loss_sum(model, row, device, checkpoint_logits)
+        sums.append(float(nll.detach()))
+        return nll
+
     try:
         optimizer.zero_grad(set_to_none=True)
-        for row in rows:
-            plan = activation_memory.plan_and_apply(
-                model, len(row.token_ids), memory.sizes, memory.budget
-            )
-            nll, _ = row_loss_sum(model, row, params[0].device, plan.checkpoint_logits)
-            (nll / total).backward()
-            loss_sum += float(nll.detach())
+        batch = (Row(len(row.token_ids), partial(loss, row)) for row in rows)
+        forward_backward(model, batch, memory, stats, scale=1 / total)
         optim_step(optimizer, learning_rate, stats, max_grad_norm=SFT_MAX_GRAD_NORM)
     finally:
         optimizer.zero_grad(set_to_none=True)
-        model.eval()
+    loss_sum = sum(sums)
     norm = stats.grad_norms[-1]
     return {
         "loss/train": loss_sum / total,

@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, cast
 
 import torch
@@ -174,9 +175,11 @@ def compute_logprobs(
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     checkpoint_chunks: bool = True,
+    targets: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """New logprobs and entropies [B, S] in fp32; position t scores token t+1 (ART's
-    convention). `group_ids`/`parent_ids` None: one plain causal sequence per row, no mask.
+    convention), or `targets[:, t]` when given (datums packed side by side name their own).
+    `group_ids`/`parent_ids` None: one plain causal sequence per row, no mask.
 
     With `checkpoint_chunks` (and gradients on) each chunk's logits are recomputed in the
     backward pass instead of kept: S x vocab x 4 bytes less, one more lm-head product."""
@@ -188,7 +191,8 @@ def compute_logprobs(
         input_ids=tokens, attention_mask=mask, position_ids=input_pos, use_cache=False
     ).last_hidden_state
     weight = base.get_output_embeddings().weight
-    targets = shifted_targets(tokens)
+    if targets is None:
+        targets = shifted_targets(tokens)
     logprobs, entropies = [], []
     for start in range(0, tokens.shape[1], chunk_size):
         args = (
@@ -271,44 +275,72 @@ class StepMemory:
         return cls(sizes, budget)
 
 
+@dataclass(frozen=True)
+class Row:
+    """One forward pass of a training step: its token count (for the memory plan) and its
+    loss, computed by `loss(model, checkpoint_logits)` (a scalar to differentiate)."""
+
+    num_tokens: int
+    loss: Callable[[Any, bool], torch.Tensor]
+
+
 def forward_backward(
-    model: Any,
-    packed: PackedTensors,
-    rows: Sequence[int],
-    config: art.types.TrainConfig,
-    dev_config: art.dev.TrainConfig,
-    memory: StepMemory,
-    stats: StepStats,
-    *,
-    scale: float = 1.0,
-) -> float:
-    """The training primitive: adds the gradient of each row's loss (ART's policy loss on
-    exactly the sampled tokens, times `scale`) to the trainable parameters' `.grad`, one row
-    at a time within the step's memory plan. Gradients accumulate until `optim_step`.
-    Returns the learning-rate multiplier of the last row (ART's per-trajectory power)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    power = float(dev_config.get("num_trajectories_learning_rate_multiplier_power", 0.0))
-    multiplier = 1.0
+    model: Any, rows: Iterable[Row], memory: StepMemory, stats: StepStats, *, scale: float = 1.0
+) -> None:
+    """The training primitive: adds the gradient of each row's loss (times `scale`) to the
+    trainable parameters' `.grad`, one row at a time within the step's memory plan.
+    Gradients accumulate until `optim_step`. GRPO rows (`GrpoRows`) and the Tinker-compatible
+    API's datums (`datum_training`) both come through here."""
     model.train()
     try:
         for row in rows:
+            plan = activation_memory.plan_and_apply(
+                model, row.num_tokens, memory.sizes, memory.budget
+            )
+            stats.checkpointed_layers.append(plan.checkpointed_layers)
+            (row.loss(model, plan.checkpoint_logits) * scale).backward()
+    finally:
+        model.eval()
+
+
+class GrpoRows:
+    """The packed rows of a GRPO step as `Row`s: ART's policy loss on exactly the sampled
+    tokens. `multiplier` is the learning-rate multiplier of the last row made (ART's
+    per-trajectory power)."""
+
+    def __init__(
+        self,
+        model: Any,
+        packed: PackedTensors,
+        config: art.types.TrainConfig,
+        dev_config: art.dev.TrainConfig,
+        stats: StepStats,
+    ) -> None:
+        self._device = next(p for p in model.parameters() if p.requires_grad).device
+        self._packed, self._config, self._dev_config, self._stats = (
+            packed,
+            config,
+            dev_config,
+            stats,
+        )
+        self._power = float(dev_config.get("num_trajectories_learning_rate_multiplier_power", 0.0))
+        self.multiplier = 1.0
+
+    def rows(self, indices: Sequence[int]) -> Iterator[Row]:
+        for index in indices:
             inputs = art.preprocessing.inputs.create_train_inputs(
-                packed, row, config, dev_config, warmup=False
+                self._packed, index, self._config, self._dev_config, warmup=False
             )
             # Rows are computed one at a time: each drops its own trailing padding (the last
             # row of a batch is often short).
-            inputs = _to_device(trim_padding(inputs), params[0].device)
-            plan = activation_memory.plan_and_apply(
-                model, int(inputs["tokens"].numel()), memory.sizes, memory.budget
-            )
-            stats.checkpointed_layers.append(plan.checkpointed_layers)
-            loss = _row_loss(model, inputs, config, dev_config, plan.checkpoint_logits)
-            (loss.policy_loss * scale).backward()
-            _record_loss(stats, loss)
-            multiplier = _rate_multiplier(inputs, power)
-    finally:
-        model.eval()
-    return multiplier
+            inputs = _to_device(trim_padding(inputs), self._device)
+            self.multiplier = _rate_multiplier(inputs, self._power)
+            yield Row(int(inputs["tokens"].numel()), partial(self._loss, inputs))
+
+    def _loss(self, inputs: Any, model: Any, checkpoint_logits: bool) -> torch.Tensor:
+        loss = _row_loss(model, inputs, self._config, self._dev_config, checkpoint_logits)
+        _record_loss(self._stats, loss)
+        return loss.policy_loss
 
 
 def optim_step(
@@ -318,12 +350,12 @@ def optim_step(
     *,
     max_grad_norm: float = MAX_GRAD_NORM,
 ) -> None:
-    """The other primitive: clips the accumulated gradients, takes one optimizer step at
-    `learning_rate`, and clears the gradients."""
+    """The other primitive: clips the accumulated gradients (not when `max_grad_norm` is
+    0), takes one optimizer step at `learning_rate`, and clears the gradients."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
     for group in optimizer.param_groups:
         group["lr"] = learning_rate
-    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)
     stats.grad_norms.append(float(norm))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -350,12 +382,14 @@ def train_on_packed(
     memory = StepMemory.measure(model, dev_config, activation_budget_bytes, memory_fraction)
     optimizer.zero_grad(set_to_none=True)
     try:
+        grpo = GrpoRows(model, packed, config, dev_config, stats)
         for rows in _row_batches(packed, config.grad_accumulation_sequences or 1):
-            multiplier = forward_backward(
-                model, packed, rows, config, dev_config, memory, stats, scale=1 / len(rows)
-            )
+            forward_backward(model, grpo.rows(rows), memory, stats, scale=1 / len(rows))
             optim_step(
-                optimizer, config.learning_rate * multiplier, stats, max_grad_norm=max_grad_norm
+                optimizer,
+                config.learning_rate * grpo.multiplier,
+                stats,
+                max_grad_norm=max_grad_norm,
             )
     finally:
         optimizer.zero_grad(set_to_none=True)

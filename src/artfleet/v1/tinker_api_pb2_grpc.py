@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from artfleet.v1 import training_api_pb2 as artfleet_dot_v1_dot_training__api__pb2
+from artfleet.v1 import tinker_api_pb2 as artfleet_dot_v1_dot_tinker__api__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,15 +18,15 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in artfleet/v1/training_api_pb2_grpc.py depends on'
+        + ' but the generated code in artfleet/v1/tinker_api_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class TrainingApiStub:
-    """The HTTP training API (Tinker's protocol): the API service speaks it over HTTP and hands
+class TinkerApiStub:
+    """The Tinker-compatible API: the API service speaks it over HTTP and hands
     every call to the trainer through this service. The trainer owns all of its state:
     sessions, training clients (a LoRA and its optimizer each), the queue of requests and
     their results (futures), sampling sessions and saved weights.
@@ -39,79 +39,79 @@ class TrainingApiStub:
             channel: A grpc.Channel.
         """
         self.CreateSession = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/CreateSession',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.CreateTrainingSessionRequest.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.CreateTrainingSessionResponse.FromString,
+                '/artfleet.v1.TinkerApi/CreateSession',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.CreateTrainingSessionRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.CreateTrainingSessionResponse.FromString,
                 _registered_method=True)
         self.Heartbeat = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/Heartbeat',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.SessionHeartbeatRequest.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.SessionHeartbeatResponse.FromString,
+                '/artfleet.v1.TinkerApi/Heartbeat',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.SessionHeartbeatRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.SessionHeartbeatResponse.FromString,
                 _registered_method=True)
         self.FinishSession = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/FinishSession',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.FinishSessionRequest.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.FinishSessionResponse.FromString,
+                '/artfleet.v1.TinkerApi/FinishSession',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.FinishSessionRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.FinishSessionResponse.FromString,
                 _registered_method=True)
         self.Submit = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/Submit',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.TrainingCall.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.Promise.FromString,
+                '/artfleet.v1.TinkerApi/Submit',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.TrainingCall.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.Promise.FromString,
                 _registered_method=True)
         self.Retrieve = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/Retrieve',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.RetrieveRequest.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.RetrieveResponse.FromString,
+                '/artfleet.v1.TinkerApi/Retrieve',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.RetrieveRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.RetrieveResponse.FromString,
                 _registered_method=True)
         self.GetInfo = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/GetInfo',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.GetInfoRequest.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.TrainingClientInfo.FromString,
+                '/artfleet.v1.TinkerApi/GetInfo',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.GetInfoRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.TrainingClientInfo.FromString,
                 _registered_method=True)
         self.CreateSamplingSession = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/CreateSamplingSession',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.CreateSamplingSessionRequest.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.SamplingSession.FromString,
+                '/artfleet.v1.TinkerApi/CreateSamplingSession',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.CreateSamplingSessionRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.SamplingSession.FromString,
                 _registered_method=True)
         self.GetSampler = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/GetSampler',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.GetSamplerRequest.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.SamplingSession.FromString,
+                '/artfleet.v1.TinkerApi/GetSampler',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.GetSamplerRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.SamplingSession.FromString,
                 _registered_method=True)
         self.ListRuns = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/ListRuns',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.ListRunsRequest.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.ListRunsResponse.FromString,
+                '/artfleet.v1.TinkerApi/ListRuns',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.ListRunsResponse.FromString,
                 _registered_method=True)
         self.GetRun = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/GetRun',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.GetRunRequest.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.TrainingRun.FromString,
+                '/artfleet.v1.TinkerApi/GetRun',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.GetRunRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.TrainingRun.FromString,
                 _registered_method=True)
         self.ListCheckpoints = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/ListCheckpoints',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.ListCheckpointsRequest.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.ListCheckpointsResponse.FromString,
+                '/artfleet.v1.TinkerApi/ListCheckpoints',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.ListCheckpointsRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.ListCheckpointsResponse.FromString,
                 _registered_method=True)
         self.DeleteCheckpoint = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/DeleteCheckpoint',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.DeleteCheckpointRequest.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.DeleteCheckpointResponse.FromString,
+                '/artfleet.v1.TinkerApi/DeleteCheckpoint',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.DeleteCheckpointRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.DeleteCheckpointResponse.FromString,
                 _registered_method=True)
         self.WeightsInfo = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/WeightsInfo',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.WeightsInfoRequest.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.WeightsInfoResponse.FromString,
+                '/artfleet.v1.TinkerApi/WeightsInfo',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.WeightsInfoRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.WeightsInfoResponse.FromString,
                 _registered_method=True)
         self.Capabilities = channel.unary_unary(
-                '/artfleet.v1.TrainingApi/Capabilities',
-                request_serializer=artfleet_dot_v1_dot_training__api__pb2.CapabilitiesRequest.SerializeToString,
-                response_deserializer=artfleet_dot_v1_dot_training__api__pb2.CapabilitiesResponse.FromString,
+                '/artfleet.v1.TinkerApi/Capabilities',
+                request_serializer=artfleet_dot_v1_dot_tinker__api__pb2.CapabilitiesRequest.SerializeToString,
+                response_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.CapabilitiesResponse.FromString,
                 _registered_method=True)
 
 
-class TrainingApiServicer:
-    """The HTTP training API (Tinker's protocol): the API service speaks it over HTTP and hands
+class TinkerApiServicer:
+    """The Tinker-compatible API: the API service speaks it over HTTP and hands
     every call to the trainer through this service. The trainer owns all of its state:
     sessions, training clients (a LoRA and its optimizer each), the queue of requests and
     their results (futures), sampling sessions and saved weights.
@@ -205,88 +205,88 @@ class TrainingApiServicer:
         raise NotImplementedError('Method not implemented!')
 
 
-def add_TrainingApiServicer_to_server(servicer, server):
+def add_TinkerApiServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'CreateSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSession,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.CreateTrainingSessionRequest.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.CreateTrainingSessionResponse.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.CreateTrainingSessionRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.CreateTrainingSessionResponse.SerializeToString,
             ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.SessionHeartbeatRequest.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.SessionHeartbeatResponse.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.SessionHeartbeatRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.SessionHeartbeatResponse.SerializeToString,
             ),
             'FinishSession': grpc.unary_unary_rpc_method_handler(
                     servicer.FinishSession,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.FinishSessionRequest.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.FinishSessionResponse.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.FinishSessionRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.FinishSessionResponse.SerializeToString,
             ),
             'Submit': grpc.unary_unary_rpc_method_handler(
                     servicer.Submit,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.TrainingCall.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.Promise.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.TrainingCall.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.Promise.SerializeToString,
             ),
             'Retrieve': grpc.unary_unary_rpc_method_handler(
                     servicer.Retrieve,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.RetrieveRequest.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.RetrieveResponse.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.RetrieveRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.RetrieveResponse.SerializeToString,
             ),
             'GetInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetInfo,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.GetInfoRequest.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.TrainingClientInfo.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.GetInfoRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.TrainingClientInfo.SerializeToString,
             ),
             'CreateSamplingSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSamplingSession,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.CreateSamplingSessionRequest.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.SamplingSession.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.CreateSamplingSessionRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.SamplingSession.SerializeToString,
             ),
             'GetSampler': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSampler,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.GetSamplerRequest.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.SamplingSession.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.GetSamplerRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.SamplingSession.SerializeToString,
             ),
             'ListRuns': grpc.unary_unary_rpc_method_handler(
                     servicer.ListRuns,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.ListRunsRequest.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.ListRunsResponse.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.ListRunsRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.ListRunsResponse.SerializeToString,
             ),
             'GetRun': grpc.unary_unary_rpc_method_handler(
                     servicer.GetRun,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.GetRunRequest.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.TrainingRun.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.GetRunRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.TrainingRun.SerializeToString,
             ),
             'ListCheckpoints': grpc.unary_unary_rpc_method_handler(
                     servicer.ListCheckpoints,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.ListCheckpointsRequest.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.ListCheckpointsResponse.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.ListCheckpointsRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.ListCheckpointsResponse.SerializeToString,
             ),
             'DeleteCheckpoint': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteCheckpoint,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.DeleteCheckpointRequest.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.DeleteCheckpointResponse.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.DeleteCheckpointRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.DeleteCheckpointResponse.SerializeToString,
             ),
             'WeightsInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.WeightsInfo,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.WeightsInfoRequest.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.WeightsInfoResponse.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.WeightsInfoRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.WeightsInfoResponse.SerializeToString,
             ),
             'Capabilities': grpc.unary_unary_rpc_method_handler(
                     servicer.Capabilities,
-                    request_deserializer=artfleet_dot_v1_dot_training__api__pb2.CapabilitiesRequest.FromString,
-                    response_serializer=artfleet_dot_v1_dot_training__api__pb2.CapabilitiesResponse.SerializeToString,
+                    request_deserializer=artfleet_dot_v1_dot_tinker__api__pb2.CapabilitiesRequest.FromString,
+                    response_serializer=artfleet_dot_v1_dot_tinker__api__pb2.CapabilitiesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'artfleet.v1.TrainingApi', rpc_method_handlers)
+            'artfleet.v1.TinkerApi', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('artfleet.v1.TrainingApi', rpc_method_handlers)
+    server.add_registered_method_handlers('artfleet.v1.TinkerApi', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
-class TrainingApi:
-    """The HTTP training API (Tinker's protocol): the API service speaks it over HTTP and hands
+class TinkerApi:
+    """The Tinker-compatible API: the API service speaks it over HTTP and hands
     every call to the trainer through this service. The trainer owns all of its state:
     sessions, training clients (a LoRA and its optimizer each), the queue of requests and
     their results (futures), sampling sessions and saved weights.
@@ -306,9 +306,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/CreateSession',
-            artfleet_dot_v1_dot_training__api__pb2.CreateTrainingSessionRequest.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.CreateTrainingSessionResponse.FromString,
+            '/artfleet.v1.TinkerApi/CreateSession',
+            artfleet_dot_v1_dot_tinker__api__pb2.CreateTrainingSessionRequest.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.CreateTrainingSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -333,9 +333,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/Heartbeat',
-            artfleet_dot_v1_dot_training__api__pb2.SessionHeartbeatRequest.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.SessionHeartbeatResponse.FromString,
+            '/artfleet.v1.TinkerApi/Heartbeat',
+            artfleet_dot_v1_dot_tinker__api__pb2.SessionHeartbeatRequest.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.SessionHeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -360,9 +360,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/FinishSession',
-            artfleet_dot_v1_dot_training__api__pb2.FinishSessionRequest.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.FinishSessionResponse.FromString,
+            '/artfleet.v1.TinkerApi/FinishSession',
+            artfleet_dot_v1_dot_tinker__api__pb2.FinishSessionRequest.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.FinishSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -387,9 +387,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/Submit',
-            artfleet_dot_v1_dot_training__api__pb2.TrainingCall.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.Promise.FromString,
+            '/artfleet.v1.TinkerApi/Submit',
+            artfleet_dot_v1_dot_tinker__api__pb2.TrainingCall.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.Promise.FromString,
             options,
             channel_credentials,
             insecure,
@@ -414,9 +414,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/Retrieve',
-            artfleet_dot_v1_dot_training__api__pb2.RetrieveRequest.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.RetrieveResponse.FromString,
+            '/artfleet.v1.TinkerApi/Retrieve',
+            artfleet_dot_v1_dot_tinker__api__pb2.RetrieveRequest.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.RetrieveResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -441,9 +441,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/GetInfo',
-            artfleet_dot_v1_dot_training__api__pb2.GetInfoRequest.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.TrainingClientInfo.FromString,
+            '/artfleet.v1.TinkerApi/GetInfo',
+            artfleet_dot_v1_dot_tinker__api__pb2.GetInfoRequest.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.TrainingClientInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -468,9 +468,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/CreateSamplingSession',
-            artfleet_dot_v1_dot_training__api__pb2.CreateSamplingSessionRequest.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.SamplingSession.FromString,
+            '/artfleet.v1.TinkerApi/CreateSamplingSession',
+            artfleet_dot_v1_dot_tinker__api__pb2.CreateSamplingSessionRequest.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.SamplingSession.FromString,
             options,
             channel_credentials,
             insecure,
@@ -495,9 +495,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/GetSampler',
-            artfleet_dot_v1_dot_training__api__pb2.GetSamplerRequest.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.SamplingSession.FromString,
+            '/artfleet.v1.TinkerApi/GetSampler',
+            artfleet_dot_v1_dot_tinker__api__pb2.GetSamplerRequest.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.SamplingSession.FromString,
             options,
             channel_credentials,
             insecure,
@@ -522,9 +522,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/ListRuns',
-            artfleet_dot_v1_dot_training__api__pb2.ListRunsRequest.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.ListRunsResponse.FromString,
+            '/artfleet.v1.TinkerApi/ListRuns',
+            artfleet_dot_v1_dot_tinker__api__pb2.ListRunsRequest.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.ListRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -549,9 +549,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/GetRun',
-            artfleet_dot_v1_dot_training__api__pb2.GetRunRequest.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.TrainingRun.FromString,
+            '/artfleet.v1.TinkerApi/GetRun',
+            artfleet_dot_v1_dot_tinker__api__pb2.GetRunRequest.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.TrainingRun.FromString,
             options,
             channel_credentials,
             insecure,
@@ -576,9 +576,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/ListCheckpoints',
-            artfleet_dot_v1_dot_training__api__pb2.ListCheckpointsRequest.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.ListCheckpointsResponse.FromString,
+            '/artfleet.v1.TinkerApi/ListCheckpoints',
+            artfleet_dot_v1_dot_tinker__api__pb2.ListCheckpointsRequest.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.ListCheckpointsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -603,9 +603,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/DeleteCheckpoint',
-            artfleet_dot_v1_dot_training__api__pb2.DeleteCheckpointRequest.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.DeleteCheckpointResponse.FromString,
+            '/artfleet.v1.TinkerApi/DeleteCheckpoint',
+            artfleet_dot_v1_dot_tinker__api__pb2.DeleteCheckpointRequest.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.DeleteCheckpointResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -630,9 +630,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/WeightsInfo',
-            artfleet_dot_v1_dot_training__api__pb2.WeightsInfoRequest.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.WeightsInfoResponse.FromString,
+            '/artfleet.v1.TinkerApi/WeightsInfo',
+            artfleet_dot_v1_dot_tinker__api__pb2.WeightsInfoRequest.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.WeightsInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -657,9 +657,9 @@ class TrainingApi:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/artfleet.v1.TrainingApi/Capabilities',
-            artfleet_dot_v1_dot_training__api__pb2.CapabilitiesRequest.SerializeToString,
-            artfleet_dot_v1_dot_training__api__pb2.CapabilitiesResponse.FromString,
+            '/artfleet.v1.TinkerApi/Capabilities',
+            artfleet_dot_v1_dot_tinker__api__pb2.CapabilitiesRequest.SerializeToString,
+            artfleet_dot_v1_dot_tinker__api__pb2.CapabilitiesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,256 @@
+"""Training clients of the Tinker-compatible API on the torch backend.
+
+Each client is a registered model of the backend (a LoRA on its base model, its own
+optimizer, its checkpoints in the fleet's layout under the project `tinker`), driven by
+the primitives instead of a job: `forward_backward` adds gradients, `optim_step` applies
+them with the caller's Adam parameters, `save` writes the weights as the next checkpoint
+and serves them as `name@step`. All of it runs on the backend's torch thread and takes
+the same gate as a job's step, so clients and jobs take turns, first come first served.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from peft.utils import set_peft_model_state_dict
+from safetensors.torch import load_file
+
+from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG
+from artfleet.contracts.errors import FailedPrecondition, InvalidArgument, NotFound
+from artfleet_trainer.backends.art_compat import art
+
+from . import checkpoints, datum_training, precision
+from .training import StepMemory, StepStats, optim_step
+from .worker import training_thread_scope
+
+if TYPE_CHECKING:
+    from .backend import TorchBackend, _ModelState
+
+log = logging.getLogger(__name__)
+
+PROJECT = "tinker"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+@dataclass(frozen=True)
+class AdamParams:
+    learning_rate: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-12
+    weight_decay: float = 0.0
+    grad_clip_norm: float = 0.0  # 0: no clipping
+
+
+@dataclass(frozen=True)
+class ClientInfo:
+    name: str
+    base_model: str
+    max_context: int
+    arch: str
+    output_dir: Path
+
+
+class TrainingClients:
+    """The backend's side of the Tinker-compatible API: clients by name."""
+
+    def __init__(self, backend: TorchBackend) -> None:
+        self._backend = backend
+        self._dirty: set[str] = set()  # trained since their last save
+
+    def model_dir(self, name: str) -> Path:
+        return Path(self._backend.path) / PROJECT / "models" / name
+
+    async def create(self, name: str, base_model: str, rank: int, seed: int | None) -> ClientInfo:
+        """Load `base_model` with a fresh LoRA of `rank` (its init drawn from `seed`), or
+        the client's latest checkpoint when one is on disk (a trainer restart)."""
+        model: art.TrainableModel = art.TrainableModel(
+            name=name,
+            project=PROJECT,
+            base_model=base_model,
+            _internal_config=art.dev.InternalModelConfig(
+                peft_args=art.dev.PeftArgs(r=rank, lora_alpha=2 * rank)
+            ),
+        )
+        if seed is not None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                await self._backend.register(model)
+        else:
+            await self._backend.register(model)
+        return self.info(name)
+
+    def info(self, name: str) -> ClientInfo:
+        state = self._state(name)
+        config = state.peft_model.get_base_model().config
+        return ClientInfo(
+            name,
+            state.model.base_model,
+            state.policy.max_context,
+            str(getattr(config, "model_type", "") or ""),
+            state.output_dir,
+        )
+
+    def loaded(self, name: str) -> bool:
+        return name in self._backend._states
+
+    def served_step(self, name: str) -> int:
+        """The saved step the client's live weights are (-1: trained since its last save)."""
+        return self._state(name).policy.step
+
+    async def retire(self, name: str, step: int) -> None:
+        """A deleted checkpoint: the inference service stops serving it."""
+        await self._backend.retire_steps(name, [step])
+
+    def _state(self, name: str) -> _ModelState:
+        state = self._backend._states.get(name)
+        if state is None:
+            raise NotFound(f"training client {name!r} is not loaded")
+        return state
+
+    async def forward_backward(
+        self,
+        name: str,
+        datums: Sequence[datum_training.Datum],
+        loss_fn: str,
+        config: Mapping[str, float],
+        *,
+        forward_only: bool = False,
+    ) -> datum_training.DatumOutputs:
+        state = self._state(name)
+        spec = datum_training.check(datums, loss_fn, config, state.policy.max_context)
+        backend = self._backend
+        async with backend._gate:
+            outputs = await backend._worker.run(
+                self._forward_backward_sync, state, datums, spec, config, forward_only
+            )
+        if not forward_only:
+            self._dirty.add(name)
+        return outputs
+
+    def _forward_backward_sync(
+        self,
+        state: _ModelState,
+        datums: Sequence[datum_training.Datum],
+        spec: datum_training.LossSpec,
+        config: Mapping[str, float],
+        forward_only: bool,
+    ) -> datum_training.DatumOutputs:
+        backend = self._backend
+        memory = None
+        if not forward_only:
+            memory = StepMemory.measure(
+                state.peft_model, {}, backend.activation_budget_bytes, backend.memory_fraction
+            )
+        with training_thread_scope(backend.device, backend.train_num_threads):
+            outputs, _ = datum_training.run(
+                state.peft_model, datums, spec, config, memory, forward_only=forward_only
+            )
+        return outputs
+
+    async def optim_step(self, name: str, adam: AdamParams) -> dict[str, float]:
+        state = self._state(name)
+        for key in ("learning_rate", "beta1", "beta2", "eps", "weight_decay", "grad_clip_norm"):
+            value = getattr(adam, key)
+            if not (value >= 0 and value < float("inf")):
+                raise InvalidArgument(f"{key} must be a finite number >= 0", f"adam_params.{key}")
+        async with self._backend._gate:
+            metrics = await self._backend._worker.run(self._optim_step_sync, state, adam)
+        self._dirty.add(name)
+        return metrics
+
+    def _optim_step_sync(self, state: _ModelState, adam: AdamParams) -> dict[str, float]:
+        started = time.monotonic()
+        # Rows being generated on the live weights finish on them; from now on the live
+        # weights are no saved step, so `name@step` is served from its checkpoint.
+        old = self._backend._before_weights_change(state)
+        for group in state.optimizer.param_groups:
+            group["betas"] = (adam.beta1, adam.beta2)
+            group["eps"] = adam.eps
+            group["weight_decay"] = adam.weight_decay
+        stats = StepStats()
+        optim_step(state.optimizer, adam.learning_rate, stats, max_grad_norm=adam.grad_clip_norm)
+        state.policy.step = -1
+        state.policy.scheduler.engine.weights_changed(-1, old)
+        return {
+            "grad_norm:mean": stats.grad_norms[-1],
+            "learning_rate:mean": adam.learning_rate,
+            "step_seconds:mean": time.monotonic() - started,
+        }
+
+    async def save(self, name: str) -> int:
+        """The client's weights as a checkpoint (with the optimizer state), served as
+        `name@step`: a new step when they changed since the last save, else that one."""
+        state = self._state(name)
+        if name not in self._dirty and state.policy.step >= 0:
+            return state.policy.step
+        backend = self._backend
+        async with backend._gate:
+            step = await backend._worker.run(self._save_sync, state)
+            state.policy.step = step
+            await backend._publish(state, step)
+        self._dirty.discard(name)
+        return step
+
+    def _save_sync(self, state: _ModelState) -> int:
+        step = max(state.policy.step, checkpoints.latest_step(state.output_dir)) + 1
+        checkpoints.save_checkpoint(
+            state.peft_model, state.output_dir, step, state.optimizer.state_dict()
+        )
+        precision.release_cached_memory(self._backend.device)
+        state.policy.scheduler.engine.weights_changed(step, None)
+        return step
+
+    async def load(self, name: str, checkpoint: Path, *, optimizer: bool) -> None:
+        """Another checkpoint's weights (and optimizer state) into the client."""
+        state = self._state(name)
+        if not (checkpoint / ADAPTER_CONFIG).is_file():
+            raise NotFound(f"no saved weights at {checkpoint.name}")
+        async with self._backend._gate:
+            await self._backend._worker.run(self._load_sync, state, checkpoint, optimizer)
+        self._dirty.add(name)
+
+    def _load_sync(self, state: _ModelState, checkpoint: Path, optimizer: bool) -> None:
+        weights = load_file(str(checkpoint / ADAPTER_WEIGHTS), device=str(self._backend.device))
+        live = {k: v for k, v in state.peft_model.state_dict().items() if "lora_" in k}
+        mismatched = _mismatched_shapes(weights, live)
+        if mismatched:
+            raise FailedPrecondition(
+                f"the saved weights do not fit this client's LoRA ({mismatched}): "
+                "load them into a client of the same rank"
+            )
+        old = self._backend._before_weights_change(state)
+        set_peft_model_state_dict(state.peft_model, weights)
+        if optimizer:
+            saved = checkpoints.load_optimizer_state(checkpoint)
+            if saved is None:  # weights saved before any step: the optimizer's fresh state
+                state.optimizer.state.clear()
+            else:
+                state.optimizer.load_state_dict(saved)
+        state.policy.step = -1
+        state.policy.scheduler.engine.weights_changed(-1, old)
+
+    async def release(self, name: str) -> None:
+        """Drop the client from memory; its checkpoints stay on disk."""
+        await self._backend.unregister(name)
+        self._dirty.discard(name)
+
+
+def _mismatched_shapes(saved: Mapping[str, Any], live: Mapping[str, Any]) -> str:
+    for key, tensor in saved.items():
+        # peft saves without the adapter name ("default") that the live keys carry
+        live_key = key.replace(".lora_A.weight", ".lora_A.default.weight").replace(
+            ".lora_B.weight", ".lora_B.default.weight"
+        )
+        target = live.get(live_key)
+        if target is None:
+            return f"{key} has no counterpart"
+        if tuple(target.shape) != tuple(tensor.shape):
+            return f"{key} is {tuple(tensor.shape)}, here {tuple(target.shape)}"
+    return ""

@@ -1,0 +1,53 @@
+"""The `tinker` SDK (0.38, in a virtualenv of its own) against the fleet's
+Tinker-compatible API: SmolLM2 trained with forward_backward + optim_step on a fixed
+supervised batch (the loss falls), its weights saved for sampling, and the samples come
+from the saved weights (the training client scores them as the sampler did), not from the
+base model."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+
+from client_venvs import client_venv
+
+from artfleet_cli.fleet import LocalFleet
+
+SDK = "tinker==0.38.0"
+DRIVER = Path(__file__).parents[2] / "support" / "tinker_clients" / "sdk_loop.py"
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the embedded default, not the tiny model
+
+
+def _run_driver(fleet: LocalFleet) -> dict[str, object]:
+    python = client_venv("tinker-0.38.0", [SDK])
+    env = {
+        **os.environ,
+        "TINKER_BASE_URL": fleet.api_url,
+        "TINKER_API_KEY": f"tml-{fleet.token}",
+        "TINKER_TELEMETRY": "0",
+    }
+    done = subprocess.run(
+        [str(python), str(DRIVER), SMOLLM2], env=env, capture_output=True, text=True, timeout=1200
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_the_tinker_sdk_trains_saves_and_samples(api_fleet: LocalFleet) -> None:
+    out = _run_driver(api_fleet)
+    losses = [float(x) for x in out["losses"]]  # type: ignore[attr-defined]
+    assert losses[-1] < losses[0], losses  # the fixed batch is learned
+    model_id = str(out["model_id"])
+    assert out["sampler_path"] == f"tinker://{model_id}/sampler_weights/after"
+    assert out["checkpoints"] == ["sampler_weights/after", "weights/state"]
+    trained = out["trained"]
+    for sequence, rescored in zip(trained, out["trained_rescored"], strict=True):  # type: ignore[call-overload]
+        assert len(sequence["tokens"]) == len(sequence["logprobs"]) > 0
+        # the trainer's logprobs of what the sampler drew are the sampler's own: it sampled
+        # the saved weights
+        for sampled, scored in zip(sequence["logprobs"], rescored, strict=False):
+            assert math.isclose(sampled, scored, abs_tol=0.05), (sampled, scored)
+    assert [s["logprobs"] for s in out["base"]] != [s["logprobs"] for s in trained]  # type: ignore[attr-defined]

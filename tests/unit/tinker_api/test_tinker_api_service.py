@@ -1,0 +1,233 @@
+"""The trainer's Tinker-compatible API service on a real TorchBackend (a tiny random Llama
+wearing SmolLM2's tokenizer): training clients created, trained, saved and listed
+through their futures; seq_id order and retries; two clients that never touch each
+other's weights; limits and refusals that name what they refuse."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from api_fleet import tiny_model
+from pydantic import SecretStr
+
+from artfleet.contracts.errors import InvalidArgument, NotFound, ResourceExhausted
+from artfleet.v1 import tinker_api_pb2 as pb
+from artfleet_trainer.settings import TrainerSettings
+from artfleet_trainer.tinker_api import catalog
+from artfleet_trainer.tinker_api.futures import Futures
+from artfleet_trainer.tinker_api.sampler import CompletionsSampler
+from artfleet_trainer.tinker_api.service import TinkerApiService
+from artfleet_trainer.torch_backend import TorchBackend
+
+Context: Any = None
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture
+async def service(tmp_path: Path) -> AsyncIterator[TinkerApiService]:
+    settings = TrainerSettings(
+        art_path=str(tmp_path / "art"), api_token=SecretStr("t"), tinker_api_max_clients=2
+    )
+    backend = TorchBackend(path=settings.art_path, num_threads=1, train_num_threads=1)
+    sampler = CompletionsSampler(backend.sampling_endpoint)
+    api = TinkerApiService(
+        settings,
+        backend.training_clients,
+        sampler,
+        lambda name: catalog.check_base_model(settings, name),
+    )
+    api.start()
+    try:
+        yield api
+    finally:
+        await api.stop()
+        await backend.close()
+
+
+async def _result(api: TinkerApiService, promise: pb.Promise) -> pb.RetrieveResponse:
+    outcome = await api.Retrieve(
+        pb.RetrieveRequest(request_id=promise.request_id, wait_s=60), Context
+    )
+    assert outcome.WhichOneof("outcome") != "failure", outcome.failure.message
+    return outcome
+
+
+async def _client(api: TinkerApiService, session: str, number: int, base: Path) -> str:
+    create = pb.CreateModelOp(
+        model_seq_id=number,
+        base_model=str(base),
+        rank=4,
+        seed=number,
+        train_mlp=True,
+        train_attn=True,
+    )
+    promise = await api.Submit(pb.TrainingCall(session_id=session, create_model=create), Context)
+    outcome = await _result(api, promise)
+    assert outcome.create_model.model_id == f"{session}:train:{number}" == promise.model_id
+    return promise.model_id
+
+
+def _batch(loss_fn: str = "cross_entropy") -> pb.ForwardBackwardOp:
+    op = pb.ForwardBackwardOp(loss_fn=loss_fn)
+    for offset in range(3):
+        tokens = [(offset + 5 * i) % 40 + 2 for i in range(8)]
+        datum = op.data.add(tokens=tokens, target_tokens=[*tokens[1:], tokens[0]])
+        datum.inputs["weights"].values.extend([1.0] * 8)
+    return op
+
+
+async def _loss(api: TinkerApiService, model_id: str, seq: int, *, train: bool) -> float:
+    op = _batch()
+    op.forward_only = not train
+    call = pb.TrainingCall(model_id=model_id, seq_id=seq, forward_backward=op)
+    outcome = await _result(api, await api.Submit(call, Context))
+    assert len(outcome.forward_backward.logprobs) == 3
+    return outcome.forward_backward.metrics["loss:sum"]
+
+
+async def _step(api: TinkerApiService, model_id: str, seq: int) -> None:
+    adam = pb.AdamParams(learning_rate=0.05, beta1=0.9, beta2=0.95, eps=1e-8)
+    call = pb.TrainingCall(model_id=model_id, seq_id=seq, optim_step=pb.OptimStepOp(adam=adam))
+    outcome = await _result(api, await api.Submit(call, Context))
+    assert outcome.optim_step.metrics["grad_norm:mean"] > 0
+
+
+async def _session(api: TinkerApiService) -> str:
+    return (await api.CreateSession(pb.CreateTrainingSessionRequest(), Context)).session_id
+
+
+async def test_a_client_trains_saves_and_lists_its_checkpoints(
+    service: TinkerApiService, model_dir: Path
+) -> None:
+    session = await _session(service)
+    model_id = await _client(service, session, 0, model_dir)
+    first = await _loss(service, model_id, 1, train=True)
+    await _step(service, model_id, 2)
+    await _loss(service, model_id, 3, train=True)
+    await _step(service, model_id, 4)
+    assert await _loss(service, model_id, 5, train=False) < first
+    save = pb.TrainingCall(model_id=model_id, seq_id=6, save_weights=pb.SaveWeightsOp(name="s1"))
+    saved = await _result(service, await service.Submit(save, Context))
+    assert saved.save.path == f"tinker://{model_id}/weights/s1"
+    sampler = pb.SaveForSamplerOp(name="s1")
+    call = pb.TrainingCall(model_id=model_id, seq_id=7, save_for_sampler=sampler)
+    await _result(service, await service.Submit(call, Context))
+    listed = await service.ListCheckpoints(
+        pb.ListCheckpointsRequest(training_run_id=model_id), Context
+    )
+    assert [(c.checkpoint_id, c.checkpoint_type, c.step) for c in listed.checkpoints] == [
+        ("weights/s1", "training", 1),
+        ("sampler_weights/s1", "sampler", 1),  # unchanged weights: the same checkpoint
+    ]
+    info = await service.WeightsInfo(pb.WeightsInfoRequest(tinker_path=saved.save.path), Context)
+    assert info.lora_rank == 4 and info.base_model == str(model_dir)
+    runs = await service.ListRuns(pb.ListRunsRequest(), Context)
+    assert [r.training_run_id for r in runs.runs] == [model_id] and runs.runs[0].loaded
+    # the fleet's layout: the run is a model of the project "tinker"
+    run_dir = Path(service.runs.model_dir(model_id))
+    assert (run_dir / "checkpoints" / "0001" / "adapter_model.safetensors").is_file()
+
+
+async def test_calls_run_in_seq_id_order_and_a_retry_is_the_same_call(
+    service: TinkerApiService, model_dir: Path
+) -> None:
+    session = await _session(service)
+    model_id = await _client(service, session, 0, model_dir)
+    adam = pb.AdamParams(learning_rate=0.05, beta1=0.9, beta2=0.95, eps=1e-8)
+    step = pb.TrainingCall(model_id=model_id, seq_id=2, optim_step=pb.OptimStepOp(adam=adam))
+    later = await service.Submit(step, Context)  # waits for seq 1
+    outcome = await service.Retrieve(pb.RetrieveRequest(request_id=later.request_id), Context)
+    assert outcome.pending
+    fb = pb.TrainingCall(model_id=model_id, seq_id=1, forward_backward=_batch())
+    first = await service.Submit(fb, Context)
+    assert (await service.Submit(fb, Context)).request_id == first.request_id  # a retry
+    await _result(service, first)
+    await _result(service, later)
+    with pytest.raises(InvalidArgument, match="seq_id"):  # a number before the client's
+        stale = pb.TrainingCall(model_id=model_id, seq_id=-1, forward_backward=_batch())
+        await service.Submit(stale, Context)
+
+
+async def test_two_clients_keep_their_own_weights(
+    service: TinkerApiService, model_dir: Path
+) -> None:
+    session = await _session(service)
+    a = await _client(service, session, 0, model_dir)
+    b = await _client(service, session, 1, model_dir)
+    b_before = await _loss(service, b, 1, train=False)
+    a_before = await _loss(service, a, 1, train=True)
+    await _step(service, a, 2)
+    assert await _loss(service, a, 3, train=False) < a_before
+    assert await _loss(service, b, 2, train=False) == pytest.approx(b_before, abs=1e-6)
+
+
+async def test_limits_and_refusals_name_what_they_refuse(
+    service: TinkerApiService, model_dir: Path
+) -> None:
+    session = await _session(service)
+    await _client(service, session, 0, model_dir)
+    await _client(service, session, 1, model_dir)
+    create = pb.CreateModelOp(
+        model_seq_id=2, base_model=str(model_dir), rank=4, train_mlp=True, train_attn=True
+    )
+    with pytest.raises(ResourceExhausted, match="ARTFLEET_TINKER_API_MAX_CLIENTS"):
+        await service.Submit(pb.TrainingCall(session_id=session, create_model=create), Context)
+    with pytest.raises(NotFound, match="not loaded"):
+        call = pb.TrainingCall(model_id=f"{session}:train:9", seq_id=1, forward_backward=_batch())
+        await service.Submit(call, Context)
+    with pytest.raises(InvalidArgument, match="loss_fn"):
+        call = pb.TrainingCall(
+            model_id=f"{session}:train:0", seq_id=1, forward_backward=_batch("dro")
+        )
+        await service.Submit(call, Context)
+    with pytest.raises(InvalidArgument, match="base_model"):
+        create = pb.CreateModelOp(
+            model_seq_id=3, base_model="no/such-model", rank=4, train_mlp=True, train_attn=True
+        )
+        await service.Submit(pb.TrainingCall(session_id=session, create_model=create), Context)
+    with pytest.raises(InvalidArgument, match="train_attn"):
+        create = pb.CreateModelOp(model_seq_id=3, base_model=str(model_dir), rank=4, train_mlp=True)
+        await service.Submit(pb.TrainingCall(session_id=session, create_model=create), Context)
+
+
+async def test_an_ended_session_releases_its_clients_and_keeps_their_weights(
+    service: TinkerApiService, model_dir: Path
+) -> None:
+    session = await _session(service)
+    model_id = await _client(service, session, 0, model_dir)
+    save = pb.TrainingCall(model_id=model_id, seq_id=1, save_weights=pb.SaveWeightsOp(name="kept"))
+    await _result(service, await service.Submit(save, Context))
+    await service.FinishSession(pb.FinishSessionRequest(session_id=session), Context)
+    with pytest.raises(NotFound):
+        await service.GetInfo(pb.GetInfoRequest(model_id=model_id), Context)
+    run = await service.GetRun(pb.GetRunRequest(training_run_id=model_id), Context)
+    assert not run.loaded and run.last_checkpoint.checkpoint_id == "weights/kept"
+    # a new session goes on from the saved weights (the SDK's create-from-state)
+    again = await _session(service)
+    load = pb.LoadWeightsOp(
+        path=f"tinker://{model_id}/weights/kept", optimizer=True, model_seq_id=0
+    )
+    promise = await service.Submit(pb.TrainingCall(session_id=again, load_weights=load), Context)
+    outcome = await _result(service, promise)
+    assert outcome.load.model_id == f"{again}:train:0"
+
+
+async def test_a_future_from_before_a_restart_fails_retryably() -> None:
+    before, after = Futures(8), Futures(8)
+    request_id = before.new()
+    outcome = await after.wait(request_id, 0)
+    assert outcome.failure.retryable and "restarted" in outcome.failure.message
+    waiting = after.new()
+    after.fail_all("stopping")
+    assert (await after.wait(waiting, 0)).failure.retryable
+    with pytest.raises(NotFound):
+        await after.wait(f"{after.boot}.999", 0)
+    assert asyncio.iscoroutinefunction(after.wait)
