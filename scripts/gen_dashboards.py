@@ -490,6 +490,39 @@ TRAINER = [
         "named reason.",
         id=313,
     ),
+    panel(
+        "Tinker API: loss per token",
+        [q("max by (run) (artfleet_tinker_loss_per_token)", "{{run}}")],
+        description=f"{needs('Tinker API')} Each Tinker API run's last forward_backward: its "
+        "loss sum over the datums' tokens.",
+        id=314,
+    ),
+    panel(
+        "Tinker API: tokens and optimizer steps",
+        [
+            q(f"sum by (run) (rate(artfleet_tinker_tokens_total{W}))", "tokens/s {{run}}"),
+            q(f"sum by (run) (rate(artfleet_tinker_optim_steps_total{W}))", "steps/s {{run}}"),
+        ],
+        description=f"{needs('Tinker API')} Tokens through forward_backward and optim_step "
+        "calls, per run.",
+        id=315,
+    ),
+    panel(
+        "Tinker API: step time",
+        quantiles("artfleet_tinker_step_seconds"),
+        unit="s",
+        description=f"{needs('Tinker API')} From one optim_step of a run to its next.",
+        id=316,
+    ),
+    panel(
+        "Tinker API: clients and calls",
+        [
+            q("max(artfleet_tinker_clients_loaded)", "clients loaded"),
+            q(f"sum by (op, outcome) (rate(artfleet_tinker_calls_total{W}))", "{{op}} {{outcome}}"),
+        ],
+        description=f"{needs('Tinker API')} Training clients in memory; calls run per second.",
+        id=317,
+    ),
 ]
 
 DASHBOARDS = {

@@ -17,13 +17,15 @@ from artfleet_api import __version__, errors, routes_jobs, routes_ops, trajector
 from artfleet_api.backends import Backends
 from artfleet_api.middleware import AuthMiddleware, MetricsMiddleware, is_open
 from artfleet_api.settings import ApiSettings
+from artfleet_api.tinker_api import routes as tinker_api
 
 STATIC = Path(__file__).parent / "static"
 DESCRIPTION = (
     "Training jobs, rollouts and evaluation on an ArtFleet fleet (the HTTP training API's "
     "endpoints), and the web console at `/`. Every route but `/health`, this description and "
     "the console's static files needs `Authorization: Bearer <ARTFLEET_API_TOKEN>` "
-    "(here: *Authorize*)."
+    "(here: *Authorize*). Under `/api/v1`: the Tinker-compatible API, whose "
+    "clients send the token as `X-API-Key: tml-<ARTFLEET_API_TOKEN>`."
 )
 
 
@@ -53,6 +55,7 @@ def create_app(settings: ApiSettings, metrics_port: int | None = None) -> FastAP
     app.include_router(routes_jobs.router)
     app.include_router(routes_ops.router)
     app.include_router(trajectories.router)
+    app.include_router(tinker_api.router)
     _console(app)
     _document_bearer(app)
     # Added last = outermost: metrics count the 401s too.

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from artfleet.runtime.health import probe_policy
 from artfleet.runtime.rpc.client import aio_channel
-from artfleet.v1 import reward_pb2_grpc, rollout_pb2_grpc, trainer_pb2_grpc
+from artfleet.v1 import reward_pb2_grpc, rollout_pb2_grpc, tinker_api_pb2_grpc, trainer_pb2_grpc
 from artfleet_api.settings import ApiSettings
 
 DEPENDENCIES = ("trainer", "rollout", "reward", "sandbox", "redis", "inference")
@@ -53,6 +53,11 @@ class Backends:
     @property
     def trainer(self) -> trainer_pb2_grpc.TrainerStub:
         return trainer_pb2_grpc.TrainerStub(self.channels["trainer"])
+
+    @property
+    def tinker_api(self) -> tinker_api_pb2_grpc.TinkerApiStub:
+        """The Tinker-compatible API's calls, on the trainer's channel."""
+        return tinker_api_pb2_grpc.TinkerApiStub(self.channels["trainer"])
 
     @property
     def rollout(self) -> rollout_pb2_grpc.RolloutStub:

@@ -1,5 +1,7 @@
 """Every error as a JSON body naming the field: request validation (422), our spec errors
-(422), and the gRPC status of the service behind (mapped once, here)."""
+(422), and the gRPC status of the service behind (mapped once, here). Under /api/v1 the
+Tinker-compatible API has its own statuses and bodies:
+tinker_api/errors.py answers there."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from artfleet.contracts.errors import InvalidArgument
 from artfleet.specs.base import FieldError
 from artfleet_api.models import TRAIN_BODY_TAGS
+from artfleet_api.tinker_api import errors as tinker_api_errors
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,8 @@ def _detail(error: Any) -> dict[str, str]:
 
 
 async def _validation(request: Request, exc: Exception) -> JSONResponse:
+    if tinker_api_errors.owns(request):
+        return await tinker_api_errors.handle(request, exc)
     assert isinstance(exc, RequestValidationError)
     detail = [_detail(e) for e in exc.errors()]
     field = detail[0]["field"] if detail else None
@@ -85,6 +90,8 @@ async def _invalid(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _rpc(request: Request, exc: Exception) -> JSONResponse:
+    if tinker_api_errors.owns(request):
+        return await tinker_api_errors.handle(request, exc)
     assert isinstance(exc, grpc.aio.AioRpcError)
     status = GRPC_TO_HTTP.get(exc.code(), 502)
     details = exc.details() or exc.code().name
@@ -94,6 +101,8 @@ async def _rpc(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _http(request: Request, exc: Exception) -> JSONResponse:
+    if tinker_api_errors.owns(request):
+        return await tinker_api_errors.handle(request, exc)
     assert isinstance(exc, StarletteHTTPException)
     field = "body" if exc.status_code == 400 else None  # FastAPI: the body is not JSON
     return JSONResponse(
@@ -102,6 +111,8 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    if tinker_api_errors.owns(request):
+        return await tinker_api_errors.handle(request, exc)
     log.exception("%s %s failed", request.method, request.url.path)
     return JSONResponse(error_body(f"internal error: {type(exc).__name__}"), status_code=500)
 
@@ -112,4 +123,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(InvalidArgument, _invalid)
     app.add_exception_handler(grpc.aio.AioRpcError, _rpc)
     app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(tinker_api_errors.WireError, tinker_api_errors.handle)
     app.add_exception_handler(Exception, _unexpected)

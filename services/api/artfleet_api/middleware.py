@@ -1,6 +1,9 @@
 """Bearer-token auth and request metrics, as ASGI middleware (every route, SSE included,
 without per-handler code). Open without a token: /health, the console's static files and
-the API's description (/docs, /openapi.json: no data, no secrets), so a browser opens them."""
+the API's description (/docs, /openapi.json: no data, no secrets), so a browser opens them.
+Under /api/v1, the Tinker-compatible API, the token may also come as its
+clients send it: `X-API-Key: tml-<token>` (they refuse keys without that prefix) or
+`X-API-Key: <token>`."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ OPEN_PATHS = frozenset(
     {"/health", "/", "/favicon.ico", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
 )
 OPEN_PREFIXES = ("/static/",)
+API_KEY_PREFIX = "/api/v1/"
 
 HTTP_REQUESTS = Counter(
     "artfleet_api_requests_total",
@@ -45,18 +49,34 @@ class AuthMiddleware:
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
         self._expected = f"Bearer {token}".encode()
+        self._keys = (token.encode(), f"tml-{token}".encode())
+
+    def _refusal(self, path: str, headers: dict[bytes, bytes]) -> tuple[str, str] | None:
+        """None when the request carries the token; else why not, and the header named."""
+        given = headers.get(b"authorization", b"")
+        ok = hmac.compare_digest(given, self._expected)
+        if not path.startswith(API_KEY_PREFIX):
+            why = "wrong bearer token" if given else "missing bearer token"
+            return None if ok else (why, "Authorization")
+        key = headers.get(b"x-api-key", b"")
+        # Every comparison made, whichever matches: the time says nothing about the key.
+        matches = [hmac.compare_digest(key, expected) for expected in self._keys]
+        if ok or any(matches):
+            return None
+        return ("wrong API key" if key or given else "missing API key", "X-API-Key")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or is_open(scope["path"]):
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        given = headers.get(b"authorization", b"")
-        if hmac.compare_digest(given, self._expected):
+        refusal = self._refusal(scope["path"], dict(scope.get("headers") or []))
+        if refusal is None:
             await self.app(scope, receive, send)
             return
-        why = "missing bearer token" if not given else "wrong bearer token"
-        body = json.dumps({"error": why, "field": "Authorization", "detail": []}).encode()
+        why, field = refusal
+        # Under /api/v1 `detail` is the message, as the protocol's other errors have it.
+        detail = why if field == "X-API-Key" else []
+        body = json.dumps({"error": why, "field": field, "detail": detail}).encode()
         await send(
             {
                 "type": "http.response.start",

@@ -20,6 +20,11 @@ class ApiSettings(CommonSettings):
     rpc_timeout_s: float = Field(default=30.0, gt=0, description="deadline of unary RPCs")
     rollout_timeout_s: float = Field(default=900.0, gt=0, description="deadline of /rollout")
     health_timeout_s: float = Field(default=2.0, gt=0)
+    # Clients of the Tinker-compatible API poll a future again at once and
+    # give up on a poll after 45 s: each poll waits on the trainer well inside that.
+    tinker_api_wait_s: float = Field(
+        default=20.0, ge=0, le=35, description="how long retrieve_future waits for a result"
+    )
     trajectories_dir: str = Field(
         default="logs", description="sampled trajectories: <dir>/<experiment>/step_<n>/*.json"
     )

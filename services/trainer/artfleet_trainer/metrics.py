@@ -135,3 +135,29 @@ def sample_gpu_memory() -> None:
         free, total = torch.cuda.mem_get_info(index)
         GPU_MEMORY.labels(str(index), "used").set(total - free)
         GPU_MEMORY.labels(str(index), "total").set(total)
+
+
+# The Tinker-compatible API's training clients (tinker_api/), by run id.
+TINKER_CLIENTS = Gauge("artfleet_tinker_clients_loaded", "Tinker API training clients in memory")
+TINKER_CALLS = Counter(
+    "artfleet_tinker_calls_total",
+    "Tinker API calls run, by operation and outcome",
+    ["op", "outcome"],
+)
+TINKER_LOSS = Gauge(
+    "artfleet_tinker_loss_per_token",
+    "A Tinker API run's last forward_backward: its loss sum over the datums' tokens",
+    ["run"],
+)
+TINKER_TOKENS = Counter(
+    "artfleet_tinker_tokens_total", "Tokens through a Tinker API run's forward_backward", ["run"]
+)
+TINKER_OPTIM_STEPS = Counter(
+    "artfleet_tinker_optim_steps_total", "optim_step calls applied, by Tinker API run", ["run"]
+)
+TINKER_STEP_SECONDS = Histogram(
+    "artfleet_tinker_step_seconds",
+    "Wall time from a Tinker API run's optim_step to its next (its forward_backward calls "
+    "and the step itself)",
+    buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)

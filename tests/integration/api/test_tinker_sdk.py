@@ -38,6 +38,7 @@ def _run_driver(fleet: LocalFleet) -> dict[str, object]:
 
 def test_the_tinker_sdk_trains_saves_and_samples(api_fleet: LocalFleet) -> None:
     out = _run_driver(api_fleet)
+    print("tinker SDK:", json.dumps({k: out[k] for k in ("losses", "checkpoints")}))
     losses = [float(x) for x in out["losses"]]  # type: ignore[attr-defined]
     assert losses[-1] < losses[0], losses  # the fixed batch is learned
     model_id = str(out["model_id"])

@@ -17,7 +17,7 @@ PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 28, 7018, 314, 2]
 
 def batch() -> list[types.Datum]:
     """A fixed supervised batch: three short sequences, every position weighted."""
-    rows = [PROMPT + [504, 1345, 314, 282], PROMPT[2:] + [905, 30, 2], PROMPT[:6] + [11, 12, 13]]
+    rows = [[*PROMPT, 504, 1345, 314, 282], [*PROMPT[2:], 905, 30, 2], [*PROMPT[:6], 11, 12, 13]]
     return [
         types.Datum(
             model_input=types.ModelInput.from_ints(row[:-1]),
@@ -36,7 +36,9 @@ def sample(client: tinker.SamplingClient) -> list[dict[str, object]]:
     ]
 
 
-def rescored(training: tinker.TrainingClient, sequences: list[dict[str, object]]) -> list[list[float]]:
+def rescored(
+    training: tinker.TrainingClient, sequences: list[dict[str, object]]
+) -> list[list[float]]:
     """The training client's own logprobs of sampled tokens (forward, no gradient)."""
     data = []
     for seq in sequences:
@@ -49,9 +51,7 @@ def rescored(training: tinker.TrainingClient, sequences: list[dict[str, object]]
             )
         )
     out = training.forward(data, "cross_entropy").result()
-    return [
-        list(o["logprobs"].tolist())[len(PROMPT) - 1 :] for o in out.loss_fn_outputs
-    ]
+    return [list(o["logprobs"].tolist())[len(PROMPT) - 1 :] for o in out.loss_fn_outputs]
 
 
 def main() -> None:

@@ -21,6 +21,8 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 from artfleet_trainer.jobs import retention
 from artfleet_trainer.jobs.store import ACTIVE, JobStore
+from artfleet_trainer.tinker_api.runs import PROJECT as TINKER_EXPERIMENT
+from artfleet_trainer.tinker_api.runs import RunRecord, Runs, run_name
 
 CHUNK_BYTES = 1 << 20
 # Training state, not part of an adapter a person loads.
@@ -73,7 +75,27 @@ class ModelCatalog:
 
     async def models(self, experiment: str = "") -> list[trainer_pb2.ModelInfo]:
         jobs = await self._store.list(experiment=experiment)
-        return [self.info(job) for job in jobs if self._dir(job).is_dir()]
+        listed = [self.info(job) for job in jobs if self._dir(job).is_dir()]
+        if experiment in ("", TINKER_EXPERIMENT):
+            listed += [self._tinker_info(run) for run in Runs(self._art_path).all()]
+        return listed
+
+    def _tinker_info(self, run: RunRecord) -> trainer_pb2.ModelInfo:
+        """A Tinker API training run, listed as a model of the experiment `tinker`."""
+        directory = Runs(self._art_path).model_dir(run.training_run_id)
+        steps = checkpoint_layout.checkpoint_steps(directory)
+        info = trainer_pb2.ModelInfo(
+            name=run_name(run.training_run_id),
+            project=TINKER_EXPERIMENT,
+            experiment=TINKER_EXPERIMENT,
+            base_model=run.base_model,
+            latest_step=steps[-1] if steps else 0,
+            path=str(directory),
+        )
+        for step in steps:
+            size = _bytes(directory / "checkpoints" / f"{step:04d}")
+            info.checkpoints.append(trainer_pb2.ModelCheckpoint(step=step, bytes=size))
+        return info
 
     async def _job(self, name: str) -> pb.Job:
         job_id = name.rpartition("-")[2]

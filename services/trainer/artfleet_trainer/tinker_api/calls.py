@@ -5,10 +5,11 @@ service turns them into the future's failure."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from artfleet.contracts.errors import InvalidArgument, NotFound
 from artfleet.v1 import tinker_api_pb2 as pb
+from artfleet_trainer import metrics
 from artfleet_trainer.torch_backend import datum_training
 from artfleet_trainer.torch_backend.training_clients import AdamParams, TrainingClients
 
@@ -35,6 +36,7 @@ class Calls:
     clients: TrainingClients
     runs: Runs
     sessions: Sessions
+    last_step: dict[str, float] = field(default_factory=dict)  # run -> its last optim_step
 
     async def forward_backward(
         self, model_id: str, op: pb.ForwardBackwardOp
@@ -46,14 +48,23 @@ class Calls:
             dict(op.loss_fn_config),
             forward_only=op.forward_only,
         )
+        if not op.forward_only:
+            tokens = sum(len(d.tokens) for d in op.data)
+            metrics.TINKER_TOKENS.labels(run=model_id).inc(tokens)
+            metrics.TINKER_LOSS.labels(run=model_id).set(outputs.loss_sum / max(tokens, 1))
         result = pb.ForwardBackwardResult(metrics=outputs.metrics())
         for logprobs in outputs.logprobs:
             result.logprobs.add(values=logprobs)
         return pb.RetrieveResponse(forward_backward=result)
 
     async def optim_step(self, model_id: str, op: pb.OptimStepOp) -> pb.RetrieveResponse:
-        metrics = await self.clients.optim_step(run_name(model_id), adam_of(op))
-        return pb.RetrieveResponse(optim_step=pb.OptimStepResult(metrics=metrics))
+        applied = await self.clients.optim_step(run_name(model_id), adam_of(op))
+        now = time.monotonic()
+        if model_id in self.last_step:
+            metrics.TINKER_STEP_SECONDS.observe(now - self.last_step[model_id])
+        self.last_step[model_id] = now
+        metrics.TINKER_OPTIM_STEPS.labels(run=model_id).inc()
+        return pb.RetrieveResponse(optim_step=pb.OptimStepResult(metrics=applied))
 
     async def save(self, model_id: str, kind: str, name: str, overwrite: bool) -> SavedWeights:
         """Saves the client's weights and records them as `<kind>/<name>` of its run."""

@@ -24,6 +24,7 @@ from artfleet.contracts.errors import (
 )
 from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet.v1 import tinker_api_pb2_grpc
+from artfleet_trainer import metrics
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.torch_backend import datum_training
 from artfleet_trainer.torch_backend.training_clients import TrainingClients
@@ -123,6 +124,7 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
                 self.futures.fail(request_id, f"training client {model_id} was released: {why}")
             await queue.close()
         await self._clients.release(run_name(model_id))
+        metrics.TINKER_CLIENTS.set(len(self._queues))
         log.info("released training client %s (%s); its saved weights stay", model_id, why)
 
     # --- queued calls --------------------------------------------------------------------
@@ -151,7 +153,7 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
             )
         run = self._checked(request, op)
         request_id = self.futures.new()
-        queue.submit(request.seq_id, request_id, lambda: self._settle(request_id, run))
+        queue.submit(request.seq_id, request_id, lambda: self._settle(request_id, op, run))
         return pb.Promise(request_id=request_id, model_id=request.model_id)
 
     def _queue(self, model_id: str) -> ClientQueue:
@@ -209,7 +211,7 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         self._queues[model_id] = queue
         # The create is the client's call "0": later calls wait for it.
         queue.next_seq = 0
-        queue.submit(0, request_id, lambda: self._settle(request_id, run, model_id))
+        queue.submit(0, request_id, lambda: self._settle(request_id, op, run, model_id))
         return pb.Promise(request_id=request_id, model_id=model_id)
 
     def _create_call(
@@ -235,6 +237,7 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
     async def _settle(
         self,
         request_id: str,
+        op: str,
         run: Callable[[], Awaitable[pb.RetrieveResponse]],
         created: str = "",
     ) -> None:
@@ -242,14 +245,19 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         no client behind."""
         try:
             self.futures.resolve(request_id, await run())
+            metrics.TINKER_CALLS.labels(op=op, outcome="ok").inc()
+            metrics.TINKER_CLIENTS.set(len(self._queues))
             return
         except USER_ERRORS as exc:
             self.futures.fail(request_id, exc.message, "user")
+            metrics.TINKER_CALLS.labels(op=op, outcome="refused").inc()
         except ArtfleetError as exc:
             self.futures.fail(request_id, exc.message, "server")
+            metrics.TINKER_CALLS.labels(op=op, outcome="failed").inc()
         except Exception as exc:
-            log.exception("training API call %s failed", request_id)
+            log.exception("Tinker API call %s failed", request_id)
             self.futures.fail(request_id, f"internal error: {type(exc).__name__}: {exc}")
+            metrics.TINKER_CALLS.labels(op=op, outcome="failed").inc()
         if created:
             self._queues.pop(created, None)
             self._creates.pop(created, None)
@@ -263,7 +271,9 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         async def sample() -> pb.RetrieveResponse:
             return pb.RetrieveResponse(sample=await self._sampler.sample(served, op))
 
-        task = asyncio.create_task(self._settle(request_id, sample), name=f"sample-{request_id}")
+        task = asyncio.create_task(
+            self._settle(request_id, "sample", sample), name=f"sample-{request_id}"
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         ids = [f"{request_id}:{i}" for i in range(max(op.num_samples, 1))]
