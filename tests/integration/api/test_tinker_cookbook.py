@@ -10,8 +10,8 @@ import math
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
-import pytest
 from client_venvs import client_venv
 
 from artfleet_cli.fleet import LocalFleet
@@ -43,7 +43,8 @@ REQUIREMENTS = [
     "tqdm>=4.60.0",
 ]
 NO_DEPS = ["tinker-cookbook==0.6.1"]
-DRIVER = Path(__file__).parents[2] / "support" / "tinker_clients" / "cookbook_sft.py"
+CLIENTS = Path(__file__).parents[2] / "support" / "tinker_clients"
+DRIVER = CLIENTS / "cookbook_sft.py"
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
@@ -54,7 +55,20 @@ def _tokenizer_folder() -> Path:
     return ensure_embedded_cache()
 
 
-def _run_driver(fleet: LocalFleet, log_path: Path) -> dict[str, object]:
+def renderer_check(python: Path) -> dict[str, Any]:
+    """smollm2.py's check, run by a client's interpreter on its cookbook's conversations."""
+    done = subprocess.run(
+        [str(python), str(CLIENTS / "smollm2.py"), str(_tokenizer_folder())],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _run_driver(fleet: LocalFleet, log_path: Path) -> dict[str, Any]:
     python = client_venv(VENV, REQUIREMENTS, NO_DEPS)
     env = {
         **os.environ,
@@ -67,6 +81,7 @@ def _run_driver(fleet: LocalFleet, log_path: Path) -> dict[str, object]:
     done = subprocess.run(
         [str(python), str(DRIVER), SMOLLM2, str(_tokenizer_folder()), str(log_path)],
         env=env,
+        cwd=log_path.parent,  # the loop logs the git state of its working directory
         capture_output=True,
         text=True,
         timeout=1200,
@@ -75,26 +90,50 @@ def _run_driver(fleet: LocalFleet, log_path: Path) -> dict[str, object]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-@pytest.mark.slow
+def test_the_drivers_copy_of_smollm2s_template_is_the_models() -> None:
+    from tinker_clients.smollm2 import SMOLLM2_TEMPLATE
+
+    from artfleet_trainer.torch_backend.model_loader import CHATML_TEMPLATE
+
+    assert SMOLLM2_TEMPLATE == CHATML_TEMPLATE
+
+
+def test_the_smollm2_renderer_renders_smollm2s_chat_template() -> None:
+    """Every conversation the cookbook ships, rendered by the drivers' SmolLM2 renderer, is
+    what SmolLM2's chat template (and the fleet tokenizer's) makes of it; `qwen3_instruct`
+    differs wherever SmolLM2's default system message is due."""
+    out = renderer_check(client_venv(VENV, REQUIREMENTS, NO_DEPS))
+    assert out["conversations"] == 128
+    assert out["prompts_checked"] >= 128
+    assert out["mismatches"] == []
+    assert out["stop_is_eos"] is True
+    assert out["qwen3_instruct_prompts_differing"] == 128 - out["with_system"] > 0
+
+
 def test_the_cookbook_supervised_loop_trains_smollm2(api_fleet: LocalFleet, tmp_path: Path) -> None:
     out = _run_driver(api_fleet, tmp_path / "sl-run")
+    print("tinker-cookbook:", json.dumps(out))
     steps = out["steps"]
-    assert [s["step"] for s in steps] == [0, 1, 2]  # type: ignore[index]
-    for s in steps:  # type: ignore[attr-defined]
+    assert [s["step"] for s in steps] == [0, 1, 2]
+    # the loop's linear schedule from 2e-4 over its three steps
+    assert [round(s["learning_rate"] * 3e4) for s in steps] == [6, 4, 2]
+    for s in steps:
         assert s["num_sequences"] == 4
-        assert s["num_loss_tokens"] > 0
+        # the cookbook's "mean" reduction: each conversation's weights sum to 1
+        assert math.isclose(s["num_loss_tokens"], 4, rel_tol=1e-5)
         assert math.isfinite(s["train_mean_nll"]) and s["train_mean_nll"] > 0
     # the held-out NLL, scored by a sampling client of the weights before step 0
-    assert math.isfinite(float(steps[0]["test_nll"])) and steps[0]["test_nll"] > 0  # type: ignore[index]
+    assert math.isfinite(float(steps[0]["test_nll"])) and steps[0]["test_nll"] > 0
     model_id = str(out["model_id"])
-    assert [c["name"] for c in out["checkpoints"]] == ["000002", "final"]  # type: ignore[attr-defined]
-    for c in out["checkpoints"]:  # type: ignore[attr-defined]
+    assert [c["name"] for c in out["checkpoints"]] == ["000002", "final"]
+    for c in out["checkpoints"]:
         assert c["state_path"] == f"tinker://{model_id}/weights/{c['name']}"
         assert c["sampler_path"] == f"tinker://{model_id}/sampler_weights/{c['name']}"
-    assert sorted(out["server_checkpoints"]) == [  # type: ignore[call-overload]
+    assert sorted(out["server_checkpoints"]) == [
         "sampler_weights/000002",
         "sampler_weights/final",
         "weights/000002",
         "weights/final",
     ]
-    assert out["final_sample_tokens"] > 0
+    # the final sampler weights answer, every token with its logprob
+    assert out["final_sample_tokens"] == out["final_sample_logprobs"] > 0

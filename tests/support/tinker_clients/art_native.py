@@ -24,10 +24,16 @@ from typing import Any
 
 import art
 import smollm2
+import tinker
 from art.tinker_native import TinkerNativeBackend
+from art.tinker_native.backend import ModelState
+from art.tinker_native.data import extract_logprobs_from_choice
+from openai.types.chat import ChatCompletionMessageParam
 
 BASE_MODEL, TOKENIZER_FOLDER, ART_PATH = sys.argv[1:4]
-QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+QUESTION: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "What is the capital of France? Answer in one word."}
+]
 
 
 def trainable_model() -> art.TrainableModel:
@@ -53,7 +59,7 @@ async def rollout(model: art.TrainableModel, seed: int) -> tuple[art.Trajectory,
     client = model.openai_client()
     completion = await client.chat.completions.create(
         model=model.get_inference_name(),
-        messages=QUESTION,  # type: ignore[arg-type]
+        messages=QUESTION,
         max_completion_tokens=12,
         seed=seed,
     )
@@ -71,22 +77,58 @@ async def rollout(model: art.TrainableModel, seed: int) -> tuple[art.Trajectory,
     return trajectory, facts
 
 
-async def main() -> None:
-    smollm2.register(TOKENIZER_FOLDER, BASE_MODEL)
-    backend = TinkerNativeBackend(path=ART_PATH)
+async def rescored(state: ModelState, trajectory: art.Trajectory) -> list[float]:
+    """The training client's logprobs of a rollout's sampled tokens (tinker 0.18's
+    `forward`, POST /api/v1/forward), as ART would train on them."""
+    choice = trajectory.messages_and_choices[-1]
+    tokens, _ = extract_logprobs_from_choice(choice, state.tokenizer)  # type: ignore[arg-type]
+    prompt = state.renderer.build_generation_prompt(QUESTION).to_ints()
+    full = prompt + tokens
+    datum = tinker.Datum(
+        model_input=tinker.ModelInput.from_ints(full[:-1]),
+        loss_fn_inputs={
+            "target_tokens": full[1:],
+            "weights": [0.0] * (len(prompt) - 1) + [1.0] * len(tokens),
+        },
+    )
+    future = await state.training_client.forward_async([datum], "cross_entropy")
+    out = await future.result_async()
+    return list(out.loss_fn_outputs[0]["logprobs"].tolist())[len(prompt) - 1 :]
+
+
+async def register(backend: TinkerNativeBackend) -> art.TrainableModel:
     model = trainable_model()
     # ART's OpenAI server on loopback (it binds 0.0.0.0 by default)
     await model.register(backend, {"server_args": {"host": "127.0.0.1"}})
+    return model
+
+
+async def main() -> None:
+    smollm2.register(TOKENIZER_FOLDER, BASE_MODEL)
+    backend = TinkerNativeBackend(path=ART_PATH)
+    model = await register(backend)
     state = backend._model_state[model.name]
     step_before = await model.get_step()
     name_before = model.get_inference_name()
 
     rollouts = await asyncio.gather(*(rollout(model, seed) for seed in range(4)))
     group = art.TrajectoryGroup([trajectory for trajectory, _ in rollouts])
-    result = await backend.train(model, [group], learning_rate=1e-4)
-
-    after, _ = await rollout(model, seed=11)  # the step-1 sampler weights answer
+    # save_checkpoint: the training state too (weights/step_000001), which a resume loads
+    result = await backend.train(model, [group], learning_rate=1e-4, save_checkpoint=True)
+    _, after = await rollout(model, seed=11)  # the step-1 sampler weights answer
+    best = max(group.trajectories, key=lambda t: t.reward)
+    best_rescored = await rescored(state, best)
     listed = await state.rest_client.list_checkpoints_async(state.training_client.model_id)
+    await backend.close()
+
+    # What a restarted ART script does: a new backend on the same path finds the step-1
+    # training state on the server (list_checkpoints), loads it with its optimizer into a
+    # new LoRA, saves sampler weights from it, and answers as the trained model did.
+    resumed_backend = TinkerNativeBackend(path=ART_PATH)
+    resumed_model = await register(resumed_backend)
+    resumed_state = resumed_backend._model_state[resumed_model.name]
+    _, resumed = await rollout(resumed_model, seed=11)
+    await resumed_backend.close()
     print(
         json.dumps(
             {
@@ -99,15 +141,20 @@ async def main() -> None:
                 "trajectories": len(group.trajectories),
                 "rewards": [t.reward for t in group.trajectories],
                 "choices": [facts for _, facts in rollouts],
+                "best": rollouts[group.trajectories.index(best)][1],
+                "best_rescored_after_step": best_rescored,
                 "metrics": result.metrics,
                 "sampler_paths": {str(k): v for k, v in state.sampler_checkpoint_paths.items()},
+                "training_paths": {str(k): v for k, v in state.training_checkpoint_paths.items()},
                 "server_checkpoints": [c.checkpoint_id for c in listed.checkpoints],
-                "after_step_choice_tokens": len(after.messages_and_choices[-1].logprobs.content),  # type: ignore[union-attr]
-                "state": model.read_state(),
+                "after_step": after,
+                "resumed_step": await resumed_model.get_step(),
+                "resumed_run_ids": resumed_state.tinker_run_ids,
+                "resumed_sampler_path": resumed_state.sampler_checkpoint_paths[1],
+                "resumed_after_step": resumed,
             }
         )
     )
-    await backend.close()
 
 
 if __name__ == "__main__":

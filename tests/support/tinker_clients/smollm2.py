@@ -54,7 +54,7 @@ def register(tokenizer_folder: str, model_name: str = SMOLLM2) -> None:
     def tokenizer() -> Any:
         return AutoTokenizer.from_pretrained(tokenizer_folder)
 
-    class SmolLM2Renderer(Qwen3InstructRenderer):  # type: ignore[misc,valid-type]
+    class SmolLM2Renderer(Qwen3InstructRenderer):
         """ChatML, with SmolLM2's default system message when a conversation has none."""
 
         def _with_system(self, messages: list[Any]) -> list[Any]:
