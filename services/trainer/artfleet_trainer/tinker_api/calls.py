@@ -116,9 +116,9 @@ class Calls:
         keep = {s.step for s in record.saves} | set(steps[-KEEP_UNNAMED:]) | {0}
         for session in self.sessions.all():
             for sampler in session.samplers.values():
-                served, _, step = sampler.served_name.rpartition("@")
-                if served == name and step.isdigit():
-                    keep.add(int(step))
+                served, _, at = sampler.served_name.rpartition("@")
+                if served == name and at.isdigit():
+                    keep.add(int(at))
         if self.clients.loaded(name):
             keep.add(self.clients.served_step(name))
         for step in steps:
