@@ -14,7 +14,12 @@ import pytest
 from api_fleet import tiny_model
 from pydantic import SecretStr
 
-from artfleet.contracts.errors import InvalidArgument, NotFound, ResourceExhausted
+from artfleet.contracts.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
 from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.tinker_api import catalog
@@ -261,3 +266,17 @@ async def test_ephemeral_sampler_saves_are_pruned_and_named_saves_kept(
     assert steps == [0, 2, 4, 5]  # base, the named save, the last two
     run = await service.GetRun(pb.GetRunRequest(training_run_id=model_id), Context)
     assert run.last_checkpoint.checkpoint_id == "weights/keep-me" and run.last_checkpoint.step == 2
+
+
+async def test_a_session_that_stops_heartbeating_has_its_clients_released(
+    service: TinkerApiService, model_dir: Path
+) -> None:
+    session = await _session(service)
+    model_id = await _client(service, session, 0, model_dir)
+    service.sessions.idle_s = 0.0  # every session is silent for too long from now
+    await service._release_ended()
+    with pytest.raises(NotFound):
+        await service.GetInfo(pb.GetInfoRequest(model_id=model_id), Context)
+    with pytest.raises(FailedPrecondition):  # the SDK stops heartbeating on this (410)
+        await service.Heartbeat(pb.SessionHeartbeatRequest(session_id=session), Context)
+    assert service.runs.steps_on_disk(model_id) == [0]  # its weights stay
