@@ -10,9 +10,13 @@ import json
 import math
 import os
 import subprocess
+import sys
 from pathlib import Path
 
+import httpx
 from client_venvs import client_venv
+from test_api_fleet import TRAIN_BODY as JOB
+from waiting import poll
 
 from artfleet_cli.fleet import LocalFleet
 
@@ -36,7 +40,13 @@ def _run_driver(fleet: LocalFleet) -> dict[str, object]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def test_the_tinker_sdk_trains_saves_and_samples(api_fleet: LocalFleet) -> None:
+def test_the_tinker_sdk_trains_saves_and_samples_beside_a_job(
+    api_fleet: LocalFleet, api: httpx.Client
+) -> None:
+    # A scheduled job trains on the same trainer meanwhile: both go on, in turn.
+    body = {**JOB, "model_name": "beside-tinker", "num_steps": 2, "use_ruler": False}
+    job = api.post("/train", json=body)
+    assert job.status_code == 202, job.text
     out = _run_driver(api_fleet)
     print("tinker SDK:", json.dumps({k: out[k] for k in ("losses", "checkpoints")}))
     losses = [float(x) for x in out["losses"]]  # type: ignore[attr-defined]
@@ -52,3 +62,19 @@ def test_the_tinker_sdk_trains_saves_and_samples(api_fleet: LocalFleet) -> None:
         for sampled, scored in zip(sequence["logprobs"], rescored, strict=False):
             assert math.isclose(sampled, scored, abs_tol=0.05), (sampled, scored)
     assert [s["logprobs"] for s in out["base"]] != [s["logprobs"] for s in trained]  # type: ignore[attr-defined]
+    finished = poll(
+        lambda: api.get(f"/jobs/{job.json()['job_id']}").json(),
+        lambda j: j["state"] in {"succeeded", "failed", "cancelled"},
+        timeout_s=900,
+    )
+    assert finished["state"] == "succeeded", finished
+    # `artfleet models list` shows the run, under the experiment tinker
+    listed = subprocess.run(
+        [sys.executable, "-m", "artfleet_cli.main", "models", "list", "--json"],
+        env={**os.environ, **api_fleet.endpoints()},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    runs = [m for m in json.loads(listed.stdout) if m["experiment"] == "tinker"]
+    assert model_id.replace(":", "-") in [m["name"] for m in runs], runs

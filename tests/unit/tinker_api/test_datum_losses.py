@@ -42,7 +42,7 @@ def test_packed_datums_score_as_they_do_alone() -> None:
     model = _model()
     datums = [_datum(5), _datum(7, 1), _datum(3, 2)]
     together = _forward(model, datums)
-    assert datum_training.pack(datums) == [[0, 1, 2]]  # one row
+    assert [[u.members for u in row] for row in datum_training.pack(datums)] == [[[0], [1], [2]]]
     for index, datum in enumerate(datums):
         alone = _forward(model, [datum])
         torch.testing.assert_close(
@@ -111,3 +111,45 @@ def test_bad_datums_are_refused_naming_what(
 ) -> None:
     with pytest.raises(InvalidArgument, match=names.replace("[", r"\[")):
         datum_training.check(datums, loss_fn, config, 256)
+
+
+def test_datums_that_begin_alike_share_their_beginning_and_score_as_alone() -> None:
+    """An RL group: one prompt, several completions. The prompt is computed once; every
+    datum's logprobs and the loss's gradient are those of the datums run one by one."""
+    model = _model()
+    prompt = [(7 * i) % VOCAB for i in range(12)]
+    datums = []
+    for k in range(3):
+        full = prompt + [(k + 5 * i) % VOCAB for i in range(1, 6 + k)]
+        datums.append(
+            Datum(
+                full[:-1],
+                full[1:],
+                {"logprobs": [0.0] * (len(full) - 1), "advantages": [1.0] * (len(full) - 1)},
+            )
+        )
+    [[unit]] = datum_training.pack(datums)
+    assert unit.members == [0, 1, 2] and unit.shared == len(prompt) - 1
+    assert unit.size(datums) < sum(len(d.tokens) for d in datums)
+    together = _forward(model, datums, "importance_sampling")
+    alone = [_forward(model, [d], "importance_sampling") for d in datums]
+    for index, single in enumerate(alone):
+        torch.testing.assert_close(
+            torch.tensor(together.logprobs[index]),
+            torch.tensor(single.logprobs[0]),
+            atol=1e-5,
+            rtol=1e-5,
+        )
+    spec = datum_training.check(datums, "importance_sampling", {}, 256)
+    memory = training.StepMemory.measure(model, {})
+
+    def grads(batches: list[list[Datum]]) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        for batch in batches:
+            datum_training.run(model, batch, spec, {}, memory)
+        return [
+            p.grad.clone() for p in model.parameters() if p.requires_grad and p.grad is not None
+        ]
+
+    for a, b in zip(grads([datums]), grads([[d] for d in datums]), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

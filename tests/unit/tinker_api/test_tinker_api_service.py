@@ -14,7 +14,12 @@ import pytest
 from api_fleet import tiny_model
 from pydantic import SecretStr
 
-from artfleet.contracts.errors import InvalidArgument, NotFound, ResourceExhausted
+from artfleet.contracts.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
 from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.tinker_api import catalog
@@ -231,3 +236,47 @@ async def test_a_future_from_before_a_restart_fails_retryably() -> None:
     with pytest.raises(NotFound):
         await after.wait(f"{after.boot}.999", 0)
     assert asyncio.iscoroutinefunction(after.wait)
+
+
+async def test_ephemeral_sampler_saves_are_pruned_and_named_saves_kept(
+    service: TinkerApiService, model_dir: Path
+) -> None:
+    """An RL loop saves for sampling every step: the run keeps its named saves, what a
+    live sampling session samples and the latest checkpoints, not every step."""
+    session = await _session(service)
+    model_id = await _client(service, session, 0, model_dir)
+    seq = 0
+    for step in range(5):
+        await _loss(service, model_id, seq := seq + 1, train=True)
+        await _step(service, model_id, seq := seq + 1)
+        if step == 1:
+            named = pb.SaveWeightsOp(name="keep-me")
+            call = pb.TrainingCall(model_id=model_id, seq_id=(seq := seq + 1), save_weights=named)
+            await _result(service, await service.Submit(call, Context))
+        ephemeral = pb.SaveForSamplerOp(sampling_session_seq_id=step)
+        call = pb.TrainingCall(
+            model_id=model_id, seq_id=(seq := seq + 1), save_for_sampler=ephemeral
+        )
+        await _result(service, await service.Submit(call, Context))
+        # a finished sampling client: only the newest sampler stays in the session
+        live = service.sessions.get(session).samplers
+        for old in [k for k in live if not k.endswith(f":sample:{step}")]:
+            del live[old]
+    steps = service.runs.steps_on_disk(model_id)
+    assert steps == [0, 2, 4, 5]  # base, the named save, the last two
+    run = await service.GetRun(pb.GetRunRequest(training_run_id=model_id), Context)
+    assert run.last_checkpoint.checkpoint_id == "weights/keep-me" and run.last_checkpoint.step == 2
+
+
+async def test_a_session_that_stops_heartbeating_has_its_clients_released(
+    service: TinkerApiService, model_dir: Path
+) -> None:
+    session = await _session(service)
+    model_id = await _client(service, session, 0, model_dir)
+    service.sessions.idle_s = 0.0  # every session is silent for too long from now
+    await service._release_ended()
+    with pytest.raises(NotFound):
+        await service.GetInfo(pb.GetInfoRequest(model_id=model_id), Context)
+    with pytest.raises(FailedPrecondition):  # the SDK stops heartbeating on this (410)
+        await service.Heartbeat(pb.SessionHeartbeatRequest(session_id=session), Context)
+    assert service.runs.steps_on_disk(model_id) == [0]  # its weights stay

@@ -4,6 +4,7 @@ service turns them into the future's failure."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 
@@ -15,6 +16,8 @@ from artfleet_trainer.torch_backend.training_clients import AdamParams, Training
 
 from .runs import RunRecord, Runs, SavedWeights, run_name, tinker_path
 from .sessions import Sampler, Sessions
+
+KEEP_UNNAMED = 2  # the latest checkpoints kept without a name (a sampler may still ask)
 
 
 def datums_of(op: pb.ForwardBackwardOp) -> list[datum_training.Datum]:
@@ -80,6 +83,7 @@ class Calls:
         record.saves = [s for s in record.saves if s.checkpoint_id != checkpoint_id] + [saved]
         record.last_request_time = saved.time
         self.runs.write(record)
+        await self.retain(model_id)
         return saved
 
     async def save_weights(self, model_id: str, op: pb.SaveWeightsOp) -> pb.RetrieveResponse:
@@ -99,7 +103,28 @@ class Calls:
         sampler_id = f"{session.session_id}:sample:{op.sampling_session_seq_id}"
         base = self.runs.get(model_id).base_model
         session.samplers[sampler_id] = Sampler(sampler_id, base, "", f"{run_name(model_id)}@{step}")
+        await self.retain(model_id)
         return pb.RetrieveResponse(save=pb.SaveResult(sampling_session_id=sampler_id))
+
+    async def retain(self, model_id: str) -> None:
+        """The fleet's retention for a run: the checkpoints its named saves are, those a
+        live sampling session samples, and the last `KEEP_UNNAMED` stay; the others (the
+        ephemeral saves of earlier steps) are deleted and no longer served."""
+        name = run_name(model_id)
+        record = self.runs.get(model_id)
+        steps = self.runs.steps_on_disk(model_id)
+        keep = {s.step for s in record.saves} | set(steps[-KEEP_UNNAMED:]) | {0}
+        for session in self.sessions.all():
+            for sampler in session.samplers.values():
+                served, _, at = sampler.served_name.rpartition("@")
+                if served == name and at.isdigit():
+                    keep.add(int(at))
+        if self.clients.loaded(name):
+            keep.add(self.clients.served_step(name))
+        for step in steps:
+            if step not in keep:
+                shutil.rmtree(self.runs.model_dir(model_id) / "checkpoints" / f"{step:04d}")
+                await self.clients.retire(name, step)
 
     async def load(self, model_id: str, op: pb.LoadWeightsOp) -> pb.RetrieveResponse:
         _, _, folder = self.runs.resolve(op.path)

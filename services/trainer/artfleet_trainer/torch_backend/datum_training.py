@@ -5,7 +5,9 @@ A datum is a token sequence whose position i predicts `target_tokens[i]`, with p
 loss inputs. Losses are sums over positions and datums (Tinker's convention: callers weight
 their tokens themselves), and each datum's logprobs of its targets come back in input
 order. Datums are packed side by side into rows of up to `pack_tokens` (attention stays
-within each datum, positions restart), so many short datums cost few forward passes.
+within each datum, positions restart), so many short datums cost few forward passes, and
+consecutive datums that begin alike (an RL group's samples of one prompt) share the
+forward pass of their common beginning, as ART packs a prompt once for its completions.
 """
 
 from __future__ import annotations
@@ -149,17 +151,97 @@ class DatumOutputs:
         return {"loss:sum": self.loss_sum}
 
 
-def pack(datums: Sequence[Datum], pack_tokens: int = DEFAULT_PACKED_LENGTH) -> list[list[int]]:
-    """Datum indices per row, in order: a row takes datums while their tokens fit."""
-    rows: list[list[int]] = []
-    used = pack_tokens
+MIN_SHARED = 8  # a shorter common prefix is not worth a mask entry of its own
+
+
+@dataclass
+class Unit:
+    """Datums that begin alike (inputs and targets): their first `shared` positions are
+    computed once, each datum's rest attends to them (a group and its parent, as ART
+    packs a prompt and its completions). A datum alone has `shared` 0."""
+
+    members: list[int]
+    shared: int = 0
+
+    def size(self, datums: Sequence[Datum]) -> int:
+        return self.shared + sum(len(datums[i].tokens) - self.shared for i in self.members)
+
+
+def _common(a: Datum, b: Datum) -> int:
+    """Leading positions where both datums have the same input and target."""
+    limit = min(len(a.tokens), len(b.tokens)) - 1  # each keeps one position of its own
+    n = 0
+    while n < limit and a.tokens[n] == b.tokens[n] and a.targets[n] == b.targets[n]:
+        n += 1
+    return n
+
+
+def units(datums: Sequence[Datum]) -> list[Unit]:
+    """Consecutive datums sharing at least MIN_SHARED leading positions, in order."""
+    out: list[Unit] = []
     for index, datum in enumerate(datums):
-        if used + len(datum.tokens) > pack_tokens or not rows:
+        if out:
+            unit = out[-1]
+            common = _common(datums[unit.members[0]], datum)
+            shared = min(common, unit.shared) if len(unit.members) > 1 else common
+            if shared >= MIN_SHARED:
+                unit.members.append(index)
+                unit.shared = shared
+                continue
+        out.append(Unit([index]))
+    return out
+
+
+def pack(datums: Sequence[Datum], pack_tokens: int = DEFAULT_PACKED_LENGTH) -> list[list[Unit]]:
+    """Units per row, in order: a row takes units while their tokens fit."""
+    rows: list[list[Unit]] = []
+    used = pack_tokens
+    for unit in units(datums):
+        size = unit.size(datums)
+        if used + size > pack_tokens or not rows:
             rows.append([])
             used = 0
-        rows[-1].append(index)
-        used += len(datum.tokens)
+        rows[-1].append(unit)
+        used += size
     return rows
+
+
+@dataclass
+class _Layout:
+    """One row's tokens, targets, positions, groups and parents, and where each datum's
+    positions are in it (its shared part, then its own)."""
+
+    tokens: list[int] = field(default_factory=list)
+    targets: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    spans: dict[int, tuple[slice, slice]] = field(default_factory=dict)
+
+    def add(self, tokens: list[int], targets: list[int], start: int, parent: int) -> slice:
+        group = len(set(self.groups))
+        at = len(self.tokens)
+        self.tokens += tokens
+        self.targets += targets
+        self.positions += range(start, start + len(tokens))
+        self.groups += [group] * len(tokens)
+        self.parents += [group if parent < 0 else parent] * len(tokens)
+        return slice(at, len(self.tokens))
+
+    @classmethod
+    def of(cls, row: list[Unit], datums: Sequence[Datum]) -> _Layout:
+        layout = cls()
+        for unit in row:
+            first = datums[unit.members[0]]
+            shared = layout.add(first.tokens[: unit.shared], first.targets[: unit.shared], 0, -1)
+            parent = layout.groups[-1] if unit.shared else -1
+            for index in unit.members:
+                d = datums[index]
+                own = layout.add(
+                    d.tokens[unit.shared :], d.targets[unit.shared :], unit.shared, parent
+                )
+                layout.spans[index] = (shared, own)
+        return layout
 
 
 class DatumRows:
@@ -179,47 +261,40 @@ class DatumRows:
         self._loss_sum = 0.0
 
     def rows(self) -> Iterator[Row]:
-        for indices in self._packs:
-            yield Row(
-                sum(len(self._datums[i].tokens) for i in indices), partial(self._loss, indices)
-            )
+        for units_in_row in self._packs:
+            size = sum(unit.size(self._datums) for unit in units_in_row)
+            yield Row(size, partial(self._loss, units_in_row))
 
     def outputs(self) -> DatumOutputs:
         ordered = [self._logprobs[i] for i in range(len(self._datums))]
         return DatumOutputs(ordered, self._loss_sum)
 
-    def _loss(self, indices: list[int], model: Any, checkpoint_logits: bool) -> torch.Tensor:
-        datums = [self._datums[i] for i in indices]
-        tokens = torch.tensor([[t for d in datums for t in d.tokens]], device=self._device)
-        targets = torch.tensor([[t for d in datums for t in d.targets]], device=self._device)
-        positions = torch.tensor(
-            [[p for d in datums for p in range(len(d.tokens))]], device=self._device
-        )
-        groups = None
-        if len(datums) > 1:  # attention within each datum; one datum needs no mask
-            groups = torch.tensor(
-                [[g for g, d in enumerate(datums) for _ in d.tokens]], device=self._device
-            )
+    def _loss(self, row: list[Unit], model: Any, checkpoint_logits: bool) -> torch.Tensor:
+        layout = _Layout.of(row, self._datums)
+
+        def tensor(values: list[int]) -> torch.Tensor:
+            return torch.tensor([values], device=self._device)
+
+        plain = len(row) == 1 and len(row[0].members) == 1  # one sequence: no mask
         logprobs, _ = compute_logprobs(
             model,
-            tokens,
-            positions,
-            groups,
-            groups,
+            tensor(layout.tokens),
+            tensor(layout.positions),
+            None if plain else tensor(layout.groups),
+            None if plain else tensor(layout.parents),
             checkpoint_chunks=checkpoint_logits,
-            targets=targets,
+            targets=tensor(layout.targets),
         )
         total = torch.zeros((), device=self._device)
-        start = 0
-        for index, datum in zip(indices, datums, strict=True):
-            own = logprobs[0, start : start + len(datum.tokens)]
-            start += len(datum.tokens)
+        for index, (shared, own) in layout.spans.items():
+            datum = self._datums[index]
+            lp = torch.cat([logprobs[0, shared], logprobs[0, own]])
             inputs = {
                 k: torch.tensor(v, dtype=torch.float32, device=self._device)
                 for k, v in datum.inputs.items()
             }
-            total = total + self._spec.fn(own, inputs, self._config)
-            self._logprobs[index] = own.detach().float().cpu().tolist()
+            total = total + self._spec.fn(lp, inputs, self._config)
+            self._logprobs[index] = lp.detach().float().cpu().tolist()
         self._loss_sum += float(total.detach())
         return total
 
