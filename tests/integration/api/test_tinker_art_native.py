@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from client_venvs import client_venv
+from client_venvs import HEAVY_CLIENTS, client_venv
 from test_tinker_cookbook import renderer_check
 
 from artfleet_cli.fleet import LocalFleet
@@ -79,6 +79,7 @@ def _run_driver(fleet: LocalFleet, art_path: Path) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+@HEAVY_CLIENTS
 def test_the_smollm2_renderer_renders_smollm2s_chat_template_under_cookbook_0_3() -> None:
     out = renderer_check(client_venv(VENV, REQUIREMENTS))
     assert out["conversations"] == 128
@@ -86,6 +87,7 @@ def test_the_smollm2_renderer_renders_smollm2s_chat_template_under_cookbook_0_3(
     assert out["stop_is_eos"] is True
 
 
+@HEAVY_CLIENTS
 def test_arts_tinker_native_backend_trains_one_step_and_resumes(
     api_fleet: LocalFleet, tmp_path: Path
 ) -> None:

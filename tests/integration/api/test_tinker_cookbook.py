@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from client_venvs import client_venv
+from client_venvs import HEAVY_CLIENTS, client_venv
 
 from artfleet_cli.fleet import LocalFleet
 
@@ -98,6 +98,7 @@ def test_the_drivers_copy_of_smollm2s_template_is_the_models() -> None:
     assert SMOLLM2_TEMPLATE == CHATML_TEMPLATE
 
 
+@HEAVY_CLIENTS
 def test_the_smollm2_renderer_renders_smollm2s_chat_template() -> None:
     """Every conversation the cookbook ships, rendered by the drivers' SmolLM2 renderer, is
     what SmolLM2's chat template (and the fleet tokenizer's) makes of it; `qwen3_instruct`
@@ -110,6 +111,7 @@ def test_the_smollm2_renderer_renders_smollm2s_chat_template() -> None:
     assert out["qwen3_instruct_prompts_differing"] == 128 - out["with_system"] > 0
 
 
+@HEAVY_CLIENTS
 def test_the_cookbook_supervised_loop_trains_smollm2(api_fleet: LocalFleet, tmp_path: Path) -> None:
     out = _run_driver(api_fleet, tmp_path / "sl-run")
     print("tinker-cookbook:", json.dumps(out))

@@ -59,3 +59,8 @@ def test_unknown_names_steps_and_paths_are_none(tmp_path: Path) -> None:
         assert find(tmp_path, requested) is None, requested
     # A base model recorded by the trainer itself may be a local folder.
     assert find(tmp_path, str(tmp_path / "weights")) is not None
+
+
+def test_the_embedded_default_is_served_before_any_model_trained_from_it(tmp_path: Path) -> None:
+    for name in ("smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"):
+        assert find(tmp_path, name) == FrozenRef(name, 0, name, None)

@@ -4,8 +4,8 @@ trainer's endpoint may name a policy no job is training at that step:
 - `name@step` of any model under the ART path: an older checkpoint of a running job (its
   SFT checkpoint too), or one of a finished job (`name` alone or `name@latest`: its latest
   checkpoint; `name@best`: the one its job marked best, checkpoint_layout);
-- a base model by the name a model here was trained from (`smollm2-135m-instruct`): the
-  base weights, before any training.
+- a base model by the name a model here was trained from, or the embedded default's
+  (`smollm2-135m-instruct`): the base weights, before any training.
 
 Such a policy is loaded on its first request (base weights + the step's adapter, not
 trainable) and kept while in use; at most `max_loaded` stay loaded (least recently asked
@@ -29,6 +29,7 @@ from typing import Any
 from peft import PeftModel, get_peft_model
 
 from artfleet.contracts.checkpoint_layout import find_checkpoint, parse_model_name
+from artfleet_trainer.backends.base_models import MODEL_ALIASES
 
 from . import training
 from .model_loader import LoadedModel
@@ -67,6 +68,7 @@ def find(art_path: Path, requested: str) -> FrozenRef | None:
     if step not in (None, 0):
         return None
     known_bases = {_base_model_of(d) for d in art_path.glob("*/models/*") if d.is_dir()}
+    known_bases |= MODEL_ALIASES  # the embedded default: loadable before any model is
     return FrozenRef(name, 0, name, None) if name in known_bases - {""} else None
 
 
