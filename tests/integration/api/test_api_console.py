@@ -101,6 +101,8 @@ def test_console_follows_a_running_job_and_shows_tool_calls(
 
     page.click("nav a[href='#/models']")
     page.wait_for_selector("#models tbody tr")
+    # the Tinker API's runs, under the jobs' models (their own table, its rows or none yet)
+    page.wait_for_selector("#tinker-runs tbody tr")
     page.on("dialog", lambda dialog: dialog.accept())
     with page.expect_response(
         lambda r: r.request.method == "DELETE" and "/models/" in r.url

@@ -338,7 +338,23 @@ async function modelsPage() {
   show(h("h1", {}, "Models"), status,
     h("table", { id: "models" },
       h("thead", {}, h("tr", {}, ["Project", "Model", "Base model", "State", "Steps", "Serving", ""].map((t) => h("th", {}, t)))),
-      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 7 }, "No models yet.")))));
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 7 }, "No models yet.")))),
+    await tinkerRuns());
+}
+
+// Training runs of the Tinker-compatible API (clients' own training loops).
+async function tinkerRuns() {
+  const { training_runs: runs } = await json("/api/v1/training_runs?limit=100");
+  const saved = (c) => (c ? `${c.checkpoint_id} (${c.tinker_path})` : "–");
+  const rows = runs.map((r) => h("tr", {},
+    h("td", {}, r.training_run_id), h("td", {}, r.base_model), h("td", {}, r.lora_rank ?? "–"),
+    h("td", {}, saved(r.last_checkpoint)), h("td", {}, saved(r.last_sampler_checkpoint)),
+    h("td", {}, new Date(r.last_request_time).toLocaleString())));
+  return h("section", {},
+    h("h2", {}, "Tinker API training runs"),
+    h("table", { id: "tinker-runs" },
+      h("thead", {}, h("tr", {}, ["Run", "Base model", "LoRA rank", "Last saved state", "Last sampler weights", "Last request"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 6 }, "No Tinker API runs yet.")))));
 }
 
 // ------------------------------------------------------------------ routing
