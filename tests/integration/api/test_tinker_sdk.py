@@ -78,3 +78,61 @@ def test_the_tinker_sdk_trains_saves_and_samples_beside_a_job(
     )
     runs = [m for m in json.loads(listed.stdout) if m["experiment"] == "tinker"]
     assert model_id.replace(":", "-") in [m["name"] for m in runs], runs
+
+
+def _poll_future(client: httpx.Client, request_id: str) -> httpx.Response:
+    """retrieve_future until it answers something other than try_again (or a 5xx while
+    the trainer is away, which the SDK polls through too)."""
+
+    def answer() -> httpx.Response:
+        return client.post("/api/v1/retrieve_future", json={"request_id": request_id})
+
+    def settled(reply: httpx.Response) -> bool:
+        return reply.status_code < 500 and reply.json().get("type") != "try_again"
+
+    return poll(answer, settled, timeout_s=600, interval_s=0.5)
+
+
+def test_a_trainer_restart_keeps_saved_weights_and_fails_open_futures_retryably(
+    api_fleet: LocalFleet,
+) -> None:
+    headers = {"X-API-Key": f"tml-{api_fleet.token}"}
+    with httpx.Client(base_url=api_fleet.api_url, headers=headers, timeout=120) as client:
+        session = client.post("/api/v1/create_session", json={"tags": [], "sdk_version": "t"})
+        session_id = session.json()["session_id"]
+        create = {
+            "session_id": session_id,
+            "model_seq_id": 0,
+            "base_model": SMOLLM2,
+            "lora_config": {"rank": 4},
+        }
+        promise = client.post("/api/v1/create_model", json=create).json()
+        model_id = _poll_future(client, promise["request_id"]).json()["model_id"]
+        save = {"model_id": model_id, "seq_id": 1, "path": "before-restart"}
+        saved = _poll_future(
+            client, client.post("/api/v1/save_weights", json=save).json()["request_id"]
+        )
+        path = saved.json()["path"]
+        step = {"model_id": model_id, "seq_id": 2, "adam_params": {"learning_rate": 1e-4}}
+        open_future = client.post("/api/v1/optim_step", json=step).json()["request_id"]
+
+        api_fleet.restart("trainer")
+
+        lost = _poll_future(client, open_future)
+        assert lost.status_code == 410, lost.text  # retryable: never a hang
+        assert "restarted" in lost.json()["detail"]
+        gone = client.post("/api/v1/get_info", json={"model_id": model_id, "type": "get_info"})
+        assert gone.status_code == 404, gone.text  # the client is gone, its weights are not
+        listed = client.get(f"/api/v1/training_runs/{model_id}/checkpoints").json()
+        assert [c["checkpoint_id"] for c in listed["checkpoints"]] == ["weights/before-restart"]
+        again = client.post("/api/v1/create_session", json={"tags": [], "sdk_version": "t"})
+        load = {
+            "session_id": again.json()["session_id"],
+            "model_seq_id": 0,
+            "path": path,
+            "optimizer": True,
+        }
+        resumed = _poll_future(
+            client, client.post("/api/v1/load_weights", json=load).json()["request_id"]
+        )
+        assert resumed.status_code == 200 and "error" not in resumed.json(), resumed.text
