@@ -45,8 +45,6 @@ from artfleet_api.app import create_app
 from artfleet_api.settings import ApiSettings
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.settings import TrainerSettings
-from artfleet_trainer.tinker_api import catalog
-from artfleet_trainer.tinker_api.sampler import CompletionsSampler
 from artfleet_trainer.tinker_api.service import TinkerApiService
 from artfleet_trainer.torch_backend import TorchBackend, training
 from artfleet_trainer.torch_backend.model_loader import DEFAULT_MODEL_NAME
@@ -115,13 +113,7 @@ class Client:
 
 
 async def serve(settings: TrainerSettings, backend: TorchBackend) -> tuple[Any, Any, str]:
-    sampler = CompletionsSampler(backend.sampling_endpoint)
-    service = TinkerApiService(
-        settings,
-        backend.training_clients,
-        sampler,
-        lambda name: catalog.check_base_model(settings, name),
-    )
+    service = TinkerApiService.on(settings, backend)
     server = grpc.aio.server()
     tinker_api_pb2_grpc.add_TinkerApiServicer_to_server(service, server)
     port = server.add_insecure_port("127.0.0.1:0")

@@ -20,8 +20,6 @@ from artfleet_trainer.jobs.runner import JobRunner
 from artfleet_trainer.jobs.store import JobStore
 from artfleet_trainer.servicer import TrainerServicer
 from artfleet_trainer.settings import TrainerSettings
-from artfleet_trainer.tinker_api import catalog
-from artfleet_trainer.tinker_api.sampler import CompletionsSampler
 from artfleet_trainer.tinker_api.service import TinkerApiService
 
 log = logging.getLogger(__name__)
@@ -29,13 +27,11 @@ log = logging.getLogger(__name__)
 
 def tinker_api_service(settings: TrainerSettings, backend: object) -> TinkerApiService | None:
     """The Tinker-compatible API's service, on the torch backend unless turned off."""
-    clients = getattr(backend, "training_clients", None)
-    if clients is None or settings.tinker_api_max_clients == 0:
+    from artfleet_trainer.torch_backend import TorchBackend  # the backend that has clients
+
+    if not isinstance(backend, TorchBackend) or settings.tinker_api_max_clients == 0:
         return None
-    sampler = CompletionsSampler(backend.sampling_endpoint)  # type: ignore[attr-defined]
-    return TinkerApiService(
-        settings, clients, sampler, lambda name: catalog.check_base_model(settings, name)
-    )
+    return TinkerApiService.on(settings, backend)
 
 
 class TrainerApp:

@@ -22,9 +22,7 @@ from artfleet.contracts.errors import (
 )
 from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet_trainer.settings import TrainerSettings
-from artfleet_trainer.tinker_api import catalog
 from artfleet_trainer.tinker_api.futures import Futures
-from artfleet_trainer.tinker_api.sampler import CompletionsSampler
 from artfleet_trainer.tinker_api.service import TinkerApiService
 from artfleet_trainer.torch_backend import TorchBackend
 
@@ -42,13 +40,7 @@ async def service(tmp_path: Path) -> AsyncIterator[TinkerApiService]:
         art_path=str(tmp_path / "art"), api_token=SecretStr("t"), tinker_api_max_clients=2
     )
     backend = TorchBackend(path=settings.art_path, num_threads=1, train_num_threads=1)
-    sampler = CompletionsSampler(backend.sampling_endpoint)
-    api = TinkerApiService(
-        settings,
-        backend.training_clients,
-        sampler,
-        lambda name: catalog.check_base_model(settings, name),
-    )
+    api = TinkerApiService.on(settings, backend)
     api.start()
     try:
         yield api

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -36,6 +37,9 @@ from .ordering import ClientQueue
 from .runs import Runs, run_name
 from .sampler import CompletionsSampler
 from .sessions import Sessions
+
+if TYPE_CHECKING:
+    from artfleet_trainer.torch_backend import TorchBackend
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,16 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         self._creates: dict[str, str] = {}  # model id -> the future creating it
         self._tasks: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
+
+    @classmethod
+    def on(cls, settings: TrainerSettings, backend: TorchBackend) -> TinkerApiService:
+        """The service of a torch backend's training clients, sampling where it serves."""
+        return cls(
+            settings,
+            backend.training_clients,
+            CompletionsSampler(backend.sampling_endpoint),
+            lambda name: catalog.check_base_model(settings, name),
+        )
 
     def start(self) -> None:
         self._reaper = asyncio.create_task(self._reap(), name="tinker-api-reaper")
