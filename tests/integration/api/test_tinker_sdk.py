@@ -7,37 +7,18 @@ base model."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import httpx
-from client_venvs import client_venv
 from test_api_fleet import TRAIN_BODY as JOB
+from tinker_sdk import assert_sdk_loop, run_sdk_loop
 from waiting import poll
 
 from artfleet_cli.fleet import LocalFleet
 
-SDK = "tinker==0.38.0"
-DRIVER = Path(__file__).parents[2] / "support" / "tinker_clients" / "sdk_loop.py"
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the embedded default, not the tiny model
-
-
-def _run_driver(fleet: LocalFleet) -> dict[str, object]:
-    python = client_venv("tinker-0.38.0", [SDK])
-    env = {
-        **os.environ,
-        "TINKER_BASE_URL": fleet.api_url,
-        "TINKER_API_KEY": f"tml-{fleet.token}",
-        "TINKER_TELEMETRY": "0",
-    }
-    done = subprocess.run(
-        [str(python), str(DRIVER), SMOLLM2], env=env, capture_output=True, text=True, timeout=1200
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def test_the_tinker_sdk_trains_saves_and_samples_beside_a_job(
@@ -47,21 +28,8 @@ def test_the_tinker_sdk_trains_saves_and_samples_beside_a_job(
     body = {**JOB, "model_name": "beside-tinker", "num_steps": 2, "use_ruler": False}
     job = api.post("/train", json=body)
     assert job.status_code == 202, job.text
-    out = _run_driver(api_fleet)
-    print("tinker SDK:", json.dumps({k: out[k] for k in ("losses", "checkpoints")}))
-    losses = [float(x) for x in out["losses"]]  # type: ignore[attr-defined]
-    assert losses[-1] < losses[0], losses  # the fixed batch is learned
-    model_id = str(out["model_id"])
-    assert out["sampler_path"] == f"tinker://{model_id}/sampler_weights/after"
-    assert out["checkpoints"] == ["sampler_weights/after", "weights/state"]
-    trained = out["trained"]
-    for sequence, rescored in zip(trained, out["trained_rescored"], strict=True):  # type: ignore[call-overload]
-        assert len(sequence["tokens"]) == len(sequence["logprobs"]) > 0
-        # the trainer's logprobs of what the sampler drew are the sampler's own: it sampled
-        # the saved weights
-        for sampled, scored in zip(sequence["logprobs"], rescored, strict=False):
-            assert math.isclose(sampled, scored, abs_tol=0.05), (sampled, scored)
-    assert [s["logprobs"] for s in out["base"]] != [s["logprobs"] for s in trained]  # type: ignore[attr-defined]
+    out = run_sdk_loop(api_fleet.api_url, api_fleet.token, SMOLLM2)
+    model_id = assert_sdk_loop(out)
     finished = poll(
         lambda: api.get(f"/jobs/{job.json()['job_id']}").json(),
         lambda j: j["state"] in {"succeeded", "failed", "cancelled"},
