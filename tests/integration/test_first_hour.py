@@ -22,6 +22,7 @@ import httpx
 import pytest
 from fleet_shell import sourced
 from plugin_dist import pip_install_examples
+from tinker_sdk import assert_sdk_loop, run_sdk_loop
 from trainable import assert_trainable
 from waiting import wait_for
 
@@ -463,3 +464,12 @@ def _run_group(tour: Tour, environment: str, policy: str) -> rollout_pb2.RunGrou
         return stub.RunGroup(rollout_pb2.RunGroupRequest(task=task), timeout=600)
     finally:
         channel.close()
+
+
+def test_the_tinker_sdk_trains_and_samples_its_saved_weights_on_vllm(tour: Tour) -> None:
+    """The Tinker-compatible API on the vLLM engine: a save for sampling is published to
+    the inference service, and its samples are the saved weights'."""
+    out = run_sdk_loop(
+        tour.endpoints["ARTFLEET_API_URL"], tour.endpoints["ARTFLEET_API_TOKEN"], DEFAULT_BASE_MODEL
+    )
+    assert_sdk_loop(out)
