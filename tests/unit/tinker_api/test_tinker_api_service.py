@@ -5,7 +5,6 @@ other's weights; limits and refusals that name what they refuse."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -227,7 +226,6 @@ async def test_a_future_from_before_a_restart_fails_retryably() -> None:
     assert (await after.wait(waiting, 0)).failure.retryable
     with pytest.raises(NotFound):
         await after.wait(f"{after.boot}.999", 0)
-    assert asyncio.iscoroutinefunction(after.wait)
 
 
 async def test_ephemeral_sampler_saves_are_pruned_and_named_saves_kept(
