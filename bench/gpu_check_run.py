@@ -30,6 +30,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from train_step_bench import fixed_groups, plain_step
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
+from artfleet.contracts.embedded_model import ensure_chat_template_and_pad
 from artfleet.contracts.gpu_plan import QWEN3, QWEN3_TINY, ModelShape
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import (
@@ -39,10 +40,7 @@ from artfleet_trainer.torch_backend import (
     precision,
     training,
 )
-from artfleet_trainer.torch_backend.model_loader import (
-    LoadedModel,
-    ensure_chat_template_and_pad,
-)
+from artfleet_trainer.torch_backend.model_loader import LoadedModel
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
 LEARNING_RATE = 1e-4

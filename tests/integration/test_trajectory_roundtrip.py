@@ -16,9 +16,9 @@ from openai.types.chat.chat_completion import Choice
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from artfleet.contracts import codec
+from artfleet.contracts.embedded_model import ensure_embedded_cache
 from artfleet.v1 import common_pb2
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ def tiny_model(folder: Path) -> Path:
     from tiny_llama import tiny_llama
     from transformers import AutoTokenizer
 
-    from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
+    from artfleet.contracts.embedded_model import ensure_embedded_cache
 
     tokenizer = AutoTokenizer.from_pretrained(ensure_embedded_cache())
     model = tiny_llama(

@@ -9,12 +9,9 @@ from trained_tokens import mismatches, sampled_turns
 from transformers import AutoTokenizer
 
 from artfleet.contracts import codec
+from artfleet.contracts.embedded_model import ensure_chat_template_and_pad, ensure_embedded_cache
 from artfleet.v1 import rollout_pb2
 from artfleet_trainer.torch_backend import training
-from artfleet_trainer.torch_backend.model_loader import (
-    ensure_chat_template_and_pad,
-    ensure_embedded_cache,
-)
 
 
 def assert_trainable(response: rollout_pb2.RunGroupResponse) -> list[Any]:

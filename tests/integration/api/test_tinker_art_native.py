@@ -49,7 +49,7 @@ MODEL = "smollm2-tinker-native"  # the driver's ART model
 
 def _tokenizer_folder() -> Path:
     """SmolLM2's tokenizer files, written from the embedded model (there is no hub)."""
-    from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
+    from artfleet.contracts.embedded_model import ensure_embedded_cache
 
     return ensure_embedded_cache()
 

@@ -50,7 +50,7 @@ SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 def _tokenizer_folder() -> Path:
     """SmolLM2's tokenizer files, written from the embedded model (there is no hub)."""
-    from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
+    from artfleet.contracts.embedded_model import ensure_embedded_cache
 
     return ensure_embedded_cache()
 
@@ -93,7 +93,7 @@ def _run_driver(fleet: LocalFleet, log_path: Path) -> dict[str, Any]:
 def test_the_drivers_copy_of_smollm2s_template_is_the_models() -> None:
     from tinker_clients.smollm2 import SMOLLM2_TEMPLATE
 
-    from artfleet_trainer.torch_backend.model_loader import CHATML_TEMPLATE
+    from artfleet.contracts.chat_template import CHATML_TEMPLATE
 
     assert SMOLLM2_TEMPLATE == CHATML_TEMPLATE
 

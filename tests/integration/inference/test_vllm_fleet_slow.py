@@ -21,6 +21,7 @@ from transformers import AutoTokenizer
 
 from artfleet.contracts import codec
 from artfleet.contracts.checkpoint_layout import write_best
+from artfleet.contracts.embedded_model import ensure_embedded_cache
 from artfleet.runtime.rpc.client import sync_channel
 from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
@@ -28,7 +29,6 @@ from artfleet.v1 import rollout_pb2, rollout_pb2_grpc, trainer_pb2, trainer_pb2_
 from artfleet_cli.fleet import LocalFleet, vllm_python
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import training
-from artfleet_trainer.torch_backend.model_loader import ensure_embedded_cache
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -24,11 +24,12 @@ from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion import Choice
 from prometheus_client import REGISTRY
 
+from artfleet.contracts import base_models, embedded_model
+from artfleet.contracts.chat_template import CHATML_TEMPLATE, TOOLS_CHATML_TEMPLATE
 from artfleet.contracts.checkpoint_layout import BEST_FILE, write_best
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import model_loader, training
 from artfleet_trainer.torch_backend.backend import TorchBackend
-from artfleet_trainer.torch_backend.chat_template import TOOLS_CHATML_TEMPLATE
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -310,13 +311,13 @@ async def test_a_fresh_backend_resumes_from_the_latest_checkpoint(fleet: Fleet) 
 
 
 async def test_the_gguf_carries_smollm2s_chat_template(fleet: Fleet) -> None:
-    reader = gguf.GGUFReader(str(model_loader.embedded_gguf_path()))
+    reader = gguf.GGUFReader(str(embedded_model.embedded_gguf_path()))
     field = reader.fields["tokenizer.chat_template"]
-    assert bytes(field.parts[field.data[0]]).decode() == model_loader.CHATML_TEMPLATE
+    assert bytes(field.parts[field.data[0]]).decode() == CHATML_TEMPLATE
 
 
 async def test_a_local_hf_folder_is_a_base_model(fleet: Fleet) -> None:
-    folder = str(model_loader.DEFAULT_CACHE_DIR.expanduser())  # written by the fixture
+    folder = str(base_models.DEFAULT_CACHE_DIR.expanduser())  # written by the fixture
     loaded = await fleet.backend.run_on_torch_thread(model_loader.load_base_model, folder)
     assert loaded.source == folder
     assert loaded.tokenizer.chat_template == TOOLS_CHATML_TEMPLATE

@@ -32,7 +32,7 @@ SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 RENDERER = "artfleet/smollm2"
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 # SmolLM2-135M-Instruct's own chat template (its GGUF's; the trainer's
-# model_loader.CHATML_TEMPLATE, which a test holds equal to this copy). The fleet's
+# CHATML_TEMPLATE, which a test holds equal to this copy). The fleet's
 # tokenizer folder carries an extension of it that adds tools and renders the same without.
 SMOLLM2_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"

@@ -9,6 +9,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from artfleet.contracts import base_models, embedded_model
 from artfleet_trainer.torch_backend import model_loader
 from artfleet_trainer.torch_backend.server import InferenceServer
 
@@ -89,14 +90,14 @@ async def test_unknown_route_and_method_are_json_errors(base_url: str) -> None:
 
 
 def test_embedded_model_names_and_file() -> None:
-    assert model_loader.is_embedded_default("smollm2-135m-instruct")
-    assert model_loader.is_embedded_default("HuggingFaceTB/SmolLM2-135M-Instruct")
-    assert not model_loader.is_embedded_default("gpt2")
-    assert model_loader.embedded_gguf_path().name == model_loader.GGUF_FILE
+    assert base_models.is_embedded_default("smollm2-135m-instruct")
+    assert base_models.is_embedded_default("HuggingFaceTB/SmolLM2-135M-Instruct")
+    assert not base_models.is_embedded_default("gpt2")
+    assert embedded_model.embedded_gguf_path().name == embedded_model.GGUF_FILE
 
 
 def test_unknown_base_model_is_refused_without_download(tmp_path: Path) -> None:
-    with pytest.raises(model_loader.ModelLoadError, match="unknown base model"):
+    with pytest.raises(embedded_model.ModelLoadError, match="unknown base model"):
         model_loader.load_base_model("some-org/some-model", cache_dir=tmp_path)
 
 
@@ -105,16 +106,16 @@ def test_publish_keeps_a_complete_copy_and_replaces_a_partial_one(tmp_path: Path
         path = tmp_path / name
         path.mkdir()
         (path / "model.safetensors").write_text(name)
-        (path / model_loader._COMPLETE_MARKER).write_text("ok")
+        (path / embedded_model.COMPLETE_MARKER).write_text("ok")
         return path
 
     target = tmp_path / "model"
-    model_loader._publish(staged("first"), target)
+    embedded_model._publish(staged("first"), target)
     assert (target / "model.safetensors").read_text() == "first"
     # A second process finishing later leaves the complete copy alone.
-    model_loader._publish(staged("second"), target)
+    embedded_model._publish(staged("second"), target)
     assert (target / "model.safetensors").read_text() == "first"
     # An incomplete copy (a crash before the marker) is replaced.
-    (target / model_loader._COMPLETE_MARKER).unlink()
-    model_loader._publish(staged("third"), target)
+    (target / embedded_model.COMPLETE_MARKER).unlink()
+    embedded_model._publish(staged("third"), target)
     assert (target / "model.safetensors").read_text() == "third"

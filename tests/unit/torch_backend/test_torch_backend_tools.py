@@ -20,9 +20,8 @@ from tiny_server import serve_tiny
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
+from artfleet.contracts.chat_template import CHATML_TEMPLATE, TOOLS_CHATML_TEMPLATE
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend.chat_template import TOOLS_CHATML_TEMPLATE
-from artfleet_trainer.torch_backend.model_loader import CHATML_TEMPLATE
 from artfleet_trainer.torch_backend.protocol import RequestError, parse_chat_request
 from artfleet_trainer.torch_backend.tool_calls import parse_tool_calls
 from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls

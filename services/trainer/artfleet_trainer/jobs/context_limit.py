@@ -17,14 +17,14 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from artfleet.contracts.errors import InvalidArgument
-from artfleet.specs.job import JobSpecModel
-from artfleet_trainer.backends.base_models import (
+from artfleet.contracts.base_models import (
     DEFAULT_CACHE_DIR,
     MODEL_CONFIG,
     is_embedded_default,
     model_folder,
 )
+from artfleet.contracts.errors import InvalidArgument
+from artfleet.specs.job import JobSpecModel
 from artfleet_trainer.clients.inference_client import (
     InferenceClient,
     InferenceRefused,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 import shutil
 
+from artfleet.contracts import base_models as base_model_names
 from artfleet.contracts.errors import InvalidArgument, NotFound
 from artfleet.v1 import tinker_api_pb2 as pb
-from artfleet_trainer.backends import base_models as base_model_names
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.torch_backend.training_clients import TrainingClients
 

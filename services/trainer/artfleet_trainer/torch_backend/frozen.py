@@ -28,8 +28,8 @@ from typing import Any
 
 from peft import PeftModel, get_peft_model
 
+from artfleet.contracts.base_models import MODEL_ALIASES
 from artfleet.contracts.checkpoint_layout import find_checkpoint, parse_model_name
-from artfleet_trainer.backends.base_models import MODEL_ALIASES
 
 from . import training
 from .model_loader import LoadedModel

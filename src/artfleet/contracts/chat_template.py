@@ -1,6 +1,6 @@
 """The embedded SmolLM2's chat template, extended with OpenAI tools in Hermes format.
 
-SmolLM2-135M-Instruct's own template (model_loader.CHATML_TEMPLATE, also in its GGUF)
+SmolLM2-135M-Instruct's own template (CHATML_TEMPLATE below, also in its GGUF)
 renders `role` and `content` only: tools, an assistant's `tool_calls` and tool results
 would vanish from the prompt, and ART would train on turns whose calls it never saw.
 This template renders a conversation without tools exactly as the original does (a unit
@@ -14,6 +14,16 @@ same tokenizer, so what the policy sees and what it is trained on agree.
 from __future__ import annotations
 
 _DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+# SmolLM2's own ChatML template (the GGUF carries the same text). Loaders replace it with
+# TOOLS_CHATML_TEMPLATE (embedded_model.ensure_chat_template_and_pad).
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+    "Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 _TOOLS_PREAMBLE = (
     "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
