@@ -76,6 +76,11 @@ def step_dir(model_dir: Path, step: int) -> Path:
     return model_dir / "checkpoints" / f"{step:04d}"
 
 
+def folder_bytes(folder: Path) -> int:
+    """Bytes of every file under `folder` (a checkpoint's size); 0 when there is none."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
 def checkpoint_steps(model_dir: Path) -> list[int]:
     """Steps with a saved adapter, ascending."""
     root = model_dir / "checkpoints"

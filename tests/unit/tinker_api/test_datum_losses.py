@@ -34,7 +34,7 @@ def _datum(length: int, offset: int = 0, /, **inputs: list[float]) -> Datum:
 
 def _forward(model: Any, datums: list[Datum], loss_fn: str = "cross_entropy", **config: float):
     spec = datum_training.check(datums, loss_fn, config, 256)
-    outputs, _ = datum_training.run(model, datums, spec, config, None, forward_only=True)
+    outputs = datum_training.run(model, datums, spec, config, None)
     return outputs
 
 

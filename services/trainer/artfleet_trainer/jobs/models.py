@@ -47,14 +47,13 @@ class ModelCatalog:
     def __init__(self, store: JobStore, art_path: str) -> None:
         self._store = store
         self._art_path = art_path
+        self._runs = Runs(art_path)  # the Tinker API's training runs
 
     def _dir(self, job: pb.Job) -> Path:
         return checkpoint_layout.model_dir(self._art_path, job.spec.project, model_name(job))
 
     def info(self, job: pb.Job) -> trainer_pb2.ModelInfo:
         directory = self._dir(job)
-        steps = checkpoint_layout.checkpoint_steps(directory)
-        best = checkpoint_layout.marked_best(directory)
         info = trainer_pb2.ModelInfo(
             name=model_name(job),
             project=job.spec.project,
@@ -63,39 +62,25 @@ class ModelCatalog:
             experiment=job.spec.experiment or "default",
             config_hash=job.config_hash,
             base_model=job.spec.base_model,
-            latest_step=steps[-1] if steps else 0,
-            path=str(directory),
         )
-        for step in steps:
-            size = _bytes(directory / "checkpoints" / f"{step:04d}")
-            info.checkpoints.append(
-                trainer_pb2.ModelCheckpoint(step=step, bytes=size, best=step == best)
-            )
-        return info
+        return _with_checkpoints(info, directory, checkpoint_layout.marked_best(directory))
 
     async def models(self, experiment: str = "") -> list[trainer_pb2.ModelInfo]:
         jobs = await self._store.list(experiment=experiment)
         listed = [self.info(job) for job in jobs if self._dir(job).is_dir()]
         if experiment in ("", TINKER_EXPERIMENT):
-            listed += [self._tinker_info(run) for run in Runs(self._art_path).all()]
+            listed += [self._tinker_info(run) for run in self._runs.all()]
         return listed
 
     def _tinker_info(self, run: RunRecord) -> trainer_pb2.ModelInfo:
         """A Tinker API training run, listed as a model of the experiment `tinker`."""
-        directory = Runs(self._art_path).model_dir(run.training_run_id)
-        steps = checkpoint_layout.checkpoint_steps(directory)
         info = trainer_pb2.ModelInfo(
             name=run_name(run.training_run_id),
             project=TINKER_EXPERIMENT,
             experiment=TINKER_EXPERIMENT,
             base_model=run.base_model,
-            latest_step=steps[-1] if steps else 0,
-            path=str(directory),
         )
-        for step in steps:
-            size = _bytes(directory / "checkpoints" / f"{step:04d}")
-            info.checkpoints.append(trainer_pb2.ModelCheckpoint(step=step, bytes=size))
-        return info
+        return _with_checkpoints(info, self._runs.model_dir(run.training_run_id))
 
     async def _job(self, name: str) -> pb.Job:
         job_id = name.rpartition("-")[2]
@@ -159,7 +144,7 @@ class ModelCatalog:
         for step in steps:
             entry = trainer_pb2.PrunedCheckpoint(
                 step=step,
-                bytes=_bytes(checkpoint_layout.step_dir(directory, step)),
+                bytes=checkpoint_layout.folder_bytes(checkpoint_layout.step_dir(directory, step)),
                 reason=kept.get(step, f"older than the newest {keep}"),
             )
             (reply.kept if step in kept else reply.deleted).append(entry)
@@ -204,5 +189,16 @@ def _chunks(path: Path) -> Iterator[bytes]:
             yield data
 
 
-def _bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+def _with_checkpoints(
+    info: trainer_pb2.ModelInfo, directory: Path, best: int | None = None
+) -> trainer_pb2.ModelInfo:
+    """`info` with its folder, its checkpoints (sizes; `best` marked) and the latest step."""
+    steps = checkpoint_layout.checkpoint_steps(directory)
+    info.path = str(directory)
+    info.latest_step = steps[-1] if steps else 0
+    for step in steps:
+        size = checkpoint_layout.folder_bytes(checkpoint_layout.step_dir(directory, step))
+        info.checkpoints.append(
+            trainer_pb2.ModelCheckpoint(step=step, bytes=size, best=step == best)
+        )
+    return info

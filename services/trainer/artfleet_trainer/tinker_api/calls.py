@@ -4,14 +4,13 @@ service turns them into the future's failure."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass, field
 
 from artfleet.contracts.errors import InvalidArgument, NotFound
 from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet_trainer import metrics
-from artfleet_trainer.torch_backend import datum_training
+from artfleet_trainer.torch_backend import checkpoints, datum_training
 from artfleet_trainer.torch_backend.training_clients import AdamParams, TrainingClients
 
 from .runs import RunRecord, Runs, SavedWeights, run_name, tinker_path
@@ -42,17 +41,22 @@ class Calls:
     last_step: dict[str, float] = field(default_factory=dict)  # run -> its last optim_step
 
     async def forward_backward(
-        self, model_id: str, op: pb.ForwardBackwardOp
+        self,
+        model_id: str,
+        op: pb.ForwardBackwardOp,
+        datums: list[datum_training.Datum],
+        spec: datum_training.LossSpec,
     ) -> pb.RetrieveResponse:
+        """`datums` are `op`'s, checked at the request (`spec`: their loss)."""
         outputs = await self.clients.forward_backward(
             run_name(model_id),
-            datums_of(op),
-            op.loss_fn,
+            datums,
+            spec,
             dict(op.loss_fn_config),
             forward_only=op.forward_only,
         )
         if not op.forward_only:
-            tokens = sum(len(d.tokens) for d in op.data)
+            tokens = sum(len(d.tokens) for d in datums)
             metrics.TINKER_TOKENS.labels(run=model_id).inc(tokens)
             metrics.TINKER_LOSS.labels(run=model_id).set(outputs.loss_sum / max(tokens, 1))
         result = pb.ForwardBackwardResult(metrics=outputs.metrics())
@@ -83,7 +87,7 @@ class Calls:
         record.saves = [s for s in record.saves if s.checkpoint_id != checkpoint_id] + [saved]
         record.last_request_time = saved.time
         self.runs.write(record)
-        await self.retain(model_id)
+        await self.retain(model_id, record)
         return saved
 
     async def save_weights(self, model_id: str, op: pb.SaveWeightsOp) -> pb.RetrieveResponse:
@@ -101,17 +105,17 @@ class Calls:
         step = await self.clients.save(run_name(model_id))
         session = self.sessions.get(model_id.split(":", 1)[0])
         sampler_id = f"{session.session_id}:sample:{op.sampling_session_seq_id}"
-        base = self.runs.get(model_id).base_model
-        session.samplers[sampler_id] = Sampler(sampler_id, base, "", f"{run_name(model_id)}@{step}")
-        await self.retain(model_id)
+        record = self.runs.get(model_id)
+        served = f"{run_name(model_id)}@{step}"
+        session.samplers[sampler_id] = Sampler(sampler_id, record.base_model, "", served)
+        await self.retain(model_id, record)
         return pb.RetrieveResponse(save=pb.SaveResult(sampling_session_id=sampler_id))
 
-    async def retain(self, model_id: str) -> None:
+    async def retain(self, model_id: str, record: RunRecord) -> None:
         """The fleet's retention for a run: the checkpoints its named saves are, those a
         live sampling session samples, and the last `KEEP_UNNAMED` stay; the others (the
         ephemeral saves of earlier steps) are deleted and no longer served."""
         name = run_name(model_id)
-        record = self.runs.get(model_id)
         steps = self.runs.steps_on_disk(model_id)
         keep = {s.step for s in record.saves} | set(steps[-KEEP_UNNAMED:]) | {0}
         for session in self.sessions.all():
@@ -121,10 +125,8 @@ class Calls:
                     keep.add(int(at))
         if self.clients.loaded(name):
             keep.add(self.clients.served_step(name))
-        for step in steps:
-            if step not in keep:
-                shutil.rmtree(self.runs.model_dir(model_id) / "checkpoints" / f"{step:04d}")
-                await self.clients.retire(name, step)
+        for step in checkpoints.delete_checkpoints(self.runs.model_dir(model_id), keep):
+            await self.clients.retire(name, step)
 
     async def load(self, model_id: str, op: pb.LoadWeightsOp) -> pb.RetrieveResponse:
         _, _, folder = self.runs.resolve(op.path)

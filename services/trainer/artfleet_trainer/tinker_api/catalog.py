@@ -7,6 +7,7 @@ import math
 import shutil
 
 from artfleet.contracts import base_models as base_model_names
+from artfleet.contracts import checkpoint_layout
 from artfleet.contracts.errors import InvalidArgument, NotFound
 from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet_trainer.settings import TrainerSettings
@@ -49,10 +50,6 @@ def check_sample(op: pb.SampleOp) -> None:
             )
 
 
-def sampler(sampler_id: str, base_model: str, model_path: str, served: str) -> Sampler:
-    return Sampler(sampler_id, base_model, model_path, served)
-
-
 def sampling_session(found: Sampler) -> pb.SamplingSession:
     return pb.SamplingSession(
         sampling_session_id=found.sampling_session_id,
@@ -63,8 +60,7 @@ def sampling_session(found: Sampler) -> pb.SamplingSession:
 
 def checkpoint(record: RunRecord, saved: SavedWeights, runs: Runs) -> pb.Checkpoint:
     kind = saved.checkpoint_id.split("/", 1)[0]
-    folder = runs.model_dir(record.training_run_id) / "checkpoints" / f"{saved.step:04d}"
-    size = sum(f.stat().st_size for f in folder.glob("*") if f.is_file()) if folder.is_dir() else 0
+    size = checkpoint_layout.folder_bytes(runs.checkpoint_dir(record.training_run_id, saved.step))
     return pb.Checkpoint(
         checkpoint_id=saved.checkpoint_id,
         checkpoint_type=KINDS.get(kind, kind),
@@ -108,8 +104,7 @@ async def delete_checkpoint(
     name = run_name(training_run_id)
     if clients.loaded(name) and clients.served_step(name) == saved.step:
         return
-    folder = runs.model_dir(training_run_id) / "checkpoints" / f"{saved.step:04d}"
-    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(runs.checkpoint_dir(training_run_id, saved.step), ignore_errors=True)
     await clients.retire(name, saved.step)
 
 

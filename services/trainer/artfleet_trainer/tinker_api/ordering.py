@@ -9,17 +9,16 @@ future.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
-
-log = logging.getLogger(__name__)
 
 Run = Callable[[], Awaitable[None]]
 
 
 class ClientQueue:
-    def __init__(self, first_seq: int = 1) -> None:
-        self.next_seq = first_seq
+    """A client's calls; its first (seq_id 0) is the one that creates it."""
+
+    def __init__(self) -> None:
+        self.next_seq = 0
         self._ids: dict[int, str] = {}
         self._waiting: dict[int, Run] = {}
         self._task: asyncio.Task[None] | None = None

@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from artfleet.contracts.checkpoint_layout import checkpoint_steps
+from artfleet.contracts import checkpoint_layout
 from artfleet.contracts.errors import InvalidArgument, NotFound
 
 INDEX_FILE = "training_run.json"
@@ -73,10 +73,14 @@ def parse_path(path: str) -> tuple[str, str]:
 
 class Runs:
     def __init__(self, art_path: str) -> None:
-        self._root = Path(art_path) / PROJECT / "models"
+        self._art_path = art_path
+        self._root = checkpoint_layout.model_dir(art_path, PROJECT, "")
 
     def model_dir(self, training_run_id: str) -> Path:
-        return self._root / run_name(training_run_id)
+        return checkpoint_layout.model_dir(self._art_path, PROJECT, run_name(training_run_id))
+
+    def checkpoint_dir(self, training_run_id: str, step: int) -> Path:
+        return checkpoint_layout.step_dir(self.model_dir(training_run_id), step)
 
     def write(self, record: RunRecord) -> None:
         folder = self.model_dir(record.training_run_id)
@@ -109,10 +113,10 @@ class Runs:
         run_id, checkpoint_id = parse_path(path)
         record = self.get(run_id)
         saved = record.save_named(checkpoint_id)
-        folder = self.model_dir(run_id) / "checkpoints" / f"{saved.step:04d}" if saved else None
+        folder = self.checkpoint_dir(run_id, saved.step) if saved else None
         if saved is None or folder is None or not folder.is_dir():
             raise NotFound(f"no saved weights {path!r}")
         return record, saved, folder
 
     def steps_on_disk(self, training_run_id: str) -> list[int]:
-        return checkpoint_steps(self.model_dir(training_run_id))
+        return checkpoint_layout.checkpoint_steps(self.model_dir(training_run_id))

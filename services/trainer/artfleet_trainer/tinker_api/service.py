@@ -36,7 +36,7 @@ from .futures import Futures
 from .ordering import ClientQueue
 from .runs import Runs, run_name
 from .sampler import CompletionsSampler
-from .sessions import Sessions
+from .sessions import Sampler, Sessions
 
 if TYPE_CHECKING:
     from artfleet_trainer.torch_backend import TorchBackend
@@ -186,11 +186,9 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         model_id = call.model_id
         if op == "forward_backward":
             fb = call.forward_backward
-            info = self._clients.info(run_name(model_id))
-            datum_training.check(
-                datums_of(fb), fb.loss_fn, dict(fb.loss_fn_config), info.max_context
-            )
-            return lambda: self._calls.forward_backward(model_id, fb)
+            datums, config = datums_of(fb), dict(fb.loss_fn_config)
+            spec = self._clients.check(run_name(model_id), datums, fb.loss_fn, config)
+            return lambda: self._calls.forward_backward(model_id, fb, datums, spec)
         if op == "optim_step":
             return lambda: self._calls.optim_step(model_id, call.optim_step)
         if op == "save_weights":
@@ -221,10 +219,8 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
             )
         request_id = self.futures.new()
         self._creates[model_id] = request_id
-        queue = ClientQueue()
+        queue = ClientQueue()  # the create is its call 0: later calls wait for it
         self._queues[model_id] = queue
-        # The create is the client's call "0": later calls wait for it.
-        queue.next_seq = 0
         queue.submit(0, request_id, lambda: self._settle(request_id, op, run, model_id))
         return pb.Promise(request_id=request_id, model_id=model_id)
 
@@ -323,10 +319,10 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         if request.model_path:
             record, saved, _ = self.runs.resolve(request.model_path)
             served = f"{run_name(record.training_run_id)}@{saved.step}"
-            sampler = catalog.sampler(sampler_id, record.base_model, request.model_path, served)
+            sampler = Sampler(sampler_id, record.base_model, request.model_path, served)
         elif request.base_model:
             base = self._check_base_model(request.base_model)
-            sampler = catalog.sampler(sampler_id, request.base_model, "", base)
+            sampler = Sampler(sampler_id, request.base_model, "", base)
         else:
             raise InvalidArgument("name the weights to sample (model_path) or a base_model")
         session.samplers[sampler_id] = sampler

@@ -305,17 +305,15 @@ def run(
     spec: LossSpec,
     config: Mapping[str, float],
     memory: StepMemory | None,
-    *,
-    forward_only: bool = False,
-) -> tuple[DatumOutputs, StepStats]:
-    """Forward (and backward, adding to the gradients) over `datums`, packed."""
+) -> DatumOutputs:
+    """Forward over `datums`, packed, and backward (adding to the gradients) within the
+    step's `memory` plan; without one, forward only."""
     device = next(p for p in model.parameters() if p.requires_grad).device
     batch = DatumRows(datums, spec, config, device)
-    stats = StepStats()
-    if forward_only or memory is None:
+    if memory is None:
         with torch.no_grad():
             for row in batch.rows():
                 row.loss(model, False)
     else:
-        forward_backward(model, batch.rows(), memory, stats)
-    return batch.outputs(), stats
+        forward_backward(model, batch.rows(), memory, StepStats())
+    return batch.outputs()

@@ -114,17 +114,29 @@ class TrainingClients:
             raise NotFound(f"training client {name!r} is not loaded")
         return state
 
-    async def forward_backward(
+    def check(
         self,
         name: str,
         datums: Sequence[datum_training.Datum],
         loss_fn: str,
         config: Mapping[str, float],
+    ) -> datum_training.LossSpec:
+        """The loss named, once `datums` and `config` fit it and the client's context
+        (InvalidArgument naming what does not)."""
+        max_context = self._state(name).policy.max_context
+        return datum_training.check(datums, loss_fn, config, max_context)
+
+    async def forward_backward(
+        self,
+        name: str,
+        datums: Sequence[datum_training.Datum],
+        spec: datum_training.LossSpec,
+        config: Mapping[str, float],
         *,
         forward_only: bool = False,
     ) -> datum_training.DatumOutputs:
+        """`datums` as `check` passed them, with the loss it returned."""
         state = self._state(name)
-        spec = datum_training.check(datums, loss_fn, config, state.policy.max_context)
         backend = self._backend
         async with backend._gate:
             outputs = await backend._worker.run(
@@ -149,9 +161,7 @@ class TrainingClients:
                 state.peft_model, {}, backend.activation_budget_bytes, backend.memory_fraction
             )
         with training_thread_scope(backend.device, backend.train_num_threads):
-            outputs, _ = datum_training.run(
-                state.peft_model, datums, spec, config, memory, forward_only=forward_only
-            )
+            outputs = datum_training.run(state.peft_model, datums, spec, config, memory)
         return outputs
 
     async def optim_step(self, name: str, adam: AdamParams) -> dict[str, float]:
