@@ -28,16 +28,16 @@ from typing import Any
 import torch
 from peft import get_peft_model
 
-from artfleet_trainer.torch_backend.generation import (
+from artfleet_trainer.torch_backend.model_loader import DEFAULT_MODEL_NAME, load_base_model
+from artfleet_trainer.torch_backend.training import lora_config
+from artfleet_trainer.torch_serving.generation import (
     BatchEngine,
     GenerationRequest,
     SamplingParams,
     SequenceOutput,
     stop_token_ids_of,
 )
-from artfleet_trainer.torch_backend.model_loader import DEFAULT_MODEL_NAME, load_base_model
-from artfleet_trainer.torch_backend.prefix_cache import PrefixCache
-from artfleet_trainer.torch_backend.training import lora_config
+from artfleet_trainer.torch_serving.prefix_cache import PrefixCache
 
 SYSTEM = (
     "You are a careful shell agent working in a Linux sandbox. Each turn, think briefly, "

@@ -156,7 +156,6 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         path=workdir,
         device=device,
         dtype=dtype_name,
-        port=0,
         num_threads=1 if device == "cpu" else None,
         train_num_threads=1 if device == "cpu" else None,
         activation_budget_bytes=spec.get("activation_budget"),

@@ -139,7 +139,7 @@ async def serve(settings: TrainerSettings, backend: TorchBackend) -> tuple[Any, 
 async def run(args: argparse.Namespace) -> None:
     workdir = tempfile.mkdtemp(prefix="tinker-bench-")
     settings = TrainerSettings(art_path=workdir, api_token=SecretStr(TOKEN))
-    backend = TorchBackend(path=workdir, port=0, api_key=TOKEN)
+    backend = TorchBackend(path=workdir, api_key=TOKEN)
     model: art.TrainableModel = art.TrainableModel(
         name="native", project="bench", base_model=DEFAULT_MODEL_NAME
     )

@@ -38,8 +38,8 @@ from peft import get_peft_model
 
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import TorchBackend, training
-from artfleet_trainer.torch_backend.adapter_versions import AdapterSnapshot
 from artfleet_trainer.torch_backend.model_loader import DEFAULT_MODEL_NAME, load_base_model
+from artfleet_trainer.torch_serving.adapter_versions import AdapterSnapshot
 
 TASK = "Task: list the files in /work/app, find the failing test and fix the code."
 
@@ -130,7 +130,6 @@ async def run(args: argparse.Namespace) -> None:
         device=args.device,
         num_threads=args.threads,
         train_num_threads=args.threads,
-        port=0,
         **budget,
     )
     model: art.TrainableModel = art.TrainableModel(

@@ -25,7 +25,7 @@ from service_fleet import FuzzFleet, running_fleet
 
 import artfleet.v1
 from artfleet_trainer.backends.inference_proxy import InferenceProxy
-from artfleet_trainer.torch_backend.server import InferenceServer
+from artfleet_trainer.torch_serving.server import InferenceServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

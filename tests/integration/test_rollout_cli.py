@@ -31,7 +31,7 @@ from artfleet_rollout.servicer import RolloutServicer
 from artfleet_rollout.settings import RolloutSettings
 from artfleet_sandbox.factory import build_servicer
 from artfleet_sandbox.settings import DEFAULT_SANDBOX_PATH, SandboxSettings
-from artfleet_trainer.torch_backend.server import InferenceServer
+from artfleet_trainer.torch_serving.server import InferenceServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

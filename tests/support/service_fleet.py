@@ -106,6 +106,7 @@ async def _start(fleet: FuzzFleet, redis_url: str, workdir: str) -> None:
             reward_target=fleet.target("artfleet.v1.Reward"),
             sandbox_target=fleet.target("artfleet.v1.Sandbox"),
             art_path=os.path.join(workdir, "art"),
+            inference_engine="torch",
             inference_port=free_port(),
         )
     )

@@ -11,10 +11,10 @@ from tiny_llama import tiny_llama
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from artfleet_trainer.torch_backend.generation import BatchEngine
-from artfleet_trainer.torch_backend.scheduler import GenerationScheduler
-from artfleet_trainer.torch_backend.server import InferenceServer, ServedPolicy
 from artfleet_trainer.torch_backend.worker import TorchWorker
+from artfleet_trainer.torch_serving.generation import BatchEngine
+from artfleet_trainer.torch_serving.scheduler import GenerationScheduler
+from artfleet_trainer.torch_serving.server import InferenceServer, ServedPolicy
 
 
 def word_tokenizer(vocab: int, template: str) -> PreTrainedTokenizerFast:

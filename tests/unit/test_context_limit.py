@@ -143,8 +143,8 @@ def test_the_embedded_cache_is_where_the_loader_writes_it() -> None:
     from artfleet_trainer.settings import TrainerSettings
 
     token = SecretStr(TOKEN)
-    limits = ContextLimits.for_settings(TrainerSettings(api_token=token))
+    limits = ContextLimits.for_settings(TrainerSettings(api_token=token, inference_engine="torch"))
     assert limits._embedded_cache == DEFAULT_CACHE_DIR.expanduser()
-    assert limits._inference is None  # the default engine is the trainer's own server
-    vllm = ContextLimits.for_settings(TrainerSettings(api_token=token, inference_engine="vllm"))
-    assert vllm._inference is not None
+    assert limits._inference is None  # the trainer's own server: the model's own context
+    vllm = ContextLimits.for_settings(TrainerSettings(api_token=token))
+    assert vllm._inference is not None  # the default engine: the inference service

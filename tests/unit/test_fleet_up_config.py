@@ -171,7 +171,7 @@ def test_owned_keys_cover_both_engines_and_every_endpoint(tmp_path: Path) -> Non
     for key in (
         "ARTFLEET_PORT",
         "ARTFLEET_METRICS_PORT",
-        "ARTFLEET_INFERENCE_ENGINE",  # vllm's wiring, --engine chooses
+        "ARTFLEET_INFERENCE_ENGINE",  # either engine: --engine chooses
         "ARTFLEET_INFERENCE_PORT",  # torch's
         "ARTFLEET_INFERENCE_METRICS_URL",
         "ARTFLEET_API_URL",

@@ -14,7 +14,7 @@ import pytest_asyncio
 
 from artfleet_cli.fleet import free_port
 from artfleet_trainer.backends.inference_proxy import InferenceProxy
-from artfleet_trainer.torch_backend.server import InferenceServer
+from artfleet_trainer.torch_serving.server import InferenceServer
 
 FLEET_TOKEN = "fleet-token-for-tests"
 UPSTREAM_KEY = "upstream-key-for-tests"

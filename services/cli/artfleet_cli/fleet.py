@@ -337,8 +337,8 @@ class LocalFleet:
         if name == "trainer":
             # Sampled trajectories (log_sample_rate) where the API's browser reads them.
             env["ARTFLEET_TRAJECTORY_LOG_DIR"] = str(self.workdir / "logs")
+            env["ARTFLEET_INFERENCE_ENGINE"] = self.engine
             if self.engine == "vllm":
-                env["ARTFLEET_INFERENCE_ENGINE"] = "vllm"
                 env["ARTFLEET_INFERENCE_URL"] = self.inference_root
             else:
                 env["ARTFLEET_INFERENCE_HOST"] = self.address_of("inference")

@@ -5,9 +5,10 @@
   to `name@step` (the rollout reads the step that answered from it).
 - `/v1/models`: the base model and every published policy, each with vLLM's
   `max_model_len` (what vLLM lists; the trainer refuses jobs whose context exceeds it).
-- `POST /artfleet/v1/policies` `{name, step, checkpoint, base_model?}`: the trainer
-  publishes a saved checkpoint (of the base model this service serves);
-  `POST /artfleet/v1/policies/retire` `{name, step?}` retires one.
+- `POST /artfleet/v1/policies` (`PublishPolicy`): the trainer publishes a saved
+  checkpoint (of the base model this service serves); `POST /artfleet/v1/policies/retire`
+  (`RetirePolicy`) retires one; `GET /artfleet/v1/policies` (`ServedPolicies`) lists what
+  this replica serves. The messages: `artfleet.contracts.policy_publish`.
 - `GET /health`: 200 when vLLM answers (no token: probes have none; it tells nothing).
 
 Every other route needs `Authorization: Bearer <ARTFLEET_API_TOKEN>` (middleware).
@@ -21,14 +22,27 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
 from prometheus_client import Counter
+from pydantic import BaseModel
 
-from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG, MODEL_NAME, ModelRefError
+from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG, ModelRefError
 from artfleet.contracts.model_listing import listed_max_model_len
+from artfleet.contracts.policy_publish import (
+    PUBLISH_PATH,
+    RETIRE_PATH,
+    MessageRejected,
+    PublishPolicy,
+    PublishReply,
+    RetirePolicy,
+    RetireReply,
+    ServedPolicies,
+    ServedPolicy,
+    parse,
+)
 from artfleet_inference.engine import EngineError, PolicyEngine
 from artfleet_inference.policies import UnknownPolicy
 from artfleet_inference.requests import (
@@ -42,6 +56,7 @@ from artfleet_inference.requests import (
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+M = TypeVar("M", bound=BaseModel)
 
 REQUESTS = Counter(
     "artfleet_inference_requests", "Requests to the inference front", ["route", "status"]
@@ -77,8 +92,9 @@ class Front:
         self.app.router.add_get("/v1/models", self._models)
         self.app.router.add_post("/v1/chat/completions", self._chat)
         self.app.router.add_post("/v1/completions", self._completion)
-        self.app.router.add_post("/artfleet/v1/policies", self._publish)
-        self.app.router.add_post("/artfleet/v1/policies/retire", self._retire)
+        self.app.router.add_post(PUBLISH_PATH, self._publish)
+        self.app.router.add_get(PUBLISH_PATH, self._served)
+        self.app.router.add_post(RETIRE_PATH, self._retire)
         self.app.on_startup.append(self._open)
         self.app.on_cleanup.append(self._close)
 
@@ -198,25 +214,24 @@ class Front:
     # --- the trainer's routes ----------------------------------------------------------
 
     async def _publish(self, request: web.Request) -> web.Response:
-        body = parse_object(await request.read())
-        name, step = _name_and_step(body, required_step=True)
-        base = body.get("base_model")
-        if base is not None and not self._engine.table.is_base(str(base)):
+        message = _message(PublishPolicy, await request.read())
+        if message.base_model is not None and not self._engine.table.is_base(message.base_model):
             raise BadRequest(
-                f"this inference service serves {self._engine.table.base_name!r}, not {base!r}",
+                f"this inference service serves {self._engine.table.base_name!r}, "
+                f"not {message.base_model!r}",
                 "base_model",
             )
-        checkpoint = await asyncio.to_thread(self._checkpoint, body.get("checkpoint"))
-        assert step is not None
+        checkpoint = await asyncio.to_thread(self._checkpoint, message.checkpoint)
         try:
-            seconds = await self._engine.publish(name, step, checkpoint)
+            seconds = await self._engine.publish(message.name, message.step, checkpoint)
         except ValueError as exc:
             raise BadRequest(str(exc), "step") from None
-        return web.json_response({"model": f"{name}@{step}", "seconds": seconds})
+        reply = PublishReply(model=f"{message.name}@{message.step}", seconds=seconds)
+        return web.json_response(reply.model_dump())
 
-    def _checkpoint(self, given: object) -> Path:
+    def _checkpoint(self, given: str) -> Path:
         """A checkpoint folder the trainer wrote: under the ART path, with an adapter."""
-        checkpoint = Path(str(given or "")).resolve()
+        checkpoint = Path(given).resolve()
         if not checkpoint.is_relative_to(self._art_path):
             raise BadRequest("'checkpoint' must be a folder under the ART path", "checkpoint")
         if not (checkpoint / ADAPTER_CONFIG).is_file():
@@ -224,10 +239,24 @@ class Front:
         return checkpoint
 
     async def _retire(self, request: web.Request) -> web.Response:
-        body = parse_object(await request.read())
-        name, step = _name_and_step(body, required_step=False)
-        await self._engine.retire(name, step)
-        return web.json_response({"retired": name if step is None else f"{name}@{step}"})
+        message = _message(RetirePolicy, await request.read())
+        await self._engine.retire(message.name, message.step)
+        retired = message.name if message.step is None else f"{message.name}@{message.step}"
+        return web.json_response(RetireReply(retired=retired).model_dump())
+
+    async def _served(self, _: web.Request) -> web.Response:
+        latest = sorted(self._engine.table.latest.items())
+        served = ServedPolicies(
+            policies=[ServedPolicy(name=name, step=step) for name, (step, _) in latest],
+        )
+        return web.json_response(served.model_dump())
+
+
+def _message(model: type[M], raw: bytes) -> M:
+    try:
+        return parse(model, parse_object(raw))
+    except MessageRejected as exc:
+        raise BadRequest(exc.message, exc.field) from None
 
 
 async def _relay_stream(
@@ -250,15 +279,3 @@ def _completion_tokens(raw: bytes) -> int:
         return int(json.loads(raw)["usage"]["completion_tokens"])
     except (ValueError, KeyError, TypeError):
         return 0
-
-
-def _name_and_step(body: dict[str, Any], *, required_step: bool) -> tuple[str, int | None]:
-    name = body.get("name")
-    if not isinstance(name, str) or not MODEL_NAME.match(name):
-        raise BadRequest("'name' must be a model name (letters, digits, . _ -)", "name")
-    step = body.get("step")
-    if step is None and not required_step:
-        return name, None
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise BadRequest("'step' must be a non-negative integer", "step")
-    return name, step

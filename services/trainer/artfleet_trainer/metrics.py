@@ -83,6 +83,23 @@ GPU_MEMORY = Gauge(
     ["device", "kind"],
 )
 
+# Serving the policy on inference replicas: see artfleet_trainer.serving.replicas.
+INFERENCE_REPLICAS = Gauge(
+    "artfleet_trainer_inference_replicas",
+    "Inference replicas behind ARTFLEET_INFERENCE_URL, by state (serving, quarantined)",
+    ["state"],
+)
+REPLICA_QUARANTINES = Counter(
+    "artfleet_trainer_inference_replica_quarantines_total",
+    "Inference replicas taken out of service (a failed publish or check), by replica",
+    ["replica"],
+)
+POLICY_PUBLISH_SECONDS = Histogram(
+    "artfleet_trainer_policy_publish_seconds",
+    "A saved checkpoint published to every inference replica in service and verified",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64),
+)
+
 # Asynchronous steps (max_steps_off_policy): see artfleet_trainer.jobs.pipeline.
 POLICY_STALENESS = Histogram(
     "artfleet_trainer_policy_staleness",

@@ -35,13 +35,20 @@ class TrainerSettings(ServerSettings):
         default="", description="URL rollout workers use (…/v1); default: host and port"
     )
     inference_engine: Literal["vllm", "torch"] = Field(
-        default="torch",
+        default="vllm",
         description="torch backend: who serves the policy: the inference service (vLLM, "
-        "at inference_url) or the trainer's built-in server",
+        "every replica at inference_url) or the trainer's own server (torch)",
     )
     inference_url: str = Field(
         default="http://127.0.0.1:8000",
-        description="the inference service's root URL, as the trainer reaches it",
+        description="the inference service's root URL, as the trainer reaches it: a name "
+        "that resolves to every replica, or comma-separated URLs",
+    )
+    inference_probe_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="seconds between checks of every inference replica (quarantine, "
+        "recovery, a restarted or new replica gets the current policy)",
     )
     prefix_cache_bytes: int = Field(
         default=512 * 1024 * 1024,

@@ -28,7 +28,7 @@ from artfleet_rollout.expert import demonstrations, main, write_jsonl
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.settings import RolloutSettings
 from artfleet_trainer.sft.data import load_samples
-from artfleet_trainer.torch_backend.tool_calls import parse_tool_calls
+from artfleet_trainer.torch_serving.tool_calls import parse_tool_calls
 
 pytestmark = pytest.mark.integration
 

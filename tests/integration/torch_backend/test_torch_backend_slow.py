@@ -11,7 +11,7 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import gguf
@@ -30,6 +30,7 @@ from artfleet.contracts.checkpoint_layout import BEST_FILE, write_best
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import model_loader, training
 from artfleet_trainer.torch_backend.backend import TorchBackend
+from artfleet_trainer.torch_serving.service import TorchServing
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -285,7 +286,7 @@ async def test_older_steps_and_best_are_served_beside_the_training_policy(fleet:
     # Best = the step in training: its live weights answer, no second copy is loaded.
     write_best(model_dir, 2, "pass_at_k", 1.0)
     assert await _answered_as(fleet, "agent@best") == "agent@2"
-    assert "agent@2" not in fleet.backend._frozen._loaded
+    assert "agent@2" not in cast(TorchServing, fleet.backend.serving)._frozen._loaded
     with pytest.raises(openai.BadRequestError, match="name@best") as bad:
         await _answered_as(fleet, "agent@newest")
     assert bad.value.param == "model"

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from artfleet.contracts.checkpoint_layout import write_best
-from artfleet_trainer.torch_backend.frozen import FrozenRef, find
+from artfleet_trainer.torch_serving.frozen import FrozenRef, find
 
 
 def _model(art: Path, name: str, steps: list[int], base: str = "smollm2-135m-instruct") -> Path:

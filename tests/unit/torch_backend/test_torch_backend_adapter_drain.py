@@ -15,17 +15,17 @@ from tiny_llama import tiny_llama
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
-from artfleet_trainer.torch_backend.adapter_versions import AdapterSnapshot
-from artfleet_trainer.torch_backend.generation import (
+from artfleet_trainer.torch_backend.training import lora_config
+from artfleet_trainer.torch_backend.worker import TorchWorker
+from artfleet_trainer.torch_serving.adapter_versions import AdapterSnapshot
+from artfleet_trainer.torch_serving.generation import (
     BatchEngine,
     GenerationRequest,
     SamplingParams,
     SequenceOutput,
     generate_batch,
 )
-from artfleet_trainer.torch_backend.scheduler import GenerationScheduler
-from artfleet_trainer.torch_backend.training import lora_config
-from artfleet_trainer.torch_backend.worker import TorchWorker
+from artfleet_trainer.torch_serving.scheduler import GenerationScheduler
 
 VOCAB = 64
 NO_STOP: frozenset[int] = frozenset()

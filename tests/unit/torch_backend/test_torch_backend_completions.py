@@ -17,8 +17,8 @@ from tiny_llama import tiny_llama
 from tiny_server import serve_tiny, word_tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from artfleet_trainer.torch_backend.completions import parse_completion_request
-from artfleet_trainer.torch_backend.protocol import RequestError
+from artfleet_trainer.torch_serving.completions import parse_completion_request
+from artfleet_trainer.torch_serving.protocol import RequestError
 
 VOCAB = 64
 EOS = 2

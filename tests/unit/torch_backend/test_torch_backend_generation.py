@@ -15,7 +15,8 @@ from tiny_llama import tiny_llama
 from tokenizers import Tokenizer, models
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from artfleet_trainer.torch_backend.generation import (
+from artfleet_trainer.torch_backend.worker import TorchWorker
+from artfleet_trainer.torch_serving.generation import (
     BatchEngine,
     GenerationRequest,
     SamplingParams,
@@ -23,9 +24,8 @@ from artfleet_trainer.torch_backend.generation import (
     generate_batch,
     stop_token_ids_of,
 )
-from artfleet_trainer.torch_backend.sampling import top_k_filter
-from artfleet_trainer.torch_backend.scheduler import GenerationScheduler
-from artfleet_trainer.torch_backend.worker import TorchWorker
+from artfleet_trainer.torch_serving.sampling import top_k_filter
+from artfleet_trainer.torch_serving.scheduler import GenerationScheduler
 
 VOCAB = 64
 EOS = 2

@@ -7,6 +7,7 @@ and logprobs must equal those of a full prefill (1e-4), in every batch layout.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -16,13 +17,13 @@ from tiny_llama import tiny_llama
 from tokenizers import Tokenizer, models
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from artfleet_trainer.torch_backend.generation import (
+from artfleet_trainer.torch_serving.generation import (
     BatchEngine,
     GenerationRequest,
     SamplingParams,
     SequenceOutput,
 )
-from artfleet_trainer.torch_backend.prefix_cache import BLOCK, PrefixCache
+from artfleet_trainer.torch_serving.prefix_cache import BLOCK, PrefixCache
 
 VOCAB = 64
 Model = LlamaForCausalLM
@@ -288,30 +289,41 @@ def test_the_backend_wires_the_cache_and_a_training_step_invalidates_it(
 
     from artfleet_trainer.torch_backend import training
     from artfleet_trainer.torch_backend.backend import TorchBackend, _ModelState
+    from artfleet_trainer.torch_serving.options import TorchServerOptions
+    from artfleet_trainer.torch_serving.service import TorchServing
 
     peft_model = get_peft_model(tiny_llama(VOCAB, 2), training.lora_config(8)).eval()
-    off = TorchBackend(path=str(tmp_path / "off"), prefix_cache_bytes=0)
+    off = TorchBackend(path=str(tmp_path / "off"), serving=TorchServerOptions(prefix_cache_bytes=0))
     off._worker.shutdown()
-    assert off._make_policy("a", peft_model, tokenizer, 0).scheduler.engine.prefix_cache is None
-    backend = TorchBackend(path=str(tmp_path), prefix_cache_bytes=1 << 20)
+    off_serving = cast(TorchServing, off.serving)
+    assert (
+        off_serving._make_policy("a", peft_model, tokenizer, 0).scheduler.engine.prefix_cache
+        is None
+    )
+    backend = TorchBackend(
+        path=str(tmp_path), serving=TorchServerOptions(prefix_cache_bytes=1 << 20)
+    )
     try:
-        policy = backend._make_policy("agent", peft_model, tokenizer, 0)
+        serving = cast(TorchServing, backend.serving)
+        serving.attach("agent", peft_model, tokenizer, 0)
+        policy = serving._policies["agent"]
         engine = policy.scheduler.engine
         assert engine.prefix_cache is not None and engine.prefix_cache.max_bytes == 1 << 20
         drain(engine, [GenerationRequest(words(0, 30), greedy(3))])
         assert len(engine.prefix_cache) == 1
         trainable = [p for p in peft_model.parameters() if p.requires_grad]
         state = _ModelState(
-            cast(Any, None),
+            cast(Any, SimpleNamespace(name="agent")),
             peft_model,
             tokenizer,
             training.make_optimizer(trainable),
             tmp_path / "agent",
-            policy,
+            policy.max_context,
+            0,
         )
         config, dev_config = training.build_train_configs(5e-6, {})
         result = backend._train_sync(state, [], config, dev_config)  # nothing to train
-        assert result.step == 1
+        assert result.step == 1 and policy.step == 1
         assert engine.weights_version == 1
         assert len(engine.prefix_cache) == 0 and engine.prefix_cache.version == 1
     finally:

@@ -9,8 +9,8 @@ import pytest
 from openai.types.chat import ChatCompletion
 
 from artfleet.contracts.checkpoint_layout import parse_model_name
-from artfleet_trainer.torch_backend.generation import SamplingParams, SequenceOutput
-from artfleet_trainer.torch_backend.protocol import (
+from artfleet_trainer.torch_serving.generation import SamplingParams, SequenceOutput
+from artfleet_trainer.torch_serving.protocol import (
     MIN_LOGPROB,
     RequestError,
     ResponseFormat,

@@ -11,7 +11,7 @@ import pytest_asyncio
 
 from artfleet.contracts import base_models, embedded_model
 from artfleet_trainer.torch_backend import model_loader
-from artfleet_trainer.torch_backend.server import InferenceServer
+from artfleet_trainer.torch_serving.server import InferenceServer
 
 KEY = "unit-test-key"
 

@@ -14,7 +14,7 @@ import pytest_asyncio
 from tiny_server import serve_tiny, word_tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from artfleet_trainer.torch_backend.protocol import RequestError, parse_chat_request
+from artfleet_trainer.torch_serving.protocol import RequestError, parse_chat_request
 
 VOCAB = 64
 EOS = 2

@@ -22,9 +22,9 @@ from transformers import PreTrainedTokenizerFast
 
 from artfleet.contracts.chat_template import CHATML_TEMPLATE, TOOLS_CHATML_TEMPLATE
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend.protocol import RequestError, parse_chat_request
-from artfleet_trainer.torch_backend.tool_calls import parse_tool_calls
 from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
+from artfleet_trainer.torch_serving.protocol import RequestError, parse_chat_request
+from artfleet_trainer.torch_serving.tool_calls import parse_tool_calls
 
 KEY = "tools-test-key"
 EOS = 2

@@ -11,8 +11,6 @@ from tiny_llama import tiny_llama
 from transformers import LlamaForCausalLM
 
 from artfleet_trainer.torch_backend import checkpoints, training
-from artfleet_trainer.torch_backend.generation import _left_pad
-from artfleet_trainer.torch_backend.sampling import top_p_filter
 from artfleet_trainer.torch_backend.worker import (
     available_cores,
     cores_busy_elsewhere,
@@ -20,6 +18,8 @@ from artfleet_trainer.torch_backend.worker import (
     torch_threads,
     training_threads,
 )
+from artfleet_trainer.torch_serving.generation import _left_pad
+from artfleet_trainer.torch_serving.sampling import top_p_filter
 
 NEG_INF = torch.finfo(torch.float32).min
 

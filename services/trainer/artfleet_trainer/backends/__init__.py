@@ -88,29 +88,19 @@ def check_cuda(device: str) -> None:
 def make_backend(kind: str, settings: TrainerSettings) -> TrainerBackend:
     if kind == "torch":
         check_cuda(settings.device)
-        from artfleet_trainer.clients.inference_client import InferenceClient
+        from artfleet_trainer.serving import make_serving
         from artfleet_trainer.torch_backend import TorchBackend
 
-        publisher = None
-        if settings.inference_engine == "vllm":
-            publisher = InferenceClient(
-                settings.inference_url,
-                settings.api_token.get_secret_value(),
-                public_url=settings.inference_public_url,
-            )
         return TorchBackend(
             path=settings.art_path,
             device=settings.device,
-            host=settings.inference_host,
-            port=settings.inference_port,
             api_key=settings.api_token.get_secret_value(),
             cache_dir=settings.model_cache_dir or None,
-            prefix_cache_bytes=settings.prefix_cache_bytes,
             dtype=settings.dtype,
             train_num_threads=settings.train_num_threads,
             activation_budget_bytes=settings.train_activation_budget_bytes,
             memory_fraction=settings.train_memory_fraction,
-            publisher=publisher,
+            serving=make_serving(settings),
         )
     if kind == "art":
         # vLLM is not importable here: ART 0.5.18 runs it from its own managed runtime (a

@@ -30,6 +30,7 @@ from artfleet_trainer.clients.inference_client import (
     InferenceRefused,
     InferenceUnavailable,
 )
+from artfleet_trainer.serving.replicas import replica_targets
 from artfleet_trainer.settings import TrainerSettings
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,9 @@ class ContextLimits:
         inference = None
         if settings.backend == "torch" and settings.inference_engine == "vllm":
             token = settings.api_token.get_secret_value()
-            inference = InferenceClient(settings.inference_url, token)
+            # every replica serves the one base model with one context: any one answers
+            url = replica_targets(settings.inference_url)[0][0]
+            inference = InferenceClient(url, token)
         cache = Path(settings.model_cache_dir).expanduser() if settings.model_cache_dir else None
         return cls(inference=inference, embedded_cache=cache or DEFAULT_CACHE_DIR.expanduser())
 

@@ -5,13 +5,14 @@ A job runner speaks only ART:
     backend = TorchBackend(path=".art", api_key=key)
     model = art.TrainableModel(name="agent", project="demo", base_model="smollm2-135m-instruct")
     await model.register(backend)          # loads weights, resumes the latest checkpoint,
-                                           # starts the OpenAI-compatible server
+                                           # serves it (`serving`: its own server by default)
     client = model.openai_client()         # rollouts call it with model.get_inference_name()
     result = await backend.train(model, groups, learning_rate=5e-5)
 
 Model work runs on one dedicated torch thread (the event loop and the server stay
 responsive), and one FIFO gate keeps generation and training from touching the model
-at the same time.
+at the same time. How the policy is served is one `PolicyServing` (artfleet_trainer.serving):
+the trainer's own server on the live weights (torch_serving), or the inference service.
 """
 
 from __future__ import annotations
@@ -31,17 +32,12 @@ from peft import PeftModel, get_peft_model
 
 from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.clients.inference_client import InferenceClient, InferenceUnavailable
+from artfleet_trainer.serving import PolicyServing
 from artfleet_trainer.settings import DtypeName
+from artfleet_trainer.torch_serving.options import TorchServerOptions
 
 from . import checkpoints, precision, sft, training
-from .adapter_versions import AdapterSnapshot
-from .frozen import FrozenPolicies
-from .generation import BatchEngine, stop_token_ids_of
 from .model_loader import LoadedModel, load_base_model
-from .prefix_cache import DEFAULT_MAX_BYTES, PrefixCache
-from .scheduler import GenerationScheduler
-from .server import InferenceServer, ServedPolicy
 from .training_clients import TrainingClients
 from .worker import TorchWorker, training_thread_scope
 
@@ -54,26 +50,26 @@ T = TypeVar("T")
 
 @dataclass(eq=False)
 class _ModelState:
-    """A registered trainable model: its weights, optimizer and served policy."""
+    """A registered trainable model: its weights, optimizer and the step they are."""
 
     model: art.TrainableModel
     peft_model: Any
     tokenizer: Any
     optimizer: torch.optim.AdamW
     output_dir: Path
-    policy: ServedPolicy
+    max_context: int
+    step: int  # the saved step the live weights are (-1: changed since the last save)
 
 
 class TorchBackend:
-    """ART Backend on HF transformers + peft LoRA, with a built-in inference server."""
+    """ART Backend on HF transformers + peft LoRA; its policies served through one
+    `PolicyServing`."""
 
     def __init__(
         self,
         path: str = ".art",
         device: str = "cpu",
         *,
-        host: str = "127.0.0.1",
-        port: int = 0,
         api_key: str | None = None,
         cache_dir: str | None = None,
         lora_rank: int = 8,
@@ -82,17 +78,11 @@ class TorchBackend:
         train_num_threads: int | None = None,
         activation_budget_bytes: int | None = None,
         memory_fraction: float = 0.0,
-        advertise_host: str | None = None,
-        max_batch_rows: int = 32,
-        batch_window_s: float = 0.03,
-        default_max_tokens: int = 512,
-        prefix_cache_bytes: int = DEFAULT_MAX_BYTES,
-        publisher: InferenceClient | None = None,
+        serving: PolicyServing | TorchServerOptions | None = None,
         loader: BaseLoader | None = None,
     ) -> None:
-        """`api_key` guards the server (a random one when None; `_prepare_backend_for_training`
-        returns it). `advertise_host` is the host put in base_url when clients reach the
-        server by another name (e.g. a compose service name while binding 0.0.0.0).
+        """`api_key` guards the trainer's own server (a random one when None;
+        `_prepare_backend_for_training` returns it).
         `num_threads` (torch threads for loading and generation) defaults to all cores
         but one; `train_num_threads` to all cores when the machine is otherwise idle at
         the start of a step, else all but one (see worker.py for the measurements).
@@ -103,10 +93,9 @@ class TorchBackend:
         takes the device's (2 GiB on a CPU, the free memory on CUDA at each step).
         `memory_fraction` (CUDA, 0 = no limit): the trainer's share of the GPU, which its
         allocator may not exceed (the rest is vLLM's).
-        `prefix_cache_bytes` bounds each served model's prefix cache (key/values of
-        earlier turns reused by the next prompt, see prefix_cache.py); 0 disables it.
-        `publisher`: the inference service (vLLM) that serves the policy instead of the
-        built-in server; every saved checkpoint is published to it.
+        `serving`: the engine that serves the policy (artfleet_trainer.serving: the
+        inference service, to which every saved checkpoint is published), or the options
+        of the trainer's own server on the live weights (the default).
         `loader`: how a base model is loaded (default: `load_base_model` from the embedded
         default or a local folder; the device check builds random-init models instead)."""
         self._path = path
@@ -119,34 +108,15 @@ class TorchBackend:
         self._loader = loader or self._load_base
         self.cache_dir = cache_dir
         self.lora_rank = lora_rank
-        self.max_batch_rows = max_batch_rows
-        self.batch_window_s = batch_window_s
-        self.prefix_cache_bytes = prefix_cache_bytes
         self.api_key = api_key or secrets.token_urlsafe(24)
-        self._advertise_host = advertise_host
-        self._publisher = publisher
         self._worker = TorchWorker(num_threads)  # every torch op of this backend runs there
         self.train_num_threads = train_num_threads  # None: decided per step, see worker.py
         self.activation_budget_bytes = activation_budget_bytes
         self._states: dict[str, _ModelState] = {}
-        self._policies: dict[str, ServedPolicy] = {}
         self._gate = asyncio.Lock()  # generation slices and training steps take turns
-        self._frozen = FrozenPolicies(
-            path,
-            self._worker,
-            self._make_policy,
-            self._policies,
-            loader=self._loader,
-            lora_rank=lora_rank,
-        )
-        self._server = InferenceServer(
-            self._policies,
-            api_key=self.api_key,
-            host=host,
-            port=port,
-            default_max_tokens=default_max_tokens,
-            loader=self._frozen.get,  # checkpoints and base models, for evaluation
-        )
+        if serving is None or isinstance(serving, TorchServerOptions):
+            serving = self._own_server(serving or TorchServerOptions())
+        self.serving: PolicyServing = serving
         Path(path).mkdir(parents=True, exist_ok=True)
         self.training_clients = TrainingClients(self)  # the Tinker-compatible API's clients
 
@@ -165,36 +135,34 @@ class TorchBackend:
             base_model, cache_dir=self.cache_dir, device=self.device, dtype=self.dtype
         )
 
+    def _own_server(self, options: TorchServerOptions) -> PolicyServing:
+        from artfleet_trainer.torch_serving.service import TorchServing
+
+        return TorchServing(
+            options,
+            path=self._path,
+            api_key=self.api_key,
+            worker=self._worker,
+            gate=self._gate,
+            loader=self._loader,
+            lora_rank=self.lora_rank,
+        )
+
     @property
     def base_url(self) -> str | None:
-        """The server's OpenAI base URL, once started."""
-        if self._publisher is not None:
-            return self._publisher.public_url
-        if self._server.port is None:
-            return None
-        host = self._advertise_host or self._server.host
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"
-        return f"http://{host}:{self._server.port}/v1"
+        """The policy's OpenAI base URL for rollouts, once served."""
+        return self.serving.public_url()
 
     async def sampling_endpoint(self) -> tuple[str, str]:
-        """(OpenAI base URL, key) where the trainer itself samples its policies: the
-        inference service as the trainer reaches it, else its own server (started)."""
-        if self._publisher is not None:
-            return f"{self._publisher.url}/v1", self._publisher.token
-        port = await self._server.start()
-        return f"http://127.0.0.1:{port}/v1", self.api_key
+        """(OpenAI base URL, key) where the trainer itself samples its policies."""
+        return await self.serving.sampling_endpoint()
 
     async def start_serving(self) -> None:
         """Serve before any job registers (evaluations of finished jobs' checkpoints)."""
-        if self._publisher is None:  # the inference service serves them itself
-            await self._server.start()
+        await self.serving.start()
 
     async def close(self) -> None:
-        await self._server.stop()
-        await self._frozen.close()
-        for state in self._states.values():
-            await state.policy.scheduler.close()
+        await self.serving.stop()
         self._worker.shutdown()
 
     async def run_on_torch_thread(self, fn: Callable[..., T], *args: Any) -> T:
@@ -218,32 +186,28 @@ class TorchBackend:
             return
         state = await self._worker.run(self._load_state, model, output_dir)
         self._states[model.name] = state
-        self._policies[model.name] = state.policy
-        await self._publish(state, state.policy.step)
+        await self._publish(state, state.step)
 
     async def unregister(self, name: str) -> None:
         """Forget the model `name` (its weights leave memory; its checkpoints stay)."""
         state = self._states.pop(name, None)
-        self._policies.pop(name, None)
         if state is not None:
-            await state.policy.scheduler.close()
+            await self.serving.detach(name)
             await self._worker.run(precision.release_cached_memory, self.device)
 
     async def _publish(self, state: _ModelState, step: int) -> None:
-        """Hand the saved checkpoint `step` to the inference service, if one serves."""
-        if self._publisher is None:
-            return
+        """The saved checkpoint `step` is the policy the engine serves from now on."""
         checkpoint = checkpoints.checkpoint_dir(state.output_dir.absolute(), step)
-        name = state.model.name
-        try:
-            seconds = await self._publisher.publish(name, step, checkpoint, state.model.base_model)
-        except InferenceUnavailable as exc:
-            # The checkpoint is saved: the service serves it by name from the volume when it
-            # is back (slower on CPU until the next publish). A refusal (a base model it does
-            # not serve) is raised: no job may train a policy nobody can serve.
-            log.warning("%s@%d not published (%s); served from disk on request", name, step, exc)
-            return
-        log.info("published %s@%d to the inference service (%.2fs)", name, step, seconds)
+        await self.serving.publish(state.model.name, step, checkpoint, state.model.base_model)
+
+    def _weights_changing(self, state: _ModelState) -> object | None:
+        """Torch thread, before the weights change (see PolicyServing.weights_changing)."""
+        return self.serving.weights_changing(state.model.name)
+
+    def _weights_changed(self, state: _ModelState, step: int, before: object | None) -> None:
+        """Torch thread: the live weights are `step` now (-1: not a saved step)."""
+        state.step = step
+        self.serving.weights_changed(state.model.name, step, before)
 
     def _rank(self, model: art.TrainableModel) -> int:
         """The model's own LoRA rank (ART's `_internal_config.peft_args.r`), else ours."""
@@ -269,34 +233,12 @@ class TorchBackend:
         if not resume:  # step 0 on disk too, so `name@0` can be reloaded like any other step
             checkpoints.save_checkpoint(peft_model, output_dir, 0)
         log.info("registered %s at step %d (%.1fs to load)", model.name, step, loaded.load_seconds)
-        return _ModelState(
-            model,
-            peft_model,
-            loaded.tokenizer,
-            optimizer,
-            output_dir,
-            self._make_policy(model.name, peft_model, loaded.tokenizer, step),
-        )
-
-    def _make_policy(self, name: str, peft_model: Any, tokenizer: Any, step: int) -> ServedPolicy:
         config = peft_model.get_base_model().config
         max_context = int(getattr(config, "max_position_embeddings", 0) or 4096)
-        engine = BatchEngine(
-            peft_model,
-            tokenizer,
-            stop_token_ids=stop_token_ids_of(peft_model.get_base_model(), tokenizer),
-            max_context=max_context,
-            prefix_cache=PrefixCache(self.prefix_cache_bytes),
-            step=step,
+        self.serving.attach(model.name, peft_model, loaded.tokenizer, step)
+        return _ModelState(
+            model, peft_model, loaded.tokenizer, optimizer, output_dir, max_context, step
         )
-        scheduler = GenerationScheduler(
-            engine,
-            self._gate,
-            self._worker,
-            max_batch_rows=self.max_batch_rows,
-            batch_window_s=self.batch_window_s,
-        )
-        return ServedPolicy(name, tokenizer, scheduler, max_context, step=step)
 
     def _state_of(self, model: art.Model) -> _ModelState:
         state = self._states.get(model.name)
@@ -308,7 +250,7 @@ class TorchBackend:
         if step is None:
             state = self._states.get(model.name)
             if state is not None:
-                step = state.policy.step
+                step = state.step
             elif isinstance(model, art.TrainableModel):
                 step = checkpoints.latest_step(checkpoints.model_dir(self._path, model))
             else:
@@ -332,7 +274,7 @@ class TorchBackend:
         keep = set(steps_to_keep)
         state = self._states.get(model.name)
         if state is not None:
-            keep.add(state.policy.step)  # never the step being served
+            keep.add(state.step)  # never the step being served
         output_dir = checkpoints.model_dir(self._path, model)
         await self._worker.run(checkpoints.delete_checkpoints, output_dir, keep)
 
@@ -342,24 +284,16 @@ class TorchBackend:
 
     async def retire_steps(self, name: str, steps: list[int]) -> None:
         """Checkpoints of the model `name` deleted (retention, `models prune|delete`): the
-        inference service stops serving them. This backend's own server finds a checkpoint
-        on disk at each request, so it needs no word."""
-        if self._publisher is None:
-            return
-        for step in steps:
-            await self._publisher.retire(name, step)
+        engine stops serving them."""
+        await self.serving.retire(name, steps)
 
     async def _prepare_backend_for_training(
         self, model: art.TrainableModel, config: Any = None
     ) -> tuple[str, str]:
-        """Start the inference server (once) and return (base_url, api_key)."""
+        """Serve (once) and return (base_url, api_key)."""
         if config:
             log.debug("TorchBackend ignores the OpenAI server config %r", config)
-        if self._publisher is not None:
-            return self._publisher.public_url, self._publisher.token
-        await self._server.start()
-        assert self.base_url is not None
-        return self.base_url, self.api_key
+        return await self.serving.endpoint()
 
     # --- training ------------------------------------------------------------------------
 
@@ -383,7 +317,6 @@ class TorchBackend:
         config, dev_config = training.build_train_configs(learning_rate, kwargs)
         async with self._gate:
             result = await self._worker.run(self._train_sync, state, groups, config, dev_config)
-            state.policy.step = result.step  # requests for name@step+1 are served from now
             await self._publish(state, result.step)
         return result
 
@@ -395,12 +328,8 @@ class TorchBackend:
         dev_config: art.dev.TrainConfig,
     ) -> art.types.LocalTrainResult:
         started = time.monotonic()
-        engine = state.policy.scheduler.engine
-        # Rows running now finish on the adapter that began them (adapter_versions.py);
-        # a drain still going from the last step ends: training takes the newest weights.
-        engine.end_drain()
-        old = AdapterSnapshot.take(state.peft_model) if engine.num_rows else None
-        max_context = state.policy.max_context
+        old = self._weights_changing(state)
+        max_context = state.max_context
         batch = training.pack_trajectory_groups(
             state.tokenizer, groups, dev_config, max_context=max_context
         )
@@ -424,15 +353,13 @@ class TorchBackend:
             )
         else:
             log.info("no trainable data (equal rewards in every group): weights unchanged")
-        new_step = max(state.policy.step, checkpoints.latest_step(state.output_dir)) + 1
+        new_step = max(state.step, checkpoints.latest_step(state.output_dir)) + 1
         path = checkpoints.save_checkpoint(
             state.peft_model, state.output_dir, new_step, state.optimizer.state_dict()
         )
         precision.release_cached_memory(self.device)
-        # New weights, served as `name@new_step` from the next admission on: no key/values
-        # computed before may be reused; running rows drain on the old adapter (saved
-        # first: the checkpoint must hold the new weights).
-        engine.weights_changed(new_step, old)
+        # Saved first: the checkpoint must hold the new weights.
+        self._weights_changed(state, new_step, old)
         metrics = {
             **stats.summary(),
             "trained_sequences": float(batch.num_results if batch else 0),
@@ -460,7 +387,7 @@ class TorchBackend:
         Trajectories longer than `max_length` (0 = the context) or without a trainable
         token are dropped and counted (`data/step_num_dropped_trajectories`)."""
         state = self._state_of(model)
-        limit = min(max_length or state.policy.max_context, state.policy.max_context)
+        limit = min(max_length or state.max_context, state.max_context)
         rows, dropped = await self._worker.run(_tokenize_all, state.tokenizer, trajectories, limit)
         if not rows:
             raise ValueError(f"no trainable SFT trajectory ({dropped} dropped)")
@@ -470,22 +397,15 @@ class TorchBackend:
         if isinstance(rates, list) and len(rates) < len(batches):
             raise ValueError(f"{len(rates)} learning rates for {len(batches)} batches")
         async with self._gate:
-            engine = state.policy.scheduler.engine
-            old = await self._worker.run(self._before_weights_change, state)
+            old = await self._worker.run(self._weights_changing, state)
             for i, batch in enumerate(batches):
                 rate = rates[i] if isinstance(rates, list) else rates
                 metrics = await self._worker.run(self._sft_batch, state, batch, float(rate))
                 yield {**metrics, "data/step_num_dropped_trajectories": float(dropped)}
-            step = await self._worker.run(self._save_after_sft, state, engine, old)
-            state.policy.step = step
+            step = await self._worker.run(self._save_after_sft, state, old)
             await self._publish(state, step)
         if verbose:
             log.info("SFT on %s: %d batches, checkpoint %d", model.name, len(batches), step)
-
-    def _before_weights_change(self, state: _ModelState) -> AdapterSnapshot | None:
-        engine = state.policy.scheduler.engine
-        engine.end_drain()
-        return AdapterSnapshot.take(state.peft_model) if engine.num_rows else None
 
     def _sft_batch(
         self, state: _ModelState, batch: list[sft.SftRow], rate: float
@@ -500,13 +420,13 @@ class TorchBackend:
                 memory_fraction=self.memory_fraction,
             )
 
-    def _save_after_sft(self, state: _ModelState, engine: Any, old: AdapterSnapshot | None) -> int:
-        new_step = max(state.policy.step, checkpoints.latest_step(state.output_dir)) + 1
+    def _save_after_sft(self, state: _ModelState, old: object | None) -> int:
+        new_step = max(state.step, checkpoints.latest_step(state.output_dir)) + 1
         checkpoints.save_checkpoint(
             state.peft_model, state.output_dir, new_step, state.optimizer.state_dict()
         )
         precision.release_cached_memory(self.device)
-        engine.weights_changed(new_step, old)
+        self._weights_changed(state, new_step, old)
         return new_step
 
     async def train_sft(
@@ -532,7 +452,7 @@ class TorchBackend:
         weights (no update; tests and reports)."""
         state = self._state_of(model)
         rows, _ = await self._worker.run(
-            _tokenize_all, state.tokenizer, trajectories, state.policy.max_context
+            _tokenize_all, state.tokenizer, trajectories, state.max_context
         )
         async with self._gate:
             return await self._worker.run(sft.mean_loss, state.peft_model, rows)
@@ -548,7 +468,7 @@ class TorchBackend:
         return self._state_of(model).tokenizer
 
     def served_step(self, model: art.Model) -> int:
-        return self._state_of(model).policy.step
+        return self._state_of(model).step
 
 
 def _tokenize_all(

@@ -92,7 +92,7 @@ class TrainingClients:
         return ClientInfo(
             name,
             state.model.base_model,
-            state.policy.max_context,
+            state.max_context,
             str(getattr(config, "model_type", "") or ""),
             state.output_dir,
         )
@@ -102,7 +102,7 @@ class TrainingClients:
 
     def served_step(self, name: str) -> int:
         """The saved step the client's live weights are (-1: trained since its last save)."""
-        return self._state(name).policy.step
+        return self._state(name).step
 
     async def retire(self, name: str, step: int) -> None:
         """A deleted checkpoint: the inference service stops serving it."""
@@ -123,7 +123,7 @@ class TrainingClients:
     ) -> datum_training.LossSpec:
         """The loss named, once `datums` and `config` fit it and the client's context
         (InvalidArgument naming what does not)."""
-        max_context = self._state(name).policy.max_context
+        max_context = self._state(name).max_context
         return datum_training.check(datums, loss_fn, config, max_context)
 
     async def forward_backward(
@@ -179,15 +179,14 @@ class TrainingClients:
         started = time.monotonic()
         # Rows being generated on the live weights finish on them; from now on the live
         # weights are no saved step, so `name@step` is served from its checkpoint.
-        old = self._backend._before_weights_change(state)
+        old = self._backend._weights_changing(state)
         for group in state.optimizer.param_groups:
             group["betas"] = (adam.beta1, adam.beta2)
             group["eps"] = adam.eps
             group["weight_decay"] = adam.weight_decay
         stats = StepStats()
         optim_step(state.optimizer, adam.learning_rate, stats, max_grad_norm=adam.grad_clip_norm)
-        state.policy.step = -1
-        state.policy.scheduler.engine.weights_changed(-1, old)
+        self._backend._weights_changed(state, -1, old)
         return {
             "grad_norm:mean": stats.grad_norms[-1],
             "learning_rate:mean": adam.learning_rate,
@@ -198,23 +197,22 @@ class TrainingClients:
         """The client's weights as a checkpoint (with the optimizer state), served as
         `name@step`: a new step when they changed since the last save, else that one."""
         state = self._state(name)
-        if name not in self._dirty and state.policy.step >= 0:
-            return state.policy.step
+        if name not in self._dirty and state.step >= 0:
+            return state.step
         backend = self._backend
         async with backend._gate:
             step = await backend._worker.run(self._save_sync, state)
-            state.policy.step = step
             await backend._publish(state, step)
         self._dirty.discard(name)
         return step
 
     def _save_sync(self, state: _ModelState) -> int:
-        step = max(state.policy.step, checkpoints.latest_step(state.output_dir)) + 1
+        step = max(state.step, checkpoints.latest_step(state.output_dir)) + 1
         checkpoints.save_checkpoint(
             state.peft_model, state.output_dir, step, state.optimizer.state_dict()
         )
         precision.release_cached_memory(self._backend.device)
-        state.policy.scheduler.engine.weights_changed(step, None)
+        self._backend._weights_changed(state, step, None)
         return step
 
     async def load(self, name: str, checkpoint: Path, *, optimizer: bool) -> None:
@@ -235,7 +233,7 @@ class TrainingClients:
                 f"the saved weights do not fit this client's LoRA ({mismatched}): "
                 "load them into a client of the same rank"
             )
-        old = self._backend._before_weights_change(state)
+        old = self._backend._weights_changing(state)
         set_peft_model_state_dict(state.peft_model, weights)
         if optimizer:
             saved = checkpoints.load_optimizer_state(checkpoint)
@@ -243,8 +241,7 @@ class TrainingClients:
                 state.optimizer.state.clear()
             else:
                 state.optimizer.load_state_dict(saved)
-        state.policy.step = -1
-        state.policy.scheduler.engine.weights_changed(-1, old)
+        self._backend._weights_changed(state, -1, old)
 
     async def release(self, name: str) -> None:
         """Drop the client from memory; its checkpoints stay on disk."""

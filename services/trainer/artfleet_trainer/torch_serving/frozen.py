@@ -30,11 +30,11 @@ from peft import PeftModel, get_peft_model
 
 from artfleet.contracts.base_models import MODEL_ALIASES
 from artfleet.contracts.checkpoint_layout import find_checkpoint, parse_model_name
+from artfleet_trainer.torch_backend import training
+from artfleet_trainer.torch_backend.model_loader import LoadedModel
+from artfleet_trainer.torch_backend.worker import TorchWorker
 
-from . import training
-from .model_loader import LoadedModel
 from .server import ServedPolicy
-from .worker import TorchWorker
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,10 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
+from artfleet_trainer.torch_backend.worker import TorchWorker
+
 from .generation import BatchEngine, GenerationRequest, SequenceOutput
 from .metrics import BATCH_SIZE
-from .worker import TorchWorker
 
 log = logging.getLogger(__name__)
 

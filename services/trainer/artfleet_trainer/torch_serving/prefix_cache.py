@@ -36,9 +36,10 @@ from .metrics import (
     PREFIX_CACHE_REQUESTS,
     PREFIX_CACHE_TOKENS,
 )
+from .options import DEFAULT_PREFIX_CACHE_BYTES
 
 BLOCK = 16
-DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+DEFAULT_MAX_BYTES = DEFAULT_PREFIX_CACHE_BYTES
 
 # Per layer: (keys, values), each [1, kv heads, tokens, head dim].
 LayerKV = tuple[torch.Tensor, torch.Tensor]

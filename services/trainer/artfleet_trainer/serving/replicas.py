@@ -1,0 +1,242 @@
+"""Every inference replica behind one service name, kept on the same policy.
+
+`ARTFLEET_INFERENCE_URL` names the service (`http://inference:8000`): its host resolves
+to one address per replica (`docker compose up --scale inference=N`, a Kubernetes
+headless service), or it is a comma-separated list of URLs. Rules:
+
+- A publish goes to every replica in service, and counts done when each one *answers*
+  the new `name@step` (a one-token completion comes back under that name). A replica
+  that fails either is quarantined (`artfleet_trainer_inference_replica_quarantines_total`,
+  a warning naming it and why); the publish is done when at least one replica serves.
+  A refusal (4xx: a base model the service does not serve) is raised: no replica will
+  ever serve that policy.
+- A watch loop (every `probe_s`) resolves the name again and asks each replica what it
+  serves (`GET /artfleet/v1/policies`). A replica that does not answer is quarantined;
+  one that answers but is quarantined, new (scaled up), restarted (its boot id changed)
+  or behind on a policy gets every current policy published again and verified, and is
+  back in service. Older checkpoints need nothing: a replica finds them on the shared
+  volume by name when asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+from artfleet.clients.sandbox import resolve_replicas
+from artfleet.contracts.policy_publish import PublishPolicy
+from artfleet_trainer.clients.inference_client import (
+    InferenceClient,
+    InferenceRefused,
+    InferenceUnavailable,
+)
+from artfleet_trainer.metrics import (
+    INFERENCE_REPLICAS,
+    POLICY_PUBLISH_SECONDS,
+    REPLICA_QUARANTINES,
+)
+
+log = logging.getLogger(__name__)
+
+SERVING, QUARANTINED = "serving", "quarantined"
+
+
+@dataclass(eq=False)
+class Replica:
+    client: InferenceClient
+    state: str = SERVING
+    reason: str = ""
+    published: dict[str, int] = field(default_factory=dict)  # what it answered, by name
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one change at a time
+
+
+def replica_targets(url: str) -> list[tuple[str, str, int]]:
+    """(url, host, port) of each comma-separated URL."""
+    targets = []
+    for part in url.split(","):
+        part = part.strip().rstrip("/")
+        if not part:
+            continue
+        split = urlsplit(part)
+        if split.hostname is None:
+            raise ValueError(f"{part!r} is not a URL (http://host:port)")
+        port = split.port or (443 if split.scheme == "https" else 80)
+        targets.append((part, split.hostname, port))
+    if not targets:
+        raise ValueError("no inference URL given")
+    return targets
+
+
+def with_address(url: str, address: str) -> str:
+    """`url` with its host:port replaced by `address` (`10.0.0.5:8000`, `[::1]:8000`)."""
+    split = urlsplit(url)
+    return urlunsplit((split.scheme, address, split.path, split.query, split.fragment))
+
+
+Resolver = Callable[[str], Awaitable[list[str]]]
+
+
+class InferenceReplicas:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        probe_s: float = 5.0,
+        publish_timeout_s: float = 600.0,
+        resolve: Resolver = resolve_replicas,
+    ) -> None:
+        self._targets = replica_targets(url)
+        self._token = token
+        self.probe_s = probe_s
+        self._publish_timeout_s = publish_timeout_s
+        self._resolve = resolve
+        self._replicas: dict[str, Replica] = {}
+        self._current: dict[str, PublishPolicy] = {}  # the latest publish of each policy
+        self._watch: asyncio.Task[None] | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._watch is None:
+            self._watch = asyncio.create_task(self._watch_forever(), name="inference-replicas")
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+            self._watch = None
+
+    # --- what the trainer asks -------------------------------------------------------------
+
+    async def replicas(self) -> list[Replica]:
+        """Every replica the name resolves to now (a name that does not resolve keeps the
+        replicas known before: DNS away is not every replica away)."""
+        urls: list[str] = []
+        for url, host, port in self._targets:
+            # localhost is one server, whichever of its addresses answers
+            addresses = [] if host == "localhost" else await self._resolve(f"{host}:{port}")
+            urls += [with_address(url, a) for a in addresses] if addresses else [url]
+        for url in urls:
+            if url not in self._replicas:
+                client = InferenceClient(url, self._token, timeout_s=self._publish_timeout_s)
+                self._replicas[url] = Replica(client)
+        for url in set(self._replicas) - set(urls):
+            del self._replicas[url]
+        self._count()
+        return [self._replicas[url] for url in urls]
+
+    def serving(self) -> list[Replica]:
+        return [r for r in self._replicas.values() if r.state == SERVING]
+
+    async def publish(self, message: PublishPolicy) -> int:
+        """Publish to every replica in service and verify each; returns how many serve it.
+        InferenceUnavailable when none does; InferenceRefused on a refusal."""
+        self._current[message.name] = message
+        started = time.monotonic()
+        replicas = [r for r in await self.replicas() if r.state == SERVING]
+        results = await asyncio.gather(
+            *(self._publish_to(r, [message]) for r in replicas), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, InferenceRefused):
+                raise result
+        served = sum(1 for result in results if result is True)
+        if served == 0:
+            raise InferenceUnavailable(
+                f"no inference replica serves {message.name}@{message.step} "
+                f"({len(replicas)} in service, {len(self._replicas) - len(replicas)} quarantined)"
+            )
+        POLICY_PUBLISH_SECONDS.observe(time.monotonic() - started)
+        return served
+
+    async def retire(self, name: str, step: int | None) -> None:
+        await asyncio.gather(*(r.client.retire(name, step) for r in self.serving()))
+
+    async def sampling_url(self) -> str:
+        """The root URL of a replica in service (the first one, else the first known)."""
+        replicas = await self.replicas()
+        serving = [r for r in replicas if r.state == SERVING] or replicas
+        return serving[0].client.url
+
+    # --- per replica -----------------------------------------------------------------------
+
+    async def _publish_to(self, replica: Replica, messages: list[PublishPolicy]) -> bool:
+        async with replica.lock:
+            return await self._publish_locked(replica, messages)
+
+    async def _publish_locked(self, replica: Replica, messages: list[PublishPolicy]) -> bool:
+        """Publish `messages` (the newest of each policy) to one replica and check it
+        answers each; False, and the replica quarantined, when it fails."""
+        try:
+            for given in messages:
+                message = self._current.get(given.name, given)
+                if replica.published.get(message.name) == message.step:
+                    continue  # it has this one already (the watch loop got there first)
+                await replica.client.send(message)
+                model = f"{message.name}@{message.step}"
+                if not await replica.client.answers(model):
+                    raise InferenceUnavailable(f"it does not answer {model} after a publish")
+                replica.published[message.name] = message.step
+        except InferenceUnavailable as exc:
+            self._quarantine(replica, str(exc))
+            return False
+        return True
+
+    def _quarantine(self, replica: Replica, reason: str) -> None:
+        if replica.state != QUARANTINED:
+            replica.state = QUARANTINED
+            REPLICA_QUARANTINES.labels(replica.client.url).inc()
+            log.warning("inference replica %s quarantined: %s", replica.client.url, reason)
+        replica.reason = reason
+        self._count()
+
+    def _count(self) -> None:
+        states = [r.state for r in self._replicas.values()]
+        for state in (SERVING, QUARANTINED):
+            INFERENCE_REPLICAS.labels(state).set(states.count(state))
+
+    # --- the watch loop --------------------------------------------------------------------
+
+    async def _watch_forever(self) -> None:
+        while True:
+            try:
+                await self.check_all()
+            except Exception:  # the loop must outlive any one bad answer
+                log.exception("watching inference replicas")
+            await asyncio.sleep(self.probe_s)
+
+    async def check_all(self) -> None:
+        """One round of the watch loop over every replica."""
+        replicas = await self.replicas()
+        await asyncio.gather(*(self._check(r) for r in replicas))
+
+    async def _check(self, replica: Replica) -> None:
+        async with replica.lock:  # what it lists is then not overtaken by a publish
+            try:
+                served = await replica.client.served(timeout_s=min(10.0, self.probe_s * 2))
+            except (InferenceUnavailable, InferenceRefused) as exc:
+                self._quarantine(replica, str(exc))
+                return
+            # Its own word: a restarted replica lists nothing, one scaled up is new.
+            replica.published = {p.name: p.step for p in served.policies}
+            behind = [m for m in self._current.values() if replica.published.get(m.name) != m.step]
+            if replica.state == SERVING and not behind:
+                return
+            try:
+                if not await self._publish_locked(replica, behind):
+                    return
+            except InferenceRefused as exc:  # it will not serve the current policy
+                self._quarantine(replica, str(exc))
+                return
+        if replica.state == QUARANTINED:
+            names = ", ".join(f"{m.name}@{m.step}" for m in self._current.values())
+            log.warning(
+                "inference replica %s back in service with %s", replica.client.url, names or "-"
+            )
+        replica.state, replica.reason = SERVING, ""
+        self._count()

@@ -1,0 +1,216 @@
+"""Every inference replica on the same policy (artfleet_trainer.serving.replicas): a publish
+reaches each replica in service and counts once each answers the new name; a replica that
+fails is quarantined and, once it answers again, gets the current policy back; a restarted
+or new replica gets it from the watch loop; a refusal stops the publish. The replicas are
+real HTTP servers speaking the publish contract (a small in-process app of our own)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+from aiohttp import web
+from local_http import serve_app
+from prometheus_client import REGISTRY
+
+from artfleet.contracts.policy_publish import (
+    PUBLISH_PATH,
+    RETIRE_PATH,
+    PublishPolicy,
+    PublishReply,
+    RetirePolicy,
+    ServedPolicies,
+    ServedPolicy,
+    parse,
+)
+from artfleet_trainer.clients.inference_client import InferenceRefused, InferenceUnavailable
+from artfleet_trainer.serving.replicas import (
+    QUARANTINED,
+    SERVING,
+    InferenceReplicas,
+    replica_targets,
+    with_address,
+)
+
+TOKEN = "replica-test-token"
+
+
+@dataclass
+class FakeReplica:
+    """One replica's publish routes and completions; `mode` says how it misbehaves."""
+
+    url: str = ""
+    table: dict[str, int] = field(default_factory=dict)
+    publishes: list[str] = field(default_factory=list)
+    mode: str = "ok"  # ok | down | refuse | mute (publishes, then does not answer the name)
+    runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post(PUBLISH_PATH, self._publish)
+        app.router.add_get(PUBLISH_PATH, self._served)
+        app.router.add_post(RETIRE_PATH, self._retire)
+        app.router.add_post("/v1/completions", self._complete)
+        return app
+
+    def _check(self, request: web.Request) -> None:
+        assert request.headers["Authorization"] == f"Bearer {TOKEN}"
+        if self.mode == "down":
+            raise web.HTTPServiceUnavailable()
+
+    async def _publish(self, request: web.Request) -> web.Response:
+        self._check(request)
+        message = parse(PublishPolicy, await request.json())
+        if self.mode == "refuse":
+            body = {"error": {"message": "not my base model", "param": "base_model"}}
+            return web.json_response(body, status=400)
+        self.table[message.name] = message.step
+        self.publishes.append(f"{message.name}@{message.step}")
+        return web.json_response(PublishReply(model=f"{message.name}@{message.step}").model_dump())
+
+    async def _served(self, request: web.Request) -> web.Response:
+        self._check(request)
+        policies = [ServedPolicy(name=n, step=s) for n, s in self.table.items()]
+        return web.json_response(ServedPolicies(policies=policies).model_dump())
+
+    async def _retire(self, request: web.Request) -> web.Response:
+        self._check(request)
+        message = parse(RetirePolicy, await request.json())
+        if self.table.get(message.name) == message.step or message.step is None:
+            self.table.pop(message.name, None)
+        return web.json_response({"retired": message.name})
+
+    async def _complete(self, request: web.Request) -> web.Response:
+        self._check(request)
+        model = (await request.json())["model"]
+        name, _, step = model.partition("@")
+        if self.mode == "mute" or self.table.get(name) != int(step):
+            return web.json_response({"error": {"message": "not served"}}, status=404)
+        return web.json_response({"model": model, "choices": [{"text": "k"}]})
+
+
+@pytest.fixture
+async def replicas() -> AsyncIterator[list[FakeReplica]]:
+    fakes = [FakeReplica(), FakeReplica()]
+    for fake in fakes:
+        fake.runner, fake.url = await serve_app(fake.app())
+    yield fakes
+    for fake in fakes:
+        assert fake.runner is not None
+        await fake.runner.cleanup()
+
+
+def _pool(fakes: list[FakeReplica]) -> InferenceReplicas:
+    return InferenceReplicas(",".join(f.url for f in fakes), TOKEN, probe_s=0.1)
+
+
+def _message(step: int, name: str = "agent") -> PublishPolicy:
+    return PublishPolicy(name=name, step=step, checkpoint=f"/art/{name}/{step}", base_model="b")
+
+
+def _quarantines(url: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "artfleet_trainer_inference_replica_quarantines_total", {"replica": url}
+    )
+    return value or 0.0
+
+
+async def test_a_publish_reaches_every_replica_and_is_verified(
+    replicas: list[FakeReplica],
+) -> None:
+    pool = _pool(replicas)
+    assert await pool.publish(_message(1)) == 2
+    assert await pool.publish(_message(2)) == 2
+    assert [f.publishes for f in replicas] == [["agent@1", "agent@2"]] * 2
+    await pool.check_all()  # every replica up to date: the watch loop publishes nothing
+    assert [len(f.publishes) for f in replicas] == [2, 2]
+
+
+async def test_a_failing_replica_is_quarantined_and_gets_the_policy_when_back(
+    replicas: list[FakeReplica],
+) -> None:
+    pool = _pool(replicas)
+    good, bad = replicas
+    bad.mode = "down"
+    before = _quarantines(bad.url)
+    assert await pool.publish(_message(1)) == 1  # done: one replica serves it
+    assert [r.state for r in await pool.replicas()] == [SERVING, QUARANTINED]
+    assert _quarantines(bad.url) == before + 1
+    assert await pool.publish(_message(2)) == 1  # a quarantined replica is not waited for
+    assert bad.publishes == []
+    await pool.check_all()  # still down: stays out, counted once
+    assert _quarantines(bad.url) == before + 1
+    bad.mode = "ok"
+    await pool.check_all()
+    assert bad.publishes == ["agent@2"]  # only the current policy, verified
+    assert [r.state for r in await pool.replicas()] == [SERVING, SERVING]
+    assert await pool.sampling_url() == good.url
+
+
+async def test_a_replica_that_publishes_but_does_not_answer_is_quarantined(
+    replicas: list[FakeReplica],
+) -> None:
+    pool = _pool(replicas)
+    replicas[1].mode = "mute"
+    assert await pool.publish(_message(1)) == 1
+    assert [r.state for r in await pool.replicas()] == [SERVING, QUARANTINED]
+
+
+async def test_a_restarted_replica_gets_the_current_policy_again(
+    replicas: list[FakeReplica],
+) -> None:
+    pool = _pool(replicas)
+    await pool.publish(_message(3))
+    await pool.publish(_message(1, name="other"))
+    replicas[0].table.clear()  # a restart: its table is empty, nothing failed yet
+    await pool.check_all()
+    assert replicas[0].table == {"agent": 3, "other": 1}
+    assert [r.state for r in await pool.replicas()] == [SERVING, SERVING]
+
+
+async def test_no_replica_serving_is_unavailable_and_a_refusal_is_raised(
+    replicas: list[FakeReplica],
+) -> None:
+    pool = _pool(replicas)
+    for fake in replicas:
+        fake.mode = "down"
+    with pytest.raises(InferenceUnavailable, match="no inference replica serves agent@1"):
+        await pool.publish(_message(1))
+    for fake in replicas:
+        fake.mode = "refuse"  # back, but serving another base model
+    await pool.check_all()  # the current policy refused: they stay out
+    assert [r.state for r in await pool.replicas()] == [QUARANTINED, QUARANTINED]
+    with pytest.raises(InferenceRefused, match="not my base model"):
+        await _pool(replicas).publish(_message(2))  # a refusal stops the publish
+
+
+async def test_a_new_replica_behind_the_name_gets_the_policy(
+    replicas: list[FakeReplica],
+) -> None:
+    first, second = replicas
+    addresses = {"svc": [first.url.removeprefix("http://")]}
+
+    async def resolve(target: str) -> list[str]:
+        assert target == "inference:8000"
+        return addresses["svc"]
+
+    pool = InferenceReplicas("http://inference:8000", TOKEN, resolve=resolve)
+    assert await pool.publish(_message(4)) == 1
+    addresses["svc"].append(second.url.removeprefix("http://"))  # scaled up
+    await pool.check_all()
+    assert second.table == {"agent": 4}
+    assert len(await pool.replicas()) == 2
+    await pool.retire("agent", 4)
+    assert first.table == {} and second.table == {}
+
+
+def test_targets_and_addresses() -> None:
+    assert replica_targets("http://inference:8000, http://b:9/") == [
+        ("http://inference:8000", "inference", 8000),
+        ("http://b:9", "b", 9),
+    ]
+    assert with_address("http://inference:8000", "10.0.0.5:8000") == "http://10.0.0.5:8000"
+    assert with_address("http://inference:8000", "[fd00::2]:8000") == "http://[fd00::2]:8000"
+    with pytest.raises(ValueError, match="not a URL"):
+        replica_targets("inference:8000")
