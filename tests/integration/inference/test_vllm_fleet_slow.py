@@ -1,27 +1,34 @@
-"""Real jobs on the real engine: the local fleet with the inference service (vLLM's CPU
-build, SmolLM2) serving the policy. A terminal and a tool-calling job of 2 steps each;
-step 2 must be sampled from checkpoint 1, vLLM's token ids must be what ART trains on,
-an older checkpoint must still answer, and bad requests get clear 4xx bodies."""
+"""Real jobs on the real engine: the local fleet with two inference service replicas (vLLM's
+CPU build, SmolLM2, a small KV cache each) serving the policy. A terminal and a
+tool-calling job of 2 steps each; step 2 must be sampled from checkpoint 1 on both
+replicas, vLLM's token ids must be what ART trains on, an older checkpoint must still
+answer, and bad requests get clear 4xx bodies. Then a replica is SIGKILLed mid-step: it is
+quarantined, the job succeeds with every trajectory, and restarted it serves again."""
 
 from __future__ import annotations
 
 import json
 import math
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from chaos_fleet import parse_metrics
+from inference_outage import HeldBackFleet, OutageRun, submit, trainer_stub, wait_step_running
 from job_wait import wait_ended
 from openai import OpenAI
 from openai.types.chat.chat_completion import Choice
 from trained_tokens import mismatches, sampled_turns
 from transformers import AutoTokenizer
+from waiting import poll
 
 from artfleet.contracts import codec
 from artfleet.contracts.checkpoint_layout import write_best
 from artfleet.contracts.embedded_model import ensure_embedded_cache
+from artfleet.contracts.policy_publish import PUBLISH_PATH, ServedPolicies, parse
 from artfleet.runtime.rpc.client import sync_channel
 from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
@@ -42,10 +49,16 @@ PROMPT = [{"role": "user", "content": "Name a color."}]
 @pytest.fixture(scope="module")
 def fleet(
     tmp_path_factory: pytest.TempPathFactory, require_infra: Callable[[bool, str], None]
-) -> Iterator[LocalFleet]:
+) -> Iterator[HeldBackFleet]:
     require_infra(bool(vllm_python()), "no Python with vLLM (make install builds .venv-vllm)")
-    fleet = LocalFleet(tmp_path_factory.mktemp("vllm-fleet"), engine="vllm", api=False)
-    fleet.start(timeout_s=600)
+    fleet = HeldBackFleet(
+        tmp_path_factory.mktemp("vllm-fleet"),
+        engine="vllm",
+        api=False,
+        inference_replicas=2,
+        settings={"ARTFLEET_INFERENCE_KV_CACHE_GIB": "1"},
+    )
+    fleet.start(timeout_s=900)
     try:
         yield fleet
     finally:
@@ -259,3 +272,67 @@ def test_multi_turn_groups_train_exactly_what_vllm_sampled(
         assert mismatches(own, turns) == []
     assert min(turns_seen) == 3, turns_seen
     print(f"{environment}: turns {turns_seen}, sequences {len(results)}")
+
+
+def _served(fleet: LocalFleet, replica: str) -> ServedPolicies:
+    request = urllib.request.Request(
+        f"{fleet.replica_root(replica)}{PUBLISH_PATH}",
+        headers={"Authorization": f"Bearer {fleet.token}"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return parse(ServedPolicies, json.loads(reply.read()))
+
+
+def _metrics(fleet: LocalFleet, name: str) -> dict[str, float]:
+    url = f"http://{fleet.address_of(name)}:{fleet.ports[f'{name}_metrics']}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as reply:
+        return parse_metrics(reply.read().decode())
+
+
+def _answered(fleet: LocalFleet, replica: str) -> float:
+    samples = _metrics(fleet, replica)
+    route = "/v1/chat/completions"
+    return samples.get(f'artfleet_inference_requests_total{{route="{route}",status="200"}}', 0)
+
+
+def test_every_replica_serves_each_new_policy(fleet: LocalFleet, jobs: dict[str, pb.Job]) -> None:
+    for replica in fleet.inference_names:
+        served = _served(fleet, replica)
+        for job in jobs.values():
+            name, _, step = job.policy.rpartition("@")
+            assert served.step_of(name) == int(step), (replica, served)
+        assert _answered(fleet, replica) > 0, f"{replica} answered no episode"
+    trainer = _metrics(fleet, "trainer")
+    assert trainer['artfleet_trainer_inference_replicas{state="serving"}'] == 2
+    # Every checkpoint (step 0 and each step of both jobs) published to both, verified.
+    assert trainer["artfleet_trainer_policy_publish_seconds_count"] >= 6
+
+
+def test_a_replica_killed_mid_step_is_quarantined_and_serves_again(
+    fleet: HeldBackFleet, jobs: dict[str, pb.Job]
+) -> None:
+    job_id = submit(fleet)
+    wait_step_running(fleet, job_id, 2, timeout_s=900)
+    fleet.kill_inference("inference-2")
+    job = wait_ended(trainer_stub(fleet), job_id, timeout_s=1500)
+    run = OutageRun("replica killed", job, None)
+    assert run.ok, (job.error, [(s.step, s.trajectories) for s in job.steps])
+    gone = fleet.replica_root("inference-2")
+    trainer = _metrics(fleet, "trainer")
+    quarantines = f'artfleet_trainer_inference_replica_quarantines_total{{replica="{gone}"}}'
+    assert trainer.get(quarantines, 0) >= 1
+    fleet.serve_replica("inference-2")
+    name, _, step = job.policy.rpartition("@")
+
+    def back() -> bool:
+        serving = _metrics(fleet, "trainer")['artfleet_trainer_inference_replicas{state="serving"}']
+        return serving == 2 and _served(fleet, "inference-2").step_of(name) == int(step)
+
+    assert poll(back, timeout_s=300, interval_s=1.0), "the restarted replica was not brought back"
+    reply = httpx.post(
+        f"{gone}/v1/chat/completions",
+        json={"model": job.policy, "messages": PROMPT, "max_tokens": 4},
+        headers={"Authorization": f"Bearer {fleet.token}"},
+        timeout=120,
+    )
+    assert reply.status_code == 200 and reply.json()["model"] == job.policy

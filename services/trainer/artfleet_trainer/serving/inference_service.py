@@ -18,7 +18,8 @@ log = logging.getLogger(__name__)
 
 class InferenceServiceServing:
     def __init__(self, replicas: InferenceReplicas, public_url: str, token: str) -> None:
-        """`public_url`: the OpenAI base URL rollout workers use (…/v1)."""
+        """`public_url`: the OpenAI base URL rollout workers use (…/v1; a name that
+        resolves to every replica, or comma-separated URLs)."""
         self.replicas = replicas
         self._public_url = public_url.rstrip("/")
         self._token = token
@@ -29,8 +30,10 @@ class InferenceServiceServing:
         replicas = InferenceReplicas(
             settings.inference_url, token, probe_s=settings.inference_probe_s
         )
-        first = replica_targets(settings.inference_url)[0][0]
-        return cls(replicas, settings.inference_public_url or f"{first}/v1", token)
+        # By default rollouts reach the replicas the way the trainer does: the same name
+        # (which resolves to each), or the same list.
+        own = ",".join(f"{url}/v1" for url, _, _ in replica_targets(settings.inference_url))
+        return cls(replicas, settings.inference_public_url or own, token)
 
     async def start(self) -> None:
         self.replicas.start()
