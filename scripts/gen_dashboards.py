@@ -389,6 +389,19 @@ TRAINER = [
         description="Checkpoint saved → served by vLLM (merged reload or LoRA load).",
     ),
     panel(
+        "Inference replicas",
+        [
+            q('sum(artfleet_trainer_inference_replicas{state="serving"})', "serving"),
+            q('sum(artfleet_trainer_inference_replicas{state="quarantined"})', "quarantined"),
+            q(
+                f"sum(increase(artfleet_trainer_inference_replica_quarantines_total{W}))",
+                "quarantines",
+            ),
+        ],
+        description="Replicas behind ARTFLEET_INFERENCE_URL; a failed publish or check "
+        "quarantines one until it serves the current policy again.",
+    ),
+    panel(
         "Groups requeued",
         [q(f"sum(increase(artfleet_trainer_groups_requeued_total{W}))", "requeued")],
         description="Groups whose rollout worker died mid-group (lease expired), sent again.",
