@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -103,7 +102,16 @@ class PolicyReplicas:
     async def replicas(self) -> list[str]:
         if self._resolved is not None:
             self._choice.update(await self._resolved.get() or [self.base_url])
+            await self._drop_gone()
         return self._choice.replicas
+
+    async def _drop_gone(self) -> None:
+        """Closes the clients of replicas no longer resolved (a pod replaced under a new
+        address), once no call of ours is in flight on them."""
+        current = set(self._choice.replicas)
+        for url in [u for u in self._clients if u not in current]:
+            if not self._choice.in_flight(url):
+                await self._clients.pop(url).close()
 
     def client(self, url: str) -> AsyncOpenAI:
         client = self._clients.get(url)
@@ -116,10 +124,9 @@ class PolicyReplicas:
         clients, self._clients = list(self._clients.values()), {}
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
-    async def post(
-        self, body: Mapping[str, Any], *, episode: str, timeout_s: float
-    ) -> ChatCompletion:
-        """The chat completion from the first replica that answers it (see the module)."""
+    async def post(self, body: object, *, episode: str, timeout_s: float) -> ChatCompletion:
+        """The chat completion from the first replica that answers `body` (sent as the
+        OpenAI client's `post` takes it; see the module)."""
         failed: _Failed | None = None
         for round_ in range(self._rounds):
             if round_:
@@ -137,7 +144,7 @@ class PolicyReplicas:
         raise failed.error
 
     async def _round(
-        self, body: Mapping[str, Any], episode: str, timeout_s: float
+        self, body: object, episode: str, timeout_s: float
     ) -> ChatCompletion | _Failed:
         """Each replica once at most, the episode's own first."""
         tried: set[str] = set()
@@ -149,7 +156,7 @@ class PolicyReplicas:
                     completion: ChatCompletion = await self.client(url).post(
                         "/chat/completions",
                         cast_to=ChatCompletion,
-                        body=dict(body),
+                        body=body,
                         options={"timeout": timeout_s},
                     )
             except (APIConnectionError, APIStatusError) as exc:

@@ -14,6 +14,7 @@ import pytest
 from openai import APIStatusError, AsyncOpenAI
 from pydantic import SecretStr
 
+from artfleet.clients.replicas import Resolved
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout import metrics, policy_routing
 from artfleet_rollout.adapters import OpenAIClients, OpenAIPolicy
@@ -61,6 +62,11 @@ class Fleet(PolicyReplicas):
         self.held = 0
 
     def client(self, url: str) -> AsyncOpenAI:
+        if url not in self._clients:
+            self._clients[url] = self._transport_client(url)
+        return self._clients[url]
+
+    def _transport_client(self, url: str) -> AsyncOpenAI:
         async def endpoint(request: httpx.Request) -> httpx.Response:
             self.seen.append(url)
             if url in self.down:
@@ -195,3 +201,21 @@ async def test_clients_share_the_replicas_of_an_endpoint_and_key() -> None:
     bound = one.for_episode("g/0")
     assert bound._replicas is one._replicas and bound._episode == "g/0" and not one._episode
     await clients.close()
+
+
+async def test_the_replica_set_is_refreshed_and_a_gone_replicas_client_closed() -> None:
+    c = "http://10.0.0.3:8000/v1"
+    sets = [[A], [c]]
+    fleet = Fleet()
+
+    async def resolve() -> list[str]:
+        return sets.pop(0) if len(sets) > 1 else sets[0]
+
+    fleet._resolved = Resolved(resolve, refresh_s=3600)
+    episode = policy(fleet, "g/0")
+    await episode.complete(HI)
+    gone = fleet._clients[A]
+    fleet._resolved.stale()  # as after a failure, or once refresh_s has passed
+    await episode.complete(HI)
+    assert fleet.seen == [A, c]  # the episode's replica left the set: it moved
+    assert A not in fleet._clients and gone.is_closed()
