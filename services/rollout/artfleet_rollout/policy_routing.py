@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 from openai import APIConnectionError, APIStatusError, AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
@@ -44,6 +45,9 @@ OUTAGE_STATUSES = frozenset({502, 503, 504})
 # error, or 404 (this replica does not serve the model, another may).
 _TRY_ELSEWHERE = frozenset({404, 408, 409, 429}) | OUTAGE_STATUSES
 _BACKOFF_S = (0.5, 8.0)  # first pause between rounds, longest (the OpenAI client's)
+# A replica cut off from the network never refuses: it is passed over after this, not
+# after the whole call's timeout (a long generation may rightly take minutes).
+_CONNECT_S = 10.0
 
 APIError = APIConnectionError | APIStatusError
 
@@ -157,7 +161,7 @@ class PolicyReplicas:
                         "/chat/completions",
                         cast_to=ChatCompletion,
                         body=body,
-                        options={"timeout": timeout_s},
+                        options={"timeout": _timeout(timeout_s)},
                     )
             except (APIConnectionError, APIStatusError) as exc:
                 if not try_elsewhere(exc):
@@ -216,6 +220,10 @@ class _Failed:
         self.url, self.error = url, exc
         self.down = self.down or is_outage(exc)
         self.wait = self.wait or not (isinstance(exc, APIStatusError) and exc.status_code == 404)
+
+
+def _timeout(timeout_s: float) -> httpx.Timeout:
+    return httpx.Timeout(timeout_s, connect=min(timeout_s, _CONNECT_S))
 
 
 def _pause(round_: int) -> float:
