@@ -2,6 +2,11 @@
 `/v1/chat/completions` that answers at once with the next reply of a fixed script.
 
     python bench/replay_policy.py --port 8199 --token T [--script script.json]
+        [--token-latency-ms 5 --concurrency 2]
+
+With `--token-latency-ms` each answer takes that long per sampled token, at most
+`--concurrency` answers at once (the rest queue): a stand-in for an inference replica
+whose capacity, not the client's CPU, bounds throughput (bench/replica_bench.py).
 
 The script is a JSON list of replies, one per assistant turn; each reply is a tool call
 `{"tool": "bash", "arguments": {"command": "ls"}}` or a text answer `{"content": "..."}`.
@@ -220,7 +225,10 @@ class ReplayPolicy:
     token: str
     host: str = "127.0.0.1"
     port: int = 0
+    token_latency_s: float = 0.0  # per sampled token of an answer
+    concurrency: int = 0  # answers at once when token_latency_s is set (0 = no limit)
     served: list[Served] = field(default_factory=list)
+    _slots: asyncio.Semaphore | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     _runner: web.AppRunner | None = None
     _thread: threading.Thread | None = None
@@ -251,6 +259,8 @@ class ReplayPolicy:
         body = await request.json()
         episode, turn = episode_of(body.get("messages") or [])
         episode = episode or uuid.uuid4().hex[:12]
+        if self.token_latency_s > 0:
+            await self._generate(len(reply_for(self.replies, turn).token_ids()))
         answer = completion(
             self.replies,
             episode,
@@ -261,6 +271,16 @@ class ReplayPolicy:
         response = web.json_response(answer)
         self.served.append(Served(episode, turn, arrived, time.monotonic()))
         return response
+
+    async def _generate(self, tokens: int) -> None:
+        """The time an engine would take: tokens x latency, in one of `concurrency` slots."""
+        if self._slots is None and self.concurrency > 0:
+            self._slots = asyncio.Semaphore(self.concurrency)  # on the server's loop
+        if self._slots is None:
+            await asyncio.sleep(tokens * self.token_latency_s)
+            return
+        async with self._slots:
+            await asyncio.sleep(tokens * self.token_latency_s)
 
     def start(self) -> None:
         ready = threading.Event()
@@ -301,12 +321,18 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8199)
     parser.add_argument("--token", required=True)
     parser.add_argument("--script", default="", help="JSON list of replies (default: built in)")
+    parser.add_argument("--token-latency-ms", type=float, default=0.0, help="per sampled token")
+    parser.add_argument("--concurrency", type=int, default=0, help="answers at once (0: any)")
     args = parser.parse_args()
     try:
         replies = load_script(args.script)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"replay_policy: {exc}") from None
-    server = ReplayPolicy(replies, args.token, args.host, args.port)
+    if args.token_latency_ms < 0 or args.concurrency < 0:
+        raise SystemExit("replay_policy: --token-latency-ms and --concurrency must be >= 0")
+    server = ReplayPolicy(
+        replies, args.token, args.host, args.port, args.token_latency_ms / 1000, args.concurrency
+    )
     web.run_app(server.app(), host=args.host, port=args.port, access_log=None)
 
 

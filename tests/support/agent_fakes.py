@@ -52,6 +52,9 @@ class Script:
         self.tool_choices: list[Any] = []
         self._prompt_len: int | None = None
 
+    def for_episode(self, key: str) -> Script:
+        return self  # one script for every episode (each follows it from its messages)
+
     async def complete(
         self,
         messages: Sequence[Any],

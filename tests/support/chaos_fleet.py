@@ -147,7 +147,10 @@ class ChaosFleet(LocalFleet):
             env.update(ARTFLEET_SANDBOX_BACKEND="local", ARTFLEET_WORKSPACE_ROOT=str(root))
         if kind == "trainer":
             # Fixed, as in compose: workers in flight reach the restarted trainer's endpoint.
+            # Every rollout replica, as a compose name resolving to each would: one worker
+            # cut off or down does not stop the trainer's policy checks.
             env.update(
+                ARTFLEET_ROLLOUT_TARGET=",".join(self.target(r) for r in ROLLOUTS),
                 ARTFLEET_BACKEND="torch",
                 ARTFLEET_INFERENCE_PORT=str(self.inference_port),
                 ARTFLEET_JOB_LEASE_S=str(self.job_lease_s),

@@ -406,17 +406,23 @@ def test_prometheus_scrapes_what_compose_and_prometheus_yml_name(
             assert port in metrics, job
 
 
-def test_sandbox_name_resolves_to_every_replica(rendered: dict[str, Manifests]) -> None:
+@pytest.mark.parametrize(
+    ("setting", "workload"),
+    [("ARTFLEET_SANDBOX_TARGET", "sandbox"), ("ARTFLEET_ROLLOUT_TARGET", "rollout")],
+)
+def test_replicated_targets_resolve_to_every_replica(
+    rendered: dict[str, Manifests], setting: str, workload: str
+) -> None:
     for manifests in rendered.values():
         config = named(
             manifests,
             "ConfigMap",
             next(m["metadata"]["name"] for m in manifests if m["kind"] == "ConfigMap"),
         )
-        host, port = config["data"]["ARTFLEET_SANDBOX_TARGET"].rsplit(":", 1)
+        host, port = config["data"][setting].rsplit(":", 1)
         service = named(manifests, "Service", host)["spec"]
         assert service["clusterIP"] == "None"  # headless: one address per ready pod
-        assert selects({"matchLabels": service["selector"]}, pod_labels(manifests)["sandbox"])
+        assert selects({"matchLabels": service["selector"]}, pod_labels(manifests)[workload])
         assert int(port) in {p["port"] for p in service["ports"]}
 
 

@@ -5,6 +5,7 @@ and are reused by every group until `Connections.close`."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
 import socket
@@ -16,8 +17,8 @@ from typing import Any
 
 import grpc
 from openai import APIConnectionError, APIStatusError, AsyncOpenAI
-from openai.types.chat import ChatCompletion
 
+from artfleet.clients.replicas import resolve_urls
 from artfleet.clients.sandbox import (
     SandboxRouter,
     SandboxSession,
@@ -29,10 +30,10 @@ from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc, rollout_pb2, sandbox_pb2
 from artfleet_rollout import metrics
+from artfleet_rollout.policy_routing import PolicyReplicas, describe_api_error
 from artfleet_rollout.ports import (
     Connections,
     PolicyTurn,
-    PolicyUnavailable,
     SuiteRun,
     Usage,
     WorkspaceLost,
@@ -49,29 +50,40 @@ _RPC_SLACK_S = 30.0  # the sandbox enforces the command's own limit; this bounds
 _CREATE_DEADLINE_S = 120.0
 _SCORE_DEADLINE_S = 600.0
 _SCORE_RETRY_S = 180.0  # a reward replica restarting: its compose restart, its imports
-# A gateway or a server still starting: the endpoint is down, not refusing the request.
-_OUTAGE_STATUSES = frozenset({502, 503, 504})
 _PROBE_TIMEOUT_S = 10.0
 
 
 # ---------------------------------------------------------------- policy
 class OpenAIPolicy:
+    """The task's policy, bound to one episode (`for_episode`): its calls go to the
+    replica that holds its prefix, and on to another when that one is gone
+    (`policy_routing.PolicyReplicas`). A bare client is one fixed endpoint."""
+
     def __init__(
         self,
-        client: AsyncOpenAI,
+        replicas: PolicyReplicas | AsyncOpenAI,
         *,
         model: str,
         temperature: float,
         max_tokens: int,
         timeout_s: float,
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        episode: str = "",
     ) -> None:
-        self._client = client
+        if isinstance(replicas, AsyncOpenAI):
+            replicas = PolicyReplicas.fixed(replicas)
+        self._replicas = replicas
+        self._episode = episode
         self._model = model
         self._temperature = temperature
         self._max_tokens = max_tokens
         self._timeout_s = timeout_s
         self._template_kwargs = dict(chat_template_kwargs or {})
+
+    def for_episode(self, key: str) -> OpenAIPolicy:
+        bound = copy.copy(self)
+        bound._episode = key
+        return bound
 
     async def complete(
         self,
@@ -80,18 +92,12 @@ class OpenAIPolicy:
         tools: Sequence[Any] | None = None,
         tool_choice: Any = None,
     ) -> PolicyTurn:
-        try:
-            completion = await self._client.post(
-                "/chat/completions",
-                cast_to=ChatCompletion,
-                body=self._body(messages, tools, tool_choice),
-                options={"timeout": self._timeout_s},
-            )
-        except (APIConnectionError, APIStatusError) as exc:  # after the client's retries
-            # A connection error (timeouts included) or an outage status: the endpoint is down.
-            if isinstance(exc, APIStatusError) and exc.status_code not in _OUTAGE_STATUSES:
-                raise
-            raise PolicyUnavailable(f"{self._client.base_url}: {describe_api_error(exc)}") from exc
+        # Connection errors and outage statuses on every replica raise PolicyUnavailable.
+        completion = await self._replicas.post(
+            self._body(messages, tools, tool_choice),
+            episode=self._episode,
+            timeout_s=self._timeout_s,
+        )
         if not completion.choices:
             raise RuntimeError(f"the policy {self._model!r} answered no choice")
         choice = completion.choices[0]
@@ -150,26 +156,32 @@ def served_version(model: str | None) -> int | None:
 
 
 class OpenAIClients:
-    """One AsyncOpenAI client per (base URL, key), kept across groups."""
+    """The replicas of each (base URL, key), kept across groups (`PolicyReplicas`)."""
 
     def __init__(self, settings: RolloutSettings) -> None:
         self._settings = settings
-        self._clients: dict[tuple[str, str], AsyncOpenAI] = {}
+        self._replicas: dict[tuple[str, str], PolicyReplicas] = {}
+
+    def replicas(self, base_url: str, api_key: str) -> PolicyReplicas:
+        key = (base_url, api_key)
+        replicas = self._replicas.get(key)
+        if replicas is None:
+            settings = self._settings
+            # Rounds over every replica with backoff between them ride out a restart (a
+            # trainer's torch server, a vLLM replica) instead of failing every episode.
+            replicas = PolicyReplicas(
+                base_url,
+                api_key,
+                rounds=settings.model_retries + 1,
+                refresh_s=settings.policy_refresh_s,
+                avoid_s=settings.policy_refresh_s,
+            )
+            self._replicas[key] = replicas
+        return replicas
 
     def policy(self, task: rollout_pb2.GroupTask, api_key: str) -> OpenAIPolicy:
-        key = (task.model_base_url, api_key)
-        client = self._clients.get(key)
-        if client is None:
-            # Retries with backoff ride out a trainer restart (its endpoint comes back,
-            # serving the same policy) instead of failing every episode in flight.
-            client = AsyncOpenAI(
-                base_url=task.model_base_url,
-                api_key=api_key,
-                max_retries=self._settings.model_retries,
-            )
-            self._clients[key] = client
         return OpenAIPolicy(
-            client,
+            self.replicas(task.model_base_url, api_key),
             model=task.policy,
             temperature=task.temperature,
             max_tokens=task.max_tokens,
@@ -181,11 +193,31 @@ class OpenAIClients:
         return await policy_served(task.model_base_url, task.policy, api_key)
 
     async def close(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
-        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+        replicas, self._replicas = list(self._replicas.values()), {}
+        await asyncio.gather(*(r.close() for r in replicas), return_exceptions=True)
 
 
 async def check_policy(
+    base_url: str, model: str, api_key: str, timeout_s: float
+) -> rollout_pb2.CheckPolicyResponse:
+    """Whether the replicas behind `base_url` answer, take the key and serve `model`: the
+    first replica's answer that serves it (the rollout routes around the others), else
+    the first answer (every replica asked at once)."""
+    urls = await resolve_urls(base_url)
+    checks = [asyncio.ensure_future(check_replica(u, model, api_key, timeout_s)) for u in urls]
+    try:
+        for done in asyncio.as_completed(checks):
+            answer = await done
+            if answer.served:
+                return answer
+    finally:
+        for check in checks:
+            check.cancel()
+        await asyncio.gather(*checks, return_exceptions=True)
+    return checks[0].result()
+
+
+async def check_replica(
     base_url: str, model: str, api_key: str, timeout_s: float
 ) -> rollout_pb2.CheckPolicyResponse:
     """Whether `base_url` answers, takes the key and serves `model`: its model list, then
@@ -217,21 +249,10 @@ async def check_policy(
 
 
 async def policy_served(base_url: str, model: str, api_key: str) -> str | None:
-    """None when `base_url` serves `model` now; else why not (a policy outage's probe)."""
+    """None when a replica behind `base_url` serves `model` now; else why not (a policy
+    outage's probe)."""
     answer = await check_policy(base_url, model, api_key, timeout_s=_PROBE_TIMEOUT_S)
     return None if answer.served else (answer.error or "not served")
-
-
-def describe_api_error(exc: APIConnectionError | APIStatusError) -> str:
-    if isinstance(exc, APIStatusError):
-        return f"HTTP {exc.status_code}: {_status_message(exc)}"
-    return f"{type(exc).__name__}: {exc.__cause__ or exc}"
-
-
-def _status_message(exc: APIStatusError) -> str:
-    body = exc.body if isinstance(exc.body, dict) else {}
-    message = body.get("message") or (body.get("error") or {}).get("message")
-    return str(message or exc.message)
 
 
 # ---------------------------------------------------------------- workspace

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -16,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 
 import httpx
 
+from artfleet.clients.replicas import split_urls
 from artfleet.clients.sandbox import describe
 from artfleet.contracts import codec
 from artfleet.contracts.art_types import art
@@ -60,15 +62,20 @@ def validate_task(task: rollout_pb2.GroupTask) -> None:
 
 
 def check_base_url(url: str, field: str) -> None:
-    """An http(s) URL the OpenAI client can request. Checked before the client is made:
-    httpx refuses some URLs (a non-printable character, a bad port) with InvalidURL when
-    the client is built, which would surface as INTERNAL instead of naming the field."""
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise InvalidArgument(f"is not a valid URL: {exc}", field) from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
+    """An http(s) URL the OpenAI client can request, or a comma list of them (inference
+    replicas). Checked before the client is made: httpx refuses some URLs (a
+    non-printable character, a bad port) with InvalidURL when the client is built, which
+    would surface as INTERNAL instead of naming the field."""
+    urls = split_urls(url)
+    if not urls:
         raise InvalidArgument("must be an http(s) URL with a host", field)
+    for one in urls:
+        try:
+            parsed = httpx.URL(one)
+        except httpx.InvalidURL as exc:
+            raise InvalidArgument(f"is not a valid URL: {exc}", field) from None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise InvalidArgument("must be an http(s) URL with a host", field)
 
 
 def task_environment(task: rollout_pb2.GroupTask) -> Environment:
@@ -246,7 +253,10 @@ class GroupRunner:
     async def _episode(
         self, ctx: EpisodeContext, index: int, limit: asyncio.Semaphore | None
     ) -> EpisodeResult:
-        """One episode (after a place under the job's limit, if it has one)."""
+        """One episode (after a place under the job's limit, if it has one), its policy
+        calls keyed by the episode (kept on one inference replica)."""
+        policy = ctx.policy.for_episode(f"{ctx.task.group_id}/{index}")
+        ctx = dataclasses.replace(ctx, policy=policy)
         if limit is None:
             return await self._attempts(ctx, index)
         async with limit:

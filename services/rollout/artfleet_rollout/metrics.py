@@ -81,3 +81,19 @@ PLUGINS = Gauge(
     "version and state (loaded or broken)",
     ["group", "name", "package", "version", "state"],
 )
+POLICY_REQUESTS = Counter(
+    "artfleet_rollout_policy_requests_total",
+    "Policy calls (chat completions) sent, by inference replica (host:port)",
+    ["replica"],
+)
+POLICY_FAILOVERS = Counter(
+    "artfleet_rollout_policy_failovers_total",
+    "Policy calls that left an inference replica for another (it was down, or did not "
+    "serve the policy), by the replica left",
+    ["replica"],
+)
+POLICY_IN_FLIGHT = Gauge(
+    "artfleet_rollout_policy_in_flight",
+    "Policy calls this worker has in flight, by inference replica",
+    ["replica"],
+)

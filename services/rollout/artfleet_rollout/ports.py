@@ -47,6 +47,11 @@ class Policy(Protocol):
     """The model being trained, with the task's sampling settings bound. `tool_choice` is
     OpenAI's (`auto`, `none`, `required`, `{"type": "function", ...}`); None = not sent."""
 
+    def for_episode(self, key: str) -> Policy:
+        """The same policy for one episode (`key`, unique in the fleet): its calls go to
+        the inference replica that holds its prefix while that one serves."""
+        ...
+
     async def complete(
         self,
         messages: Sequence[Any],
@@ -57,8 +62,8 @@ class Policy(Protocol):
 
 
 class PolicyUnavailable(ConnectionError):
-    """The policy endpoint did not answer (refused, timed out, or 502/503/504 after the
-    client's retries): an outage of the fleet's inference, not a failure of the episode.
+    """No inference replica answered (refused, timed out, or 502/503/504, in every round
+    of retries): an outage of the fleet's inference, not a failure of the episode.
     The group is held and run again when the endpoint serves again (`policy_outage`)."""
 
 

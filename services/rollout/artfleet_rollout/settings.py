@@ -45,8 +45,21 @@ class RolloutSettings(ServerSettings):
         description="an ART rollout function's whole episode: a plugin that never returns "
         "fails its episode after this",
     )
-    model_retries: int = Field(default=10, ge=0, le=50, description="backoff up to ~1 min")
+    model_retries: int = Field(
+        default=10,
+        ge=0,
+        le=50,
+        description="rounds over every inference replica after the first, with backoff "
+        "between them (up to ~1 min in all)",
+    )
     model_timeout_s: float = Field(default=600.0, gt=0, description="per model call")
+    policy_refresh_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="the policy base URL is resolved to its inference replicas again this "
+        "often; a replica that failed a call is avoided this long",
+    )
     policy_outage_s: float = Field(
         default=600.0,
         gt=0,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import random
 import time
@@ -31,6 +30,7 @@ from types import TracebackType
 
 import grpc
 
+from artfleet.clients.replicas import resolve_replicas, split_target
 from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import sandbox_pb2, sandbox_pb2_grpc
 
@@ -42,44 +42,6 @@ _TRY_ELSEWHERE = (
     grpc.StatusCode.RESOURCE_EXHAUSTED,
     grpc.StatusCode.DEADLINE_EXCEEDED,
 )
-
-
-def split_target(target: str) -> list[tuple[str, int]]:
-    """`host:port[,host:port...]` → [(host, port)], with `[v6]:port` understood."""
-    pairs = []
-    for part in filter(None, (p.strip() for p in target.split(","))):
-        host, sep, port = part.rpartition(":")
-        if not sep or not port.isdigit() or not host:
-            raise ValueError(f"sandbox target {part!r} is not host:port")
-        pairs.append((host.strip("[]"), int(port)))
-    if not pairs:
-        raise ValueError("sandbox target is empty")
-    return pairs
-
-
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-async def resolve_replicas(target: str) -> list[str]:
-    """Every address the target's names resolve to, in a stable order."""
-    loop = asyncio.get_running_loop()
-    found: dict[str, None] = {}
-    for host, port in split_target(target):
-        try:
-            ipaddress.ip_address(host)
-            found[_address(host, port)] = None
-            continue
-        except ValueError:
-            pass
-        try:
-            infos = await loop.getaddrinfo(host, port, type=0, proto=6)  # TCP
-        except OSError as exc:
-            log.warning("cannot resolve sandbox host %s: %s", host, exc)
-            continue
-        for info in infos:
-            found[_address(str(info[4][0]), port)] = None
-    return sorted(found)
 
 
 @dataclass

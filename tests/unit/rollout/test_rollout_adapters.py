@@ -75,10 +75,10 @@ async def test_clients_are_cached_per_endpoint_and_key() -> None:
     clients = OpenAIClients(RolloutSettings(api_token=SecretStr("t0k3n-for-tests")))
     task = rollout_pb2.GroupTask(model_base_url="http://a/v1", policy="p@1", max_tokens=8)
     one = clients.policy(task, "k1")
-    assert clients.policy(task, "k1")._client is one._client
-    assert clients.policy(task, "k2")._client is not one._client
+    assert clients.policy(task, "k1")._replicas is one._replicas
+    assert clients.policy(task, "k2")._replicas is not one._replicas
     other = rollout_pb2.GroupTask(model_base_url="http://b/v1", policy="p@1", max_tokens=8)
-    assert clients.policy(other, "k1")._client is not one._client
+    assert clients.policy(other, "k1")._replicas is not one._replicas
     await clients.close()
 
 

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from artfleet.clients.sandbox import SandboxRouter, resolve_replicas, split_target
+from artfleet.clients.replicas import resolve_replicas, split_target
+from artfleet.clients.sandbox import SandboxRouter
 from artfleet_sandbox.backend import FileSpec, Forbidden, InvalidArgument, InvalidPath, Resources
 from artfleet_sandbox.docker_backend import config as c
 from artfleet_sandbox.docker_backend.archive import files_tar, first_file

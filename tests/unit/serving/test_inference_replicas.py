@@ -25,13 +25,7 @@ from artfleet.contracts.policy_publish import (
     parse,
 )
 from artfleet_trainer.clients.inference_client import InferenceRefused, InferenceUnavailable
-from artfleet_trainer.serving.replicas import (
-    QUARANTINED,
-    SERVING,
-    InferenceReplicas,
-    replica_targets,
-    with_address,
-)
+from artfleet_trainer.serving.replicas import QUARANTINED, SERVING, InferenceReplicas
 
 TOKEN = "replica-test-token"
 
@@ -109,6 +103,12 @@ def _message(step: int, name: str = "agent") -> PublishPolicy:
     return PublishPolicy(name=name, step=step, checkpoint=f"/art/{name}/{step}", base_model="b")
 
 
+async def _states(pool: InferenceReplicas, fakes: list[FakeReplica]) -> list[str]:
+    """Each fake's state, in the fakes' order."""
+    states = {r.client.url: r.state for r in await pool.replicas()}
+    return [states[f.url] for f in fakes]
+
+
 def _quarantines(url: str) -> float:
     value = REGISTRY.get_sample_value(
         "artfleet_trainer_inference_replica_quarantines_total", {"replica": url}
@@ -135,7 +135,7 @@ async def test_a_failing_replica_is_quarantined_and_gets_the_policy_when_back(
     bad.mode = "down"
     before = _quarantines(bad.url)
     assert await pool.publish(_message(1)) == 1  # done: one replica serves it
-    assert [r.state for r in await pool.replicas()] == [SERVING, QUARANTINED]
+    assert await _states(pool, replicas) == [SERVING, QUARANTINED]
     assert _quarantines(bad.url) == before + 1
     assert await pool.publish(_message(2)) == 1  # a quarantined replica is not waited for
     assert bad.publishes == []
@@ -144,7 +144,7 @@ async def test_a_failing_replica_is_quarantined_and_gets_the_policy_when_back(
     bad.mode = "ok"
     await pool.check_all()
     assert bad.publishes == ["agent@2"]  # only the current policy, verified
-    assert [r.state for r in await pool.replicas()] == [SERVING, SERVING]
+    assert await _states(pool, replicas) == [SERVING, SERVING]
     assert await pool.sampling_url() == good.url
 
 
@@ -154,7 +154,7 @@ async def test_a_replica_that_publishes_but_does_not_answer_is_quarantined(
     pool = _pool(replicas)
     replicas[1].mode = "mute"
     assert await pool.publish(_message(1)) == 1
-    assert [r.state for r in await pool.replicas()] == [SERVING, QUARANTINED]
+    assert await _states(pool, replicas) == [SERVING, QUARANTINED]
 
 
 async def test_a_restarted_replica_gets_the_current_policy_again(
@@ -166,7 +166,7 @@ async def test_a_restarted_replica_gets_the_current_policy_again(
     replicas[0].table.clear()  # a restart: its table is empty, nothing failed yet
     await pool.check_all()
     assert replicas[0].table == {"agent": 3, "other": 1}
-    assert [r.state for r in await pool.replicas()] == [SERVING, SERVING]
+    assert await _states(pool, replicas) == [SERVING, SERVING]
 
 
 async def test_no_replica_serving_is_unavailable_and_a_refusal_is_raised(
@@ -180,7 +180,7 @@ async def test_no_replica_serving_is_unavailable_and_a_refusal_is_raised(
     for fake in replicas:
         fake.mode = "refuse"  # back, but serving another base model
     await pool.check_all()  # the current policy refused: they stay out
-    assert [r.state for r in await pool.replicas()] == [QUARANTINED, QUARANTINED]
+    assert await _states(pool, replicas) == [QUARANTINED, QUARANTINED]
     with pytest.raises(InferenceRefused, match="not my base model"):
         await _pool(replicas).publish(_message(2))  # a refusal stops the publish
 
@@ -189,28 +189,17 @@ async def test_a_new_replica_behind_the_name_gets_the_policy(
     replicas: list[FakeReplica],
 ) -> None:
     first, second = replicas
-    addresses = {"svc": [first.url.removeprefix("http://")]}
+    addresses = {"svc": [first.url]}
 
-    async def resolve(target: str) -> list[str]:
-        assert target == "inference:8000"
+    async def resolve(url: str) -> list[str]:
+        assert url == "http://inference:8000"
         return addresses["svc"]
 
     pool = InferenceReplicas("http://inference:8000", TOKEN, resolve=resolve)
     assert await pool.publish(_message(4)) == 1
-    addresses["svc"].append(second.url.removeprefix("http://"))  # scaled up
+    addresses["svc"].append(second.url)  # scaled up
     await pool.check_all()
     assert second.table == {"agent": 4}
     assert len(await pool.replicas()) == 2
     await pool.retire("agent", 4)
     assert first.table == {} and second.table == {}
-
-
-def test_targets_and_addresses() -> None:
-    assert replica_targets("http://inference:8000, http://b:9/") == [
-        ("http://inference:8000", "inference", 8000),
-        ("http://b:9", "b", 9),
-    ]
-    assert with_address("http://inference:8000", "10.0.0.5:8000") == "http://10.0.0.5:8000"
-    assert with_address("http://inference:8000", "[fd00::2]:8000") == "http://[fd00::2]:8000"
-    with pytest.raises(ValueError, match="not a URL"):
-        replica_targets("inference:8000")

@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from artfleet.clients.replicas import split_urls
 from artfleet.contracts.base_models import (
     DEFAULT_CACHE_DIR,
     MODEL_CONFIG,
@@ -30,7 +31,6 @@ from artfleet_trainer.clients.inference_client import (
     InferenceRefused,
     InferenceUnavailable,
 )
-from artfleet_trainer.serving.replicas import replica_targets
 from artfleet_trainer.settings import TrainerSettings
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class ContextLimits:
         if settings.backend == "torch" and settings.inference_engine == "vllm":
             token = settings.api_token.get_secret_value()
             # every replica serves the one base model with one context: any one answers
-            url = replica_targets(settings.inference_url)[0][0]
+            url = split_urls(settings.inference_url)[0]
             inference = InferenceClient(url, token)
         cache = Path(settings.model_cache_dir).expanduser() if settings.model_cache_dir else None
         return cls(inference=inference, embedded_cache=cache or DEFAULT_CACHE_DIR.expanduser())

@@ -8,9 +8,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from artfleet.clients.replicas import split_urls
 from artfleet.contracts.policy_publish import PublishPolicy
 from artfleet_trainer.clients.inference_client import InferenceUnavailable
-from artfleet_trainer.serving.replicas import InferenceReplicas, replica_targets
+from artfleet_trainer.serving.replicas import InferenceReplicas
 from artfleet_trainer.settings import TrainerSettings
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ class InferenceServiceServing:
         )
         # By default rollouts reach the replicas the way the trainer does: the same name
         # (which resolves to each), or the same list.
-        own = ",".join(f"{url}/v1" for url, _, _ in replica_targets(settings.inference_url))
+        own = ",".join(f"{url.rstrip('/')}/v1" for url in split_urls(settings.inference_url))
         return cls(replicas, settings.inference_public_url or own, token)
 
     async def start(self) -> None:

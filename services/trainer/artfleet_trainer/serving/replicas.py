@@ -25,9 +25,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
 
-from artfleet.clients.sandbox import resolve_replicas
+from artfleet.clients.replicas import resolve_urls, split_urls
 from artfleet.contracts.policy_publish import PublishPolicy
 from artfleet_trainer.clients.inference_client import (
     InferenceClient,
@@ -54,29 +53,6 @@ class Replica:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one change at a time
 
 
-def replica_targets(url: str) -> list[tuple[str, str, int]]:
-    """(url, host, port) of each comma-separated URL."""
-    targets = []
-    for part in url.split(","):
-        part = part.strip().rstrip("/")
-        if not part:
-            continue
-        split = urlsplit(part)
-        if split.hostname is None:
-            raise ValueError(f"{part!r} is not a URL (http://host:port)")
-        port = split.port or (443 if split.scheme == "https" else 80)
-        targets.append((part, split.hostname, port))
-    if not targets:
-        raise ValueError("no inference URL given")
-    return targets
-
-
-def with_address(url: str, address: str) -> str:
-    """`url` with its host:port replaced by `address` (`10.0.0.5:8000`, `[::1]:8000`)."""
-    split = urlsplit(url)
-    return urlunsplit((split.scheme, address, split.path, split.query, split.fragment))
-
-
 Resolver = Callable[[str], Awaitable[list[str]]]
 
 
@@ -88,9 +64,11 @@ class InferenceReplicas:
         *,
         probe_s: float = 5.0,
         publish_timeout_s: float = 600.0,
-        resolve: Resolver = resolve_replicas,
+        resolve: Resolver = resolve_urls,
     ) -> None:
-        self._targets = replica_targets(url)
+        if not split_urls(url):
+            raise ValueError("no inference URL given")
+        self._url = url
         self._token = token
         self.probe_s = probe_s
         self._publish_timeout_s = publish_timeout_s
@@ -116,11 +94,7 @@ class InferenceReplicas:
     async def replicas(self) -> list[Replica]:
         """Every replica the name resolves to now (a name that does not resolve keeps the
         replicas known before: DNS away is not every replica away)."""
-        urls: list[str] = []
-        for url, host, port in self._targets:
-            # localhost is one server, whichever of its addresses answers
-            addresses = [] if host == "localhost" else await self._resolve(f"{host}:{port}")
-            urls += [with_address(url, a) for a in addresses] if addresses else [url]
+        urls = [url.rstrip("/") for url in await self._resolve(self._url)] or list(self._replicas)
         for url in urls:
             if url not in self._replicas:
                 client = InferenceClient(url, self._token, timeout_s=self._publish_timeout_s)
