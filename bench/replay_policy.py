@@ -40,6 +40,15 @@ from typing import Any
 
 from aiohttp import web
 
+from artfleet.contracts.policy_publish import (
+    PUBLISH_PATH,
+    PublishPolicy,
+    PublishReply,
+    ServedPolicies,
+    ServedPolicy,
+    parse,
+)
+
 # A shell turn, another, then submit: the tool agent's (tool-shell) full loop.
 DEFAULT_SCRIPT: list[dict[str, Any]] = [
     {"tool": "bash", "arguments": {"command": "ls -la"}},
@@ -227,7 +236,9 @@ class ReplayPolicy:
     port: int = 0
     token_latency_s: float = 0.0  # per sampled token of an answer
     concurrency: int = 0  # answers at once when token_latency_s is set (0 = no limit)
+    publish_latency_s: float = 0.0  # a publish's own time (an engine loading weights)
     served: list[Served] = field(default_factory=list)
+    published: dict[str, int] = field(default_factory=dict)  # the publish contract's table
     _slots: asyncio.Semaphore | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     _runner: web.AppRunner | None = None
@@ -241,7 +252,39 @@ class ReplayPolicy:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._complete)
         app.router.add_get("/v1/models", self._models)
+        # The inference service's publish contract, so the trainer's replica code can
+        # publish to and verify replicas of this (bench/replica_bench.py).
+        app.router.add_post(PUBLISH_PATH, self._publish)
+        app.router.add_get(PUBLISH_PATH, self._listed)
+        app.router.add_post("/v1/completions", self._verify)
         return app
+
+    async def _publish(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.json_response({"error": {"message": "bad token"}}, status=401)
+        message = parse(PublishPolicy, await request.json())
+        await asyncio.sleep(self.publish_latency_s)
+        self.published[message.name] = message.step
+        model = f"{message.name}@{message.step}"
+        return web.json_response(
+            PublishReply(model=model, seconds=self.publish_latency_s).model_dump()
+        )
+
+    async def _listed(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.json_response({"error": {"message": "bad token"}}, status=401)
+        policies = [ServedPolicy(name=n, step=s) for n, s in self.published.items()]
+        return web.json_response(ServedPolicies(policies=policies).model_dump())
+
+    async def _verify(self, request: web.Request) -> web.Response:
+        """A one-token completion answers under a published `name@step` only."""
+        if not self._authorized(request):
+            return web.json_response({"error": {"message": "bad token"}}, status=401)
+        model = str((await request.json()).get("model", ""))
+        name, _, step = model.rpartition("@")
+        if not step.isdigit() or self.published.get(name) != int(step):
+            return web.json_response({"error": {"message": f"{model} not served"}}, status=404)
+        return web.json_response({"model": model, "choices": [{"index": 0, "text": "k"}]})
 
     def _authorized(self, request: web.Request) -> bool:
         given = request.headers.get("Authorization", "")

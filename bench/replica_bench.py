@@ -11,6 +11,11 @@ Prints `turns_per_s_N=` for each replica count (1 replica is the baseline, measu
 the same run), `replica_scaling_2=` and `replica_scaling_4=` (turns/s over 1 replica;
 targets >= 1.8 and >= 3.4) and `sticky_hit_frac=` (over the 2- and 4-replica runs: the
 share of each episode's turns on the replica that served most of them; target >= 0.95).
+Then the trainer's own publish path (`artfleet_trainer.serving.replicas`) publishes
+checkpoints to 1 and to 4 replicas that each take `--publish-latency-ms` to load one:
+`publish_all_replicas_s=` (4 replicas, each verified), with `publish_one_replica_s=` its
+same-run baseline and `publish_all_replicas_ratio_4=` their ratio (1.0: the replicas load
+at once, not one after another).
 """
 
 from __future__ import annotations
@@ -95,12 +100,42 @@ def sticky_fraction(servers: list[ReplayPolicy]) -> tuple[int, int]:
     return on_main, sum(sum(c.values()) for c in per_episode.values())
 
 
+async def publish_seconds(count: int, args: argparse.Namespace) -> float:
+    """Mean seconds of the trainer's publish (artfleet_trainer.serving.replicas: to every
+    replica at once, each verified by a one-token completion on the new name) over
+    `count` replicas that each take `--publish-latency-ms` to load a checkpoint."""
+    from artfleet.contracts.policy_publish import PublishPolicy
+    from artfleet_trainer.serving.replicas import InferenceReplicas
+
+    servers = [
+        ReplayPolicy([], TOKEN, publish_latency_s=args.publish_latency_ms / 1000)
+        for _ in range(count)
+    ]
+    for server in servers:
+        server.start()
+    try:
+        roots = ",".join(s.base_url.removesuffix("/v1") for s in servers)
+        replicas = InferenceReplicas(roots, TOKEN)
+        started = time.perf_counter()
+        for step in range(1, args.publishes + 1):
+            message = PublishPolicy(name="bench", step=step, checkpoint=f"/art/{step}")
+            assert await replicas.publish(message) == count
+        return (time.perf_counter() - started) / args.publishes
+    finally:
+        for server in servers:
+            server.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=48, help="episodes at once")
     parser.add_argument("--turns", type=int, default=5, help="turns per episode")
     parser.add_argument("--token-latency-ms", type=float, default=4.0)
     parser.add_argument("--concurrency", type=int, default=2, help="answers at once per replica")
+    parser.add_argument(
+        "--publish-latency-ms", type=float, default=1000.0, help="a replica's load time"
+    )
+    parser.add_argument("--publishes", type=int, default=5, help="checkpoints published")
     args = parser.parse_args()
     replies = parse_script(script(args.turns))
     rates: dict[int, float] = {}
@@ -130,8 +165,10 @@ def main() -> int:
     print(f"replica_scaling_2={rates[2] / rates[1]:.2f}")
     print(f"replica_scaling_4={rates[4] / rates[1]:.2f}")
     print(f"sticky_hit_frac={sticky[0] / sticky[1]:.3f}")
-    # publish_all_replicas_s= : the trainer publishing one checkpoint to every replica and
-    # verifying each serves it; measured by the trainer's publish path (added with it).
+    publish = {count: asyncio.run(publish_seconds(count, args)) for count in (1, 4)}
+    print(f"publish_one_replica_s={publish[1]:.3f}")
+    print(f"publish_all_replicas_s={publish[4]:.3f}")
+    print(f"publish_all_replicas_ratio_4={publish[4] / publish[1]:.2f}")
     ok = rates[2] / rates[1] >= 1.8 and rates[4] / rates[1] >= 3.4 and sticky[0] >= 0.95 * sticky[1]
     return 0 if ok else 1
 
