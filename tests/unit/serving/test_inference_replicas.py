@@ -132,20 +132,37 @@ async def test_a_failing_replica_is_quarantined_and_gets_the_policy_when_back(
 ) -> None:
     pool = _pool(replicas)
     good, bad = replicas
+    assert await pool.publish(_message(0)) == 2
     bad.mode = "down"
     before = _quarantines(bad.url)
     assert await pool.publish(_message(1)) == 1  # done: one replica serves it
     assert await _states(pool, replicas) == [SERVING, QUARANTINED]
     assert _quarantines(bad.url) == before + 1
     assert await pool.publish(_message(2)) == 1  # a quarantined replica is not waited for
-    assert bad.publishes == []
+    assert bad.publishes == ["agent@0"]
     await pool.check_all()  # still down: stays out, counted once
     assert _quarantines(bad.url) == before + 1
     bad.mode = "ok"
     await pool.check_all()
-    assert bad.publishes == ["agent@2"]  # only the current policy, verified
+    assert bad.publishes == ["agent@0", "agent@2"]  # only the current policy, verified
     assert await _states(pool, replicas) == [SERVING, SERVING]
     assert await pool.sampling_url() == good.url
+
+
+async def test_a_replica_still_starting_is_waited_for_not_counted(
+    replicas: list[FakeReplica],
+) -> None:
+    pool = _pool(replicas)
+    starting = replicas[1]
+    starting.mode = "down"
+    before = _quarantines(starting.url)
+    assert await pool.publish(_message(1)) == 1
+    await pool.check_all()
+    assert _quarantines(starting.url) == before  # it never answered: no quarantine counted
+    starting.mode = "ok"
+    await pool.check_all()
+    assert starting.table == {"agent": 1}
+    assert await _states(pool, replicas) == [SERVING, SERVING]
 
 
 async def test_a_replica_that_publishes_but_does_not_answer_is_quarantined(

@@ -11,9 +11,10 @@ headless service), or it is a comma-separated list of URLs. Rules:
   A refusal (4xx: a base model the service does not serve) is raised: no replica will
   ever serve that policy.
 - A watch loop (every `probe_s`) resolves the name again and asks each replica what it
-  serves (`GET /artfleet/v1/policies`). A replica that does not answer is quarantined;
-  one that answers but is quarantined, new (scaled up), restarted (its boot id changed)
-  or behind on a policy gets every current policy published again and verified, and is
+  serves (`GET /artfleet/v1/policies`). A replica that does not answer is quarantined
+  (one that never answered yet, still starting, is only waited for);
+  one that answers but is quarantined, new (scaled up), restarted (it lists
+  nothing) or behind on a policy gets every current policy published again and verified, and is
   back in service. Older checkpoints need nothing: a replica finds them on the shared
   volume by name when asked.
 """
@@ -49,6 +50,7 @@ class Replica:
     client: InferenceClient
     state: str = SERVING
     reason: str = ""
+    answered: bool = False  # it has answered once (one still starting is not "quarantined")
     published: dict[str, int] = field(default_factory=dict)  # what it answered, by name
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one change at a time
 
@@ -156,16 +158,19 @@ class InferenceReplicas:
                 if not await replica.client.answers(model):
                     raise InferenceUnavailable(f"it does not answer {model} after a publish")
                 replica.published[message.name] = message.step
+                replica.answered = True
         except InferenceUnavailable as exc:
             self._quarantine(replica, str(exc))
             return False
         return True
 
     def _quarantine(self, replica: Replica, reason: str) -> None:
-        if replica.state != QUARANTINED:
-            replica.state = QUARANTINED
+        if replica.state != QUARANTINED and replica.answered:
             REPLICA_QUARANTINES.labels(replica.client.url).inc()
             log.warning("inference replica %s quarantined: %s", replica.client.url, reason)
+        elif replica.state != QUARANTINED:
+            log.info("inference replica %s not answering yet: %s", replica.client.url, reason)
+        replica.state = QUARANTINED
         replica.reason = reason
         self._count()
 
@@ -196,6 +201,7 @@ class InferenceReplicas:
             except (InferenceUnavailable, InferenceRefused) as exc:
                 self._quarantine(replica, str(exc))
                 return
+            replica.answered = True
             # Its own word: a restarted replica lists nothing, one scaled up is new.
             replica.published = {p.name: p.step for p in served.policies}
             behind = [m for m in self._current.values() if replica.published.get(m.name) != m.step]
@@ -209,7 +215,7 @@ class InferenceReplicas:
                 return
         if replica.state == QUARANTINED:
             names = ", ".join(f"{m.name}@{m.step}" for m in self._current.values())
-            log.warning(
+            log.info(
                 "inference replica %s back in service with %s", replica.client.url, names or "-"
             )
         replica.state, replica.reason = SERVING, ""
