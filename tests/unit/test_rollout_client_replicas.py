@@ -69,5 +69,6 @@ async def test_a_replica_that_hangs_costs_the_connect_bound_once(
 
 async def test_no_replica_answering_is_unavailable_naming_the_target() -> None:
     target = f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
-    with pytest.raises(Unavailable, match=re.escape(f"rollout service {target}")):
+    with pytest.raises(Unavailable, match=re.escape(f"rollout service {target}")) as info:
         await RolloutClient(target, "token").check_policy("http://i:8000/v1", "agent@1")
+    assert "refused the connection" in str(info.value)

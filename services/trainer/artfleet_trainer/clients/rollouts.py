@@ -89,8 +89,9 @@ class RolloutClient:
         while (address := self._choice.pick(exclude=tried)) is not None:
             tried.add(address)
             async with aio_channel(address, self._token) as channel:
-                if not await connected(channel, self._connect_s):
-                    why = f"{address} did not connect within {self._connect_s:g}s"
+                unreachable = await not_connected(channel, self._connect_s)
+                if unreachable:
+                    why = f"{address} {unreachable}"
                     self._failed(address, why)
                     continue
                 try:
@@ -108,23 +109,25 @@ class RolloutClient:
         log.warning("rollout replica %s; trying another", why)
 
 
-async def connected(channel: grpc.aio.Channel, within_s: float) -> bool:
-    """Whether `channel` is READY within `within_s`: False at once when it fails to connect
-    (refused), False after `within_s` when the connection hangs (a host cut off)."""
+async def not_connected(channel: grpc.aio.Channel, within_s: float) -> str:
+    """ "" when `channel` is READY within `within_s`, else why not: at once when it fails to
+    connect (refused), after `within_s` when the connection hangs (a host cut off)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
     state = channel.get_state(try_to_connect=True)
+    failed = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
     while state != grpc.ChannelConnectivity.READY:
+        if state in failed:
+            return "refused the connection"
         remaining = deadline - loop.time()
-        failed = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
-        if state in failed or remaining <= 0:
-            return False
         try:
+            if remaining <= 0:
+                raise TimeoutError
             await asyncio.wait_for(channel.wait_for_state_change(state), remaining)
         except TimeoutError:
-            return False
+            return f"did not connect within {within_s:g}s"
         state = channel.get_state(try_to_connect=True)
-    return True
+    return ""
 
 
 def split_ids(info: rollout_pb2.EnvironmentInfo, environment: str, split: str) -> list[str]:
