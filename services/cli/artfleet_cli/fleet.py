@@ -243,6 +243,11 @@ class LocalFleet:
             )
         env = self.service_env(name)
         env[VLLM_PYTHON] = python
+        if len(self.inference_names) > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in env:
+            # vLLM's CPU build pins its worker to the first free core by itself: replicas on
+            # one machine would all take core 0 (and stall one another), so spread them.
+            index = self.inference_names.index(name)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = str(index % (os.cpu_count() or 1))
         self._spawn(name, [sys.executable, "-m", "artfleet_inference"], env)
 
     def start(self, timeout_s: float = 180.0) -> None:
