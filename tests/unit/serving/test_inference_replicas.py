@@ -220,3 +220,17 @@ async def test_a_new_replica_behind_the_name_gets_the_policy(
     assert len(await pool.replicas()) == 2
     await pool.retire("agent", 4)
     assert first.table == {} and second.table == {}
+
+
+async def test_with_none_in_service_a_publish_tries_every_replica(
+    replicas: list[FakeReplica],
+) -> None:
+    pool = _pool(replicas)
+    for fake in replicas:
+        fake.mode = "down"  # e.g. every replica still starting when a job registers
+    await pool.check_all()
+    assert await _states(pool, replicas) == [QUARANTINED, QUARANTINED]
+    for fake in replicas:
+        fake.mode = "ok"
+    assert await pool.publish(_message(1)) == 2  # no watch round needed first
+    assert await _states(pool, replicas) == [SERVING, SERVING]

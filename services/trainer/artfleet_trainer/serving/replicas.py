@@ -114,7 +114,9 @@ class InferenceReplicas:
         InferenceUnavailable when none does; InferenceRefused on a refusal."""
         self._current[message.name] = message
         started = time.monotonic()
-        replicas = [r for r in await self.replicas() if r.state == SERVING]
+        known = await self.replicas()
+        # None in service (all starting, or all out): the publish itself is their check.
+        replicas = [r for r in known if r.state == SERVING] or known
         results = await asyncio.gather(
             *(self._publish_to(r, [message]) for r in replicas), return_exceptions=True
         )
@@ -122,10 +124,14 @@ class InferenceReplicas:
             if isinstance(result, InferenceRefused):
                 raise result
         served = sum(1 for result in results if result is True)
+        for replica, result in zip(replicas, results, strict=True):
+            if result is True and replica.state == QUARANTINED:
+                replica.state, replica.reason = SERVING, ""
+        self._count()
         if served == 0:
+            why = "; ".join(f"{r.client.url}: {r.reason or 'out'}" for r in known)
             raise InferenceUnavailable(
-                f"no inference replica serves {message.name}@{message.step} "
-                f"({len(replicas)} in service, {len(self._replicas) - len(replicas)} quarantined)"
+                f"no inference replica serves {message.name}@{message.step} ({why})"
             )
         POLICY_PUBLISH_SECONDS.observe(time.monotonic() - started)
         return served
