@@ -139,6 +139,7 @@ async def test_a_failing_replica_is_quarantined_and_gets_the_policy_when_back(
     assert await _states(pool, replicas) == [SERVING, QUARANTINED]
     assert _quarantines(bad.url) == before + 1
     assert await pool.publish(_message(2)) == 1  # a quarantined replica is not waited for
+    assert await pool.sampling_url() == good.url  # the trainer samples where it is served
     assert bad.publishes == ["agent@0"]
     await pool.check_all()  # still down: stays out, counted once
     assert _quarantines(bad.url) == before + 1
@@ -146,7 +147,6 @@ async def test_a_failing_replica_is_quarantined_and_gets_the_policy_when_back(
     await pool.check_all()
     assert bad.publishes == ["agent@0", "agent@2"]  # only the current policy, verified
     assert await _states(pool, replicas) == [SERVING, SERVING]
-    assert await pool.sampling_url() == good.url
 
 
 async def test_a_replica_still_starting_is_waited_for_not_counted(
