@@ -304,8 +304,8 @@ def test_every_replica_serves_each_new_policy(fleet: LocalFleet, jobs: dict[str,
         assert _answered(fleet, replica) > 0, f"{replica} answered no episode"
     trainer = _metrics(fleet, "trainer")
     assert trainer['artfleet_trainer_inference_replicas{state="serving"}'] == 2
-    # Every checkpoint (step 0 and each step of both jobs) published to both, verified.
-    assert trainer["artfleet_trainer_policy_publish_seconds_count"] >= 6
+    # Each trained checkpoint (steps 1 and 2 of both jobs) published to both, verified.
+    assert trainer["artfleet_trainer_policy_publish_seconds_count"] >= 4
 
 
 def test_a_replica_killed_mid_step_is_quarantined_and_serves_again(
