@@ -31,12 +31,14 @@ from artfleet.v1 import reward_pb2, reward_pb2_grpc, rollout_pb2, sandbox_pb2
 from artfleet_rollout import metrics
 from artfleet_rollout.ports import (
     Connections,
+    EncodedList,
     PolicyTurn,
     PolicyUnavailable,
     SuiteRun,
     Usage,
     WorkspaceLost,
     WorkspaceSpec,
+    encode,
 )
 from artfleet_rollout.settings import RolloutSettings
 
@@ -45,6 +47,7 @@ from artfleet_rollout.settings import RolloutSettings
 log = logging.getLogger(__name__)
 
 _TOKEN_IDS_BODY = {"return_token_ids": True}
+_JSON_HEADERS = {"Content-Type": "application/json"}  # the body goes as bytes
 _RPC_SLACK_S = 30.0  # the sandbox enforces the command's own limit; this bounds the call
 _CREATE_DEADLINE_S = 120.0
 _SCORE_DEADLINE_S = 600.0
@@ -80,12 +83,15 @@ class OpenAIPolicy:
         tools: Sequence[Any] | None = None,
         tool_choice: Any = None,
     ) -> PolicyTurn:
+        started = time.perf_counter()
+        body = self._body(messages, tools, tool_choice)
+        metrics.POLICY_REQUEST_SECONDS.observe(time.perf_counter() - started)
         try:
             completion = await self._client.post(
                 "/chat/completions",
                 cast_to=ChatCompletion,
-                body=self._body(messages, tools, tool_choice),
-                options={"timeout": self._timeout_s},
+                content=body,
+                options={"timeout": self._timeout_s, "headers": _JSON_HEADERS},
             )
         except (APIConnectionError, APIStatusError) as exc:  # after the client's retries
             # A connection error (timeouts included) or an outage status: the endpoint is down.
@@ -109,22 +115,29 @@ class OpenAIPolicy:
 
     def _body(
         self, messages: Sequence[Any], tools: Sequence[Any] | None, tool_choice: Any
-    ) -> dict[str, Any]:
-        """What `chat.completions.create` would send, built without its request transform:
-        that walks every message of the history against the SDK's TypedDicts on each call
-        (~1.2 ms at turn 3, growing with the history) and changes nothing in JSON messages.
-        Retries, auth, timeout and the answer's parsing stay the client's."""
+    ) -> bytes:
+        """The JSON `chat.completions.create` would send, built without its request
+        transform: that walks every message of the history against the SDK's TypedDicts on
+        each call (~1.2 ms at turn 3, growing with the history) and changes nothing in JSON
+        messages. Messages and tools that come encoded (`ports.EncodedList`: an episode's
+        history, encoded once per message) are joined, not encoded again, so a turn costs
+        its new messages. Retries, auth, timeout and the answer's parsing stay the
+        client's."""
+        parts = [b'{"messages":', _json_array(messages)]
+        if tools:
+            parts += [b',"tools":', _json_array(tools)]
+        rest = encode(self._settings_body(tools, tool_choice))
+        return b"".join([*parts, b",", rest[1:]])  # rest: the other fields, past its "{"
+
+    def _settings_body(self, tools: Sequence[Any] | None, tool_choice: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "messages": list(messages),
             "model": self._model,
             "logprobs": True,
             "max_tokens": self._max_tokens,
             "temperature": self._temperature,
         }
-        if tools:
-            if tool_choice is not None:
-                body["tool_choice"] = tool_choice
-            body["tools"] = list(tools)
+        if tools and tool_choice is not None:
+            body["tool_choice"] = tool_choice
         if self._template_kwargs:
             # vLLM's extension (the torch server takes it too): variables of the chat
             # template, e.g. Qwen3's enable_thinking. Never `include_reasoning: false`: with
@@ -132,6 +145,13 @@ class OpenAIPolicy:
             body["chat_template_kwargs"] = dict(self._template_kwargs)
         body.update(_TOKEN_IDS_BODY)
         return body
+
+
+def _json_array(values: Sequence[Any]) -> bytes:
+    """`values` as a JSON array, from their own JSON texts where they carry them."""
+    if isinstance(values, EncodedList) and len(values.encoded) == len(values):
+        return b"[" + b",".join(values.encoded) + b"]"
+    return b"[" + b",".join(encode(value) for value in values) + b"]"
 
 
 def template_kwargs(task: rollout_pb2.GroupTask) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from pydantic import SecretStr
 from artfleet.contracts.art_types import art
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout.adapters import OpenAIClients, OpenAIPolicy
-from artfleet_rollout.ports import Usage
+from artfleet_rollout.agents.turns import Conversation
+from artfleet_rollout.ports import EncodedList, Usage
 from artfleet_rollout.settings import RolloutSettings
 
 ANSWER = {
@@ -179,3 +180,29 @@ async def test_the_request_skips_the_sdks_per_call_transform(
     turn = await policy.complete([{"role": "user", "content": "x"}], tools=TOOLS)
     await client.close()
     assert turn.choice.finish_reason == "tool_calls" and len(seen) == 1
+
+
+async def test_an_encoded_history_is_sent_as_the_same_json() -> None:
+    seen: list[httpx.Request] = []
+    client = recording_client(seen)
+    policy = OpenAIPolicy(client, model="agent@1", temperature=0.7, max_tokens=32, timeout_s=5)
+    first = await policy.complete([{"role": "user", "content": "x"}], tools=TOOLS)
+    trajectory = art.Trajectory(
+        messages_and_choices=[
+            {"role": "system", "content": "s é"},
+            {"role": "user", "content": "x"},
+            first.choice,
+            {"role": "tool", "tool_call_id": "call_1", "content": "a\nb"},
+        ],
+        tools=TOOLS,
+    )
+    conversation = Conversation()
+    encoded = conversation.messages(trajectory)
+    tools = conversation.tools(trajectory)
+    assert isinstance(encoded, EncodedList) and isinstance(tools, EncodedList)
+    await policy.complete(encoded, tools=tools, tool_choice="required")
+    await policy.complete(trajectory.messages(), tools=TOOLS, tool_choice="required")
+    await client.close()
+    from_cache, plain = seen[1], seen[2]
+    assert json.loads(from_cache.content) == json.loads(plain.content)
+    assert from_cache.headers["content-type"] == "application/json"

@@ -57,6 +57,7 @@ from artfleet_sandbox.local_backend.session import LocalSession, spawn_errors
 from artfleet_sandbox.local_backend.stale import PREFIX as STALE_PREFIX
 from artfleet_sandbox.local_backend.stale import remove_stale, write_owner
 from artfleet_sandbox.local_backend.stdio import LocalStdio
+from artfleet_sandbox.local_backend.warm_sessions import WarmSessions
 from artfleet_sandbox.paths import chown_tree, read_file, remove_tree, resolve_dir, write_file
 from artfleet_sandbox.procs import TAG_VAR, kill_group, kill_tagged, rlimit_prefix, run_process
 from artfleet_sandbox.pyruntime import PyRuntime, default_cache_dir, prepare_runtime
@@ -95,6 +96,7 @@ class LocalBackend:
             lambda tarball: asyncio.to_thread(self._make_session_dir, (), tarball),
             lambda root: asyncio.to_thread(remove_tree, root),
         )
+        self._warm = WarmSessions(self.config.session_pool_size, self._open_warm, self._end)
 
     @property
     def root(self) -> str:
@@ -123,6 +125,7 @@ class LocalBackend:
             self._owner = cfg.run_as
         self._root = await asyncio.to_thread(self._make_root)
         self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
+        self._warm.fill(network=False)
         log.info("local sandbox backend at %s, isolation: %s", self._root, self.isolation())
 
     async def stop(self) -> None:
@@ -134,6 +137,7 @@ class LocalBackend:
         if not self._root:
             return
         await self._seeded.stop()
+        await self._warm.stop()
         try:
             await asyncio.wait_for(self.close_all(), self.config.stop_timeout_s)
         except TimeoutError:
@@ -193,28 +197,16 @@ class LocalBackend:
         if spec.idle_ttl_s < 0:
             raise InvalidArgument("idle_ttl_s must not be negative")
         started = time.perf_counter()
-        tarball = await self.repos.tarball(spec.repo) if spec.repo else ""
-        root = self._seeded.take(tarball) if tarball else None
-        if root is not None:  # the repo is already there; only the files are written
-            await asyncio.to_thread(self._write_to, root, spec.files)
-        else:
-            root = await asyncio.to_thread(self._make_session_dir, spec.files, tarball)
-        session = LocalSession(
-            id=new_session_id(self.replica_id),
-            root=root,
-            tag=secrets.token_hex(8),
-            env=dict(spec.env),
-            network=spec.network,
-            job_id=spec.job_id,
-            ttl_s=spec.idle_ttl_s or self.config.idle_ttl_s,
-            repl_default=spec.repl,
-        )
+        session = await self._warm_session(spec)
+        source = "pool" if session is not None else "process"
+        if session is None:
+            session = await self._new_session(spec)
+        session.id = new_session_id(self.replica_id)
+        session.job_id = spec.job_id
+        session.ttl_s = spec.idle_ttl_s or self.config.idle_ttl_s
+        session.last_used = time.monotonic()
         self._sessions.add(session.id, session)
-        if session.repl_default:
-            # The shell (bash under bubblewrap: most of a first command's time) starts
-            # while the client asks its model for the first command.
-            session.warming = asyncio.create_task(self._warm_repl(session))
-        metrics.CREATE_SECONDS.labels("process").observe(time.perf_counter() - started)
+        metrics.CREATE_SECONDS.labels(source).observe(time.perf_counter() - started)
         metrics.SESSIONS_CREATED.inc()
         return SessionInfo(
             session.id,
@@ -223,6 +215,67 @@ class LocalBackend:
             self.session_isolation(spec.network),
             self.replica_id,
         )
+
+    async def _new_session(self, spec: SessionSpec) -> LocalSession:
+        tarball = await self.repos.tarball(spec.repo) if spec.repo else ""
+        root = self._seeded.take(tarball) if tarball else None
+        if root is not None:  # the repo is already there; only the files are written
+            await asyncio.to_thread(self._write_to, root, spec.files)
+        else:
+            root = await asyncio.to_thread(self._make_session_dir, spec.files, tarball)
+        session = self._session_at(root, spec.network, dict(spec.env), spec.repl)
+        if session.repl_default:
+            # The shell (bash under bubblewrap: most of a first command's time) starts
+            # while the client asks its model for the first command.
+            session.warming = asyncio.create_task(self._warm_repl(session))
+        return session
+
+    def _session_at(
+        self, root: str, network: bool, env: dict[str, str], repl: bool = True
+    ) -> LocalSession:
+        """A session in `root`; its id, job and TTL are set when it is handed out."""
+        return LocalSession(
+            id="",
+            root=root,
+            tag=secrets.token_hex(8),
+            env=env,
+            network=network,
+            job_id="",
+            ttl_s=self.config.idle_ttl_s,
+            repl_default=repl,
+        )
+
+    async def _warm_session(self, spec: SessionSpec) -> LocalSession | None:
+        """A waiting session with its shell up, for a plain spec (no repo, no env of its
+        own, the REPL on), its files written; None when none waits (or for another spec)."""
+        if spec.repo or spec.env or not spec.repl:
+            return None
+        session = self._warm.take(spec.network)
+        if session is not None and spec.files:
+            try:
+                await asyncio.to_thread(self._write_all, session, spec.files)
+            except BaseException:
+                await self._end(session)
+                raise
+        return session
+
+    async def _open_warm(self, network: bool) -> LocalSession:
+        """A session for the warm pool: its dir made and its shell started."""
+        root = await asyncio.to_thread(self._make_session_dir, ())
+        session = self._session_at(root, network, {})
+        try:
+            await self._repl_of(session).start()
+        except BaseException:
+            await self._end(session)
+            raise
+        return session
+
+    async def _end(self, session: LocalSession) -> None:
+        """Kills what the session runs and removes its dir (it is out of the table)."""
+        await asyncio.to_thread(kill_tagged, session.tag + ".")
+        if session.repl is not None:
+            await session.repl.stop()
+        await asyncio.to_thread(remove_tree, session.root)
 
     async def close_session(self, session_id: str) -> bool:
         session = self._sessions.pop(session_id)
