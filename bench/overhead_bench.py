@@ -315,7 +315,7 @@ def report(
         )
     groups = sum(s.groups for s in job.steps)
     delta = {k: v - before.calls.get(k, 0) for k, v in after.calls.items()}
-    top = sorted(delta.items(), key=lambda kv: -kv[1])[:8]
+    top = sorted(delta.items(), key=lambda kv: -kv[1])[:16]
     print(
         f"{label} redis commands per group: " + ", ".join(f"{k}={v / groups:.1f}" for k, v in top)
     )
@@ -344,12 +344,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--script", default="", help="replay script (JSON); default built in")
     parser.add_argument("--workdir", default="")
+    parser.add_argument("--sandbox-backend", default="local", choices=("local", "docker"))
     args = parser.parse_args()
     fleet = LocalFleet(Path(args.workdir or tempfile.mkdtemp(prefix="overhead-bench-")), api=False)
     policy = ReplayPolicy(load_script(args.script), fleet.token)
     policy.start()
     # The trainer names this endpoint in every GroupTask: the workers call the replay server.
-    fleet.extra_env = {"ARTFLEET_INFERENCE_PUBLIC_URL": policy.base_url}
+    # The sandbox: the local backend (bubblewrap), as measured before; `auto` would take
+    # Docker wherever its engine answers, and the figures would change with the machine.
+    fleet.extra_env = {
+        "ARTFLEET_INFERENCE_PUBLIC_URL": policy.base_url,
+        "ARTFLEET_SANDBOX_BACKEND": args.sandbox_backend,
+    }
     spec = dict(
         environment="tool-shell",
         steps=args.steps,

@@ -5,9 +5,11 @@ and are reused by every group until `Connections.close`."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -15,7 +17,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
-from openai import APIConnectionError, APIStatusError, AsyncOpenAI
+import httpx
+import openai.resources  # noqa: F401  (the SDK imports it at a client's first call, ~1 s, on the loop)
+from openai import APIConnectionError, APIStatusError, AsyncOpenAI, DefaultAsyncHttpxClient
 from openai.types.chat import ChatCompletion
 
 from artfleet.clients.sandbox import (
@@ -205,6 +209,14 @@ class OpenAIClients:
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
 
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """The TLS context every probe's client shares. httpx reads the CA bundle into a new
+    one for each client it makes (0.1 s and more of CPU on a busy host), on the event
+    loop: with a probe every few seconds, that stalled every episode's turns."""
+    return httpx.create_ssl_context()
+
+
 async def check_policy(
     base_url: str, model: str, api_key: str, timeout_s: float
 ) -> rollout_pb2.CheckPolicyResponse:
@@ -212,7 +224,11 @@ async def check_policy(
     a one-token request (an endpoint may serve checkpoints it does not list)."""
     answer = rollout_pb2.CheckPolicyResponse()
     async with AsyncOpenAI(
-        base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s
+        base_url=base_url,
+        api_key=api_key,
+        max_retries=0,
+        timeout=timeout_s,
+        http_client=DefaultAsyncHttpxClient(verify=_ssl_context()),
     ) as client:
         try:
             listed = await client.models.list()

@@ -6,6 +6,7 @@ The endpoint is an in-process HTTP transport answering as vLLM does with
 from __future__ import annotations
 
 import json
+import ssl
 from typing import Any
 
 import httpx
@@ -16,7 +17,7 @@ from pydantic import SecretStr
 
 from artfleet.contracts.art_types import art
 from artfleet.v1 import rollout_pb2
-from artfleet_rollout.adapters import OpenAIClients, OpenAIPolicy
+from artfleet_rollout.adapters import OpenAIClients, OpenAIPolicy, check_policy
 from artfleet_rollout.agents.turns import Conversation
 from artfleet_rollout.ports import EncodedList, Usage
 from artfleet_rollout.settings import RolloutSettings
@@ -206,3 +207,20 @@ async def test_an_encoded_history_is_sent_as_the_same_json() -> None:
     from_cache, plain = seen[1], seen[2]
     assert json.loads(from_cache.content) == json.loads(plain.content)
     assert from_cache.headers["content-type"] == "application/json"
+
+
+async def test_policy_probes_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Reading the CA bundle into a new context for every probe's client took 0.1 s and
+    # more of the event loop on a busy host, with a probe every few seconds.
+    made: list[object] = []
+    real = ssl.create_default_context
+
+    def counted(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        made.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counted)
+    for _ in range(3):
+        answer = await check_policy("http://127.0.0.1:9/v1", "agent@1", "k", timeout_s=2)
+        assert not answer.reachable and answer.error
+    assert len(made) <= 1
