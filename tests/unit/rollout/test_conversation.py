@@ -69,6 +69,12 @@ def test_a_rewritten_history_is_converted_again() -> None:
     conversation.messages(trajectory)
     trajectory.messages_and_choices[1]["content"] = "changed in place"  # type: ignore[index]
     assert _sent(conversation.messages(trajectory)) == history(trajectory)
+    parts = [{"type": "text", "text": "a"}]
+    message: Any = {"role": "user", "content": parts}
+    trajectory.messages_and_choices.append(message)
+    conversation.messages(trajectory)
+    parts[0]["text"] = "b"  # nested, in place
+    assert _sent(conversation.messages(trajectory)) == history(trajectory)
     trajectory.messages_and_choices[0] = {"role": "system", "content": "replaced"}
     assert _sent(conversation.messages(trajectory)) == history(trajectory)
     del trajectory.messages_and_choices[1:]

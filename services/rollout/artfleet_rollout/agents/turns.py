@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Sequence
@@ -89,13 +90,14 @@ class Conversation:
     """An episode's history as sent each turn, each message converted and encoded once.
 
     The history only grows between turns; each call checks that the items it converted
-    are still there, the same objects with the same content (a dict compared with its copy
-    taken then: pointer-fast for unchanged strings), and converts again from the first
-    that is not. So a turn costs its new messages, not the whole history again."""
+    are still there, the same objects with the same content (a dict compared with a deep
+    copy taken then: its strings are shared, so unchanged ones compare by pointer), and
+    converts again from the first that is not. So a turn costs its new messages, not the
+    whole history again."""
 
     def __init__(self) -> None:
         self._items: list[Any] = []  # the trajectory's items converted so far
-        self._copies: list[dict[str, Any] | None] = []  # a dict item's content then
+        self._copies: list[Any] = []  # a dict item's content then
         self._messages: list[Any] = []
         self._encoded: list[bytes] = []
         self._tools: tuple[Any, Any, EncodedList] | None = None  # (list, copy, encoded)
@@ -108,15 +110,15 @@ class Conversation:
         for item in items[keep:]:
             message = _message(item)
             self._items.append(item)
-            self._copies.append(dict(item) if isinstance(item, dict) else None)
+            self._copies.append(copy.deepcopy(item) if isinstance(item, dict) else None)
             self._messages.append(message)
             self._encoded.append(encode(message))
         return EncodedList(self._messages, self._encoded)
 
     def _unchanged(self, items: Sequence[Any]) -> int:
         """How many leading items are the ones converted before, unchanged."""
-        for i, (item, seen, copy) in enumerate(zip(items, self._items, self._copies, strict=False)):
-            if item is not seen or (copy is not None and item != copy):
+        for i, (item, seen, then) in enumerate(zip(items, self._items, self._copies, strict=False)):
+            if item is not seen or (then is not None and item != then):
                 return i
         return min(len(items), len(self._items))
 
