@@ -7,8 +7,8 @@ Without it commands would be plain processes of the server's user: the backend r
 to start unless `allow_unisolated` says that is wanted, and every session says so in its
 `isolation` field.
 
-A session dir holds `work/` (the workspace clients see), `home/` and `tmp/` (HOME and
-TMPDIR of its commands) and `reports/` (JUnit files of RunTests).
+A session dir: `session_dirs`. Plain sessions come from a warm pool, their shell already
+up (`warm_sessions`).
 
 Sessions get a Python with pytest that does not depend on the host's (`pyruntime`): its
 `bin/` leads their PATH, and `isolation` names it.
@@ -54,17 +54,18 @@ from artfleet_sandbox.local_backend.config import ISOLATION_BWRAP, ISOLATION_NON
 from artfleet_sandbox.local_backend.prepared_dirs import SeededDirs
 from artfleet_sandbox.local_backend.replio import LocalChannel
 from artfleet_sandbox.local_backend.session import LocalSession, spawn_errors
+from artfleet_sandbox.local_backend.session_dirs import make_session_dir, write_files
 from artfleet_sandbox.local_backend.stale import PREFIX as STALE_PREFIX
 from artfleet_sandbox.local_backend.stale import remove_stale, write_owner
 from artfleet_sandbox.local_backend.stdio import LocalStdio
 from artfleet_sandbox.local_backend.warm_sessions import WarmSessions
-from artfleet_sandbox.paths import chown_tree, read_file, remove_tree, resolve_dir, write_file
+from artfleet_sandbox.paths import read_file, remove_tree, resolve_dir
 from artfleet_sandbox.procs import TAG_VAR, kill_group, kill_tagged, rlimit_prefix, run_process
 from artfleet_sandbox.pyruntime import PyRuntime, default_cache_dir, prepare_runtime
 from artfleet_sandbox.repl import shell_argv
 from artfleet_sandbox.replica import ReplicaIdentity, new_replica_id, new_session_id
 from artfleet_sandbox.replshell import ReplCall, ReplShell, ReplSink
-from artfleet_sandbox.repocache import RepoCache, extract
+from artfleet_sandbox.repocache import RepoCache
 from artfleet_sandbox.sessions import SessionTable
 from artfleet_sandbox.stdio import StdioProcess, StdioSpec
 
@@ -310,30 +311,11 @@ class LocalBackend:
     # -- files -------------------------------------------------------------------------
 
     def _make_session_dir(self, files: Sequence[FileSpec], tarball: str = "") -> str:
-        # The dir name is random but is not the session id: commands can see their path.
-        root = tempfile.mkdtemp(prefix="s-", dir=self._root)
-        try:
-            subdirs = [os.path.join(root, sub) for sub in ("work", "home", "tmp", "reports")]
-            for path in subdirs:
-                os.mkdir(path, 0o700)
-            if tarball:
-                extract(tarball, os.path.join(root, "work"))
-            if self._owner is not None:
-                for path in [root, *subdirs]:
-                    os.chown(path, *self._owner, follow_symlinks=False)
-                if tarball:  # the cached repo is the session user's to edit
-                    chown_tree(os.path.join(root, "work"), self._owner)
-            for spec in files:
-                write_file(os.path.join(root, "work"), spec, self._owner)
-        except BaseException:
-            remove_tree(root)
-            raise
-        return root
+        return make_session_dir(self._root, files, tarball, self._owner)
 
     def _write_to(self, root: str, files: Sequence[FileSpec]) -> None:
         try:
-            for spec in files:
-                write_file(os.path.join(root, "work"), spec, self._owner)
+            write_files(os.path.join(root, "work"), files, self._owner)
         except BaseException:
             remove_tree(root)
             raise
@@ -343,8 +325,7 @@ class LocalBackend:
         return self._seeded.ready(tarball)
 
     def _write_all(self, session: LocalSession, files: Sequence[FileSpec]) -> None:
-        for spec in files:
-            write_file(session.workdir, spec, self._owner)
+        write_files(session.workdir, files, self._owner)
 
     async def write_files(self, session_id: str, files: Sequence[FileSpec]) -> int:
         session = self._sessions.get(session_id)
