@@ -27,8 +27,16 @@ Figures:
 
 The machine is shared: each measurement prints `uptime` with it.
 
-Last lines: `overhead_ms_per_turn_p50=`, `overhead_ms_per_turn_p95=` (target p50 <= 10),
-`fleet_turns_per_s_1w=`, `fleet_turns_per_s_2w=`, `trainer_gather_cpu_s_per_group=`.
+- the per-stage breakdown of the headline job's turn (`stages`): medians of the
+  services' own histograms (the policy request's build, the policy call and a sandbox
+  exec as the worker sees them, the exec inside the sandbox), the replay policy's own
+  time, and the parts between them (HTTP legs, the exec's gRPC hop, the agent's
+  bookkeeping) as differences of medians.
+
+Last lines: `redis_calls_per_group=`, `redis_calls_per_turn=`,
+`overhead_stage_<stage>_ms_p50=` (the breakdown), `overhead_ms_per_turn_p50=`,
+`overhead_ms_per_turn_p95=` (target p50 <= 10), `fleet_turns_per_s_1w=`,
+`fleet_turns_per_s_2w=`, `trainer_gather_cpu_s_per_group=`.
 """
 
 from __future__ import annotations
@@ -76,19 +84,49 @@ BREAKDOWN = (
 )
 
 
+# (stage, service, histogram): the stages of a turn read from the services' own histograms
+STAGE_HISTOGRAMS = (
+    ("policy_request_build", "rollout", "artfleet_rollout_policy_request_build_seconds"),
+    ("policy_call_worker", "rollout", "artfleet_rollout_model_seconds"),
+    ("exec_worker", "rollout", "artfleet_rollout_sandbox_exec_seconds"),
+    ("exec_sandbox", "sandbox", "artfleet_sandbox_exec_seconds"),
+)
+
+
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def scrape(url: str) -> Metrics:
+    """Every sample, labelled series summed; a bucket is keyed `<name>_bucket@<le>`."""
     with urllib.request.urlopen(url, timeout=10) as reply:
         text = reply.read().decode()
     found: Metrics = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if "le" not in sample.labels:  # buckets left out; labelled series summed
-                found[sample.name] = found.get(sample.name, 0.0) + sample.value
+            key = sample.name
+            if "le" in sample.labels:
+                key = f"{sample.name}@{sample.labels['le']}"
+            found[key] = found.get(key, 0.0) + sample.value
     return found
+
+
+def bucket_quantile(counts: dict[float, float], q: float) -> float:
+    """The q-quantile (0..1) of a histogram's cumulative bucket counts {upper bound:
+    count}, linear within the bucket it falls in (Prometheus' histogram_quantile)."""
+    bounds = sorted(counts)
+    total = counts[bounds[-1]] if bounds else 0.0
+    if total <= 0:
+        return float("nan")
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound in bounds:
+        if counts[bound] >= rank:
+            if bound == float("inf"):
+                return lower
+            share = (rank - below) / max(counts[bound] - below, 1e-12)
+            return lower + (bound - lower) * share
+        lower, below = bound, counts[bound]
+    return lower
 
 
 def process_cpu_s(pid: int) -> float:
@@ -133,6 +171,16 @@ class Snapshot:
 
     def counter(self, before: Snapshot, kind: str, name: str) -> float:
         return self.metrics[kind].get(name, 0.0) - before.metrics[kind].get(name, 0.0)
+
+    def histogram_p50_ms(self, before: Snapshot, kind: str, name: str) -> float:
+        """The median of what `name` observed since `before`, from its buckets."""
+        prefix = f"{name}_bucket@"
+        counts = {
+            float(key.removeprefix(prefix)): value - before.metrics[kind].get(key, 0.0)
+            for key, value in self.metrics[kind].items()
+            if key.startswith(prefix)
+        }
+        return bucket_quantile(counts, 0.5) * 1000
 
 
 @dataclass
@@ -218,7 +266,36 @@ def figures(
     )
     for kind, seconds in sorted(after.cpu.items()):
         out[f"cpu_ms_per_turn_{kind}"] = (seconds - before.cpu.get(kind, 0.0)) / len(served) * 1e3
+    out["redis_calls_per_turn"] = calls / len(served)
+    out.update({f"stage_{k}": v for k, v in stages(served, before, after).items()})
     return out
+
+
+def stages(served: list[Served], before: Snapshot, after: Snapshot) -> dict[str, float]:
+    """Where a turn's platform time goes: medians in ms (histogram ones from buckets), and
+    the parts left between them as differences of medians:
+    - policy_request_build: building a request body (the adapter's encoding);
+    - policy_call_worker: a policy call as the worker sees it (its build, both HTTP legs,
+      the policy's own time, the answer's parsing, the history's conversion);
+    - policy_server: the replay policy's own time (exact, from its records);
+    - http_legs: policy_call_worker - policy_server - policy_request_build;
+    - exec_worker / exec_sandbox: a command as the worker sees it / inside the sandbox;
+    - exec_grpc: exec_worker - exec_sandbox (the gRPC hop, both event loops);
+    - bookkeeping: the turn gap - http_legs - policy_request_build - exec_worker (the
+      agent's own work between the answer and the next request)."""
+    found = {
+        stage: after.histogram_p50_ms(before, kind, name) for stage, kind, name in STAGE_HISTOGRAMS
+    }
+    found["policy_server"] = percentile([(s.answered - s.arrived) * 1000 for s in served], 50)
+    found["http_legs"] = (
+        found["policy_call_worker"] - found["policy_server"] - found["policy_request_build"]
+    )
+    found["exec_grpc"] = found["exec_worker"] - found["exec_sandbox"]
+    gap = percentile([g * 1000 for g in turn_gaps(served)], 50)
+    found["bookkeeping"] = (
+        gap - found["http_legs"] - found["policy_request_build"] - found["exec_worker"]
+    )
+    return found
 
 
 def report(
@@ -238,7 +315,7 @@ def report(
         )
     groups = sum(s.groups for s in job.steps)
     delta = {k: v - before.calls.get(k, 0) for k, v in after.calls.items()}
-    top = sorted(delta.items(), key=lambda kv: -kv[1])[:8]
+    top = sorted(delta.items(), key=lambda kv: -kv[1])[:16]
     print(
         f"{label} redis commands per group: " + ", ".join(f"{k}={v / groups:.1f}" for k, v in top)
     )
@@ -267,12 +344,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--script", default="", help="replay script (JSON); default built in")
     parser.add_argument("--workdir", default="")
+    parser.add_argument("--sandbox-backend", default="local", choices=("local", "docker"))
     args = parser.parse_args()
     fleet = LocalFleet(Path(args.workdir or tempfile.mkdtemp(prefix="overhead-bench-")), api=False)
     policy = ReplayPolicy(load_script(args.script), fleet.token)
     policy.start()
     # The trainer names this endpoint in every GroupTask: the workers call the replay server.
-    fleet.extra_env = {"ARTFLEET_INFERENCE_PUBLIC_URL": policy.base_url}
+    # The sandbox: the local backend (bubblewrap), as measured before; `auto` would take
+    # Docker wherever its engine answers, and the figures would change with the machine.
+    fleet.extra_env = {
+        "ARTFLEET_INFERENCE_PUBLIC_URL": policy.base_url,
+        "ARTFLEET_SANDBOX_BACKEND": args.sandbox_backend,
+    }
     spec = dict(
         environment="tool-shell",
         steps=args.steps,
@@ -304,6 +387,10 @@ def main() -> None:
     print(f"concurrent_episodes_1w={args.groups * args.rollouts}")
     print(f"overhead_ms_per_turn_p50_loaded={one['overhead_p50']:.1f}")
     print(f"redis_calls_per_group={one['redis_calls_per_group']:.1f}")
+    print(f"redis_calls_per_turn={one['redis_calls_per_turn']:.2f}")
+    for key, value in alone.items():  # the breakdown of the headline (serial) job
+        if key.startswith("stage_"):
+            print(f"overhead_{key}_ms_p50={value:.2f}")
     print(f"overhead_ms_per_turn_p50={alone['overhead_p50']:.1f}")
     print(f"overhead_ms_per_turn_p95={alone['overhead_p95']:.1f}")
     print(f"fleet_turns_per_s_1w={one['turns_per_s']:.2f}")

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
 import os
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -16,7 +18,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
-from openai import APIConnectionError, APIStatusError, AsyncOpenAI
+import httpx
+import openai.resources  # noqa: F401  (the SDK imports it at a client's first call, ~1 s, on the loop)
+from openai import APIConnectionError, APIStatusError, AsyncOpenAI, DefaultAsyncHttpxClient
 
 from artfleet.clients.replicas import resolve_urls
 from artfleet.clients.sandbox import (
@@ -33,11 +37,13 @@ from artfleet_rollout import metrics
 from artfleet_rollout.policy_routing import PolicyReplicas, describe_api_error
 from artfleet_rollout.ports import (
     Connections,
+    EncodedList,
     PolicyTurn,
     SuiteRun,
     Usage,
     WorkspaceLost,
     WorkspaceSpec,
+    encode,
 )
 from artfleet_rollout.settings import RolloutSettings
 
@@ -92,11 +98,12 @@ class OpenAIPolicy:
         tools: Sequence[Any] | None = None,
         tool_choice: Any = None,
     ) -> PolicyTurn:
+        started = time.perf_counter()
+        body = self._body(messages, tools, tool_choice)
+        metrics.POLICY_REQUEST_SECONDS.observe(time.perf_counter() - started)
         # Connection errors and outage statuses on every replica raise PolicyUnavailable.
         completion = await self._replicas.post(
-            self._body(messages, tools, tool_choice),
-            episode=self._episode,
-            timeout_s=self._timeout_s,
+            body, episode=self._episode, timeout_s=self._timeout_s
         )
         if not completion.choices:
             raise RuntimeError(f"the policy {self._model!r} answered no choice")
@@ -115,22 +122,29 @@ class OpenAIPolicy:
 
     def _body(
         self, messages: Sequence[Any], tools: Sequence[Any] | None, tool_choice: Any
-    ) -> dict[str, Any]:
-        """What `chat.completions.create` would send, built without its request transform:
-        that walks every message of the history against the SDK's TypedDicts on each call
-        (~1.2 ms at turn 3, growing with the history) and changes nothing in JSON messages.
-        Retries, auth, timeout and the answer's parsing stay the client's."""
+    ) -> bytes:
+        """The JSON `chat.completions.create` would send, built without its request
+        transform: that walks every message of the history against the SDK's TypedDicts on
+        each call (~1.2 ms at turn 3, growing with the history) and changes nothing in JSON
+        messages. Messages and tools that come encoded (`ports.EncodedList`: an episode's
+        history, encoded once per message) are joined, not encoded again, so a turn costs
+        its new messages. Retries, auth, timeout and the answer's parsing stay the
+        client's."""
+        parts = [b'{"messages":', _json_array(messages)]
+        if tools:
+            parts += [b',"tools":', _json_array(tools)]
+        rest = encode(self._settings_body(tools, tool_choice))
+        return b"".join([*parts, b",", rest[1:]])  # rest: the other fields, past its "{"
+
+    def _settings_body(self, tools: Sequence[Any] | None, tool_choice: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "messages": list(messages),
             "model": self._model,
             "logprobs": True,
             "max_tokens": self._max_tokens,
             "temperature": self._temperature,
         }
-        if tools:
-            if tool_choice is not None:
-                body["tool_choice"] = tool_choice
-            body["tools"] = list(tools)
+        if tools and tool_choice is not None:
+            body["tool_choice"] = tool_choice
         if self._template_kwargs:
             # vLLM's extension (the torch server takes it too): variables of the chat
             # template, e.g. Qwen3's enable_thinking. Never `include_reasoning: false`: with
@@ -138,6 +152,13 @@ class OpenAIPolicy:
             body["chat_template_kwargs"] = dict(self._template_kwargs)
         body.update(_TOKEN_IDS_BODY)
         return body
+
+
+def _json_array(values: Sequence[Any]) -> bytes:
+    """`values` as a JSON array, from their own JSON texts where they carry them."""
+    if isinstance(values, EncodedList) and len(values.encoded) == len(values):
+        return b"[" + b",".join(values.encoded) + b"]"
+    return b"[" + b",".join(encode(value) for value in values) + b"]"
 
 
 def template_kwargs(task: rollout_pb2.GroupTask) -> dict[str, Any]:
@@ -197,6 +218,14 @@ class OpenAIClients:
         await asyncio.gather(*(r.close() for r in replicas), return_exceptions=True)
 
 
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """The TLS context every probe's client shares. httpx reads the CA bundle into a new
+    one for each client it makes (0.1 s and more of CPU on a busy host), on the event
+    loop: with a probe every few seconds, that stalled every episode's turns."""
+    return httpx.create_ssl_context()
+
+
 async def check_policy(
     base_url: str, model: str, api_key: str, timeout_s: float
 ) -> rollout_pb2.CheckPolicyResponse:
@@ -224,7 +253,11 @@ async def check_replica(
     a one-token request (an endpoint may serve checkpoints it does not list)."""
     answer = rollout_pb2.CheckPolicyResponse()
     async with AsyncOpenAI(
-        base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s
+        base_url=base_url,
+        api_key=api_key,
+        max_retries=0,
+        timeout=timeout_s,
+        http_client=DefaultAsyncHttpxClient(verify=_ssl_context()),
     ) as client:
         try:
             listed = await client.models.list()

@@ -12,15 +12,22 @@ TURNS = Histogram(
     "Assistant turns per episode",
     buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64),
 )
+# Milliseconds too: what the platform adds to a turn is read from these (overhead bench).
+_MS_BUCKETS = (0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03)
 MODEL_SECONDS = Histogram(
     "artfleet_rollout_model_seconds",
     "Latency of one model call (chat completion)",
-    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160),
+    buckets=(*_MS_BUCKETS, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160),
+)
+POLICY_REQUEST_SECONDS = Histogram(
+    "artfleet_rollout_policy_request_build_seconds",
+    "Building one policy request's JSON body (the history's encoding included)",
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1),
 )
 SANDBOX_SECONDS = Histogram(
     "artfleet_rollout_sandbox_exec_seconds",
     "Latency of one sandbox Exec, seen by the worker",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    buckets=(*_MS_BUCKETS, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 FAILURES = Counter(
     "artfleet_rollout_failures_total",

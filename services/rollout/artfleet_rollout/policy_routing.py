@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from artfleet_rollout import metrics
 from artfleet_rollout.ports import PolicyUnavailable
 
 log = logging.getLogger(__name__)
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 # A gateway or a server still starting: the endpoint is down, not refusing the request.
 OUTAGE_STATUSES = frozenset({502, 503, 504})
@@ -128,9 +130,11 @@ class PolicyReplicas:
         clients, self._clients = list(self._clients.values()), {}
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
-    async def post(self, body: object, *, episode: str, timeout_s: float) -> ChatCompletion:
-        """The chat completion from the first replica that answers `body` (sent as the
-        OpenAI client's `post` takes it; see the module)."""
+    async def post(
+        self, body: bytes | Mapping[str, Any], *, episode: str, timeout_s: float
+    ) -> ChatCompletion:
+        """The chat completion from the first replica that answers `body` (JSON already
+        encoded, or an object the OpenAI client's `post` encodes; see the module)."""
         failed: _Failed | None = None
         for round_ in range(self._rounds):
             if round_:
@@ -148,7 +152,7 @@ class PolicyReplicas:
         raise failed.error
 
     async def _round(
-        self, body: object, episode: str, timeout_s: float
+        self, body: bytes | Mapping[str, Any], episode: str, timeout_s: float
     ) -> ChatCompletion | _Failed:
         """Each replica once at most, the episode's own first."""
         tried: set[str] = set()
@@ -160,8 +164,8 @@ class PolicyReplicas:
                     completion: ChatCompletion = await self.client(url).post(
                         "/chat/completions",
                         cast_to=ChatCompletion,
-                        body=body,
-                        options={"timeout": _timeout(timeout_s)},
+                        **_sent(body),
+                        options={"timeout": _timeout(timeout_s), "headers": _JSON_HEADERS},
                     )
             except (APIConnectionError, APIStatusError) as exc:
                 if not try_elsewhere(exc):
@@ -220,6 +224,12 @@ class _Failed:
         self.url, self.error = url, exc
         self.down = self.down or is_outage(exc)
         self.wait = self.wait or not (isinstance(exc, APIStatusError) and exc.status_code == 404)
+
+
+def _sent(body: bytes | Mapping[str, Any]) -> dict[str, Any]:
+    """How the OpenAI client's `post` takes `body`: encoded JSON as the request's content
+    (the caller built it once: ports.EncodedList), else an object it encodes."""
+    return {"content": body} if isinstance(body, bytes) else {"body": body}
 
 
 def _timeout(timeout_s: float) -> httpx.Timeout:

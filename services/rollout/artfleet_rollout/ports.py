@@ -6,10 +6,12 @@ in `adapters.py`, and tests drive the loop with in-process implementations.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import pydantic
 from openai.types.chat.chat_completion import Choice
 
 from artfleet.clients.episode import TestRun
@@ -43,9 +45,34 @@ class PolicyTurn:
     policy_version: int | None = None
 
 
+def encode(value: Any) -> bytes:
+    """JSON as the OpenAI SDK posts it (compact, UTF-8, pydantic models dumped)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_dump).encode()
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump(exclude_unset=True, mode="json", by_alias=True)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+class EncodedList(list[Any]):
+    """A list of JSON values that carries each one's JSON text too (`encoded[i]` is item
+    i, UTF-8, compact). An episode's history grows by one or two messages a turn: its
+    messages are converted and encoded once, and a policy that posts JSON joins the texts
+    instead of encoding the whole history again each turn. Anything else reads a list."""
+
+    def __init__(self, items: Sequence[Any] = (), encoded: Sequence[bytes] = ()) -> None:
+        super().__init__(items)
+        self.encoded = list(encoded)
+        if len(self.encoded) != len(self):
+            raise ValueError("an EncodedList needs one JSON text per item")
+
+
 class Policy(Protocol):
     """The model being trained, with the task's sampling settings bound. `tool_choice` is
-    OpenAI's (`auto`, `none`, `required`, `{"type": "function", ...}`); None = not sent."""
+    OpenAI's (`auto`, `none`, `required`, `{"type": "function", ...}`); None = not sent.
+    `messages` and `tools` may be EncodedLists (their JSON made once, by the caller)."""
 
     def for_episode(self, key: str) -> Policy:
         """The same policy for one episode (`key`, unique in the fleet): its calls go to

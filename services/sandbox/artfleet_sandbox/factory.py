@@ -38,6 +38,7 @@ def local_config(settings: SandboxSettings, replica_id: str = "") -> LocalConfig
         stop_timeout_s=settings.shutdown_grace_s,
         cache_dir=settings.cache_dir,
         repo_pool_size=settings.pool_size,
+        session_pool_size=settings.pool_size,
         test_runtime=settings.test_runtime,
         allow_stdio=settings.allow_local_stdio,
         allow_unisolated=settings.sandbox_allow_unisolated,

@@ -2,12 +2,16 @@
 
 One long-lived bash per session reads one line per call from its stdin:
 
-    <token> <base64 of the script> <base64 of the command's stdin, or ->
+    <token> <base64 of the command's stdin, or -> $'<the script, ANSI-C quoted>'
 
 and `eval`s the script in the current shell, so `cd`, exported variables, functions and
-background jobs persist. Base64 keeps the command text from breaking out of its frame
-(newlines, quotes, a stray `done`). The command's stdin is /dev/null (or the bytes the
-call sent), never the protocol stream: a command that reads stdin gets EOF, not a hang.
+background jobs persist. The quoting keeps the command text from breaking out of its
+frame (newlines, quotes, a stray `done`): backslash, quote and control characters are
+escaped, so the quoted word ends at its last quote and the line at its newline. The
+shell turns it back into the script with builtins only (an assignment `eval`ed), so a
+call forks nothing but the command itself; base64 cost a fork and an exec per call.
+The command's stdin is /dev/null (or the bytes the call sent), never the protocol
+stream: a command that reads stdin gets EOF, not a hang.
 
 After the command the driver writes `<token><exit status>\\n` to stdout and `<token>\\n`
 to stderr, on descriptors saved at start (so `exec >file` in a command cannot swallow
@@ -30,14 +34,14 @@ REPL_NAME = "artfleet-repl"  # $0 of the shell: `ps` shows which process is the 
 # may define functions named `printf` or `read`, or set PATH to nothing, and the loop
 # must still work. Descriptors 62 and 63 keep the real stdout and stderr.
 DRIVER = r"""exec 62>&1 63>&2
-while IFS=' ' builtin read -r __af_tok __af_cmd __af_in; do
+while IFS=' ' builtin read -r __af_tok __af_in __af_cmd; do
   __af_src=/dev/null
   if builtin test "$__af_in" != -; then
     __af_src=${TMPDIR:-/tmp}/.artfleet-stdin-$__af_tok
     builtin printf %s "$__af_in" | command -p base64 -d >"$__af_src"
   fi
-  builtin eval "$(builtin printf %s "$__af_cmd" | command -p base64 -d)" \
-    <"$__af_src" 62>&- 63>&-
+  builtin eval "__af_cmd=$__af_cmd"
+  builtin eval "$__af_cmd" <"$__af_src" 62>&- 63>&-
   __af_rc=$?
   builtin test "$__af_src" = /dev/null || command -p rm -f -- "$__af_src"
   builtin printf '%s%d\n' "$__af_tok" "$__af_rc" >&62
@@ -88,11 +92,24 @@ def script(command: str, cwd: str = "", env: Mapping[str, str] | None = None) ->
     return "\n".join(lines)
 
 
+# Inside $'...' only backslash and the quote are special; control characters (newline
+# above all) become \xHH escapes (bash reads at most two hex digits), the rest stays.
+_ANSI_C = str.maketrans(
+    {"\\": "\\\\", "'": "\\'"} | {chr(c): f"\\x{c:02x}" for c in [*range(1, 32), 127]}
+)
+
+
+def ansi_c_quoted(text: str) -> str:
+    """`text` as one bash word, $'...', on one line. NUL cannot be in a shell string."""
+    if "\0" in text:
+        raise ValueError("a shell script cannot hold a NUL character")
+    return "$'" + text.translate(_ANSI_C) + "'"
+
+
 def frame(token: str, text: str, stdin: bytes = b"") -> bytes:
     """One call, as the line the driver reads."""
-    body = base64.b64encode(text.encode()).decode()
     data = base64.b64encode(stdin).decode() if stdin else "-"
-    return f"{token} {body} {data}\n".encode()
+    return f"{token} {data} {ansi_c_quoted(text)}\n".encode()
 
 
 class SentinelScanner:

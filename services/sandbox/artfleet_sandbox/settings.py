@@ -111,7 +111,8 @@ class SandboxSettings(ServerSettings):
         default=2,
         ge=0,
         le=64,
-        description="Warm containers per image (docker) and per recent repo (both backends)",
+        description="Warm containers per image (docker), sessions with their shell up "
+        "(local) and session dirs per recent repo (both backends)",
     )
     pool_images: list[str] = Field(
         default_factory=list, description="Warmed at start besides sandbox_image"

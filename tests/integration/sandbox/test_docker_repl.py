@@ -13,6 +13,7 @@ from sandbox_docker_kit import TOKEN, AppFactory
 from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import sandbox_pb2 as pb
 from artfleet.v1 import sandbox_pb2_grpc
+from artfleet_sandbox.docker_backend import DockerBackend
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -119,3 +120,24 @@ async def test_a_shell_killed_between_calls_is_flagged_on_the_next(repl: Repl) -
         assert time.monotonic() < deadline
         await asyncio.sleep(0.1)
     assert (await repl.run(sid, "echo ok")).stdout == b"ok\n"
+
+
+async def test_the_shell_starts_when_the_session_opens(sandbox_app: AppFactory) -> None:
+    # The first command finds the shell (a `docker exec`) already running: its result
+    # comes from that shell, not one it had to start.
+    async with (
+        sandbox_app(pool_size=0, max_timeout_s=60) as app,
+        aio_channel(f"127.0.0.1:{app.server.port}", TOKEN) as channel,
+    ):
+        repl = Repl(sandbox_pb2_grpc.SandboxStub(channel))
+        sid = await repl.session()
+        backend = app.backend
+        assert isinstance(backend, DockerBackend)
+        held = backend._sessions.get(sid)
+        deadline = time.monotonic() + 60
+        while held.repl is None or not held.repl.running:
+            assert time.monotonic() < deadline, "no shell started without a command"
+            await asyncio.sleep(0.01)
+        first = await repl.run(sid, "echo $$")
+        assert first.exit_code == 0 and not first.shell_restarted
+        assert held.repl.commands == 1

@@ -6,6 +6,7 @@ The endpoint is an in-process HTTP transport answering as vLLM does with
 from __future__ import annotations
 
 import json
+import ssl
 from typing import Any
 
 import httpx
@@ -16,8 +17,9 @@ from pydantic import SecretStr
 
 from artfleet.contracts.art_types import art
 from artfleet.v1 import rollout_pb2
-from artfleet_rollout.adapters import OpenAIClients, OpenAIPolicy
-from artfleet_rollout.ports import Usage
+from artfleet_rollout.adapters import OpenAIClients, OpenAIPolicy, check_policy
+from artfleet_rollout.agents.turns import Conversation
+from artfleet_rollout.ports import EncodedList, Usage
 from artfleet_rollout.settings import RolloutSettings
 
 ANSWER = {
@@ -179,3 +181,46 @@ async def test_the_request_skips_the_sdks_per_call_transform(
     turn = await policy.complete([{"role": "user", "content": "x"}], tools=TOOLS)
     await client.close()
     assert turn.choice.finish_reason == "tool_calls" and len(seen) == 1
+
+
+async def test_an_encoded_history_is_sent_as_the_same_json() -> None:
+    seen: list[httpx.Request] = []
+    client = recording_client(seen)
+    policy = OpenAIPolicy(client, model="agent@1", temperature=0.7, max_tokens=32, timeout_s=5)
+    first = await policy.complete([{"role": "user", "content": "x"}], tools=TOOLS)
+    trajectory = art.Trajectory(
+        messages_and_choices=[
+            {"role": "system", "content": "s é"},
+            {"role": "user", "content": "x"},
+            first.choice,
+            {"role": "tool", "tool_call_id": "call_1", "content": "a\nb"},
+        ],
+        tools=TOOLS,
+    )
+    conversation = Conversation()
+    encoded = conversation.messages(trajectory)
+    tools = conversation.tools(trajectory)
+    assert isinstance(encoded, EncodedList) and isinstance(tools, EncodedList)
+    await policy.complete(encoded, tools=tools, tool_choice="required")
+    await policy.complete(trajectory.messages(), tools=TOOLS, tool_choice="required")
+    await client.close()
+    from_cache, plain = seen[1], seen[2]
+    assert json.loads(from_cache.content) == json.loads(plain.content)
+    assert from_cache.headers["content-type"] == "application/json"
+
+
+async def test_policy_probes_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Reading the CA bundle into a new context for every probe's client took 0.1 s and
+    # more of the event loop on a busy host, with a probe every few seconds.
+    made: list[object] = []
+    real = ssl.create_default_context
+
+    def counted(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        made.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counted)
+    for _ in range(3):
+        answer = await check_policy("http://127.0.0.1:9/v1", "agent@1", "k", timeout_s=2)
+        assert not answer.reachable and answer.error
+    assert len(made) <= 1

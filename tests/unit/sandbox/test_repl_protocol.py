@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import subprocess
 
 import pytest
 
@@ -18,13 +19,20 @@ def scan(chunks: list[bytes], with_status: bool) -> tuple[bytes, repl.SentinelSc
 
 
 def test_frame_is_one_line_and_round_trips() -> None:
-    text = "echo 'a\nb' ; done; \"$x\""
+    text = "echo 'a\nb' ; done; \"$x\" \\' \\x41 \r\t\x01\x7f é"
     line = repl.frame(TOKEN, text, b"\x00in")
     assert line.count(b"\n") == 1 and line.endswith(b"\n")
-    token, body, stdin = line[:-1].split(b" ")
-    assert token.decode() == TOKEN
-    assert base64.b64decode(body).decode() == text and base64.b64decode(stdin) == b"\x00in"
-    assert repl.frame(TOKEN, "true").endswith(b" -\n")  # no stdin: /dev/null
+    token, stdin, quoted = line[:-1].split(b" ", 2)
+    assert token.decode() == TOKEN and base64.b64decode(stdin) == b"\x00in"
+    # bash reads the quoted word back as the text, byte for byte
+    echo = ["bash", "--norc", "-c", 'eval "v=$1"; printf %s "$v"', "t", quoted.decode()]
+    assert subprocess.run(echo, capture_output=True, check=True).stdout == text.encode()
+    assert repl.frame(TOKEN, "true") == f"{TOKEN} - $'true'\n".encode()  # stdin: /dev/null
+
+
+def test_a_script_with_nul_has_no_frame() -> None:
+    with pytest.raises(ValueError, match="NUL"):
+        repl.frame(TOKEN, "echo \x00")
 
 
 @pytest.mark.parametrize("size", [1, 2, 7, 1000])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 from pydantic import SecretStr, ValidationError
 
@@ -10,7 +13,7 @@ from artfleet_sandbox.factory import build_servicer
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.local_backend import LocalBackend
 from artfleet_sandbox.paths import clean_relpath
-from artfleet_sandbox.procs import Capture
+from artfleet_sandbox.procs import TAG_VAR, Capture, _tagged_pids
 from artfleet_sandbox.servicer import _clamp
 from artfleet_sandbox.settings import SandboxSettings
 
@@ -115,3 +118,16 @@ def test_build_servicer_wires_limits() -> None:
     assert servicer.backend is backend and servicer.limits.max_timeout_s == 42
     assert servicer.limits.default_timeout_s == 42
     assert isinstance(backend, LocalBackend) and backend.config.use_bwrap == "never"
+
+
+def test_tagged_processes_are_found_by_their_variable_only() -> None:
+    tag = f"{TAG_VAR}=t{os.getpid()}."
+    first = subprocess.Popen(["sleep", "60"], env={TAG_VAR: f"t{os.getpid()}.a"})
+    later = subprocess.Popen(["sleep", "60"], env={"A": "1", TAG_VAR: f"t{os.getpid()}.b"})
+    decoy = subprocess.Popen(["sleep", "60"], env={"OTHER": tag, "X": f"y{tag}"})
+    try:
+        assert sorted(_tagged_pids(tag.encode())) == sorted([first.pid, later.pid])
+    finally:
+        for proc in (first, later, decoy):
+            proc.kill()
+            proc.wait()

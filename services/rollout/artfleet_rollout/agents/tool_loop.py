@@ -19,7 +19,7 @@ from artfleet_rollout.agents.terminal import Action, step_event, truncate_middle
 from artfleet_rollout.ports import Policy, Toolbox, ToolResult
 
 from .toolcalls import RequestedCall, requested_calls
-from .turns import Budget, ask_policy
+from .turns import Budget, Conversation, ask_policy
 
 UNKNOWN_TOOL = "(unknown)"
 NO_CALL_HELP = (
@@ -66,6 +66,7 @@ async def run_tool_loop(
     """Runs turns until `submit`, a text answer (`text_ends`), the turn or context limit;
     returns the finish reason."""
     budget = Budget(options.max_context_tokens, options.max_tokens)
+    conversation = Conversation()
     known = {tool["function"]["name"] for tool in toolbox.tools()}
     for turn in range(1, options.max_turns + 1):
         if budget.exhausted():
@@ -76,6 +77,7 @@ async def run_tool_loop(
             budget,
             tool_choice=options.tool_choice,
             default_version=options.policy_version,
+            conversation=conversation,
         )
         trajectory.messages_and_choices.append(choice)
         calls = requested_calls(choice, turn)

@@ -73,6 +73,7 @@ class _Session:
     ttl_s: float
     repl_default: bool = True
     repl: ReplShell | None = None  # made on the first REPL call
+    warming: asyncio.Task[None] | None = None  # the REPL shell starting at session open
     created: float = field(default_factory=time.monotonic)
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
@@ -272,6 +273,10 @@ class DockerBackend:
         except BaseException:
             await self.close_session(session_id)
             raise
+        if session.repl_default:
+            # The shell (a `docker exec`: most of a first command's time) starts while the
+            # client asks its model for the first command.
+            session.warming = asyncio.create_task(self._warm_repl(session))
         metrics.CREATE_SECONDS.labels(source).observe(time.perf_counter() - started)
         metrics.SESSIONS_CREATED.inc()
         return SessionInfo(
@@ -315,6 +320,8 @@ class DockerBackend:
         if session is None:
             return False
         await self._remove(session.container_id)
+        if session.warming is not None:
+            await session.warming  # ends with the container, if it was still starting
         if session.repl is not None:
             await session.repl.stop()
         return True
@@ -373,6 +380,12 @@ class DockerBackend:
                 self.name,
             )
         return session.repl
+
+    async def _warm_repl(self, session: _Session) -> None:
+        try:
+            await self._repl_of(session).start()
+        except Exception as exc:  # the first call starts it again and reports the error
+            log.debug("session %s: shell not started at open: %s", session.id, exc)
 
     async def _spawn_repl(self, session: _Session, sink: ReplSink) -> DockerChannel:
         return await DockerChannel.start(

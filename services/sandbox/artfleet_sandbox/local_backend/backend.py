@@ -7,8 +7,8 @@ Without it commands would be plain processes of the server's user: the backend r
 to start unless `allow_unisolated` says that is wanted, and every session says so in its
 `isolation` field.
 
-A session dir holds `work/` (the workspace clients see), `home/` and `tmp/` (HOME and
-TMPDIR of its commands) and `reports/` (JUnit files of RunTests).
+A session dir: `session_dirs`. Plain sessions come from a warm pool, their shell already
+up (`warm_sessions`).
 
 Sessions get a Python with pytest that does not depend on the host's (`pyruntime`): its
 `bin/` leads their PATH, and `isolation` names it.
@@ -54,16 +54,18 @@ from artfleet_sandbox.local_backend.config import ISOLATION_BWRAP, ISOLATION_NON
 from artfleet_sandbox.local_backend.prepared_dirs import SeededDirs
 from artfleet_sandbox.local_backend.replio import LocalChannel
 from artfleet_sandbox.local_backend.session import LocalSession, spawn_errors
+from artfleet_sandbox.local_backend.session_dirs import make_session_dir, write_files
 from artfleet_sandbox.local_backend.stale import PREFIX as STALE_PREFIX
 from artfleet_sandbox.local_backend.stale import remove_stale, write_owner
 from artfleet_sandbox.local_backend.stdio import LocalStdio
-from artfleet_sandbox.paths import chown_tree, read_file, remove_tree, resolve_dir, write_file
+from artfleet_sandbox.local_backend.warm_sessions import WarmSessions
+from artfleet_sandbox.paths import read_file, remove_tree, resolve_dir
 from artfleet_sandbox.procs import TAG_VAR, kill_group, kill_tagged, rlimit_prefix, run_process
 from artfleet_sandbox.pyruntime import PyRuntime, default_cache_dir, prepare_runtime
 from artfleet_sandbox.repl import shell_argv
 from artfleet_sandbox.replica import ReplicaIdentity, new_replica_id, new_session_id
 from artfleet_sandbox.replshell import ReplCall, ReplShell, ReplSink
-from artfleet_sandbox.repocache import RepoCache, extract
+from artfleet_sandbox.repocache import RepoCache
 from artfleet_sandbox.sessions import SessionTable
 from artfleet_sandbox.stdio import StdioProcess, StdioSpec
 
@@ -95,6 +97,7 @@ class LocalBackend:
             lambda tarball: asyncio.to_thread(self._make_session_dir, (), tarball),
             lambda root: asyncio.to_thread(remove_tree, root),
         )
+        self._warm = WarmSessions(self.config.session_pool_size, self._open_warm, self._end)
 
     @property
     def root(self) -> str:
@@ -123,6 +126,7 @@ class LocalBackend:
             self._owner = cfg.run_as
         self._root = await asyncio.to_thread(self._make_root)
         self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
+        self._warm.fill(network=False)
         log.info("local sandbox backend at %s, isolation: %s", self._root, self.isolation())
 
     async def stop(self) -> None:
@@ -134,6 +138,7 @@ class LocalBackend:
         if not self._root:
             return
         await self._seeded.stop()
+        await self._warm.stop()
         try:
             await asyncio.wait_for(self.close_all(), self.config.stop_timeout_s)
         except TimeoutError:
@@ -193,28 +198,16 @@ class LocalBackend:
         if spec.idle_ttl_s < 0:
             raise InvalidArgument("idle_ttl_s must not be negative")
         started = time.perf_counter()
-        tarball = await self.repos.tarball(spec.repo) if spec.repo else ""
-        root = self._seeded.take(tarball) if tarball else None
-        if root is not None:  # the repo is already there; only the files are written
-            await asyncio.to_thread(self._write_to, root, spec.files)
-        else:
-            root = await asyncio.to_thread(self._make_session_dir, spec.files, tarball)
-        session = LocalSession(
-            id=new_session_id(self.replica_id),
-            root=root,
-            tag=secrets.token_hex(8),
-            env=dict(spec.env),
-            network=spec.network,
-            job_id=spec.job_id,
-            ttl_s=spec.idle_ttl_s or self.config.idle_ttl_s,
-            repl_default=spec.repl,
-        )
+        session = await self._warm_session(spec)
+        source = "pool" if session is not None else "process"
+        if session is None:
+            session = await self._new_session(spec)
+        session.id = new_session_id(self.replica_id)
+        session.job_id = spec.job_id
+        session.ttl_s = spec.idle_ttl_s or self.config.idle_ttl_s
+        session.last_used = time.monotonic()
         self._sessions.add(session.id, session)
-        if session.repl_default:
-            # The shell (bash under bubblewrap: most of a first command's time) starts
-            # while the client asks its model for the first command.
-            session.warming = asyncio.create_task(self._warm_repl(session))
-        metrics.CREATE_SECONDS.labels("process").observe(time.perf_counter() - started)
+        metrics.CREATE_SECONDS.labels(source).observe(time.perf_counter() - started)
         metrics.SESSIONS_CREATED.inc()
         return SessionInfo(
             session.id,
@@ -223,6 +216,67 @@ class LocalBackend:
             self.session_isolation(spec.network),
             self.replica_id,
         )
+
+    async def _new_session(self, spec: SessionSpec) -> LocalSession:
+        tarball = await self.repos.tarball(spec.repo) if spec.repo else ""
+        root = self._seeded.take(tarball) if tarball else None
+        if root is not None:  # the repo is already there; only the files are written
+            await asyncio.to_thread(self._write_to, root, spec.files)
+        else:
+            root = await asyncio.to_thread(self._make_session_dir, spec.files, tarball)
+        session = self._session_at(root, spec.network, dict(spec.env), spec.repl)
+        if session.repl_default:
+            # The shell (bash under bubblewrap: most of a first command's time) starts
+            # while the client asks its model for the first command.
+            session.warming = asyncio.create_task(self._warm_repl(session))
+        return session
+
+    def _session_at(
+        self, root: str, network: bool, env: dict[str, str], repl: bool = True
+    ) -> LocalSession:
+        """A session in `root`; its id, job and TTL are set when it is handed out."""
+        return LocalSession(
+            id="",
+            root=root,
+            tag=secrets.token_hex(8),
+            env=env,
+            network=network,
+            job_id="",
+            ttl_s=self.config.idle_ttl_s,
+            repl_default=repl,
+        )
+
+    async def _warm_session(self, spec: SessionSpec) -> LocalSession | None:
+        """A waiting session with its shell up, for a plain spec (no repo, no env of its
+        own, the REPL on), its files written; None when none waits (or for another spec)."""
+        if spec.repo or spec.env or not spec.repl:
+            return None
+        session = self._warm.take(spec.network)
+        if session is not None and spec.files:
+            try:
+                await asyncio.to_thread(self._write_all, session, spec.files)
+            except BaseException:
+                await self._end(session)
+                raise
+        return session
+
+    async def _open_warm(self, network: bool) -> LocalSession:
+        """A session for the warm pool: its dir made and its shell started."""
+        root = await asyncio.to_thread(self._make_session_dir, ())
+        session = self._session_at(root, network, {})
+        try:
+            await self._repl_of(session).start()
+        except BaseException:
+            await self._end(session)
+            raise
+        return session
+
+    async def _end(self, session: LocalSession) -> None:
+        """Kills what the session runs and removes its dir (it is out of the table)."""
+        await asyncio.to_thread(kill_tagged, session.tag + ".")
+        if session.repl is not None:
+            await session.repl.stop()
+        await asyncio.to_thread(remove_tree, session.root)
 
     async def close_session(self, session_id: str) -> bool:
         session = self._sessions.pop(session_id)
@@ -257,30 +311,11 @@ class LocalBackend:
     # -- files -------------------------------------------------------------------------
 
     def _make_session_dir(self, files: Sequence[FileSpec], tarball: str = "") -> str:
-        # The dir name is random but is not the session id: commands can see their path.
-        root = tempfile.mkdtemp(prefix="s-", dir=self._root)
-        try:
-            subdirs = [os.path.join(root, sub) for sub in ("work", "home", "tmp", "reports")]
-            for path in subdirs:
-                os.mkdir(path, 0o700)
-            if tarball:
-                extract(tarball, os.path.join(root, "work"))
-            if self._owner is not None:
-                for path in [root, *subdirs]:
-                    os.chown(path, *self._owner, follow_symlinks=False)
-                if tarball:  # the cached repo is the session user's to edit
-                    chown_tree(os.path.join(root, "work"), self._owner)
-            for spec in files:
-                write_file(os.path.join(root, "work"), spec, self._owner)
-        except BaseException:
-            remove_tree(root)
-            raise
-        return root
+        return make_session_dir(self._root, files, tarball, self._owner)
 
     def _write_to(self, root: str, files: Sequence[FileSpec]) -> None:
         try:
-            for spec in files:
-                write_file(os.path.join(root, "work"), spec, self._owner)
+            write_files(os.path.join(root, "work"), files, self._owner)
         except BaseException:
             remove_tree(root)
             raise
@@ -290,8 +325,7 @@ class LocalBackend:
         return self._seeded.ready(tarball)
 
     def _write_all(self, session: LocalSession, files: Sequence[FileSpec]) -> None:
-        for spec in files:
-            write_file(session.workdir, spec, self._owner)
+        write_files(session.workdir, files, self._owner)
 
     async def write_files(self, session_id: str, files: Sequence[FileSpec]) -> int:
         session = self._sessions.get(session_id)

@@ -48,6 +48,8 @@ class LocalConfig:
     cache_dir: str = ""  # the test runtime and cached repos; "" = default_cache_dir()
     test_runtime: bool = True  # prepare the Python + pytest runtime for sessions
     repo_pool_size: int = 2  # session dirs kept unpacked per recently used repo (prepared_dirs)
+    # Plain sessions kept open ahead, shell running, per network mode (warm_sessions).
+    session_pool_size: int = 0
     # McpStdio: run the request's args as a local command (no container: dev and tests).
     allow_stdio: bool = False
     # Without bubblewrap, run commands as the server's user on the host? An explicit choice.

@@ -18,7 +18,7 @@ from artfleet_rollout.agents.terminal import (
     parse_action,
     step_event,
 )
-from artfleet_rollout.agents.turns import Budget, ask_policy
+from artfleet_rollout.agents.turns import Budget, Conversation, ask_policy
 from artfleet_rollout.ports import Workspace, WorkspaceSpec
 from artfleet_rollout.repo_episode import finish_repo_task, repo_source
 
@@ -62,11 +62,16 @@ async def _agent_loop(
     ctx: EpisodeContext, workspace: Workspace, trajectory: art.Trajectory, episode: pb.Episode
 ) -> str:
     budget = Budget(ctx.task.max_context_tokens, ctx.task.max_tokens)
+    conversation = Conversation()
     for turn in range(1, ctx.task.max_turns + 1):
         if budget.exhausted():
             return "context"
         choice = await ask_policy(
-            ctx.policy, trajectory, budget, default_version=ctx.task.policy_version
+            ctx.policy,
+            trajectory,
+            budget,
+            default_version=ctx.task.policy_version,
+            conversation=conversation,
         )
         trajectory.messages_and_choices.append(choice)
         action = parse_action(choice.message.content or "")
