@@ -85,6 +85,7 @@ bench:
 	$(BIN)/python bench/chaos_bench.py
 	$(BIN)/python bench/partition_bench.py
 	$(BIN)/python bench/overhead_bench.py
+	$(BIN)/python bench/replica_bench.py
 	$(BIN)/python bench/plugin_overhead_bench.py
 	$(BIN)/python bench/fuzz_bench.py
 
