@@ -1,7 +1,7 @@
 """vLLM (the inference service) against the torch backend's built-in server, one run.
 
     python bench/inference_bench.py [--rounds 2] [--requests 64] [--max-tokens 48]
-                                    [--publishes 3] [--demo-steps 2] [--parts serving,demo]
+        [--publishes 5] [--demo-steps 2] [--parts serving,demo] [--demo-runs torch,vllm,...]
 
 Both serve SmolLM2-135M-Instruct with rank-8 LoRA checkpoints (fixed seeds, the size the
 demo trains). Measured on this machine (`uptime` printed beside each figure: the cores are
@@ -10,12 +10,15 @@ shared):
   of at most `--max-tokens` tokens, temperature 0.7, logprobs and token ids on), servers
   alternating per round; time to the first token of turn 8 of a shell-agent episode with
   vLLM's prefix caching on and off; policy publishing (checkpoint saved → first token
-  from it, `--publishes` new checkpoints each, the median) in each way a checkpoint can
+  from it, `--publishes` new checkpoints each, the median; each server answers one chat
+  completion before: its first renders the chat template) in each way a checkpoint can
   reach vLLM: merged from memory (vLLM's worker merges the factors: the CPU default),
   merged through a written model folder (the way before), a runtime LoRA (the GPU
   default; its rollout throughput too, the reason it is not the CPU default);
 - demo: the demo's job (`artfleet demo`'s spec, `--demo-steps` steps, without its
-  held-out evaluations) on a local fleet with each engine, the mean step time.
+  held-out evaluations) on a local fleet per `--demo-runs` (the torch server; vLLM as
+  set by default; vLLM with merged folders on disk, the way before; vLLM with every core
+  for its worker), one after the other: the mean step time of each.
 
 Last lines: `policy_publish_s_<way>=` for each way and `policy_publish_s=` (the CPU
 default's), `vllm_vs_torch_rollout_speedup=` (target >= 1.25), `vllm_turn8_ttft_speedup=`,
@@ -111,11 +114,22 @@ class Inference:
                 try:
                     async with session.get(f"{self.url}/health") as reply:
                         if reply.status == 200:
-                            return
+                            return await self.warm()
                 except aiohttp.ClientError:
                     pass
                 await asyncio.sleep(0.5)
         raise TimeoutError("inference not ready")
+
+    async def warm(self) -> None:
+        """One chat completion of the base model: a server's first one renders its chat
+        template and warms its tokenizer (seconds here), which is no publish's cost."""
+        client = AsyncOpenAI(base_url=f"{self.url}/v1", api_key=self.token)
+        await client.chat.completions.create(
+            model="smollm2-135m-instruct",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=1,
+        )
+        await client.close()
 
     async def publish(self, ckpt: Path, step: int) -> float:
         """Checkpoint saved → the first token of an answer from it."""
@@ -210,7 +224,7 @@ async def main(args: argparse.Namespace) -> None:
     if "serving" in parts:
         await serving(args)
     if "demo" in parts and args.demo_steps:
-        await asyncio.to_thread(demo_comparison, args.demo_steps)
+        await asyncio.to_thread(demo_comparison, args.demo_steps, args.demo_runs.split(","))
 
 
 async def serving(args: argparse.Namespace) -> None:
@@ -337,17 +351,27 @@ def demo_steps(engine: str, steps: int, settings: dict[str, str]) -> list[Any]:
     return list(job.steps)
 
 
-def demo_comparison(steps: int) -> None:
-    """The demo's step on each engine, one fleet after the other: the torch server, vLLM
-    (the default merge path), vLLM with the way before (a merged folder on disk)."""
+DEMO_RUNS = {
+    "torch": ("torch", {}),
+    "vllm": ("vllm", {}),  # the defaults: merged, from memory
+    "vllm_disk": ("vllm", {"ARTFLEET_INFERENCE_MERGE_PATH": "disk"}),  # the way before
+    # vLLM's CPU worker keeps one core for its scheduler by default: here, half the machine.
+    "vllm_all_cores": ("vllm", {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}),
+}
+
+
+def demo_comparison(steps: int, runs: list[str]) -> None:
+    """The demo's step in each of `runs` (DEMO_RUNS), one fleet after the other."""
     mean = {}
-    runs = [("torch", {}), ("vllm", {}), ("vllm_disk", {"ARTFLEET_INFERENCE_MERGE_PATH": "disk"})]
-    for label, settings in runs:
-        done = demo_steps(label.partition("_")[0], steps, settings)
+    for label in runs:
+        engine, settings = DEMO_RUNS[label]
+        done = demo_steps(engine, steps, settings)
         mean[label] = statistics.mean(s.step_seconds for s in done)
         print(f"demo_step_s_{label}={mean[label]:.1f}", flush=True)
-    print(f"demo_step_vllm_disk_vs_torch={mean['vllm_disk'] / mean['torch']:.2f}")
-    print(f"demo_step_vllm_vs_torch={mean['vllm'] / mean['torch']:.2f}")
+    for label in mean:
+        if label != "torch" and "torch" in mean:
+            suffix = "" if label == "vllm" else label.removeprefix("vllm")
+            print(f"demo_step_vllm{suffix}_vs_torch={mean[label] / mean['torch']:.2f}")
 
 
 if __name__ == "__main__":
@@ -356,7 +380,8 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--turns", type=int, default=8)
-    parser.add_argument("--publishes", type=int, default=3)
+    parser.add_argument("--publishes", type=int, default=5)
     parser.add_argument("--demo-steps", type=int, default=2)
     parser.add_argument("--parts", default="serving,demo", help="serving, demo or both")
+    parser.add_argument("--demo-runs", default="torch,vllm,vllm_disk", help=", ".join(DEMO_RUNS))
     asyncio.run(main(parser.parse_args()))
