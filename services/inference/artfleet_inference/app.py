@@ -82,11 +82,18 @@ class InferenceApp:
         art_path = Path(settings.art_path)
         table = PolicyTable(
             base_name,
-            settings.inference_policy_mode,
+            settings.policy_mode,
             lambda name, step: find_checkpoint(art_path, name, step),
             base_aliases=aliases,
         )
-        self._engine = PolicyEngine(table, self._vllm.base_url, self._vllm.key, base_dir, workdir)
+        self._engine = PolicyEngine(
+            table,
+            self._vllm.base_url,
+            self._vllm.key,
+            base_dir,
+            workdir,
+            settings.inference_merge_path,
+        )
         await self._engine.start()
         vllm = self._vllm
         front = Front(
@@ -106,7 +113,11 @@ class InferenceApp:
         self._watch = asyncio.create_task(self._watch_vllm())
         self.health.start()
         log.info(
-            "inference on %s:%d (%s mode)", settings.host, self.port, settings.inference_policy_mode
+            "inference on %s:%d (%s mode, merge path %s)",
+            settings.host,
+            self.port,
+            settings.policy_mode,
+            settings.inference_merge_path,
         )
 
     async def _watch_vllm(self) -> None:

@@ -16,22 +16,23 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 from prometheus_client import Histogram
 
-from artfleet_inference import lora_math
+from artfleet_inference import lora_math, vllm_worker
 from artfleet_inference.policies import PolicyTable, Route
 
 log = logging.getLogger(__name__)
 
 PUBLISH_SECONDS = Histogram(
     "artfleet_inference_publish_seconds",
-    "A published checkpoint: request → served by vLLM (merge and reload, or adapter load)",
+    "A published checkpoint: request → served by vLLM (merged reload, or adapter load)",
     buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
 )
 MAX_REGISTERED_ADAPTERS = 8
+MergePath = Literal["memory", "disk"]
 
 
 class EngineError(RuntimeError):
@@ -82,8 +83,10 @@ class PolicyEngine:
         vllm_key: str,
         base_dir: Path,
         workdir: Path,
+        merge_path: MergePath = "memory",
     ) -> None:
         self.table = table
+        self.merge_path = merge_path
         self.gate = WeightsGate()
         self.vllm_url = vllm_url
         self.headers = {"Authorization": f"Bearer {vllm_key}"}
@@ -97,6 +100,9 @@ class PolicyEngine:
     async def start(self) -> None:
         self._workdir.mkdir(parents=True, exist_ok=True)
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
+        # torch and safetensors read every adapter: imported now (seconds on a busy CPU),
+        # not inside the first publish, which the trainer waits for.
+        await asyncio.to_thread(lora_math.import_tensor_libraries)
 
     async def stop(self) -> None:
         if self._session is not None:
@@ -120,19 +126,30 @@ class PolicyEngine:
             if self.table.publish(name, step, checkpoint):
                 await self._reload_merged(name, step, checkpoint)
             else:
-                await self.ensure_adapter(self.table.route(f"{name}@{step}"))
+                await self._load_published(self.table.route(f"{name}@{step}"))
         seconds = time.monotonic() - started
         PUBLISH_SECONDS.observe(seconds)
         log.info("serving %s@%d (%.2fs)", name, step, seconds)
         return seconds
 
+    async def _load_published(self, route: Route) -> None:
+        """lora mode: the checkpoint's adapter under its versioned name (`name@step`). One
+        published again (a job that reuses a name) is unloaded, then loaded: vLLM keeps
+        the adapter it read under that name, and its `load_inplace` would read the folder
+        again on every request."""
+        if route.vllm_model in self._adapters:
+            async with self.gate.exclusive(), self._adapter_lock:  # none of its answers mid-way
+                self._adapters.pop(route.vllm_model)
+                await self._unload(route.vllm_model)
+        await self.ensure_adapter(route)
+
     async def _reload_merged(self, name: str, step: int, checkpoint: Path) -> None:
-        """The merged copy is written into the folder not in use while requests go on;
+        """What vLLM reloads is written (into the slot not in use) while requests go on;
         only the reload itself holds the weights alone."""
-        adapter = await asyncio.to_thread(lora_math.read_adapter, checkpoint)
-        target = self._workdir / f"merged-{(self.table.merged_version + 1) % 2}"
-        await asyncio.to_thread(lora_math.write_merged, self._base_dir, adapter, target)
-        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(target)}}
+        slot = (self.table.merged_version + 1) % 2
+        rpc = await asyncio.to_thread(
+            prepare_reload, self.merge_path, self._base_dir, checkpoint, self._workdir, slot
+        )
         async with self.gate.exclusive():
             await self._call("/collective_rpc", rpc)
             # Cached key/values were computed with the old weights.
@@ -198,3 +215,24 @@ class PolicyEngine:
 def is_model_of(lora: str, name: str) -> bool:
     """`lora` (`name@step` or `name@step~mN`) belongs to the model `name`."""
     return lora.split("~")[0].rpartition("@")[0] == name
+
+
+def prepare_reload(
+    merge_path: MergePath, base_dir: Path, checkpoint: Path, workdir: Path, slot: int
+) -> dict[str, Any]:
+    """Write what vLLM needs to serve `checkpoint` merged into `base_dir`'s weights (into
+    `slot`, 0 or 1: the other one may be what vLLM read last) and return the
+    `/collective_rpc` body that loads it.
+
+    memory: the adapter's factors (a few MB); vLLM's worker merges them into the base
+    weights itself (vllm_worker.PolicyWeights). disk: the whole merged model folder, for
+    vLLM's `reload_weights(weights_path=...)`."""
+    adapter = lora_math.read_adapter(checkpoint)
+    if merge_path == "memory":
+        factors = workdir / f"factors-{slot}.safetensors"
+        vllm_worker.save_factors(adapter.factors, factors)
+        kwargs = {"base_dir": str(base_dir), "factors_path": str(factors)}
+        return {"method": "artfleet_load_policy", "kwargs": kwargs}
+    target = workdir / f"merged-{slot}"
+    lora_math.write_merged(base_dir, adapter, target)
+    return {"method": "reload_weights", "kwargs": {"weights_path": str(target)}}

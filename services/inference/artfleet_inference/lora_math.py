@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG
+from artfleet_inference.vllm_worker import merged_weight
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 _PEFT_PREFIX = "base_model.model."
@@ -48,6 +49,12 @@ class Adapter:
     factors: dict[str, tuple[Any, Any]]
     rank: int
     target_modules: list[str]
+
+
+def import_tensor_libraries() -> None:
+    """What reading and writing adapters imports (torch is slow to import)."""
+    import safetensors.torch  # noqa: F401
+    import torch  # noqa: F401
 
 
 def read_adapter(folder: Path) -> Adapter:
@@ -92,9 +99,7 @@ def write_merged(base_dir: Path, adapter: Adapter | None, out_dir: Path) -> None
         for key in list(weights):
             factor = pending.pop(key, None)
             if factor is not None:
-                a, b = factor
-                w = weights[key]
-                weights[key] = (w.float() + b @ a).to(w.dtype)
+                weights[key] = merged_weight(weights[key], *factor)
         save_file(weights, str(staging / shard.name), metadata={"format": "pt"})
     if (base_dir / "model.safetensors.index.json").is_file():
         index = "model.safetensors.index.json"

@@ -36,10 +36,19 @@ class InferenceSettings(ServerSettings):
     inference_workdir: str = Field(
         default=".artfleet/inference", description="merged weights and adapters written here"
     )
-    inference_policy_mode: Literal["merged", "lora"] = Field(
-        default="merged",
-        description="how a new policy reaches vLLM: merged weights reloaded in place "
-        "(fastest on CPU) or a runtime LoRA adapter (GPU)",
+    inference_policy_mode: Literal["auto", "merged", "lora"] = Field(
+        default="auto",
+        description="how a new policy reaches vLLM: merged into vLLM's weights (the newest "
+        "policy at base speed; the others as LoRA differences) or a runtime LoRA adapter "
+        "per checkpoint; auto: merged on a CPU (vLLM-CPU's LoRA path runs at ~0.4x), lora "
+        "on CUDA (measured: docs/inference.md)",
+    )
+    inference_merge_path: Literal["memory", "disk"] = Field(
+        default="memory",
+        description="merged mode: how merged weights enter vLLM; memory: vLLM's worker "
+        "merges the adapter's factors into the base weights it reads and reloads them in "
+        "place (no model folder written); disk: a merged model folder is written, then "
+        "vLLM reloads from it",
     )
     inference_vllm_python: str = Field(
         default=sys.executable, description="a Python with vLLM (its own environment)"
@@ -86,3 +95,10 @@ class InferenceSettings(ServerSettings):
     inference_prefix_caching: bool = Field(default=True)
     inference_extra_args: str = Field(default="", description="more vLLM flags, shell-split")
     inference_start_timeout_s: float = Field(default=600.0, gt=0)
+
+    @property
+    def policy_mode(self) -> Literal["merged", "lora"]:
+        """`inference_policy_mode` with `auto` resolved for the device."""
+        if self.inference_policy_mode != "auto":
+            return self.inference_policy_mode
+        return "lora" if self.inference_device == "cuda" else "merged"

@@ -25,10 +25,12 @@ import aiohttp
 
 from artfleet.contracts import gpu_plan
 from artfleet.runtime.service import free_port
+from artfleet_inference import vllm_worker
 from artfleet_inference.engine import MAX_REGISTERED_ADAPTERS
 from artfleet_inference.settings import InferenceSettings
 
 log = logging.getLogger(__name__)
+WORKER_EXTENSION = f"{vllm_worker.__name__}.{vllm_worker.PolicyWeights.__name__}"
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,9 @@ def vllm_launch(
         if settings.inference_prefix_caching
         else "--no-enable-prefix-caching",
         "--disable-uvicorn-access-log",
+        # artfleet_load_policy for /collective_rpc: merged weights loaded from memory.
+        "--worker-extension-cls",
+        WORKER_EXTENSION,
     ]
     if settings.inference_reasoning_parser:
         argv += ["--reasoning-parser", settings.inference_reasoning_parser]
@@ -173,12 +178,24 @@ def vllm_launch(
         VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
         HF_HUB_OFFLINE="1",
     )
+    source = package_source_dir()
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH", "")]))
     if settings.inference_device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{settings.inference_kv_cache_gib:g}"
     elif memory.gpu_memory_utilization is not None:
         argv += ["--gpu-memory-utilization", f"{memory.gpu_memory_utilization:g}"]
     argv += shlex.split(settings.inference_extra_args)
     return VllmLaunch(argv, env)
+
+
+def package_source_dir() -> str | None:
+    """The folder vLLM's Python must import `artfleet_inference.vllm_worker` from, when this
+    package is a source checkout (vLLM lives in an environment of its own there); None
+    when it is installed in site-packages (the images: vLLM's environment is ours), which
+    must not go before the standard library on vLLM's path."""
+    parent = Path(vllm_worker.__file__).resolve().parent.parent
+    return None if parent.name in ("site-packages", "dist-packages") else str(parent)
 
 
 def resolve_launch_memory(settings: InferenceSettings, model_dir: Path) -> LaunchMemory:

@@ -225,3 +225,16 @@ def test_the_reasoning_parser_is_off_unless_named(monkeypatch: pytest.MonkeyPatc
     named = _settings(monkeypatch, ARTFLEET_INFERENCE_REASONING_PARSER="qwen3")
     argv = vllm_launch(named, Path("/m"), "m", 1, "k").argv
     assert _flag(argv, "--reasoning-parser") == "qwen3"
+
+
+def test_vllms_python_finds_the_worker_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a source checkout, vLLM's own Python imports `artfleet_inference.vllm_worker`
+    (the merged weights' in-memory load) from the folder the launch puts on its path."""
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    launch = vllm_launch(_settings(monkeypatch), Path("/m"), "m", 1, "k")
+    extension = _flag(launch.argv, "--worker-extension-cls")
+    module, _, cls = extension.rpartition(".")
+    assert (module, cls) == ("artfleet_inference.vllm_worker", "PolicyWeights")
+    folder, rest = launch.env["PYTHONPATH"].split(os.pathsep)
+    assert rest == "/elsewhere"
+    assert (Path(folder) / "artfleet_inference" / "vllm_worker.py").is_file()
