@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from waiting import poll
 
 from artfleet_cli.fleet import FleetProcess, LocalFleet, free_port
+from artfleet_sandbox.local_backend.session_dirs import WAITING_MARKER
 
 ROLLOUTS = ("rollout-1", "rollout-2")
 SANDBOXES = ("sandbox-1", "sandbox-2")
@@ -312,12 +313,13 @@ def wait_sessions_closed(fleet: ChaosFleet, timeout_s: float) -> int:
 
 
 def session_count(fleet: ChaosFleet, name: str, since: float = 0.0) -> int:
-    """Sessions open on sandbox replica `name` now (their directories), opened at or after
-    `since` (wall clock)."""
+    """Sessions open on sandbox replica `name` now (their directories; not those waiting
+    in its warm pool, which no one holds), opened at or after `since` (wall clock)."""
     found = 0
     for path in fleet.workspace_root(name).glob("artfleet-sandbox-*/s-*"):
         with contextlib.suppress(OSError):
-            found += path.stat().st_ctime >= since
+            held = not (path / WAITING_MARKER).exists()
+            found += held and path.stat().st_ctime >= since
     return found
 
 

@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY
 
 from artfleet_sandbox.backend import ExecSpec, FileSpec, SandboxError, SessionSpec
 from artfleet_sandbox.local_backend import LocalBackend
+from artfleet_sandbox.local_backend.session_dirs import WAITING_MARKER
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,8 +59,17 @@ async def test_a_plain_session_gets_a_running_shell_and_its_files(pooled: LocalB
     )
     assert held.repl_pid == pid and held.job_id == "j" and _hits() == hits + 1
     await until_ready(pooled, 2)  # taken, then refilled in the background
+    # On disk, a held session is told from those waiting (a leak check counts dirs).
+    assert sorted(_waiting_marks(held.root)) == [False, True, True]
     assert await pooled.close_session(info.session_id)
     assert not os.path.exists(held.root)  # noqa: ASYNC240
+
+
+def _waiting_marks(one: str) -> list[bool]:
+    """Whether each session dir beside `one` is marked as waiting in the pool."""
+    parent = os.path.dirname(one)
+    dirs = [os.path.join(parent, d) for d in os.listdir(parent) if d.startswith("s-")]
+    return [os.path.exists(os.path.join(d, WAITING_MARKER)) for d in dirs]
 
 
 async def test_sessions_with_their_own_env_or_a_stateless_one_are_made_fresh(

@@ -54,7 +54,11 @@ from artfleet_sandbox.local_backend.config import ISOLATION_BWRAP, ISOLATION_NON
 from artfleet_sandbox.local_backend.prepared_dirs import SeededDirs
 from artfleet_sandbox.local_backend.replio import LocalChannel
 from artfleet_sandbox.local_backend.session import LocalSession, spawn_errors
-from artfleet_sandbox.local_backend.session_dirs import make_session_dir, write_files
+from artfleet_sandbox.local_backend.session_dirs import (
+    make_session_dir,
+    mark_waiting,
+    write_files,
+)
 from artfleet_sandbox.local_backend.stale import PREFIX as STALE_PREFIX
 from artfleet_sandbox.local_backend.stale import remove_stale, write_owner
 from artfleet_sandbox.local_backend.stdio import LocalStdio
@@ -252,6 +256,8 @@ class LocalBackend:
         if spec.repo or spec.env or not spec.repl:
             return None
         session = self._warm.take(spec.network)
+        if session is not None:
+            await asyncio.to_thread(mark_waiting, session.root, False)
         if session is not None and spec.files:
             try:
                 await asyncio.to_thread(self._write_all, session, spec.files)
@@ -263,6 +269,7 @@ class LocalBackend:
     async def _open_warm(self, network: bool) -> LocalSession:
         """A session for the warm pool: its dir made and its shell started."""
         root = await asyncio.to_thread(self._make_session_dir, ())
+        await asyncio.to_thread(mark_waiting, root, True)
         session = self._session_at(root, network, {})
         try:
             await self._repl_of(session).start()

@@ -13,6 +13,17 @@ from artfleet_sandbox.paths import chown_tree, remove_tree, write_file
 from artfleet_sandbox.repocache import extract
 
 SUBDIRS = ("work", "home", "tmp", "reports")
+# In a waiting session's dir (warm_sessions.py) until it is taken: what is on disk tells a
+# session someone holds from one waiting in the pool.
+WAITING_MARKER = ".waiting"
+
+
+def mark_waiting(root: str, waiting: bool) -> None:
+    marker = os.path.join(root, WAITING_MARKER)
+    if waiting:
+        open(marker, "w").close()
+    elif os.path.exists(marker):
+        os.remove(marker)
 
 
 def make_session_dir(
