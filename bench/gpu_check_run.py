@@ -33,14 +33,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFa
 from artfleet.contracts.embedded_model import ensure_chat_template_and_pad
 from artfleet.contracts.gpu_plan import QWEN3, QWEN3_TINY, ModelShape
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend import (
-    TorchBackend,
-    checkpoints,
-    generation,
-    precision,
-    training,
-)
+from artfleet_trainer.torch_backend import TorchBackend, checkpoints, precision, training
 from artfleet_trainer.torch_backend.model_loader import LoadedModel
+from artfleet_trainer.torch_serving import generation
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
 LEARNING_RATE = 1e-4
