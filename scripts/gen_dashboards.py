@@ -394,7 +394,9 @@ TRAINER = [
             q('sum(artfleet_trainer_inference_replicas{state="serving"})', "serving"),
             q('sum(artfleet_trainer_inference_replicas{state="quarantined"})', "quarantined"),
             q(
-                f"sum(increase(artfleet_trainer_inference_replica_quarantines_total{W}))",
+                # no series before the first quarantine: none is 0
+                f"(sum(increase(artfleet_trainer_inference_replica_quarantines_total{W}))"
+                " or vector(0))",
                 "quarantines",
             ),
         ],
