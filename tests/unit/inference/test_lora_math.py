@@ -2,44 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from lora_files import WEIGHTS, write_adapter, write_base
+from safetensors.torch import load_file
 
 from artfleet_inference import lora_math
-
-PREFIX = "base_model.model."
-WEIGHTS = {"model.layers.0.q_proj.weight": (6, 5), "model.layers.0.down_proj.weight": (5, 7)}
-
-
-def _base(folder: Path) -> dict[str, torch.Tensor]:
-    folder.mkdir(parents=True)
-    torch.manual_seed(1)
-    weights = {k: torch.randn(*shape) for k, shape in WEIGHTS.items()}
-    weights["model.norm.weight"] = torch.ones(5)
-    save_file(weights, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text("{}")
-    return weights
-
-
-def _adapter(folder: Path, seed: int, rank: int, alpha: int) -> dict[str, torch.Tensor]:
-    """A peft-format adapter; returns each weight's delta s·B·A."""
-    torch.manual_seed(seed)
-    folder.mkdir(parents=True)
-    tensors, deltas = {}, {}
-    for name, (out, inp) in WEIGHTS.items():
-        a, b = torch.randn(rank, inp), torch.randn(out, rank)
-        module = name.removesuffix(".weight")
-        tensors[f"{PREFIX}{module}.lora_A.weight"] = a
-        tensors[f"{PREFIX}{module}.lora_B.weight"] = b
-        deltas[name] = (alpha / rank) * b @ a
-    save_file(tensors, str(folder / lora_math.ADAPTER_WEIGHTS))
-    config = {"r": rank, "lora_alpha": alpha, "target_modules": ["q_proj", "down_proj"]}
-    (folder / lora_math.ADAPTER_CONFIG).write_text(json.dumps(config))
-    return deltas
 
 
 def _applied(weights: dict[str, torch.Tensor], adapter_dir: Path) -> dict[str, torch.Tensor]:
@@ -50,8 +20,8 @@ def _applied(weights: dict[str, torch.Tensor], adapter_dir: Path) -> dict[str, t
 
 
 def test_merged_weights_are_base_plus_delta(tmp_path: Path) -> None:
-    base = _base(tmp_path / "base")
-    delta = _adapter(tmp_path / "ckpt", seed=2, rank=4, alpha=8)
+    base = write_base(tmp_path / "base")
+    delta = write_adapter(tmp_path / "ckpt", seed=2, rank=4, alpha=8)
     out = tmp_path / "merged"
     lora_math.write_merged(tmp_path / "base", lora_math.read_adapter(tmp_path / "ckpt"), out)
     merged = load_file(str(out / "model.safetensors"))
@@ -69,12 +39,12 @@ def test_merged_weights_are_base_plus_delta(tmp_path: Path) -> None:
 def test_difference_adapter_turns_merged_weights_into_the_target(
     tmp_path: Path, target_seed: int | None
 ) -> None:
-    base = _base(tmp_path / "base")
-    merged_delta = _adapter(tmp_path / "merged-ckpt", seed=2, rank=4, alpha=8)
+    base = write_base(tmp_path / "base")
+    merged_delta = write_adapter(tmp_path / "merged-ckpt", seed=2, rank=4, alpha=8)
     target = None
     target_delta = {k: torch.zeros(s) for k, s in WEIGHTS.items()}
     if target_seed is not None:
-        target_delta = _adapter(tmp_path / "target", seed=target_seed, rank=4, alpha=16)
+        target_delta = write_adapter(tmp_path / "target", seed=target_seed, rank=4, alpha=16)
         target = lora_math.read_adapter(tmp_path / "target")
     merged_weights = {k: w + merged_delta.get(k, 0) for k, w in base.items()}
     rank = lora_math.write_difference(

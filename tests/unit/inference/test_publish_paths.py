@@ -4,44 +4,22 @@ factors itself), merged from a written folder, or a runtime LoRA unloaded then l
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from lora_files import WEIGHTS, write_adapter, write_base
+from safetensors.torch import load_file
 
-from artfleet_inference import lora_math, vllm_worker
+from artfleet_inference import vllm_worker
 from artfleet_inference.engine import PolicyEngine, prepare_reload
 from artfleet_inference.policies import PolicyTable
 from artfleet_inference.settings import InferenceSettings
 
-WEIGHTS = {"model.layers.0.q_proj.weight": (6, 5), "model.layers.0.down_proj.weight": (5, 7)}
-PREFIX = "base_model.model."
-
-
-def _base(folder: Path) -> dict[str, torch.Tensor]:
-    folder.mkdir(parents=True)
-    torch.manual_seed(1)
-    weights = {k: torch.randn(*shape) for k, shape in WEIGHTS.items()}
-    weights["model.norm.weight"] = torch.ones(5)
-    save_file(weights, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text("{}")
-    return weights
-
 
 def _checkpoint(folder: Path, seed: int = 2, rank: int = 4, alpha: int = 8) -> Path:
-    torch.manual_seed(seed)
-    folder.mkdir(parents=True)
-    tensors = {}
-    for name, (out, inp) in WEIGHTS.items():
-        module = name.removesuffix(".weight")
-        tensors[f"{PREFIX}{module}.lora_A.weight"] = torch.randn(rank, inp)
-        tensors[f"{PREFIX}{module}.lora_B.weight"] = torch.randn(out, rank)
-    save_file(tensors, str(folder / lora_math.ADAPTER_WEIGHTS))
-    config = {"r": rank, "lora_alpha": alpha, "target_modules": ["q_proj", "down_proj"]}
-    (folder / lora_math.ADAPTER_CONFIG).write_text(json.dumps(config))
+    write_adapter(folder, seed, rank, alpha)
     return folder
 
 
@@ -56,7 +34,7 @@ class _Worker(vllm_worker.PolicyWeights):
 
 
 def test_weights_merged_in_memory_equal_the_merged_folder(tmp_path: Path) -> None:
-    base = _base(tmp_path / "base")
+    base = write_base(tmp_path / "base")
     ckpt = _checkpoint(tmp_path / "ckpt")
     folder_rpc = prepare_reload("disk", tmp_path / "base", ckpt, tmp_path / "work", 1)
     assert folder_rpc == {
@@ -77,14 +55,14 @@ def test_weights_merged_in_memory_equal_the_merged_folder(tmp_path: Path) -> Non
 
 
 def test_no_factors_is_the_base_model(tmp_path: Path) -> None:
-    base = _base(tmp_path / "base")
+    base = write_base(tmp_path / "base")
     worker = _Worker()
     worker.artfleet_load_policy(str(tmp_path / "base"))
     assert all(torch.equal(worker.loaded[k], w) for k, w in base.items())
 
 
 def test_factors_for_an_unknown_weight_move_nothing(tmp_path: Path) -> None:
-    _base(tmp_path / "base")
+    write_base(tmp_path / "base")
     factors = {"model.layers.9.q_proj.weight": (torch.zeros(2, 5), torch.zeros(6, 2))}
     vllm_worker.save_factors(factors, tmp_path / "f.safetensors")
     worker = _Worker()
@@ -153,7 +131,7 @@ async def test_lora_mode_publishes_unload_then_load_under_versioned_names(
 async def test_merged_mode_reloads_then_resets_the_prefix_cache(
     tmp_path: Path, merge_path: str
 ) -> None:
-    _base(tmp_path / "base")
+    write_base(tmp_path / "base")
     engine = _Engine("merged", tmp_path, merge_path)
     engine._workdir.mkdir()
     await engine.publish("pol", 1, _checkpoint(tmp_path / "c1"))
