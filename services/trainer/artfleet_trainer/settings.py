@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from artfleet.runtime.config import NameMap, ServerSettings
+from artfleet_trainer.torch_serving.options import DEFAULT_PREFIX_CACHE_BYTES
 
 # The torch backend's base-model dtype (torch_backend/precision.py resolves it).
 DtypeName = Literal["auto", "bf16", "fp32"]
@@ -51,7 +52,7 @@ class TrainerSettings(ServerSettings):
         "recovery, a restarted or new replica gets the current policy)",
     )
     prefix_cache_bytes: int = Field(
-        default=512 * 1024 * 1024,
+        default=DEFAULT_PREFIX_CACHE_BYTES,
         ge=0,
         description="torch backend: key/values of earlier turns kept for reuse; 0 disables",
     )

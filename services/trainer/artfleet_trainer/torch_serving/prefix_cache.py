@@ -39,7 +39,6 @@ from .metrics import (
 from .options import DEFAULT_PREFIX_CACHE_BYTES
 
 BLOCK = 16
-DEFAULT_MAX_BYTES = DEFAULT_PREFIX_CACHE_BYTES
 
 # Per layer: (keys, values), each [1, kv heads, tokens, head dim].
 LayerKV = tuple[torch.Tensor, torch.Tensor]
@@ -92,7 +91,9 @@ def _common_prefix(a: Sequence[int], b: Sequence[int], start: int = 0) -> int:
 class PrefixCache:
     """LRU map from token prefixes (of one weights version) to their key/values."""
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, *, min_tokens: int = BLOCK) -> None:
+    def __init__(
+        self, max_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, *, min_tokens: int = BLOCK
+    ) -> None:
         self.max_bytes = max_bytes
         self.min_tokens = min_tokens  # shorter matches are not worth a separate prefill
         self.version = 0
