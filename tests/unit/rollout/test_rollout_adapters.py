@@ -129,20 +129,25 @@ def recording_client(seen: list[httpx.Request]) -> AsyncOpenAI:
     )
 
 
-async def test_sends_what_the_sdks_create_sends_for_a_tool_history() -> None:
-    seen: list[httpx.Request] = []
-    client = recording_client(seen)
-    policy = OpenAIPolicy(client, model="agent@1", temperature=0.7, max_tokens=32, timeout_s=5)
+async def _tool_history(policy: OpenAIPolicy, system: str) -> art.Trajectory:
+    """A history with a tool call the policy answered (its first request) and the result."""
     first = await policy.complete([{"role": "user", "content": "x"}], tools=TOOLS)
-    history = art.Trajectory(
+    return art.Trajectory(
         messages_and_choices=[
-            {"role": "system", "content": "s"},
+            {"role": "system", "content": system},
             {"role": "user", "content": "x"},
             first.choice,
             {"role": "tool", "tool_call_id": "call_1", "content": "a\nb"},
         ],
         tools=TOOLS,
-    ).messages()
+    )
+
+
+async def test_sends_what_the_sdks_create_sends_for_a_tool_history() -> None:
+    seen: list[httpx.Request] = []
+    client = recording_client(seen)
+    policy = OpenAIPolicy(client, model="agent@1", temperature=0.7, max_tokens=32, timeout_s=5)
+    history = (await _tool_history(policy, system="s")).messages()
     ours = await policy.complete(history, tools=TOOLS, tool_choice="required")
     await client.chat.completions.create(
         model="agent@1",
@@ -187,16 +192,7 @@ async def test_an_encoded_history_is_sent_as_the_same_json() -> None:
     seen: list[httpx.Request] = []
     client = recording_client(seen)
     policy = OpenAIPolicy(client, model="agent@1", temperature=0.7, max_tokens=32, timeout_s=5)
-    first = await policy.complete([{"role": "user", "content": "x"}], tools=TOOLS)
-    trajectory = art.Trajectory(
-        messages_and_choices=[
-            {"role": "system", "content": "s é"},
-            {"role": "user", "content": "x"},
-            first.choice,
-            {"role": "tool", "tool_call_id": "call_1", "content": "a\nb"},
-        ],
-        tools=TOOLS,
-    )
+    trajectory = await _tool_history(policy, system="s é")
     conversation = Conversation()
     encoded = conversation.messages(trajectory)
     tools = conversation.tools(trajectory)
