@@ -94,9 +94,9 @@ class InferenceReplicas:
     # --- what the trainer asks -------------------------------------------------------------
 
     async def replicas(self) -> list[Replica]:
-        """Every replica the name resolves to now (a name that does not resolve keeps the
-        replicas known before: DNS away is not every replica away)."""
-        urls = [url.rstrip("/") for url in await self._resolve(self._url)] or list(self._replicas)
+        """Every replica the name resolves to now (a name that does not resolve stands
+        for itself: resolve_urls keeps it as written)."""
+        urls = [url.rstrip("/") for url in await self._resolve(self._url)]
         for url in urls:
             if url not in self._replicas:
                 client = InferenceClient(url, self._token, timeout_s=self._publish_timeout_s)
@@ -120,8 +120,8 @@ class InferenceReplicas:
         results = await asyncio.gather(
             *(self._publish_to(r, [message]) for r in replicas), return_exceptions=True
         )
-        for result in results:
-            if isinstance(result, InferenceRefused):
+        for result in results:  # a refusal, or a fault of ours: never counted as "not served"
+            if isinstance(result, BaseException):
                 raise result
         served = sum(1 for result in results if result is True)
         for replica, result in zip(replicas, results, strict=True):
