@@ -67,7 +67,9 @@ def _sandbox_containers(deployment: str) -> list[str]:
         return []
     try:
         found = client.containers.list(
-            all=True, filters={"label": f"io.artfleet.deployment={deployment}"}
+            all=True,
+            filters={"label": f"io.artfleet.deployment={deployment}"},
+            ignore_removed=True,  # one removed between the list and its inspect is gone already
         )
         for container in found:
             container.remove(force=True, v=True)

@@ -6,6 +6,7 @@ left; `wait_for` fails the test instead.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -33,5 +34,16 @@ def wait_for(
 ) -> T:
     """The first truthy value of `probe`; fails the test after `timeout_s`."""
     value = poll(probe, bool, timeout_s, interval_s)
+    assert value, f"not within {timeout_s:.0f}s: {what}"
+    return value
+
+
+async def wait_for_async(
+    what: str, probe: Callable[[], T], timeout_s: float = 60.0, interval_s: float = 0.1
+) -> T:
+    """`wait_for` inside an event loop: sleeps without blocking the servers under test."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := probe()) and time.monotonic() < deadline:
+        await asyncio.sleep(interval_s)
     assert value, f"not within {timeout_s:.0f}s: {what}"
     return value

@@ -13,11 +13,16 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from sandbox_docker_kit import TEST_IMAGE, AppFactory, BackendFactory, sandbox_settings
+from sandbox_docker_kit import (
+    TEST_IMAGE,
+    AppFactory,
+    BackendFactory,
+    our_containers,
+    sandbox_settings,
+)
 
 from artfleet_sandbox.__main__ import SandboxApp
 from artfleet_sandbox.docker_backend import DockerBackend, DockerConfig
-from artfleet_sandbox.docker_backend.config import LABEL_DEPLOYMENT
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +47,7 @@ def docker_client(require_infra: Callable[[bool, str], None]) -> Iterator[Any]:
 def deployment(docker_client: Any) -> Iterator[str]:
     name = f"artfleet-test-{os.getpid()}"
     yield name
-    left = docker_client.containers.list(all=True, filters={"label": f"{LABEL_DEPLOYMENT}={name}"})
+    left = our_containers(docker_client, name)
     for container in left:
         container.remove(force=True, v=True)
     assert not left, f"{len(left)} sandbox containers were left behind: {[c.name for c in left]}"

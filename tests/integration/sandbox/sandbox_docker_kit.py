@@ -24,7 +24,10 @@ AppFactory = Callable[..., AbstractAsyncContextManager[SandboxApp]]
 def our_containers(docker_client: Any, deployment: str) -> list[Any]:
     return list(
         docker_client.containers.list(
-            all=True, filters={"label": f"{LABEL_DEPLOYMENT}={deployment}"}
+            all=True,
+            filters={"label": f"{LABEL_DEPLOYMENT}={deployment}"},
+            # a container the reaper removes between the list and its inspect is not an error
+            ignore_removed=True,
         )
     )
 

@@ -17,6 +17,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sandbox_docker_kit import TOKEN, AppFactory, our_containers
+from waiting import wait_for_async
 
 from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import sandbox_pb2 as pb
@@ -188,14 +189,14 @@ async def test_a_session_left_open_past_its_ttl_is_reaped(
         client = Client(channel)
         sid = await client.session(idle_ttl_s=1)
         kept = await client.session()  # default TTL: stays
-        for _ in range(100):
-            sessions = {
+
+        def sessions() -> set[str]:
+            return {
                 c.labels["io.artfleet.session"] for c in our_containers(docker_client, deployment)
             }
-            if sid not in sessions:
-                break
-            await asyncio.sleep(0.1)
-        assert sid not in sessions and kept in sessions
+
+        await wait_for_async("the idle session's container reaped", lambda: sid not in sessions())
+        assert kept in sessions()
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await client.run(sid, "true")
         assert info.value.code() == grpc.StatusCode.NOT_FOUND

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 from sandbox_docker_kit import TEST_IMAGE, TOKEN, BackendFactory, our_containers
+from waiting import wait_for_async
 
 from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import sandbox_pb2 as pb
@@ -165,16 +166,16 @@ async def test_graceful_stop_removes_only_this_replicas_containers(
             await backend.create_session(SessionSpec(job_id="a"))
             await backend.create_session(SessionSpec(job_id="b"))
             kept = await other.create_session(SessionSpec())
-            for _ in range(600):  # the pool refills in the background; a busy engine is slow
-                mine = [
+
+            def mine() -> list[Any]:
+                return [
                     c
                     for c in our_containers(docker_client, deployment)
                     if c.labels[LABEL_REPLICA] == backend.replica_id
                 ]
-                if len(mine) >= 4:  # two sessions and a full pool
-                    break
-                await asyncio.sleep(0.1)
-            assert len(mine) >= 4
+
+            # the pool refills in the background; a busy engine is slow
+            await wait_for_async("two sessions and a full pool", lambda: len(mine()) >= 4)
         owners = {c.labels[LABEL_REPLICA] for c in our_containers(docker_client, deployment)}
         assert owners == {other.replica_id}
         assert kept.session_id in _sessions(docker_client, deployment)

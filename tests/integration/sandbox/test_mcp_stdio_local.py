@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from waiting import wait_for_async
 from mcp import ClientSession
 from pydantic import SecretStr
 
@@ -88,12 +89,7 @@ async def test_a_server_flooding_stdout_through_the_sandbox_is_stopped_by_its_bu
             async with guard_stdout(stdio) as streams, ClientSession(*streams) as session:
                 await session.initialize()
         # The sandbox stops the server once the stream is gone.
-        for _ in range(100):
-            if _gone(int(pidfile.read_text())):
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.2)  # and closes its pipes (before the loop ends)
-    assert _gone(int(pidfile.read_text()))
+        await wait_for_async("the flooding server stopped", lambda: _gone(int(pidfile.read_text())))
     assert info.value.size > NON_PROTOCOL_BUDGET_BYTES
     assert str(info.value).startswith(f"MCP server wrote {info.value.size} bytes of non-protocol")
 
@@ -110,7 +106,7 @@ async def test_a_server_killed_mid_flood_is_closed_at_once() -> None:
     # used to wait forever for that pipe's end, holding the RPC's handler.
     spec = StdioSpec(image="", args=(sys.executable, NOISY, "--flood"))
     process = await LocalStdio.start(spec, True, f"{os.path.dirname(sys.executable)}:/usr/bin")
-    await asyncio.sleep(1.5)  # 4 MiB of output fill the queue, then the pipe behind it
-    assert process.output.full()
+    # 4 MiB of output fill the queue, then the pipe behind it
+    await wait_for_async("the output queue full", process.output.full)
     await asyncio.wait_for(process.close(), 10)
     assert await process.exit_code() == -9

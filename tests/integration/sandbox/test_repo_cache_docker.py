@@ -10,6 +10,7 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 from sandbox_docker_kit import BackendFactory
+from waiting import wait_for_async
 
 from artfleet_sandbox.backend import ExecSpec, RepoSpec, SessionSpec
 
@@ -59,10 +60,8 @@ async def test_a_warm_container_already_holds_the_repo(
         first = await backend.create_session(spec)
         await backend.close_session(first.session_id)
         tarball = await backend.repos.tarball(spec.repo)  # type: ignore[arg-type]
-        for _ in range(600):  # the pool seeds its container in the background
-            if backend.pool_ready("", tarball):
-                break
-            await asyncio.sleep(0.1)
+        # the pool seeds its container in the background
+        await wait_for_async("a seeded container", lambda: backend.pool_ready("", tarball))
         assert backend.pool_ready("", tarball) == 1
         key = backend.repo_pool_key(backend.config.default_image, tarball)
         hits = REGISTRY.get_sample_value("artfleet_sandbox_pool_hits_total", {"image": key})

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from waiting import wait_for_async
 
 from artfleet_sandbox.backend import (
     ExecSpec,
@@ -110,11 +111,7 @@ async def test_later_sessions_take_dirs_unpacked_ahead(
         spec = RepoSpec("acme/shop", first)
         one = await backend.create_session(SessionSpec(repo=spec))
         tarball = await backend.repos.tarball(spec)
-        for _ in range(600):
-            if backend.repo_pool_ready(tarball) == 2:
-                break
-            await asyncio.sleep(0.05)
-        assert backend.repo_pool_ready(tarball) == 2
+        await wait_for_async("two unpacked dirs", lambda: backend.repo_pool_ready(tarball) == 2)
         extra = FileSpec("notes.txt", b"mine\n")
         sessions = [
             await backend.create_session(SessionSpec(repo=spec, files=[extra])) for _ in range(2)
