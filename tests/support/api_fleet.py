@@ -10,11 +10,13 @@ import json
 import shutil
 from pathlib import Path
 
+from repo_paths import FIXTURES
+
 from artfleet.specs.job import DEFAULT_BASE_MODEL
 from artfleet_cli.fleet import LocalFleet
 
 EXAMPLES_BASE_MODEL = "Qwen/Qwen2.5-7B-Instruct"  # what the HTTP training API's examples name
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "trajectories"
+TRAJECTORIES = FIXTURES / "trajectories"
 
 
 def tiny_model(folder: Path) -> Path:
@@ -36,7 +38,7 @@ def api_fleet(work: Path) -> LocalFleet:
     """Not started yet; sampled-trajectory fixtures copied to its trajectories directory."""
     model = tiny_model(work / "tiny-model")
     trajectories = work / "trajectories"
-    shutil.copytree(FIXTURES, trajectories)
+    shutil.copytree(TRAJECTORIES, trajectories)
     return LocalFleet(
         work / "fleet",
         extra_env={

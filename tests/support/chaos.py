@@ -1,6 +1,6 @@
 """The chaos driver: a real job through a `ChaosFleet` while faults chosen from a seed hit
 it, then the checks. Shared by `bench/chaos_bench.py` (the full run) and
-`tests/integration/test_chaos.py` (a CI-sized plan).
+`tests/integration/fleet/test_chaos.py` (a CI-sized plan).
 
 Faults, each at a step the seed picks (one not fired by then waits for a later step), after
 a seeded delay from the moment its condition held:

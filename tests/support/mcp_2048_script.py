@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from repo_paths import ROOT
 
 
 def write_mcp_2048_script(bin_dir: Path) -> Path:

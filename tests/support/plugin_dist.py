@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
 
 def install_plugin(
@@ -34,7 +35,7 @@ def install_plugin(
     return name
 
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = ROOT / "examples"
 EXAMPLE_PACKAGES = ("guess-number", "sandbox-coding")
 
 

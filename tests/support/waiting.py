@@ -43,7 +43,10 @@ async def wait_for_async(
 ) -> T:
     """`wait_for` inside an event loop: sleeps without blocking the servers under test."""
     deadline = time.monotonic() + timeout_s
-    while not (value := probe()) and time.monotonic() < deadline:
+    while True:
+        value = probe()
+        if value or time.monotonic() > deadline:
+            break
         await asyncio.sleep(interval_s)
     assert value, f"not within {timeout_s:.0f}s: {what}"
     return value

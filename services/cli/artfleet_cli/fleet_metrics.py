@@ -4,7 +4,7 @@ its workdir, and the command that runs Debian's (or any) `prometheus` on it.
 Each service is scraped under its own name as job name, as the compose stack's
 `prometheus/prometheus.yml` names them, with the same intervals, so the provisioned
 Grafana dashboards (`grafana/`) and the alert rules (`prometheus/rules/`) read a local
-fleet as they read the stack; tests/unit/test_fleet_metrics.py holds the two equal.
+fleet as they read the stack; tests/unit/cli/test_fleet_metrics.py holds the two equal.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from agent_fakes import HalfReward, Script, connections, task, tool_call_text
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from repo_paths import FIXTURES
 
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
@@ -32,7 +33,7 @@ from artfleet_rollout.settings import RolloutSettings
 
 pytestmark = pytest.mark.integration
 
-FAULTY = Path(__file__).resolve().parents[2] / "fixtures" / "mcp_faulty_server.py"
+FAULTY = FIXTURES / "mcp_faulty_server.py"
 
 
 _call = tool_call_text
@@ -212,7 +213,7 @@ def test_episode_record_fields_are_the_proto_s() -> None:
     assert pb.Episode.FromString(episode.SerializeToString()) == episode
 
 
-NOISY = Path(__file__).resolve().parents[2] / "fixtures" / "mcp_noisy_server.py"
+NOISY = FIXTURES / "mcp_noisy_server.py"
 
 
 def _gone(pid: int) -> bool:

@@ -16,6 +16,7 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
+from repo_paths import FIXTURES
 
 from artfleet.contracts.errors import InvalidArgument
 from artfleet.runtime.rpc.server import GrpcServer
@@ -35,7 +36,7 @@ from artfleet_trainer.servicer import TrainerServicer
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 TOKEN = "mcp-submit-token"
-COUNTER = Path(__file__).resolve().parents[2] / "fixtures" / "mcp_counter_server.py"
+COUNTER = FIXTURES / "mcp_counter_server.py"
 
 
 @dataclass

@@ -9,10 +9,10 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_paths import ROOT
 
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
@@ -21,7 +21,7 @@ from artfleet_api.mapping import checkpoints_out, job_out
 pytestmark = [pytest.mark.integration]
 CHROMIUM = os.environ.get("ARTFLEET_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-STATIC = Path(__file__).parents[3] / "services" / "api" / "artfleet_api" / "static"
+STATIC = ROOT / "services" / "api" / "artfleet_api" / "static"
 ORIGIN = "http://console.test"
 SCORER_ERROR = "ruler: invalid_output: ContextWindowExceededError: maximum context length is 2048"
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from client_venvs import HEAVY_CLIENTS, client_venv
+from repo_paths import SUPPORT
 from test_tinker_cookbook import renderer_check
 
 from artfleet_cli.fleet import LocalFleet
@@ -42,7 +43,7 @@ REQUIREMENTS = [
     "pydantic>=2.12.5",
     "uvicorn>=0.35.0",
 ]
-DRIVER = Path(__file__).parents[2] / "support" / "tinker_clients" / "art_native.py"
+DRIVER = SUPPORT / "tinker_clients" / "art_native.py"
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 MODEL = "smollm2-tinker-native"  # the driver's ART model
 

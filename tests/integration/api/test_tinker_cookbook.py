@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from client_venvs import HEAVY_CLIENTS, client_venv
+from repo_paths import SUPPORT
 
 from artfleet_cli.fleet import LocalFleet
 
@@ -43,7 +44,7 @@ REQUIREMENTS = [
     "tqdm>=4.60.0",
 ]
 NO_DEPS = ["tinker-cookbook==0.6.1"]
-CLIENTS = Path(__file__).parents[2] / "support" / "tinker_clients"
+CLIENTS = SUPPORT / "tinker_clients"
 DRIVER = CLIENTS / "cookbook_sft.py"
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 

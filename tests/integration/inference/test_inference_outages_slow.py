@@ -6,7 +6,7 @@ Each case runs a 2-step job end to end and checks every trajectory of every step
 Each case starts vLLM twice on top of a job: 6-10 minutes on a 2-core machine, which CI's
 budget does not hold, so it runs where ARTFLEET_OUTAGE_TESTS=1 is set; the same cases,
 repeated with their recovery figures, are `bench/chaos_bench.py --inference N`. CI runs the
-logic underneath on real Redis (tests/integration/test_job_runner.py: no dispatch before
+logic underneath on real Redis (tests/integration/trainer/test_job_runner.py: no dispatch before
 the policy serves, the budget) and the group hold (tests/unit/rollout/test_policy_outage.py).
 """
 

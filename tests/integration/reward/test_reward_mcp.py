@@ -8,11 +8,11 @@ import logging
 import re
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from repo_paths import FIXTURES
 from verdicts import with_verdict
 
 from artfleet.contracts import codec
@@ -24,7 +24,7 @@ from artfleet_reward.servicer import RewardServicer
 
 pytestmark = pytest.mark.integration
 
-SERVER = Path(__file__).resolve().parents[2] / "fixtures" / "mcp_counter_server.py"
+SERVER = FIXTURES / "mcp_counter_server.py"
 LOCAL = {"command": sys.executable, "args": [str(SERVER)]}
 
 
@@ -139,7 +139,7 @@ async def test_failures_follow_the_policy(servicer: RewardServicer, registry: An
     assert value == 1
 
 
-NOISY = Path(__file__).resolve().parents[2] / "fixtures" / "mcp_noisy_server.py"
+NOISY = FIXTURES / "mcp_noisy_server.py"
 
 
 async def test_a_server_flooding_stdout_fails_the_score_with_the_reason(

@@ -16,12 +16,12 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import ClientSession
 from prometheus_client import REGISTRY
+from repo_paths import ROOT
 from sandbox_docker_kit import TOKEN, AppFactory, our_containers
 
 from artfleet.clients.mcp_stdio import McpStdioError, StdioLimits, sandbox_stdio_client
@@ -30,7 +30,6 @@ from artfleet_sandbox.docker_backend.config import LABEL_JOB, LABEL_SESSION
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-ROOT = Path(__file__).resolve().parents[3]
 MCP_IMAGE = os.environ.get("ARTFLEET_TEST_MCP_IMAGE", "artfleet/mcp-test-counter:latest")
 
 

@@ -10,9 +10,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from waiting import wait_for_async
 from mcp import ClientSession
 from pydantic import SecretStr
+from repo_paths import FIXTURES
+from waiting import wait_for_async
 
 from artfleet.clients.mcp_guard import NON_PROTOCOL_BUDGET_BYTES, NonProtocolOutput, guard_stdout
 from artfleet.clients.mcp_stdio import McpStdioError, sandbox_stdio_client
@@ -24,7 +25,7 @@ from artfleet_sandbox.stdio import StdioSpec
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 TOKEN = "local-stdio-token"
-SERVER = str(Path(__file__).resolve().parents[2] / "fixtures" / "mcp_counter_server.py")
+SERVER = str(FIXTURES / "mcp_counter_server.py")
 
 
 @asynccontextmanager
@@ -75,7 +76,7 @@ async def test_an_allowed_local_server_answers_and_ends_with_the_stream() -> Non
         assert info.value.code.name == "ABORTED" and "code 3" in info.value.details
 
 
-NOISY = str(Path(__file__).resolve().parents[2] / "fixtures" / "mcp_noisy_server.py")
+NOISY = str(FIXTURES / "mcp_noisy_server.py")
 
 
 async def test_a_server_flooding_stdout_through_the_sandbox_is_stopped_by_its_budget(

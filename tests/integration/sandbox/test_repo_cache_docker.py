@@ -3,7 +3,6 @@ owned by the session user (the agent can edit the repo)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 from pathlib import Path

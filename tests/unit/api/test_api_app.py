@@ -13,6 +13,7 @@ import pytest
 from fake_policy import fake_policy
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
+from repo_paths import FIXTURES
 from starlette.routing import Mount
 
 from artfleet.specs.job import spec_to_proto
@@ -23,7 +24,7 @@ from artfleet_api.settings import ApiSettings
 from artfleet_cli.fleet import free_port
 
 TOKEN = "unit-test-token-0123456789"
-FIXTURES = Path(__file__).parents[2] / "fixtures" / "trajectories"
+TRAJECTORIES = FIXTURES / "trajectories"
 # The API's description has no data and no secrets: a browser opens it without a token.
 DOCS = {"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
 OPEN = {"/health", *DOCS}
@@ -48,7 +49,7 @@ def _settings(tmp_path: Path, **extra: object) -> ApiSettings:
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    shutil.copytree(FIXTURES, tmp_path / "logs")
+    shutil.copytree(TRAJECTORIES, tmp_path / "logs")
     with TestClient(create_app(_settings(tmp_path))) as client:
         yield client
 

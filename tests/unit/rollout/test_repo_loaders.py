@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from repo_paths import FIXTURES
 
 from artfleet_rollout.environments import get_environment
 from artfleet_rollout.environments.repo_loaders import (
@@ -17,11 +18,11 @@ from artfleet_rollout.environments.repo_loaders import (
     load_swesynth,
 )
 
-FIXTURES = Path(__file__).parents[2] / "fixtures" / "repo_tasks"
+REPO_TASKS = FIXTURES / "repo_tasks"
 
 
 def test_swebench_records() -> None:
-    env = load_swebench(str(FIXTURES / "swebench.jsonl"))
+    env = load_swebench(str(REPO_TASKS / "swebench.jsonl"))
     assert [s.id for s in env.scenarios()] == ["astropy__astropy-12907", "psf__requests-2317"]
     astropy = env.get("astropy__astropy-12907")
     task = astropy.repo
@@ -47,7 +48,7 @@ def test_swebench_records() -> None:
         "not a JSON object": 1,
     }
     # Described, the first bad records are named by their line; the rest by reason.
-    path = FIXTURES / "swebench.jsonl"
+    path = REPO_TASKS / "swebench.jsonl"
     assert dict(env.describe().skipped) == {
         f"{path}:3: no FAIL_TO_PASS": 1,
         f"{path}:4: FAIL_TO_PASS is not a JSON list": 1,
@@ -60,7 +61,7 @@ def test_swebench_records() -> None:
 
 
 def test_r2e_records() -> None:
-    env = load_r2e(str(FIXTURES / "r2e.json"))
+    env = load_r2e(str(REPO_TASKS / "r2e.json"))
     (scenario,) = env.scenarios()
     task = scenario.repo
     assert task is not None and task.source == "r2e"
@@ -78,7 +79,7 @@ def test_r2e_records() -> None:
 
 
 def test_swesynth_records() -> None:
-    env = load_swesynth(str(FIXTURES / "swesynth.jsonl"))
+    env = load_swesynth(str(REPO_TASKS / "swesynth.jsonl"))
     assert sorted(s.id for s in env.scenarios()) == ["swesynth-1035", "swesynth-1036"]
     pager = env.get("swesynth-1035").repo
     assert pager is not None and pager.bug_types == ("off-by-one",)
@@ -98,7 +99,7 @@ def test_swesynth_records() -> None:
 def test_parquet_and_registry_names(tmp_path: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     pa = pytest.importorskip("pyarrow")
-    lines = (FIXTURES / "swebench.jsonl").read_text().splitlines()
+    lines = (REPO_TASKS / "swebench.jsonl").read_text().splitlines()
     good = [json.loads(line) for line in lines[:2]]
     for row in good:  # one column type per field, as a published parquet has
         for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):

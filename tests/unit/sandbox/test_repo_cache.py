@@ -3,7 +3,6 @@ into every workspace that names it; bad names are clear errors."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 from collections.abc import Callable

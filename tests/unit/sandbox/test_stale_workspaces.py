@@ -2,7 +2,7 @@
 whose owner file names a process of this host that no longer runs (a SIGKILLed replica;
 a reused pid has another start time), never a live one's, another host's, or one it
 cannot judge. Real processes' pids and start times; the end to end case with real
-sandbox servers is tests/integration/test_sandbox_owner_leases.py."""
+sandbox servers is tests/integration/sandbox/test_sandbox_owner_leases.py."""
 
 from __future__ import annotations
 
