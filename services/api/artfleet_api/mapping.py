@@ -12,7 +12,7 @@ from google.protobuf import json_format
 from artfleet.specs.base import default_of
 from artfleet.specs.job import JobSpecModel, default_scorers, validate_spec
 from artfleet.specs.reward import ScorerModel
-from artfleet.specs.scorer_params import POLICY_JUDGE
+from artfleet.specs.scorer_params import POLICY_JUDGE, RULER
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 from artfleet_api.models import (
@@ -78,7 +78,7 @@ def train_spec(request: TrainRequest, settings: ApiSettings, *, agent: str) -> J
     }
     if request.use_ruler:
         ruler = ScorerModel(
-            name="ruler",
+            name=RULER,
             params={"judge": judge_param(settings, request.judge_model)},
             # A judge that fails scores 0 instead of dropping the group: that API's jobs
             # keep training on the other scorers (its `independent_reward`).

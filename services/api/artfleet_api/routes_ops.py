@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from artfleet.contracts import messages
 from artfleet.specs.reward import RewardSpecModel, ScorerModel, default_scorers, reward_to_proto
-from artfleet.specs.scorer_params import POLICY_JUDGE
+from artfleet.specs.scorer_params import JUDGE, POLICY_JUDGE, RULER
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, rollout_pb2, trainer_pb2
 from artfleet_api import __version__
@@ -134,9 +134,7 @@ def _scorer(body: EvaluateRequest, judge: Any) -> ScorerModel:
         params["rubric"] = body.evaluation_prompt
     try:
         # zero: a judge that fails shows in outcome.failures instead of failing the call.
-        return ScorerModel(
-            name="ruler" if body.use_ruler else "judge", params=params, on_error="zero"
-        )
+        return ScorerModel(name=RULER if body.use_ruler else JUDGE, params=params, on_error="zero")
     except ValidationError as exc:
         raise ApiError(422, str(exc.errors()[0]["msg"]), "judge_model") from None
 
@@ -368,7 +366,7 @@ async def _judge_key_set(request: Request) -> bool | None:
         "model": "gpt-4o",
         "api_key_env": settings.judge_api_key_env,
     }
-    scorer = ScorerModel(name="judge", params={"judge": judge})
+    scorer = ScorerModel(name=JUDGE, params={"judge": judge})
     try:
         await backends(request).reward.ValidateSpec(
             reward_pb2.ValidateSpecRequest(spec=reward_to_proto(RewardSpecModel(reward=[scorer]))),

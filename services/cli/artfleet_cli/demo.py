@@ -15,6 +15,7 @@ import typer
 from artfleet.contracts import evaluation
 from artfleet.runtime.service import free_port
 from artfleet.specs.job import JobSpecModel, ScorerModel, spec_to_proto
+from artfleet.specs.scorer_params import ANSWER_CHECK
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 from artfleet_cli import render
@@ -108,7 +109,7 @@ def demo_spec(
         max_turns=1,
         max_tokens=48,
         seed=seed,
-        reward=[ScorerModel(name="answer_check")],
+        reward=[ScorerModel(name=ANSWER_CHECK)],
         eval_every_steps=steps,
         eval_split="test",
         eval_k=eval_k,

@@ -59,60 +59,31 @@ def load_spec(path: Path | None, overrides: dict[str, Any]) -> JobSpecModel:
         fail(f"invalid job spec: {exc}")
 
 
-# Spec keys with a hand-written flag below (their names or help differ from the key).
-_NAMED_FLAGS = frozenset(
-    {
-        "base_model", "environment", "name", "steps", "groups_per_step",
-        "rollouts_per_group", "learning_rate", "max_turns", "seed", "backend",
-        "max_steps_off_policy", "experiment", "eval_every_steps", "keep_last",
-        "log_sample_rate", "dataset_size", "num_epochs",
-    }
-)  # fmt: skip
-# Every other scalar field of the job spec, of its `grpo:` block and of its `sft:` block
-# (as --sft-<key>; its data path has the named flag --offline-data) is a flag of its own.
+# Flags whose names are not their spec key's (the training scripts' names, which users'
+# scripts type): the first is shown first. Type, default and help are the spec's.
+FLAG_NAMES = {
+    "base_model": ("model", "base-model"),
+    "environment": ("env",),
+    "experiment": ("experiment", "experiment-name"),
+    "sft.data_path": ("offline-data", "sft-data"),  # the terminal agent's train.py flag
+}
+# Every scalar field of the job spec, of its `grpo:` block and of its `sft:` block (as
+# --sft-<key>) is a flag of its own.
 DERIVED_FLAGS = (
-    derive_flags(JobSpecModel, what="job spec", skip=_NAMED_FLAGS)
+    derive_flags(JobSpecModel, what="job spec", names=FLAG_NAMES)
     + derive_flags(GrpoModel, what="GRPO: ART's backend.train option", prefix="grpo.")
     + derive_flags(
-        SftModel, what="SFT warm-start", prefix="sft.", skip={"data_path"}, flag_prefix="sft-"
+        SftModel, what="SFT warm-start", prefix="sft.", flag_prefix="sft-", names=FLAG_NAMES
     )
 )
 
 
+# The command's own parameters are the spec file and how to submit it: none is a spec key.
 @app.command()
 @with_flags(DERIVED_FLAGS)
 def submit(
     file: Path | None = typer.Argument(None, help="job spec YAML", show_default=False),
-    model: str | None = typer.Option(None, "--model", "--base-model", help="base model"),
-    env: str | None = typer.Option(None, help="environment (task set)"),
-    name: str | None = typer.Option(None, help="ART model name"),
-    steps: int | None = typer.Option(None),
-    groups_per_step: int | None = typer.Option(None),
-    rollouts_per_group: int | None = typer.Option(None),
-    learning_rate: float | None = typer.Option(None),
-    max_turns: int | None = typer.Option(None),
-    seed: int | None = typer.Option(None),
-    backend: str | None = typer.Option(None, help="torch | art"),
-    max_steps_off_policy: int | None = typer.Option(
-        None, help="asynchronous steps: roll out up to k steps ahead of training (0 = sync)"
-    ),
-    experiment: str | None = typer.Option(
-        None, "--experiment", "--experiment-name", help="experiment name (job spec `experiment`)"
-    ),
-    eval_every_steps: int | None = typer.Option(None, help="evaluate every N steps; 0 = never"),
-    keep_last: int | None = typer.Option(None, help="keep the last N checkpoints; 0 = all"),
-    log_sample_rate: float | None = typer.Option(
-        None, help="fraction of rollouts written as JSON under logs/<experiment>/step_<n>/"
-    ),
-    dataset_size: int | None = typer.Option(None, help="seed-fixed subset of the split"),
-    num_epochs: int | None = typer.Option(None, help="passes over the scenarios"),
-    offline_data: str | None = typer.Option(
-        None,
-        "--offline-data",
-        "--sft-data",
-        help="SFT warm-start before GRPO: offline samples (.json) or OpenAI-messages JSONL, "
-        "a path on the trainer",
-    ),
+    *,
     watch: bool = typer.Option(False, "--watch", help="follow the job until it ends"),
     target: str = TargetOpt,
     token: str = TokenOpt,
@@ -120,32 +91,7 @@ def submit(
 ) -> None:
     """Submit a job from a YAML file and/or flags (flags win). Every spec key is a flag:
     `max_context_tokens` is --max-context-tokens, `grpo: {epsilon: 0.2}` is --epsilon 0.2."""
-    spec = load_spec(
-        file,
-        dict(
-            base_model=model,
-            environment=env,
-            name=name,
-            steps=steps,
-            groups_per_step=groups_per_step,
-            rollouts_per_group=rollouts_per_group,
-            learning_rate=learning_rate,
-            max_turns=max_turns,
-            seed=seed,
-            backend=backend,
-            max_steps_off_policy=max_steps_off_policy,
-            experiment=experiment,
-            eval_every_steps=eval_every_steps,
-            keep_last=keep_last,
-            log_sample_rate=log_sample_rate,
-            dataset_size=dataset_size,
-            num_epochs=num_epochs,
-            **{
-                "sft.data_path": offline_data,
-                **flag_values(DERIVED_FLAGS, derived),
-            },
-        ),
-    )
+    spec = load_spec(file, flag_values(DERIVED_FLAGS, derived))
     with trainer(target, token) as stub:
         # One key per invocation: a call sent again (a retry) returns the job, not a second.
         request = trainer_pb2.SubmitJobRequest(

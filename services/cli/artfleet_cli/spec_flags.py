@@ -1,14 +1,16 @@
 """Command-line flags derived from a spec model's fields: one flag per scalar field, its
-type and default read from the model (never copied here), so a field added to the spec is
-a flag too. `jobs submit` takes the job spec's remaining fields and the `grpo:` block's
-this way; the model validates the values, so errors name the spec key."""
+type, default and help read from the model (never copied here), so a field added to the
+spec is a flag too. `jobs submit` takes every scalar key of the job spec, of its `grpo:`
+block and of its `sft:` block this way; the model validates the values, so errors name the
+spec key. Only a flag's name may be the command's own (`names`: the training scripts'
+names that users' scripts type)."""
 
 from __future__ import annotations
 
 import inspect
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -25,7 +27,13 @@ class Flag:
     key: str  # the spec key it sets: `max_tokens`, `grpo.epsilon`, `sft.epochs`
     kind: type
     help: str
-    name: str  # the flag without dashes: `max-tokens`, `epsilon`, `sft-epochs`
+    # The flag's names without dashes, the first shown first: `max-tokens`, `epsilon`,
+    # `sft-epochs`, or the command's own (`model`, `base-model`).
+    names: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
 
 
 def _flag_type(annotation: Any) -> type | None:
@@ -46,33 +54,40 @@ def derive_flags(
     prefix: str = "",
     skip: Iterable[str] = (),
     flag_prefix: str = "",
+    names: Mapping[str, tuple[str, ...]] | None = None,
 ) -> list[Flag]:
     """A flag per scalar field of `model` not in `skip`; `prefix` nests the key (`grpo.`),
-    `flag_prefix` starts the flag's name (`sft-`: `--sft-epochs`)."""
+    `flag_prefix` starts the flag's name (`sft-`: `--sft-epochs`), `names` gives a key
+    (`sft.data_path`) names of the command's own instead."""
     flags = []
     for name, field in model.model_fields.items():
         kind = _flag_type(field.annotation)
         if name in skip or kind is None:
             continue
-        default = "unset" if field.default is None else repr(field.default)
-        help_ = f"{field.description or what} ({prefix}{name}; default {default})"
-        flag = (flag_prefix + name).replace("_", "-")
-        param = f"{prefix.replace('.', '_')}{name}"
-        flags.append(Flag(param, f"{prefix}{name}", kind, help_, flag))
+        key = f"{prefix}{name}"
+        # A required key of a block (`sft.data_path`) is unset until given.
+        unset = field.default is None or field.is_required()
+        default = "unset" if unset else repr(field.default)
+        help_ = f"{field.description or what} ({key}; default {default})"
+        flag_names = (names or {}).get(key, ((flag_prefix + name).replace("_", "-"),))
+        param = key.replace(".", "_")
+        flags.append(Flag(param, key, kind, help_, flag_names))
     return flags
 
 
 def with_flags(flags: list[Flag]) -> Callable[[F], F]:
-    """Adds `flags` to a typer command that takes them as `**values` (None unless given)."""
+    """Adds `flags` to a typer command that takes them as `**values` (None unless given).
+    They come after its positional parameters and before its keyword-only ones (after `*`),
+    which `--help` lists in that order."""
 
     def decorate(func: F) -> F:
         signature = inspect.signature(func, eval_str=True)
-        params = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
+        own = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
+        derived = []
         for flag in flags:
-            name = flag.name
-            decl = f"--{name}/--no-{name}" if flag.kind is bool else f"--{name}"
-            option = typer.Option(None, decl, help=flag.help)
-            params.append(
+            decls = [f"--{n}/--no-{n}" if flag.kind is bool else f"--{n}" for n in flag.names]
+            option = typer.Option(None, *decls, help=flag.help)
+            derived.append(
                 inspect.Parameter(
                     flag.param,
                     inspect.Parameter.KEYWORD_ONLY,
@@ -80,6 +95,8 @@ def with_flags(flags: list[Flag]) -> Callable[[F], F]:
                     annotation=flag.kind | None,
                 )
             )
+        params = [p for p in own if p.kind != p.KEYWORD_ONLY]
+        params += derived + [p for p in own if p.kind == p.KEYWORD_ONLY]
         func.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
         return func
 

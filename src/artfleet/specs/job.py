@@ -84,18 +84,23 @@ class JobSpecModel(BaseModel):
     reward: Scorers = field_of(RewardSpecModel, SPEC_FIELD)
     reward_clip: RangeModel | None = field_of(RewardSpecModel, CLIP_FIELD)
 
-    name: str = "agent"
+    name: str = Field(default="agent", description="ART model name")
     project: str = "artfleet"
-    base_model: str = DEFAULT_BASE_MODEL
-    backend: Literal["torch", "art"] = "torch"
-    environment: str = "shell-tasks"
+    base_model: str = Field(default=DEFAULT_BASE_MODEL, description="base model")
+    backend: Literal["torch", "art"] = Field(default="torch", description="torch | art")
+    environment: str = Field(default="shell-tasks", description="environment (task set)")
     split: str = "train"
-    steps: int = Field(default=3, ge=1, le=100_000)
-    groups_per_step: int = Field(default=2, ge=1, le=4096)
-    rollouts_per_group: int = Field(default=4, ge=2, le=256)  # GRPO needs >= 2 to compare
+    steps: int = Field(default=3, ge=1, le=100_000, description="training steps")
+    groups_per_step: int = Field(default=2, ge=1, le=4096, description="scenarios per step")
+    rollouts_per_group: int = Field(
+        default=4,
+        ge=2,
+        le=256,
+        description="episodes per scenario (>= 2: GRPO compares within a group)",
+    )
     learning_rate: float = Field(default=5e-5, gt=0, le=1.0)
-    max_turns: int = Field(default=4, ge=1, le=200)
-    seed: int = Field(default=0, ge=0)
+    max_turns: int = Field(default=4, ge=1, le=200, description="assistant turns per episode")
+    seed: int = Field(default=0, ge=0, description="scenario order")
     temperature: float = Field(default=0.7, ge=0, le=5.0)  # the terminal agent's default
     max_tokens: int = Field(default=96, ge=1, le=32_768)
     # The episode's context budget; refused at submit beyond what the serving engine takes
@@ -120,14 +125,21 @@ class JobSpecModel(BaseModel):
     # Replaces the environment's system prompt (the HTTP training API's `task_prompt`);
     # "" = its own.
     task_prompt: str = Field(default="", max_length=32_768)
-    # Asynchronous steps: step s+1 .. s+k roll out while step s trains (0 = synchronous).
-    max_steps_off_policy: int = Field(default=0, ge=0, le=MAX_STEPS_OFF_POLICY)
+    # Step s+1 .. s+k roll out while step s trains.
+    max_steps_off_policy: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_STEPS_OFF_POLICY,
+        description="asynchronous steps: roll out up to k steps ahead of training (0 = sync)",
+    )
     # Experiment identity (the training scripts' --experiment-name); `jobs list --experiment`
     # filters on it.
-    experiment: str = "default"
+    experiment: str = Field(default="default", description="experiment name")
     grpo: GrpoModel = Field(default_factory=GrpoModel)
-    # Evaluation inside the job: before step 1 and every N steps; 0 = never.
-    eval_every_steps: int = Field(default=0, ge=0, le=100_000)
+    # Evaluation inside the job: before step 1 and every N steps.
+    eval_every_steps: int = Field(
+        default=0, ge=0, le=100_000, description="evaluate every N steps; 0 = never"
+    )
     eval_split: str = "test"
     eval_k: int = Field(default=2, ge=1, le=256)
     eval_max_tasks: int = Field(default=0, ge=0, le=100_000)  # 0 = every task of the split
@@ -135,14 +147,23 @@ class JobSpecModel(BaseModel):
     eval_temperature: float | None = Field(default=None, ge=0, le=5.0)
     # Checkpoint retention (ART's training scripts keep the latest 3): last K (0 = all) + best
     # by an eval metric ("" = none).
-    keep_last: int = Field(default=0, ge=0, le=100_000)
+    keep_last: int = Field(
+        default=0, ge=0, le=100_000, description="keep the last N checkpoints; 0 = all"
+    )
     keep_best_metric: Literal["", "pass_at_k", "success_rate", "avg_at_k", "reward_mean"] = ""
     # The training scripts' --log-sample-rate: this fraction of rollouts as readable JSON on disk.
-    log_sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    log_sample_rate: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="fraction of rollouts written as JSON under logs/<experiment>/step_<n>/",
+    )
     # The training scripts' --dataset-size / --num-epochs; 0 = all scenarios / as many as
     # steps need.
-    dataset_size: int = Field(default=0, ge=0, le=10_000_000)
-    num_epochs: int = Field(default=0, ge=0, le=100_000)
+    dataset_size: int = Field(
+        default=0, ge=0, le=10_000_000, description="seed-fixed subset of the split"
+    )
+    num_epochs: int = Field(default=0, ge=0, le=100_000, description="passes over the scenarios")
     # The offline warm-start: SFT on samples before GRPO step 1; None = no SFT phase.
     sft: SftModel | None = None
     # The MCP server every scenario runs against instead of its own (HUD's `mcp_config`,

@@ -36,7 +36,13 @@ from artfleet.specs.base import (
     nested_error,
     spec_error,
 )
-from artfleet.specs.scorer_params import BUILTIN_PARAMS, MCP_EVALUATE, ROLLOUT_REWARD
+from artfleet.specs.scorer_params import (
+    BUILTIN_PARAMS,
+    MCP_EVALUATE,
+    PROCESS,
+    ROLLOUT_REWARD,
+    TASK_CHECK,
+)
 from artfleet.v1 import common_pb2 as pb
 
 SPEC_FIELD, CLIP_FIELD = "reward", "reward_clip"  # the job spec's keys
@@ -51,7 +57,7 @@ ON_ERROR: tuple[OnError, ...] = (ZERO, DROP_TRAJECTORY, DROP_GROUP, FAIL_JOB)
 DEFAULT_ON_ERROR: OnError = DROP_GROUP
 DEFAULT_WEIGHT = 1.0  # 0 is a real weight: computed and logged, not counted
 DEFAULT_GATE_MIN = 1.0  # e.g. "tests all pass"
-DEFAULT_SCORERS = ("process", "task_check")
+DEFAULT_SCORERS = (PROCESS, TASK_CHECK)
 # An agent kind whose environment scores itself: a job of it with no `reward` key is
 # scored so (HUD's habit: the MCP environment's own evaluate tool is the reward; ART's: the
 # rollout function sets trajectory.reward).

@@ -27,6 +27,17 @@ from artfleet.specs.base import (
 )
 
 POLICY_JUDGE = "policy"
+# The built-in scorers' names, declared here once: the reward service's registry is keyed
+# by BUILTIN_PARAMS (it refuses to start with a built-in it does not implement) and its
+# scorers take their names from these constants.
+PROCESS = "process"
+TESTS = "tests"
+TASK_CHECK = "task_check"
+ROLLOUT_REWARD = "rollout_reward"  # the reward an ART rollout function gave its trajectory
+RULER = "ruler"
+JUDGE = "judge"
+MCP_EVALUATE = "mcp_evaluate"  # the scorer that is an MCP environment's evaluate tool
+ANSWER_CHECK = "answer_check"
 
 
 # ---------------------------------------------------------------- built-in scorers' params
@@ -51,11 +62,11 @@ class TestsParams(Params):
 
 
 class TaskCheckParams(Params):
-    unknown_key: ClassVar[str] = "task_check takes no parameters"
+    unknown_key: ClassVar[str] = f"{TASK_CHECK} takes no parameters"
 
 
 class RolloutRewardParams(Params):
-    unknown_key: ClassVar[str] = "rollout_reward takes no parameters"
+    unknown_key: ClassVar[str] = f"{ROLLOUT_REWARD} takes no parameters"
 
 
 def _http_url(value: str) -> str:
@@ -219,15 +230,15 @@ class AnswerCheckParams(Params):
         return self
 
 
-MCP_EVALUATE = "mcp_evaluate"  # the scorer that is an MCP environment's evaluate tool
-ROLLOUT_REWARD = "rollout_reward"  # the reward an ART rollout function gave its trajectory
+# Each built-in scorer's params model; a name missing here would be taken for a custom
+# scorer at submit, its params unchecked until the reward service sees them.
 BUILTIN_PARAMS: dict[str, type[Params]] = {
-    "process": ProcessParams,
-    "tests": TestsParams,
-    "task_check": TaskCheckParams,
+    PROCESS: ProcessParams,
+    TESTS: TestsParams,
+    TASK_CHECK: TaskCheckParams,
     ROLLOUT_REWARD: RolloutRewardParams,
-    "ruler": RulerParams,
-    "judge": JudgeParams,
+    RULER: RulerParams,
+    JUDGE: JudgeParams,
     MCP_EVALUATE: McpEvaluateParams,
-    "answer_check": AnswerCheckParams,
+    ANSWER_CHECK: AnswerCheckParams,
 }

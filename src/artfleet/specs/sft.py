@@ -28,7 +28,12 @@ class SftModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    data_path: str = Field(min_length=1, max_length=4096)
+    data_path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="SFT warm-start before GRPO: offline samples (.json) or OpenAI-messages"
+        " JSONL, a path on the trainer",
+    )
     format: Literal["auto", "offline", "messages"] = "auto"
     min_score: float | None = Field(default=None, allow_inf_nan=False)
     epochs: int = Field(default=1, ge=1, le=1000)

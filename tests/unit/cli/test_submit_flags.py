@@ -73,6 +73,50 @@ def test_training_script_flags_and_grpo_knobs_reach_the_spec(
     assert spec.max_tokens == JobSpecModel.model_fields["max_tokens"].default
 
 
+# The flags users' scripts type (the training scripts' names among them), each with the
+# spec value it sets: derived from the spec like the rest, under the names they always had.
+SCRIPT_FLAGS = {
+    "--model": ("base_model", "my-model"),
+    "--env": ("environment", "code-fix"),
+    "--name": ("name", "n1"),
+    "--steps": ("steps", 5),
+    "--groups-per-step": ("groups_per_step", 3),
+    "--rollouts-per-group": ("rollouts_per_group", 2),
+    "--learning-rate": ("learning_rate", 1e-4),
+    "--max-turns": ("max_turns", 2),
+    "--seed": ("seed", 7),
+    "--backend": ("backend", "art"),
+    "--max-steps-off-policy": ("max_steps_off_policy", 1),
+    "--experiment-name": ("experiment", "e1"),
+    "--eval-every-steps": ("eval_every_steps", 2),
+    "--keep-last": ("keep_last", 1),
+    "--log-sample-rate": ("log_sample_rate", 0.5),
+    "--dataset-size": ("dataset_size", 10),
+    "--num-epochs": ("num_epochs", 2),
+}
+
+
+def test_the_flags_scripts_type_set_their_spec_keys(trainer: tuple[str, KeepingTrainer]) -> None:
+    target, servicer = trainer
+    args = [str(a) for flag, (_, value) in SCRIPT_FLAGS.items() for a in (flag, value)]
+    code, output = _submit(target, *args, "--offline-data", "/data/samples.json")
+    assert code == 0, output
+    spec = spec_from_proto(servicer.specs[-1])
+    assert {key: getattr(spec, key) for key, _ in SCRIPT_FLAGS.values()} == dict(
+        SCRIPT_FLAGS.values()
+    )
+    assert spec.sft is not None and spec.sft.data_path == "/data/samples.json"
+    # The other names of three of them.
+    code, output = _submit(
+        target,
+        *("--base-model", "other", "--experiment", "e2", "--sft-data", "/data/m.jsonl"),
+    )
+    assert code == 0, output
+    spec = spec_from_proto(servicer.specs[-1])
+    assert (spec.base_model, spec.experiment) == ("other", "e2")
+    assert spec.sft is not None and spec.sft.data_path == "/data/m.jsonl"
+
+
 @pytest.mark.parametrize(
     ("args", "key"),
     [

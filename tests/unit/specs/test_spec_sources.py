@@ -43,12 +43,14 @@ def _options(app: typer.Typer, command: str) -> dict[str, Any]:
 
 def test_every_scalar_spec_key_is_a_submit_flag_that_defaults_through_the_model() -> None:
     options = _options(jobs.app, "submit")
-    keys = {f.key for f in jobs.DERIVED_FLAGS} | set(jobs._NAMED_FLAGS) | {"sft.data_path"}
+    keys = {f.key for f in jobs.DERIVED_FLAGS}
     for model, prefix in ((JobSpecModel, ""), (GrpoModel, "grpo."), (SftModel, "sft.")):
         for name, field in model.model_fields.items():
             if _flag_type(field.annotation) is not None:
                 assert f"{prefix}{name}" in keys, f"{prefix}{name} has no flag"
-    not_spec = {"file", "watch", "target", "token"}  # the spec file, and how to submit it
+    # The spec file, and how to submit it: the only parameters written in the command.
+    not_spec = {"file", "watch", "target", "token"}
+    assert set(options) - not_spec == {f.param for f in jobs.DERIVED_FLAGS}
     for param, option in options.items():
         # None: an unset flag leaves the key out, and the model's default applies.
         assert param in not_spec or option.default is None, param
@@ -59,8 +61,11 @@ def test_a_derived_flag_states_the_models_default() -> None:
         head, _, key = flag.key.rpartition(".")
         models: dict[str, type[BaseModel]] = {"": JobSpecModel, "grpo": GrpoModel, "sft": SftModel}
         model = models[head]
-        default = model.model_fields[key].default
-        assert f"default {'unset' if default is None else repr(default)})" in flag.help
+        field = model.model_fields[key]
+        unset = field.default is None or field.is_required()  # sft.data_path: unset until given
+        assert f"default {'unset' if unset else repr(field.default)})" in flag.help
+        # The help says what the key means where the model does.
+        assert flag.help.startswith(field.description or ""), flag.key
 
 
 def test_a_submit_without_flags_is_the_models_defaults() -> None:

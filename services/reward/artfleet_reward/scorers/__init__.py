@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from importlib.metadata import EntryPoint, entry_points
+
+from artfleet.specs.scorer_params import BUILTIN_PARAMS
 
 from .answer import ANSWER_SCORERS
 from .base import ScorerDef
@@ -30,9 +32,31 @@ from .process import EPISODE_SCORERS
 
 log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "artfleet.scorers"
-BUILTIN: dict[str, ScorerDef] = {
-    d.name: d for d in (*EPISODE_SCORERS, *LLM_SCORERS, *MCP_SCORERS, *ANSWER_SCORERS)
-}
+
+
+def builtin_table(definitions: Iterable[ScorerDef]) -> dict[str, ScorerDef]:
+    """The built-ins keyed by the kernel's table (artfleet.specs.scorer_params), in its
+    order; the service refuses to start when they differ, since a built-in the kernel does
+    not list is taken for a custom scorer at submit and one it lists must be implemented."""
+    found: dict[str, ScorerDef] = {}
+    for definition in definitions:
+        if definition.name in found:
+            raise ImportError(f"built-in scorer {definition.name!r} is implemented twice")
+        found[definition.name] = definition
+    missing = sorted(BUILTIN_PARAMS.keys() - found.keys())
+    unknown = sorted(found.keys() - BUILTIN_PARAMS.keys())
+    if missing or unknown:
+        raise ImportError(
+            f"built-in scorers without an implementation: {missing}; implemented but not"
+            f" in artfleet.specs.scorer_params.BUILTIN_PARAMS: {unknown}"
+        )
+    for name, definition in found.items():
+        if definition.params is not BUILTIN_PARAMS[name]:
+            raise ImportError(f"built-in scorer {name!r} does not take the kernel's params model")
+    return {name: found[name] for name in BUILTIN_PARAMS}
+
+
+BUILTIN = builtin_table((*EPISODE_SCORERS, *LLM_SCORERS, *MCP_SCORERS, *ANSWER_SCORERS))
 
 
 def _load(entry: EntryPoint) -> ScorerDef | None:
@@ -63,4 +87,4 @@ def registry() -> Mapping[str, ScorerDef]:
     return found
 
 
-__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "ScorerDef", "registry"]
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "ScorerDef", "builtin_table", "registry"]

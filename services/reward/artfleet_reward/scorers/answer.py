@@ -14,15 +14,15 @@ from collections.abc import Sequence
 
 from artfleet.contracts import codec
 from artfleet.specs.answers import check, numbers
-from artfleet.specs.scorer_params import AnswerCheckParams
+from artfleet.specs.scorer_params import ANSWER_CHECK, AnswerCheckParams
 
-from .base import ERROR, GroupContext, Result, Scored, Scorer, ScorerDef, ScorerError
+from .base import ERROR, GroupContext, Result, Scored, Scorer, ScorerError, builtin
 
 __all__ = ["ANSWER_SCORERS", "AnswerCheckScorer", "check", "numbers"]
 
 
 class AnswerCheckScorer(Scorer):
-    name = "answer_check"
+    name = ANSWER_CHECK
 
     def __init__(self, params: AnswerCheckParams) -> None:
         self.params = params
@@ -57,10 +57,9 @@ def _configure(params: AnswerCheckParams, field: str) -> Scorer:
 
 
 ANSWER_SCORERS = (
-    ScorerDef(
-        "answer_check",
+    builtin(
+        ANSWER_CHECK,
         "single-turn answer check: exact, numeric with tolerance, or regex",
         _configure,
-        AnswerCheckParams,
     ),
 )

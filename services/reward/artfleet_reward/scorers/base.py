@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from artfleet.specs.base import InvalidSpec, Params, spec_error
+from artfleet.specs.scorer_params import BUILTIN_PARAMS
 from artfleet.v1 import common_pb2 as pb
 
 from ..metrics import RewardMetrics
@@ -98,7 +99,7 @@ class EpisodeScorer(Scorer):
 
 
 # Returns the scorer for validated params: a built-in gets its params model (see
-# artfleet.specs.reward.BUILTIN_PARAMS), a custom scorer the mapping the spec holds.
+# artfleet.specs.scorer_params.BUILTIN_PARAMS), a custom scorer the mapping the spec holds.
 Configure = Callable[[Any, str], Scorer]
 
 
@@ -122,6 +123,15 @@ class ScorerDef:
         return self.configure(options, field)
 
 
+def builtin(name: str, description: str, configure: Configure) -> ScorerDef:
+    """A built-in scorer's definition: `name` is one the kernel declares
+    (artfleet.specs.scorer_params), and its params model is the one declared there."""
+    params = BUILTIN_PARAMS.get(name)
+    if params is None:
+        raise LookupError(f"{name!r} is not a built-in scorer of artfleet.specs.scorer_params")
+    return ScorerDef(name, description, configure, params)
+
+
 __all__ = [
     "ERROR",
     "INVALID_OUTPUT",
@@ -136,4 +146,5 @@ __all__ = [
     "Scorer",
     "ScorerDef",
     "ScorerError",
+    "builtin",
 ]

@@ -27,7 +27,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import litellm
 import pydantic
@@ -36,7 +36,14 @@ from pydantic import BaseModel, Field
 from artfleet.contracts import codec
 from artfleet.contracts.art_types import RULER_DEFAULT_RUBRIC, art
 from artfleet.specs.base import InvalidSpec
-from artfleet.specs.scorer_params import JudgeEndpoint, JudgeParams, LLMParams, RulerParams
+from artfleet.specs.scorer_params import (
+    JUDGE,
+    RULER,
+    JudgeEndpoint,
+    JudgeParams,
+    LLMParams,
+    RulerParams,
+)
 
 from .base import (
     ERROR,
@@ -47,8 +54,8 @@ from .base import (
     Result,
     Scored,
     Scorer,
-    ScorerDef,
     ScorerError,
+    builtin,
 )
 from .judge_context import MIN_CAP, Budget, Lists, fit, refusal, ruler_chars
 from .tokens import tracking_metadata
@@ -113,7 +120,7 @@ class _Call:
 
 
 class _LLMScorer(Scorer):
-    name = ""
+    name: ClassVar[str]  # the built-in's name (artfleet.specs.scorer_params), a metrics label
 
     def __init__(self, options: LLMOptions) -> None:
         self.options = options
@@ -241,7 +248,7 @@ def _clip01(value: float) -> float:
 
 
 class RulerScorer(_LLMScorer):
-    name = "ruler"
+    name = RULER
 
     def __init__(self, options: LLMOptions, replaces_reward: bool) -> None:
         super().__init__(options)
@@ -359,7 +366,7 @@ class JudgeCache:
 
 
 class JudgeScorer(_LLMScorer):
-    name = "judge"
+    name = JUDGE
 
     async def score(self, ctx: GroupContext, indices: Sequence[int]) -> list[Result]:
         call = self._resolve(ctx)
@@ -438,18 +445,8 @@ def _configure_judge(params: JudgeParams, field: str) -> Scorer:
 
 
 LLM_SCORERS = (
-    ScorerDef(
-        "ruler",
-        "ART's RULER: an LLM judge ranks the group's trajectories",
-        _configure_ruler,
-        RulerParams,
-    ),
-    ScorerDef(
-        "judge",
-        "an LLM judge scores each trajectory against a rubric",
-        _configure_judge,
-        JudgeParams,
-    ),
+    builtin(RULER, "ART's RULER: an LLM judge ranks the group's trajectories", _configure_ruler),
+    builtin(JUDGE, "an LLM judge scores each trajectory against a rubric", _configure_judge),
 )
 
 __all__ = ["LLM_SCORERS", "JudgeCache"]

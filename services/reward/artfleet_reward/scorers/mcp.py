@@ -25,7 +25,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from artfleet.clients.mcp_guard import NonProtocolOutput, guard_stdout
 from artfleet.clients.mcp_local import ServerStderr, server_params
 from artfleet.contracts import codec
-from artfleet.specs.scorer_params import McpEvaluateParams, ToolCall
+from artfleet.specs.scorer_params import MCP_EVALUATE, McpEvaluateParams, ToolCall
 
 from .base import (
     ERROR,
@@ -36,8 +36,8 @@ from .base import (
     Result,
     Scored,
     Scorer,
-    ScorerDef,
     ScorerError,
+    builtin,
 )
 
 
@@ -123,7 +123,7 @@ def _last_answer(trajectory: Any) -> str:
 
 
 class MCPEvaluateScorer(Scorer):
-    name = "mcp_evaluate"
+    name = MCP_EVALUATE
 
     def __init__(self, options: MCPOptions) -> None:
         self.options = options
@@ -238,10 +238,9 @@ def _configure(params: McpEvaluateParams, field: str) -> Scorer:
 
 
 MCP_SCORERS = (
-    ScorerDef(
-        "mcp_evaluate",
+    builtin(
+        MCP_EVALUATE,
         "HUD-style: the environment's MCP evaluate tool, after replaying the tool calls",
         _configure,
-        McpEvaluateParams,
     ),
 )

@@ -27,7 +27,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from artfleet.specs.scorer_params import (
+    PROCESS,
     ROLLOUT_REWARD,
+    TASK_CHECK,
+    TESTS,
     ProcessParams,
     RolloutRewardParams,
     TaskCheckParams,
@@ -35,7 +38,7 @@ from artfleet.specs.scorer_params import (
 )
 from artfleet.v1 import common_pb2
 
-from .base import EpisodeScorer, GroupContext, Result, Scored, Scorer, ScorerDef
+from .base import EpisodeScorer, GroupContext, Result, Scored, Scorer, builtin
 
 Episode = common_pb2.Episode
 
@@ -139,28 +142,20 @@ def _configure_rollout_reward(params: RolloutRewardParams, field: str) -> Rollou
 
 
 EPISODE_SCORERS = (
-    ScorerDef(
-        "process",
+    builtin(
+        PROCESS,
         "per-step process rewards + test pass rate (terminal-agent table)",
         _configure_process,
-        ProcessParams,
     ),
-    ScorerDef(
-        "tests",
+    builtin(
+        TESTS,
         "1.0 when all tests pass (repo tasks: resolved), else 0.5 x pass rate",
         _configure_tests,
-        TestsParams,
     ),
-    ScorerDef(
-        "task_check",
-        "1.0 when the scenario's check passed",
-        _configure_task_check,
-        TaskCheckParams,
-    ),
-    ScorerDef(
+    builtin(TASK_CHECK, "1.0 when the scenario's check passed", _configure_task_check),
+    builtin(
         ROLLOUT_REWARD,
         "the reward the episode's own rollout gave (ART rollout functions' trajectory.reward)",
         _configure_rollout_reward,
-        RolloutRewardParams,
     ),
 )
