@@ -5,12 +5,16 @@ from the application's router, so a method or route added later is checked witho
 
 Hook for HTTP services: `http_refusals(base_url, routes, token)` with `routes` from
 `aiohttp_routes(app)` (or any list of (method, path)) returns what did not refuse.
+
+`header_cases(token)` are the Authorization values every surface must read alike
+(artfleet.runtime.auth): the unit tests of the check and the test over every surface run them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import aiohttp
 import grpc
@@ -24,12 +28,44 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 OPEN_GRPC_SERVICES = frozenset(
     {"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}
 )
-BAD_CREDENTIALS: dict[str, tuple[tuple[str, str], ...]] = {
-    "missing": (),
-    "wrong": (("authorization", "Bearer not-the-token"),),
-    "empty bearer": (("authorization", "Bearer "),),
-    "other scheme": (("authorization", "Basic dXNlcjpwYXNz"),),
-}
+TOKEN = "fleet-auth-cases-token"
+
+
+@dataclass(frozen=True)
+class HeaderCase:
+    label: str
+    header: str | None  # the Authorization value; None: no such header
+    accepted: bool
+
+
+def header_cases(token: str = TOKEN) -> list[HeaderCase]:
+    """The scheme in any case and spaces around it are fine (RFC 7235/6750); anything but
+    exactly the token after it is not."""
+    return [
+        HeaderCase("missing", None, False),
+        HeaderCase("other scheme", f"Basic {token}", False),
+        HeaderCase("no scheme", token, False),
+        HeaderCase("bearer lower case", f"bearer {token}", True),
+        HeaderCase("BEARER upper case", f"BEARER {token}", True),
+        HeaderCase("extra spaces", f"  Bearer   {token}  ", True),
+        HeaderCase("wrong token", "Bearer not-the-token", False),
+        HeaderCase("right token", f"Bearer {token}", True),
+        HeaderCase("longer token", f"Bearer {token}0", False),
+        HeaderCase("shorter token", f"Bearer {token[:-1]}", False),
+        HeaderCase("empty token", "Bearer ", False),
+    ]
+
+
+HEADER_CASES = header_cases()
+
+
+def refused_headers(token: str) -> dict[str, dict[str, str]]:
+    """Every refused case as request headers, by label."""
+    return {
+        case.label: {} if case.header is None else {"Authorization": case.header}
+        for case in header_cases(token)
+        if not case.accepted
+    }
 
 
 def served_methods(target: str) -> dict[str, list[str]]:
@@ -50,8 +86,8 @@ def grpc_refusals(target: str, paths: Iterable[str], token: str) -> list[str]:
     with grpc.insecure_channel(target) as channel:
         for path in paths:
             call = channel.unary_unary(path)  # raw bytes: an empty message of any type
-            for label, metadata in BAD_CREDENTIALS.items():
-                code = _code(call, metadata)
+            for label, headers in refused_headers(token).items():
+                code = _code(call, [(k.lower(), v) for k, v in headers.items()])
                 if code != grpc.StatusCode.UNAUTHENTICATED:
                     problems.append(f"{path} with {label} token: {code.name}")
             good = (("authorization", f"Bearer {token}"),)
@@ -85,17 +121,12 @@ def aiohttp_routes(app: object) -> list[tuple[str, str]]:
 
 
 async def http_refusals(base_url: str, routes: Iterable[tuple[str, str]], token: str) -> list[str]:
-    """Routes that do not answer 401 without the token, with a wrong one or another scheme."""
-    bad = {
-        "missing": {},
-        "wrong": {"Authorization": "Bearer not-the-token"},
-        "empty bearer": {"Authorization": "Bearer "},
-        "other scheme": {"Authorization": f"Basic {token}"},
-    }
+    """Routes that do not answer 401 to any refused header case (missing, wrong token,
+    another scheme, ...)."""
     problems = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
         for method, path in routes:
-            for label, headers in bad.items():
+            for label, headers in refused_headers(token).items():
                 async with session.request(
                     method, base_url + path, headers=headers, json={}
                 ) as reply:

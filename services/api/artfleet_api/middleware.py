@@ -7,13 +7,14 @@ clients send it: `X-API-Key: tml-<token>` (they refuse keys without that prefix)
 
 from __future__ import annotations
 
-import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from artfleet.runtime.auth import bearer_matches, secret_matches
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -48,19 +49,19 @@ def is_open(path: str) -> bool:
 class AuthMiddleware:
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
-        self._expected = f"Bearer {token}".encode()
-        self._keys = (token.encode(), f"tml-{token}".encode())
+        self._token = token
+        self._keys = (token, f"tml-{token}") if token else ()
 
     def _refusal(self, path: str, headers: dict[bytes, bytes]) -> tuple[str, str] | None:
         """None when the request carries the token; else why not, and the header named."""
         given = headers.get(b"authorization", b"")
-        ok = hmac.compare_digest(given, self._expected)
+        ok = bearer_matches(given, self._token)
         if not path.startswith(API_KEY_PREFIX):
             why = "wrong bearer token" if given else "missing bearer token"
             return None if ok else (why, "Authorization")
         key = headers.get(b"x-api-key", b"")
         # Every comparison made, whichever matches: the time says nothing about the key.
-        matches = [hmac.compare_digest(key, expected) for expected in self._keys]
+        matches = [secret_matches(key, expected) for expected in self._keys]
         if ok or any(matches):
             return None
         return ("wrong API key" if key or given else "missing API key", "X-API-Key")

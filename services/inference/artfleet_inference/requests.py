@@ -19,10 +19,6 @@ class BadRequest(Exception):
     param: str
 
 
-def error_body(message: str, kind: str, code: int, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
 def parse_object(raw: bytes) -> dict[str, Any]:
     """A JSON object, or a 400 naming the body."""
     try:

@@ -17,7 +17,6 @@ Every other route needs `Authorization: Bearer <ARTFLEET_API_TOKEN>` (middleware
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -43,13 +42,13 @@ from artfleet.contracts.policy_publish import (
     ServedPolicy,
     parse,
 )
+from artfleet.runtime.auth import bearer_matches, openai_error
 from artfleet_inference.engine import EngineError, PolicyEngine
 from artfleet_inference.policies import UnknownPolicy
 from artfleet_inference.requests import (
     BadRequest,
     check_chat,
     check_completion,
-    error_body,
     parse_body,
     parse_object,
 )
@@ -69,7 +68,7 @@ _FORWARD_HEADERS = ("content-type", "cache-control")
 
 def _error(status: int, message: str, param: str | None = None) -> web.Response:
     kinds = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}
-    body = error_body(message, kinds.get(status, "ServerError"), status, param)
+    body = openai_error(message, kinds.get(status, "ServerError"), code=status, param=param)
     return web.json_response(body, status=status)
 
 
@@ -82,7 +81,7 @@ class Front:
         vllm_alive: Callable[[], bool],
     ) -> None:
         self._engine = engine
-        self._token = f"Bearer {token}".encode()
+        self._token = token
         self._art_path = art_path.resolve()
         self._vllm_alive = vllm_alive
         self._session: aiohttp.ClientSession | None = None
@@ -131,10 +130,9 @@ class Front:
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path != "/health":
-            given = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, self._token):  # constant time
-                return _error(401, "bad or missing token")
+        given = request.headers.get("Authorization")
+        if request.path != "/health" and not bearer_matches(given, self._token):
+            return _error(401, "bad or missing token")
         return await handler(request)
 
     # --- OpenAI routes -----------------------------------------------------------------

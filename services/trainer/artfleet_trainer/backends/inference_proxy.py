@@ -9,13 +9,14 @@ has started vLLM there is no upstream and calls get 503.
 
 from __future__ import annotations
 
-import hmac
 import logging
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 from prometheus_client import Counter
+
+from artfleet.runtime.auth import bearer_matches, openai_error
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +98,12 @@ class InferenceProxy:
         return response
 
     async def _respond(self, request: web.Request) -> web.StreamResponse:
-        given = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(given, f"Bearer {self._token}".encode()):  # constant time
-            return web.json_response({"error": {"message": "bad or missing token"}}, status=401)
+        if not bearer_matches(request.headers.get("Authorization"), self._token):
+            refusal = openai_error("bad or missing token", code="invalid_api_key")
+            return web.json_response(refusal, status=401)
         if not self._upstream or self._session is None:
-            return web.json_response(
-                {"error": {"message": "no model is being served yet (no job has started)"}},
-                status=503,
-            )
+            idle = openai_error("no model is being served yet (no job has started)", "server_error")
+            return web.json_response(idle, status=503)
         url = f"{self._upstream}/{request.match_info['tail']}"
         headers = _forwardable(request.headers)
         headers["Authorization"] = f"Bearer {self._upstream_key}"
@@ -126,4 +125,4 @@ class InferenceProxy:
             log.warning("inference upstream %s failed: %s", url, exc)
             if reply is not None and reply.prepared:  # mid-stream: the client sees a cut
                 return reply
-            return web.json_response({"error": {"message": f"upstream: {exc}"}}, status=502)
+            return web.json_response(openai_error(f"upstream: {exc}", "server_error"), status=502)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from artfleet.contracts.chat_messages import MessageError, check_messages
+from artfleet.runtime.auth import openai_error
 
 from .generation import SamplingParams, SequenceOutput
 from .tool_calls import ToolChoice, ToolsError, ToolSpec, parse_tool_calls, parse_tool_choice
@@ -56,17 +57,7 @@ class RequestError(Exception):
         self.param = param
 
     def body(self) -> dict[str, Any]:
-        return error_body(self.message, type=self.type, code=self.code, param=self.param)
-
-
-def error_body(
-    message: str,
-    *,
-    type: str = "invalid_request_error",
-    code: str | None = None,
-    param: str | None = None,
-) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type, "code": code, "param": param}}
+        return openai_error(self.message, self.type, code=self.code, param=self.param)
 
 
 def bad_request(message: str, param: str | None = None) -> RequestError:

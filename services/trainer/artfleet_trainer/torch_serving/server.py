@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import json
 import logging
 import time
@@ -44,6 +43,7 @@ from artfleet.contracts.checkpoint_layout import (
     is_latest,
     parse_model_name,
 )
+from artfleet.runtime.auth import bearer_matches, openai_error
 
 from .completions import (
     CompletionRequest,
@@ -59,7 +59,6 @@ from .protocol import (
     RequestError,
     bad_request,
     chat_completion,
-    error_body,
     model_list,
     model_not_found,
     parse_chat_request,
@@ -126,7 +125,7 @@ class InferenceServer:
             raise ValueError("the inference server needs an API key")
         self._policies = policies
         self._loader = loader
-        self._api_key = api_key.encode()
+        self._api_key = api_key
         self.host = host
         self._requested_port = port
         self.default_max_tokens = default_max_tokens
@@ -175,21 +174,18 @@ class InferenceServer:
             code = "not_found" if exc.status == 404 else None
             allow = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
             return web.json_response(
-                error_body(exc.reason, code=code), status=exc.status, headers=allow
+                openai_error(exc.reason, code=code), status=exc.status, headers=allow
             )
         except SchedulerClosed as exc:
-            return web.json_response(error_body(str(exc), type="server_error"), status=503)
+            return web.json_response(openai_error(str(exc), type="server_error"), status=503)
         except Exception:
             log.exception("unexpected error serving %s %s", request.method, request.path)
-            body = error_body("internal server error", type="server_error")
+            body = openai_error("internal server error", type="server_error")
             return web.json_response(body, status=500)
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            token.strip().encode(), self._api_key
-        ):
+        if not bearer_matches(request.headers.get("Authorization"), self._api_key):
             raise RequestError(401, "Incorrect API key provided.", code="invalid_api_key")
         return await handler(request)
 

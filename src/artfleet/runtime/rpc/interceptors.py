@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import logging
 import sys
 import time
@@ -15,6 +14,7 @@ from google.protobuf.message import DecodeError
 from grpc.aio import ServerInterceptor
 
 from artfleet.contracts.errors import ArtfleetError, InvalidArgument
+from artfleet.runtime.auth import bearer_matches
 from artfleet.runtime.logs import request_id
 from artfleet.runtime.metrics import RPC_REQUESTS, RPC_SECONDS
 
@@ -69,10 +69,10 @@ async def _refuse_undecodable(request: Any, context: grpc.aio.ServicerContext) -
 
 
 class AuthInterceptor(ServerInterceptor):
-    """Rejects calls without `authorization: Bearer <token>` (constant-time compare)."""
+    """Rejects calls without `authorization: Bearer <token>` (artfleet.runtime.auth)."""
 
     def __init__(self, token: str) -> None:
-        self._expected = f"bearer {token}".encode()
+        self._token = token
 
     async def intercept_service(
         self,
@@ -83,8 +83,7 @@ class AuthInterceptor(ServerInterceptor):
         if method.startswith(PUBLIC_SERVICES):
             return await continuation(details)
         given = _metadata(details).get("authorization", "")
-        scheme, _, value = given.partition(" ")
-        if not hmac.compare_digest(f"{scheme.lower()} {value}".encode(), self._expected):
+        if not bearer_matches(given, self._token):
             reason = "missing" if not given else "invalid"
             return _abort_handler(
                 grpc.StatusCode.UNAUTHENTICATED,
