@@ -54,6 +54,8 @@ class Containers:
     async def start(self, req: ContainerRequest) -> str:
         with self.on_its_way(req.session_id):
             options = container_options(req, self.config, self.identity)
+            # Cancelling the await does not stop the engine thread: keep the task, so
+            # `settle` can wait for it and shutdown then remove what it made.
             task = asyncio.ensure_future(self.engine.start_container(options, self.uid))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
