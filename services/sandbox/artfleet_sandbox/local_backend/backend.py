@@ -17,31 +17,24 @@ Sessions get a Python with pytest that does not depend on the host's (`pyruntime
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
-import shlex
 import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 
-from artfleet_sandbox import metrics
 from artfleet_sandbox.backend import (
-    CapacityExceeded,
+    CaseResult,
     ExecOutcome,
-    ExecSpec,
     FileSpec,
     ImageReport,
     InvalidArgument,
-    RunTestsReport,
     SandboxError,
     SessionInfo,
     SessionSpec,
-    check_command,
-    check_env,
 )
 from artfleet_sandbox.junit import collect_report
 from artfleet_sandbox.local_backend.bwrap import (
@@ -68,9 +61,9 @@ from artfleet_sandbox.procs import TAG_VAR, kill_group, kill_tagged, rlimit_pref
 from artfleet_sandbox.pyruntime import PyRuntime, default_cache_dir, prepare_runtime
 from artfleet_sandbox.repl import shell_argv
 from artfleet_sandbox.replica import ReplicaIdentity, new_replica_id, new_session_id
-from artfleet_sandbox.replshell import ReplCall, ReplShell, ReplSink
+from artfleet_sandbox.replshell import ReplSink
 from artfleet_sandbox.repocache import RepoCache
-from artfleet_sandbox.sessions import SessionTable
+from artfleet_sandbox.session_base import RunCall, SessionBackend
 from artfleet_sandbox.stdio import StdioProcess, StdioSpec
 
 log = logging.getLogger(__name__)
@@ -78,19 +71,19 @@ log = logging.getLogger(__name__)
 _CLOSE_WAIT_S = 3.0
 
 
-class LocalBackend:
+class LocalBackend(SessionBackend[LocalSession]):
     """Sessions in temporary dirs, owned by this instance and removed on close."""
 
     name = "local"
+    config: LocalConfig
 
     def __init__(self, config: LocalConfig | None = None) -> None:
         self.config = config or LocalConfig()
         self.replica_id = self.config.replica_id or new_replica_id()
-        self._sessions: SessionTable[LocalSession] = SessionTable(self.replica_id)
+        super().__init__(self.replica_id)
         self._root = ""
         self._bwrap: Bubblewrap | None = None
         self._owner: tuple[int, int] | None = None  # of session files, when not ours
-        self._reaper: asyncio.Task[None] | None = None
         self._shell = shutil.which("bash", path=self.config.path) or "/bin/sh"
         self._limits = rlimit_prefix(self.config.rlimits)
         self._runtime: PyRuntime | None = None
@@ -101,7 +94,7 @@ class LocalBackend:
             lambda tarball: asyncio.to_thread(self._make_session_dir, (), tarball),
             lambda root: asyncio.to_thread(remove_tree, root),
         )
-        self._warm = WarmSessions(self.config.session_pool_size, self._open_warm, self._end)
+        self._warm = WarmSessions(self.config.session_pool_size, self._open_warm, self._teardown)
 
     @property
     def root(self) -> str:
@@ -110,9 +103,7 @@ class LocalBackend:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        if self._root:
-            return
+    async def _prepare(self) -> None:
         cfg = self.config
         expose = list(cfg.bwrap_expose_paths)
         if cfg.test_runtime:
@@ -129,33 +120,15 @@ class LocalBackend:
         elif self._bwrap.drop:
             self._owner = cfg.run_as
         self._root = await asyncio.to_thread(self._make_root)
-        self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
         self._warm.fill(network=False)
         log.info("local sandbox backend at %s, isolation: %s", self._root, self.isolation())
 
-    async def stop(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
-            self._reaper = None
-        if not self._root:
-            return
+    async def _shutdown(self) -> None:
         await self._seeded.stop()
         await self._warm.stop()
-        try:
-            await asyncio.wait_for(self.close_all(), self.config.stop_timeout_s)
-        except TimeoutError:
-            log.warning("closing sessions took too long; removing what is left")
+        await self._within_stop_timeout(self.close_all(), "closing sessions")  # then removed
         await asyncio.to_thread(remove_tree, self._root)
         self._root = ""
-
-    async def __aenter__(self) -> LocalBackend:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
 
     def _make_root(self) -> str:
         parent = self.config.workspace_root or tempfile.gettempdir()
@@ -194,11 +167,7 @@ class LocalBackend:
     # -- sessions ----------------------------------------------------------------------
 
     async def create_session(self, spec: SessionSpec) -> SessionInfo:
-        if not self._root:
-            raise SandboxError("backend not started")
-        if len(self._sessions) >= self.config.max_sessions:
-            raise CapacityExceeded(f"this replica holds {self.config.max_sessions} sessions")
-        check_env(spec.env)
+        self._admit(len(self._sessions), spec.env)
         if spec.idle_ttl_s < 0:
             raise InvalidArgument("idle_ttl_s must not be negative")
         started = time.perf_counter()
@@ -211,15 +180,8 @@ class LocalBackend:
         session.ttl_s = spec.idle_ttl_s or self.config.idle_ttl_s
         session.last_used = time.monotonic()
         self._sessions.add(session.id, session)
-        metrics.CREATE_SECONDS.labels(source).observe(time.perf_counter() - started)
-        metrics.SESSIONS_CREATED.inc()
-        return SessionInfo(
-            session.id,
-            session.workdir,
-            self.name,
-            self.session_isolation(spec.network),
-            self.replica_id,
-        )
+        isolation = self.session_isolation(spec.network)
+        return self._opened(session, source, started, session.workdir, isolation)
 
     async def _new_session(self, spec: SessionSpec) -> LocalSession:
         tarball = await self.repos.tarball(spec.repo) if spec.repo else ""
@@ -229,10 +191,7 @@ class LocalBackend:
         else:
             root = await asyncio.to_thread(self._make_session_dir, spec.files, tarball)
         session = self._session_at(root, spec.network, dict(spec.env), spec.repl)
-        if session.repl_default:
-            # The shell (bash under bubblewrap: most of a first command's time) starts
-            # while the client asks its model for the first command.
-            session.warming = asyncio.create_task(self._warm_repl(session))
+        self._start_warming(session)
         return session
 
     def _session_at(
@@ -262,7 +221,7 @@ class LocalBackend:
             try:
                 await asyncio.to_thread(self._write_all, session, spec.files)
             except BaseException:
-                await self._end(session)
+                await self._teardown(session)
                 raise
         return session
 
@@ -274,21 +233,11 @@ class LocalBackend:
         try:
             await self._repl_of(session).start()
         except BaseException:
-            await self._end(session)
+            await self._teardown(session)
             raise
         return session
 
-    async def _end(self, session: LocalSession) -> None:
-        """Kills what the session runs and removes its dir (it is out of the table)."""
-        await asyncio.to_thread(kill_tagged, session.tag + ".")
-        if session.repl is not None:
-            await session.repl.stop()
-        await asyncio.to_thread(remove_tree, session.root)
-
-    async def close_session(self, session_id: str) -> bool:
-        session = self._sessions.pop(session_id)
-        if session is None:
-            return False
+    async def _end_processes(self, session: LocalSession) -> None:
         # Kill first: a live process could keep writing while the tree is removed. A call
         # in flight may spawn its command just after a scan, so scan until none is left.
         deadline = time.monotonic() + _CLOSE_WAIT_S
@@ -296,12 +245,9 @@ class LocalBackend:
         while session.busy and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
             await asyncio.to_thread(kill_tagged, session.tag + ".")
-        if session.warming is not None:
-            await session.warming  # a shell it starts from now on is the stop's to end
-        if session.repl is not None:
-            await session.repl.stop()
+
+    async def _remove_workspace(self, session: LocalSession) -> None:
         await asyncio.to_thread(remove_tree, session.root)
-        return True
 
     async def open_stdio(self, spec: StdioSpec) -> StdioProcess:
         return await LocalStdio.start(spec, self.config.allow_stdio, self.config.path)
@@ -310,10 +256,6 @@ class LocalBackend:
         # Sessions here are directories on the host: a task that needs its image (the
         # repo at /testbed, its own interpreter) cannot run on this backend at all.
         return ImageReport(sorted(set(images)), pull_allowed=False, runs_images=False)
-
-    async def close_all(self) -> int:
-        results = await asyncio.gather(*(self.close_session(sid) for sid in self._sessions.ids()))
-        return sum(results)
 
     # -- files -------------------------------------------------------------------------
 
@@ -334,18 +276,18 @@ class LocalBackend:
     def _write_all(self, session: LocalSession, files: Sequence[FileSpec]) -> None:
         write_files(session.workdir, files, self._owner)
 
-    async def write_files(self, session_id: str, files: Sequence[FileSpec]) -> int:
-        session = self._sessions.get(session_id)
-        with self._sessions.in_use(session):
-            await asyncio.to_thread(self._write_all, session, files)
-        return len(files)
+    async def _put_files(self, session: LocalSession, files: Sequence[FileSpec]) -> None:
+        await asyncio.to_thread(self._write_all, session, files)
 
-    async def read_file(self, session_id: str, path: str, max_bytes: int) -> tuple[bytes, bool]:
-        if max_bytes < 0:
-            raise InvalidArgument("max_bytes must not be negative")
-        session = self._sessions.get(session_id)
-        with self._sessions.in_use(session):
-            return await asyncio.to_thread(read_file, session.workdir, path, max_bytes)
+    async def _read(self, session: LocalSession, path: str, max_bytes: int) -> tuple[bytes, bool]:
+        return await asyncio.to_thread(read_file, session.workdir, path, max_bytes)
+
+    def _report_path(self, session: LocalSession) -> str:
+        return os.path.join(session.root, "reports", f"junit-{secrets.token_hex(6)}.xml")
+
+    async def _fetch_report(self, session: LocalSession, report: str) -> list[CaseResult]:
+        reports_dir, name = os.path.split(report)
+        return await asyncio.to_thread(collect_report, reports_dir, name)
 
     # -- commands ----------------------------------------------------------------------
 
@@ -379,67 +321,22 @@ class LocalBackend:
             command=shell,
         )
 
-    async def _run(
-        self,
-        session: LocalSession,
-        command: str,
-        cwd: str,
-        env: Mapping[str, str],
-        *,
-        timeout_s: float,
-        max_output_bytes: int,
-        stdin: bytes = b"",
-        tail_bytes: int = 0,
-        merge_stderr: bool = False,
-    ) -> ExecOutcome:
-        check_command(command)
-        check_env(env)
-        with self._sessions.in_use(session), spawn_errors():
-            real_cwd = await asyncio.to_thread(resolve_dir, session.workdir, cwd)
+    async def _run_command(self, session: LocalSession, call: RunCall) -> ExecOutcome:
+        with spawn_errors():
+            real_cwd = await asyncio.to_thread(resolve_dir, session.workdir, call.cwd)
             return await run_process(
-                self._argv(session, real_cwd, command),
+                self._argv(session, real_cwd, call.command),
                 cwd=real_cwd,
-                env=self._env(session, env),
-                timeout_s=timeout_s,
-                max_output_bytes=max_output_bytes,
-                stdin=stdin,
-                tail_bytes=tail_bytes,
-                merge_stderr=merge_stderr,
+                env=self._env(session, call.env),
+                timeout_s=call.timeout_s,
+                max_output_bytes=call.max_output_bytes,
+                stdin=call.stdin,
+                tail_bytes=call.tail_bytes,
+                merge_stderr=call.merge,
                 argv_prefix=self._limits,
             )
 
-    async def exec(self, session_id: str, spec: ExecSpec) -> ExecOutcome:
-        if spec.timeout_s <= 0 or spec.max_output_bytes < 0:
-            raise InvalidArgument("timeout_s must be positive and max_output_bytes not negative")
-        session = self._sessions.get(session_id)
-        if spec.use_repl(session.repl_default):
-            return await self._repl_exec(session, spec)
-        return await self._run(
-            session,
-            spec.command,
-            spec.cwd,
-            spec.env,
-            timeout_s=spec.timeout_s,
-            max_output_bytes=spec.max_output_bytes,
-            stdin=spec.stdin,
-        )
-
     # -- the session's REPL --------------------------------------------------------------
-
-    def _repl_of(self, session: LocalSession) -> ReplShell:
-        if session.repl is None:
-            session.repl = ReplShell(
-                lambda sink: self._spawn_repl(session, sink),
-                lambda: self._kill_repl(session),
-                self.name,
-            )
-        return session.repl
-
-    async def _warm_repl(self, session: LocalSession) -> None:
-        try:
-            await self._repl_of(session).start()
-        except Exception as exc:  # the first call starts it again and reports the error
-            log.debug("session %s: shell not started at open: %s", session.id, exc)
 
     async def _spawn_repl(self, session: LocalSession, sink: ReplSink) -> LocalChannel:
         # A tag of its own: a timeout kills the shell's tree, not the session's other calls.
@@ -467,73 +364,5 @@ class LocalBackend:
         if session.repl_tag:
             await asyncio.to_thread(kill_tagged, session.repl_tag)  # and what left the group
 
-    async def _repl_exec(self, session: LocalSession, spec: ExecSpec) -> ExecOutcome:
-        check_command(spec.command)
-        check_env(spec.env)
-        with self._sessions.in_use(session):
-            cwd = ""
-            if spec.cwd:
-                cwd = await asyncio.to_thread(resolve_dir, session.workdir, spec.cwd)
-            call = ReplCall(
-                spec.command,
-                spec.timeout_s,
-                spec.max_output_bytes,
-                cwd=cwd,
-                env=dict(spec.env),
-                stdin=spec.stdin,
-            )
-            return await self._repl_of(session).run(call)
-
-    async def run_tests(self, session_id: str, command: str, timeout_s: float) -> RunTestsReport:
-        if timeout_s <= 0:
-            raise InvalidArgument("timeout_s must be positive")
-        session = self._sessions.get(session_id)
-        reports_dir = os.path.join(session.root, "reports")
-        report_name = f"junit-{secrets.token_hex(6)}.xml"
-        report = os.path.join(reports_dir, report_name)
-        # Custom commands may name `{junitxml}` too; plain replace, since shell text is
-        # full of braces that str.format would choke on.
-        text = (command or self.config.test_command).replace("{junitxml}", shlex.quote(report))
-        cap = self.config.test_output_bytes
-        result = await self._run(
-            session,
-            text,
-            "",
-            {},
-            timeout_s=timeout_s,
-            max_output_bytes=cap // 4,
-            tail_bytes=cap - cap // 4,
-            merge_stderr=True,  # pytest's summary sits at the end: keep head and tail
-        )
-        tests = await asyncio.to_thread(collect_report, reports_dir, report_name)
-        return RunTestsReport(
-            exit_code=result.exit_code,
-            timed_out=result.timed_out,
-            duration_s=result.duration_s,
-            output=result.stdout.decode("utf-8", errors="replace"),
-            tests=tests,
-        )
-
-    # -- reaper ------------------------------------------------------------------------
-
-    async def reap_idle(self) -> int:
-        """Close sessions idle for longer than their TTL; returns how many were closed."""
-        now = time.monotonic()
-        expired = [
-            s.id for s in self._sessions.values() if s.busy == 0 and now - s.last_used > s.ttl_s
-        ]
-        closed = 0
-        for session_id in expired:
-            if await self.close_session(session_id):
-                closed += 1
-                metrics.REAPED_SESSIONS.labels("idle").inc()
-                log.info("reaped idle session %s", session_id)
-        return closed
-
-    async def _reap_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.reap_interval_s)
-            try:
-                await self.reap_idle()
-            except Exception:  # one bad session must not stop the reaper for good
-                log.exception("idle reaper failed")
+    async def _repl_cwd(self, session: LocalSession, cwd: str) -> str:
+        return await asyncio.to_thread(resolve_dir, session.workdir, cwd)

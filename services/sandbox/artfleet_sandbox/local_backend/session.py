@@ -2,34 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import os
-import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from artfleet_sandbox.backend import InvalidArgument, SandboxError
-from artfleet_sandbox.replshell import ReplShell
+from artfleet_sandbox.session_base import BaseSession
 
 
-@dataclass
-class LocalSession:
-    id: str
-    root: str
+@dataclass(kw_only=True)
+class LocalSession(BaseSession):
+    root: str  # the session dir (session_dirs.py)
     tag: str  # the TAG_VAR prefix of every process this session starts
-    env: Mapping[str, str]
-    network: bool
-    job_id: str
-    ttl_s: float
-    repl_default: bool = True
-    repl: ReplShell | None = None  # made on the first REPL call
     repl_tag: str = ""  # TAG_VAR value of the REPL shell's tree
     repl_pid: int = 0
-    warming: asyncio.Task[None] | None = None  # the REPL shell starting at session open
-    last_used: float = field(default_factory=time.monotonic)
-    busy: int = 0
 
     @property
     def workdir(self) -> str:
