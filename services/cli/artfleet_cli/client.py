@@ -8,9 +8,15 @@ from contextlib import contextmanager
 from typing import NoReturn
 
 import grpc
+import typer
 
 from artfleet.runtime.rpc.client import sync_channel
 from artfleet.v1 import trainer_pb2_grpc
+
+# The fleet token, as every command that calls a service takes it.
+TokenOpt = typer.Option(
+    "", "--token", envvar="ARTFLEET_API_TOKEN", help="API token", show_default=False
+)
 
 # Exit codes: 2 = the request was wrong (bad spec, unknown job, bad token), 1 = anything else.
 USAGE_CODES = frozenset(

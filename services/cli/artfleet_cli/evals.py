@@ -30,11 +30,17 @@ from artfleet.specs.job import JobSpecModel, with_default_reward
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 from artfleet_cli import render
-from artfleet_cli.client import fail, service
+from artfleet_cli.client import TokenOpt, fail, service
 from artfleet_cli.policy_check import check_base_url, check_model_name, check_policy
 from artfleet_cli.rollout import (
-    BASE_URL_HELP,
-    POLICY_URL_ENV,
+    BaseUrlOpt,
+    EnableThinkingOpt,
+    EnvOpt,
+    MaxTokensOpt,
+    MaxTurnsOpt,
+    RewardOpt,
+    RolloutTargetOpt,
+    TemperatureOpt,
     build_task,
     job_defaults,
     parse_reward,
@@ -143,13 +149,11 @@ def run_tasks(
 
 @app.command("run")
 def run(
-    base_url: str | None = typer.Option(
-        None, envvar=POLICY_URL_ENV, help=BASE_URL_HELP, show_default=False
-    ),
+    base_url: str | None = BaseUrlOpt,
     model: str = typer.Option(
         ..., help="model the endpoint serves: a base model, a checkpoint name@step or name@best"
     ),
-    env: str = typer.Option(default_of(JobSpecModel, "environment"), help="environment"),
+    env: str = EnvOpt,
     split: str = typer.Option(
         default_of(JobSpecModel, "eval_split"), help="the split whose tasks are evaluated"
     ),
@@ -162,26 +166,16 @@ def run(
     api_key_env: str = typer.Option(
         "", help="variable in the rollout service's environment holding the endpoint's key"
     ),
-    temperature: float | None = typer.Option(None, help="default: the job default"),
-    max_turns: int | None = typer.Option(None, help="default: the job default"),
-    max_tokens: int | None = typer.Option(None, help="per turn; default: the job default"),
-    enable_thinking: bool | None = typer.Option(
-        None,
-        "--enable-thinking/--no-enable-thinking",
-        help="the chat template's enable_thinking; default: the template's own",
-    ),
-    reward: str | None = typer.Option(
-        None, help="scorers: YAML/JSON list or a file; default: the environment's, as a job's"
-    ),
+    temperature: float | None = TemperatureOpt,
+    max_turns: int | None = MaxTurnsOpt,
+    max_tokens: int | None = MaxTokensOpt,
+    enable_thinking: bool | None = EnableThinkingOpt,
+    reward: str | None = RewardOpt,
     concurrency: int = typer.Option(4, min=1, max=256, help="tasks run at once"),
     out: Path | None = typer.Option(None, help="folder for summary.json and trajectories/"),
     timeout_s: float = typer.Option(1800.0, min=1, help="how long to wait for one task"),
-    target: str = typer.Option(
-        "127.0.0.1:50052", envvar="ARTFLEET_ROLLOUT_TARGET", help="rollout service gRPC address"
-    ),
-    token: str = typer.Option(
-        "", envvar="ARTFLEET_API_TOKEN", help="API token", show_default=False
-    ),
+    target: str = RolloutTargetOpt,
+    token: str = TokenOpt,
 ) -> None:
     """Evaluate a policy: mean reward, success rate, avg@k, pass@k and a per-task table.
     Checks first that the endpoint serves the model (exit 2 if not, 1 if it cannot be

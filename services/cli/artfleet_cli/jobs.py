@@ -15,7 +15,7 @@ from artfleet.specs.yaml_text import DuplicateKey, load_yaml
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 from artfleet_cli import render
-from artfleet_cli.client import fail, trainer
+from artfleet_cli.client import TokenOpt, fail, trainer
 from artfleet_cli.spec_flags import derive_flags, flag_values, with_flags
 
 app = typer.Typer(
@@ -24,9 +24,6 @@ app = typer.Typer(
 
 TargetOpt = typer.Option(
     "127.0.0.1:50051", "--target", envvar="ARTFLEET_TRAINER_TARGET", help="trainer gRPC address"
-)
-TokenOpt = typer.Option(
-    "", "--token", envvar="ARTFLEET_API_TOKEN", help="API token", show_default=False
 )
 
 

@@ -9,8 +9,8 @@ from rich.table import Table
 
 from artfleet.v1 import trainer_pb2
 from artfleet_cli import render
-from artfleet_cli.client import fail, trainer
-from artfleet_cli.jobs import TargetOpt, TokenOpt
+from artfleet_cli.client import TokenOpt, fail, trainer
+from artfleet_cli.jobs import TargetOpt
 
 app = typer.Typer(help="List, inspect, delete and export trained models.", no_args_is_help=True)
 

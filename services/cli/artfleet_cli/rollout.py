@@ -28,7 +28,7 @@ from artfleet.specs.job import (
 from artfleet.specs.yaml_text import DuplicateKey, load_yaml
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 from artfleet_cli import render
-from artfleet_cli.client import fail, service
+from artfleet_cli.client import TokenOpt, fail, service
 
 app = typer.Typer(help="Run rollouts without training.", no_args_is_help=True)
 
@@ -37,6 +37,32 @@ POLICY_URL_ENV = "ARTFLEET_POLICY_BASE_URL"  # the fleet's policy endpoint (flee
 BASE_URL_HELP = (
     "OpenAI-compatible endpoint as the rollout workers reach it, e.g. http://host:8000/v1; "
     f"default: the fleet's policy (${POLICY_URL_ENV}, in fleet up's fleet.env)"
+)
+JOB_DEFAULT = "default: the job default"
+
+# The options `rollout run` and `eval run` share, written once.
+BaseUrlOpt = typer.Option(
+    None, "--base-url", envvar=POLICY_URL_ENV, help=BASE_URL_HELP, show_default=False
+)
+EnvOpt = typer.Option(default_of(JobSpecModel, "environment"), "--env", help="environment")
+TemperatureOpt = typer.Option(None, "--temperature", help=JOB_DEFAULT)
+MaxTurnsOpt = typer.Option(None, "--max-turns", help=JOB_DEFAULT)
+MaxTokensOpt = typer.Option(None, "--max-tokens", help=f"per turn; {JOB_DEFAULT}")
+EnableThinkingOpt = typer.Option(
+    None,
+    "--enable-thinking/--no-enable-thinking",
+    help="the chat template's enable_thinking; default: the template's own",
+)
+RewardOpt = typer.Option(
+    None,
+    "--reward",
+    help="scorers: YAML/JSON list or a file; default: the environment's, as a job's",
+)
+RolloutTargetOpt = typer.Option(
+    "127.0.0.1:50052",
+    "--target",
+    envvar="ARTFLEET_ROLLOUT_TARGET",
+    help="rollout service gRPC address",
 )
 
 
@@ -138,11 +164,9 @@ def outcome_lines(response: rollout_pb2.RunGroupResponse) -> list[str]:
 
 @app.command("run")
 def run(
-    base_url: str | None = typer.Option(
-        None, envvar=POLICY_URL_ENV, help=BASE_URL_HELP, show_default=False
-    ),
+    base_url: str | None = BaseUrlOpt,
     model: str = typer.Option(..., help="model name the endpoint serves"),
-    env: str = typer.Option(default_of(JobSpecModel, "environment"), help="environment"),
+    env: str = EnvOpt,
     scenario: str | None = typer.Option(None, help="scenario id (else --split and --index)"),
     split: str = typer.Option(
         default_of(JobSpecModel, "split"), help="split to pick the scenario from"
@@ -155,26 +179,16 @@ def run(
         "empty = the fleet token",
         show_default=False,
     ),
-    max_turns: int | None = typer.Option(None, help="default: the job default"),
-    temperature: float | None = typer.Option(None, help="default: the job default"),
-    max_tokens: int | None = typer.Option(None, help="per turn; default: the job default"),
-    max_context_tokens: int | None = typer.Option(None, help="default: the job default"),
-    enable_thinking: bool | None = typer.Option(
-        None,
-        "--enable-thinking/--no-enable-thinking",
-        help="the chat template's enable_thinking; default: the template's own",
-    ),
-    reward: str | None = typer.Option(
-        None, help="scorers: YAML/JSON list or a file; default: the environment's, as a job's"
-    ),
+    max_turns: int | None = MaxTurnsOpt,
+    temperature: float | None = TemperatureOpt,
+    max_tokens: int | None = MaxTokensOpt,
+    max_context_tokens: int | None = typer.Option(None, help=JOB_DEFAULT),
+    enable_thinking: bool | None = EnableThinkingOpt,
+    reward: str | None = RewardOpt,
     timeout_s: float = typer.Option(1800.0, min=1, help="how long to wait for the group"),
     as_json: bool = typer.Option(False, "--json", help="print the whole response as JSON"),
-    target: str = typer.Option(
-        "127.0.0.1:50052", envvar="ARTFLEET_ROLLOUT_TARGET", help="rollout service gRPC address"
-    ),
-    token: str = typer.Option(
-        "", envvar="ARTFLEET_API_TOKEN", help="API token", show_default=False
-    ),
+    target: str = RolloutTargetOpt,
+    token: str = TokenOpt,
 ) -> None:
     """Run one group and print its trajectories, rewards and the reward outcome. Exits 1
     when no trajectory came back (every episode failed, or the reward dropped the group)."""
