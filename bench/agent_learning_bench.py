@@ -42,9 +42,9 @@ from artfleet.runtime.rpc.client import sync_channel
 from artfleet.specs.job import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2_grpc
-from artfleet_cli.demo import pick_engine
 from artfleet_cli.evals import load_summary
 from artfleet_cli.fleet import LocalFleet
+from artfleet_cli.fleet_up import pick_engine
 from artfleet_rollout.bundled.expert import demonstrations, write_jsonl
 
 ENVIRONMENT = "calculator"
