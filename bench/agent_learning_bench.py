@@ -8,8 +8,9 @@ policy served by the default engine) and the `calculator` environment (two-opera
 problems through its MCP server: calculate, calculate, answer — three tool turns with
 observations between them, scored by the server's evaluate tool):
 
-1. the scripted expert (`artfleet-demos`, artfleet_rollout.expert) demonstrates the first
-   `--demos` tasks of the train split, as real episodes on the environment's server;
+1. the scripted expert (`artfleet-demos`, artfleet_rollout.bundled.expert) demonstrates
+   the first `--demos` tasks of the train split, as real episodes on the environment's
+   server;
 2. the base model is evaluated on the held-out test split (`artfleet eval run`);
 3. one job: its SFT phase on the demonstrations, then `--steps` GRPO steps on the train
    split; its own evaluations run after the SFT phase (step 0: the SFT-only checkpoint)
@@ -41,10 +42,10 @@ from artfleet.runtime.rpc.client import sync_channel
 from artfleet.specs.job import JobSpecModel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2_grpc
-from artfleet_cli.demo import pick_engine
 from artfleet_cli.evals import load_summary
 from artfleet_cli.fleet import LocalFleet
-from artfleet_rollout.expert import demonstrations, write_jsonl
+from artfleet_cli.fleet_up import pick_engine
+from artfleet_rollout.bundled.expert import demonstrations, write_jsonl
 
 ENVIRONMENT = "calculator"
 REWARD = '[{"name": "mcp_evaluate"}]'

@@ -131,8 +131,8 @@ async def run(url: str, n: int, rounds: int) -> None:
     await ours(client, groups)  # warm-up: script load, connections
     await raw(client, groups)
     for r in range(rounds):
-        # Whichever side runs first in a round measured slower here (by about 10 ms of
-        # a 40 ms gather, either way round): alternate the order so neither gets the bias.
+        # Whichever side runs first in a round measured slower here, either way round
+        # (docs/benchmarks.md): alternate the order so neither gets the bias.
         if r % 2:
             raw_s.append(await raw(client, groups))
         wall, cpu = await ours(client, groups)

@@ -4,7 +4,7 @@
 #   scripts/build_game2048_image.sh [--tag TAG] [--server FILE.py] [--module MODULE] [--force]
 #
 # --server: the server module's file (default: this repo's 2048 server,
-#   services/rollout/artfleet_rollout/mcp_2048.py, with its game module game2048.py
+#   services/rollout/artfleet_rollout/bundled/mcp_2048.py, with its game module game2048.py
 #   beside it; the console script `artfleet-mcp-2048` runs the same main). It must import
 #   only the stdlib, `mcp` and its neighbours, and run stdio when executed as a script;
 #   with --module the image runs `python3 -m MODULE` instead.
@@ -12,8 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TAG="artfleet/mcp-2048:latest"
-SERVER="services/rollout/artfleet_rollout/mcp_2048.py"
-GAME="services/rollout/artfleet_rollout/game2048.py"
+SERVER="services/rollout/artfleet_rollout/bundled/mcp_2048.py"
+GAME="services/rollout/artfleet_rollout/bundled/game2048.py"
 MODULE=""
 EXTRA=()
 while (($#)); do

@@ -18,8 +18,7 @@ def write_mcp_2048_script(bin_dir: Path) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "artfleet-mcp-2048"
     paths = os.pathsep.join(str(ROOT / p) for p in ("src", "services/rollout"))
-    script.write_text(
-        f'#!/bin/sh\nPYTHONPATH={paths} exec {sys.executable} -m artfleet_rollout.mcp_2048 "$@"\n'
-    )
+    module = "artfleet_rollout.bundled.mcp_2048"
+    script.write_text(f'#!/bin/sh\nPYTHONPATH={paths} exec {sys.executable} -m {module} "$@"\n')
     script.chmod(0o755)
     return script

@@ -1,89 +1,22 @@
-"""`artfleet demo` and `artfleet fleet up`: the whole fleet on this machine."""
+"""`artfleet demo`: a local fleet, one short math-single job evaluated before and after
+training, a summary, then everything stopped."""
 
 from __future__ import annotations
 
-import os
-import shlex
-import shutil
-import signal
-import threading
 import time
 from pathlib import Path
 
 import typer
 
 from artfleet.contracts import evaluation
-from artfleet.runtime.service import free_port
 from artfleet.specs.job import JobSpecModel, ScorerModel, spec_to_proto
 from artfleet.specs.scorer_params import ANSWER_CHECK
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 from artfleet_cli import render
-from artfleet_cli.client import fail, trainer
-from artfleet_cli.fleet import (
-    PORT_NAMES,
-    VLLM_PYTHON,
-    LocalFleet,
-    ServiceExited,
-    isolation_notice,
-    vllm_python,
-)
-from artfleet_cli.fleet_config import (
-    ENV_FILE,
-    ConfigError,
-    PortsTaken,
-    Remembered,
-    env_file_text,
-    forget_settings,
-    known_keys,
-    load_ports,
-    load_remembered,
-    merge_settings,
-    parse_env_file,
-    parse_sets,
-    plan_ports,
-    port_is_free,
-    read_secret,
-    save_ports,
-    save_remembered,
-    taken_ports,
-    write_private,
-)
-from artfleet_cli.fleet_metrics import CONFIG_FILE
-
-WorkdirOpt = typer.Option(Path(".artfleet"), "--workdir", help="state, logs and checkpoints")
-EngineOpt = typer.Option(
-    "auto",
-    "--engine",
-    help="who serves the policy: vllm (the inference service), torch (the trainer's own "
-    "server), auto (vllm where a vLLM environment is found, else torch)",
-)
-ENGINES = ("auto", "vllm", "torch")
-
-
-def pick_engine(engine: str, python: str = "") -> str:
-    """`auto` → vllm when a vLLM environment is found (`python`, or what make install
-    builds), else torch; an explicit `vllm` without one is a usage error (exit 2)."""
-    if engine not in ENGINES:
-        render.console.print(f"--engine: one of {', '.join(ENGINES)}", markup=False)
-        raise SystemExit(2)
-    found = bool(python or vllm_python())
-    if engine == "vllm" and not found:
-        render.console.print(
-            "--engine vllm: no Python with vLLM here (make install builds .venv-vllm; or set "
-            "ARTFLEET_INFERENCE_VLLM_PYTHON)",
-            markup=False,
-        )
-        raise SystemExit(2)
-    if engine == "auto":
-        engine = "vllm" if found else "torch"
-        if not found:
-            render.console.print(
-                "note: no vLLM environment found (make install builds .venv-vllm): the "
-                "trainer serves the policy itself",
-                markup=False,
-            )
-    return engine
+from artfleet_cli.client import trainer
+from artfleet_cli.fleet import LocalFleet, isolation_notice
+from artfleet_cli.fleet_up import EngineOpt, WorkdirOpt, pick_engine
 
 
 def demo_spec(
@@ -197,164 +130,3 @@ def _gain_line(job: pb.Job) -> str:
         f"{100 * result.mean_delta:+.1f} points (95% CI {100 * low:+.1f} .. {100 * high:+.1f}, "
         f"paired bootstrap over {len(result.rows)} tasks)"
     )
-
-
-SetOpt = typer.Option(
-    [],
-    "--set",
-    metavar="KEY=VALUE",
-    help="a setting (ARTFLEET_*, or a variable such as a judge's API key); repeatable; "
-    "wins over --env-file, which wins over this environment's ARTFLEET_* variables",
-)
-EnvFileOpt = typer.Option(
-    None,
-    "--env-file",
-    dir_okay=False,
-    help="settings as KEY=VALUE lines (# comments, optional quotes and `export`)",
-)
-
-
-def fleet_up(
-    workdir: Path = WorkdirOpt,
-    engine: str = EngineOpt,
-    env_file: Path | None = EnvFileOpt,
-    settings: list[str] = SetOpt,
-    new_ports: bool = typer.Option(
-        False, "--new-ports", help="pick new ports instead of the ones the workdir recorded"
-    ),
-    reset_settings: bool = typer.Option(
-        False, "--reset-settings", help="drop the settings remembered from earlier starts"
-    ),
-) -> None:
-    """Start a local fleet and keep it up until Ctrl-C.
-
-    Settings, later ones winning: this environment's ARTFLEET_* variables, the settings
-    remembered from earlier starts, then --env-file, then --set. Each reaches the services
-    whose settings read it; an ARTFLEET_* name no service reads is an error. --env-file
-    and --set values are remembered in WORKDIR/fleet-settings.json (private) and applied
-    at the next start until --reset-settings. The first start in a workdir records its
-    ports and a restart reuses them; every endpoint and the token are written to
-    WORKDIR/fleet.env (`source` it). WORKDIR/prometheus.yml scrapes every service; a
-    `prometheus` on PATH is run on it."""
-    fleet = _configured_fleet(
-        workdir.resolve(), engine, env_file, settings, new_ports, reset_settings
-    )
-    fleet.prometheus = shutil.which("prometheus") or ""
-    if notice := isolation_notice():
-        render.console.print(notice, markup=False)
-    try:
-        fleet.start()
-    except ServiceExited as exc:
-        tail = "\n".join(exc.tail.splitlines()[-15:])
-        what = f"{exc.name} exited with {exc.code} while starting; logs/{exc.name}.log ends"
-        fail(f"{what}:\n{tail}", 2 if exc.code == 2 else 1)
-    except TimeoutError as exc:
-        fail(f"{exc} (its log is in {fleet.workdir / 'logs'})", 1)
-    env_path = fleet.workdir / ENV_FILE
-    comment = f"artfleet fleet up in {fleet.workdir} ({fleet.engine}): source this file"
-    write_private(env_path, env_file_text(fleet.endpoints(), comment))
-    write_private(fleet.workdir / "token", fleet.token + "\n")
-    # Plain print: rich would break long lines; the token stays in the private files.
-    print("\n".join(banner(fleet, env_path)), flush=True)
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    try:
-        done.wait()
-    finally:
-        fleet.stop()
-
-
-def _configured_fleet(
-    workdir: Path,
-    engine: str,
-    env_file: Path | None,
-    sets: list[str],
-    new_ports: bool,
-    reset_settings: bool = False,
-) -> LocalFleet:
-    """The fleet `fleet up` starts: settings merged and checked (exit 2), the workdir's
-    ports, token, Redis password and remembered settings reused (exit 1 when another
-    process holds a port)."""
-    password_path = workdir / "redis-password"
-    try:
-        given = parse_env_file(_read(env_file), str(env_file)) if env_file else {}
-        set_values = parse_sets(sets)
-        remembered = None if reset_settings else load_remembered(workdir)
-        fleet = LocalFleet(
-            workdir,
-            ports=plan_ports(PORT_NAMES, {} if new_ports else load_ports(workdir), free_port),
-        )
-        fleet.token = read_secret(workdir / "token") or fleet.token
-        fleet.redis_password = read_secret(password_path) or fleet.redis_password
-        fleet.settings, ignored = merge_settings(
-            os.environ,
-            given,
-            set_values,
-            known_keys(),
-            fleet.owned_keys(),
-            remembered.values if remembered else None,
-        )
-        fleet.engine = pick_engine(engine, fleet.settings.get(VLLM_PYTHON, ""))
-        fleet.check_settings()
-    except ConfigError as exc:
-        fail(str(exc))
-    for key in ignored:
-        render.console.print(f"note: no service reads {key} (environment): ignored", markup=False)
-    if taken := taken_ports(fleet.ports, port_is_free):
-        how = "pass --new-ports to pick others" if not new_ports else "try again"
-        fail(f"{PortsTaken(taken)} (another fleet up in {workdir}?): {how}", 1)
-    save_ports(workdir, fleet.ports)
-    write_private(password_path, fleet.redis_password + "\n")
-    _remember_settings(workdir, remembered, {**given, **set_values}, reset_settings)
-    return fleet
-
-
-def _remember_settings(
-    workdir: Path, remembered: Remembered | None, given: dict[str, str], reset: bool
-) -> None:
-    """Says what the remembered settings are (never their values: keys among them), and
-    remembers this start's --env-file and --set over them."""
-    if reset and forget_settings(workdir):
-        render.console.print("dropped the remembered settings (--reset-settings)", markup=False)
-    if remembered is not None and remembered.values:
-        count, replaced = len(remembered.values), len(remembered.values.keys() & given.keys())
-        by_now = f", {replaced} replaced by this start's" if replaced else ""
-        render.console.print(
-            f"using the settings remembered from {remembered.shown_date()}: "
-            f"{count} value{'s' if count != 1 else ''}{by_now}; --reset-settings to drop them",
-            markup=False,
-            soft_wrap=True,
-        )
-    if given:
-        save_remembered(workdir, {**(remembered.values if remembered else {}), **given})
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--env-file {path}: {exc}") from None
-
-
-def banner(fleet: LocalFleet, env_path: Path) -> list[str]:
-    """What `fleet up` prints once up: short lines (no token: it is in `env_path`)."""
-    if fleet.prometheus:
-        metrics = f"Prometheus at http://{fleet.prometheus_address} (docs/deployment.md)"
-    else:
-        metrics = f"{CONFIG_FILE} in the workdir (no prometheus on PATH to run it)"
-    return [
-        f"fleet up: {fleet.engine} serves the policy; Ctrl-C stops the fleet.",
-        f"console and HTTP API: {fleet.api_url} (log in with the token)",
-        f"metrics: {metrics}",
-        "endpoints and token (the same after a restart): run",
-        f"  source {shlex.quote(str(_shown(env_path)))}",
-    ]
-
-
-def _shown(path: Path) -> Path:
-    """`path` relative to the working directory when under it: shorter lines."""
-    try:
-        return path.relative_to(Path.cwd())
-    except ValueError:
-        return path

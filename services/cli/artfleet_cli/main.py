@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from artfleet_cli import demo, envs, evals, jobs, models, rollout
+from artfleet_cli import demo, envs, evals, fleet_up, jobs, models, rollout
 
 app = typer.Typer(
     help="ArtFleet: train LLM agents with RL on a fleet.",
@@ -18,7 +18,7 @@ app.add_typer(models.app, name="models")
 app.add_typer(envs.app, name="envs")
 app.command("demo")(demo.demo)
 fleet = typer.Typer(help="Run the fleet on this machine.", no_args_is_help=True)
-fleet.command("up")(demo.fleet_up)
+fleet.command("up")(fleet_up.fleet_up)
 app.add_typer(fleet, name="fleet")
 
 

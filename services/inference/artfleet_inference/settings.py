@@ -40,8 +40,8 @@ class InferenceSettings(ServerSettings):
         default="auto",
         description="how a new policy reaches vLLM: merged into vLLM's weights (the newest "
         "policy at base speed; the others as LoRA differences) or a runtime LoRA adapter "
-        "per checkpoint; auto: merged on a CPU (vLLM-CPU's LoRA path runs at ~0.4x), lora "
-        "on CUDA (measured: docs/inference.md)",
+        "per checkpoint; auto: merged on a CPU (vLLM-CPU's LoRA path generates more "
+        "slowly), lora on CUDA (measured: docs/inference.md)",
     )
     inference_merge_path: Literal["memory", "disk"] = Field(
         default="memory",

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 import httpx
-import openai.resources  # noqa: F401  (the SDK imports it at a client's first call, ~1 s, on the loop)
+import openai.resources  # noqa: F401  (else the SDK imports it at a client's first call, on the loop)
 from openai import APIConnectionError, APIStatusError, AsyncOpenAI, DefaultAsyncHttpxClient
 
 from artfleet.clients.replicas import resolve_urls
@@ -125,7 +125,7 @@ class OpenAIPolicy:
     ) -> bytes:
         """The JSON `chat.completions.create` would send, built without its request
         transform: that walks every message of the history against the SDK's TypedDicts on
-        each call (~1.2 ms at turn 3, growing with the history) and changes nothing in JSON
+        each call (a cost that grows with the history) and changes nothing in JSON
         messages. Messages and tools that come encoded (`ports.EncodedList`: an episode's
         history, encoded once per message) are joined, not encoded again, so a turn costs
         its new messages. Retries, auth, timeout and the answer's parsing stay the
@@ -221,7 +221,7 @@ class OpenAIClients:
 @functools.cache
 def _ssl_context() -> ssl.SSLContext:
     """The TLS context every probe's client shares. httpx reads the CA bundle into a new
-    one for each client it makes (0.1 s and more of CPU on a busy host), on the event
+    one for each client it makes (costly CPU work, more so on a busy host), on the event
     loop: with a probe every few seconds, that stalled every episode's turns."""
     return httpx.create_ssl_context()
 

@@ -91,8 +91,8 @@ class _Collector(asyncio.SubprocessProtocol):
 
 # Applies resource limits, then execs the real command. A `preexec_fn` would be simpler,
 # but it makes CPython run fork handlers in the child, and grpc's crash there (segfault).
-# util-linux's `prlimit` does it in ~1 ms; this fallback, for hosts without it, costs an
-# interpreter start (~7 ms) per command and per REPL shell.
+# util-linux's `prlimit` does it without an interpreter; this fallback, for hosts without
+# it, costs an interpreter start per command and per REPL shell (docs/benchmarks.md).
 _LIMITER = """
 import os, resource, sys
 for item in filter(None, sys.argv[1].split(",")):

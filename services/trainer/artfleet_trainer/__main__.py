@@ -13,7 +13,7 @@ def main() -> None:
     settings = load_settings(TrainerSettings)
     setup_logging(settings.log_level, "trainer")
     # Before torch loads: spinning OpenMP threads stall badly when the cores are shared
-    # with rollout workers (measured 550 ms → 245 ms per decode step on 2 cores).
+    # with rollout workers (docs/benchmarks.md).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from artfleet_trainer.app import TrainerApp
 

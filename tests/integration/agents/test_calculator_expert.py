@@ -23,8 +23,8 @@ from transformers import PreTrainedTokenizerFast
 from artfleet.contracts import codec
 from artfleet.contracts.chat_template import TOOLS_CHATML_TEMPLATE
 from artfleet.specs.sft import SftModel
+from artfleet_rollout.bundled.expert import demonstrations, main, write_jsonl
 from artfleet_rollout.environments import get_environment
-from artfleet_rollout.expert import demonstrations, main, write_jsonl
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.settings import RolloutSettings
 from artfleet_trainer.sft.data import load_samples

@@ -72,15 +72,15 @@ def test_gain_line_pairs_the_first_and_last_eval_by_task() -> None:
 
 
 def test_engine_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    from artfleet_cli import demo
+    from artfleet_cli import fleet_up
 
-    monkeypatch.setattr(demo, "vllm_python", lambda: "")
-    assert demo.pick_engine("auto") == "torch"  # says why, on the console
-    assert demo.pick_engine("torch") == "torch"
+    monkeypatch.setattr(fleet_up, "vllm_python", lambda: "")
+    assert fleet_up.pick_engine("auto") == "torch"  # says why, on the console
+    assert fleet_up.pick_engine("torch") == "torch"
     for bad in ("vllm", "tgi"):  # asked for what is not here / not an engine: exit 2
         with pytest.raises(SystemExit) as caught:
-            demo.pick_engine(bad)
+            fleet_up.pick_engine(bad)
         assert caught.value.code == 2
-    monkeypatch.setattr(demo, "vllm_python", lambda: "/opt/vllm/bin/python")
-    assert demo.pick_engine("auto") == "vllm"
-    assert demo.pick_engine("vllm") == "vllm"
+    monkeypatch.setattr(fleet_up, "vllm_python", lambda: "/opt/vllm/bin/python")
+    assert fleet_up.pick_engine("auto") == "vllm"
+    assert fleet_up.pick_engine("vllm") == "vllm"

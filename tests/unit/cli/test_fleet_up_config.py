@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from fake_policy import fake_policy
 
-from artfleet_cli.demo import banner
 from artfleet_cli.fleet import PORT_NAMES, FleetProcess, LocalFleet, ServiceExited
 from artfleet_cli.fleet_config import (
     ConfigError,
@@ -35,6 +34,7 @@ from artfleet_cli.fleet_config import (
     taken_ports,
     write_private,
 )
+from artfleet_cli.fleet_up import banner
 
 
 def _fleet(tmp_path: Path, **fields: object) -> LocalFleet:
@@ -284,7 +284,7 @@ def test_cli_says_which_recorded_port_is_taken(tmp_path: Path) -> None:
 
 
 def test_a_restart_reuses_the_workdirs_token_and_new_ports_picks_again(tmp_path: Path) -> None:
-    from artfleet_cli.demo import _configured_fleet
+    from artfleet_cli.fleet_up import _configured_fleet
 
     first = _configured_fleet(tmp_path, "torch", None, [], new_ports=False)
     (tmp_path / "token").write_text(first.token + "\n")  # as a started fleet up leaves it
@@ -348,7 +348,7 @@ def no_artfleet_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_settings_given_once_are_remembered_privately_until_reset(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from artfleet_cli.demo import _configured_fleet
+    from artfleet_cli.fleet_up import _configured_fleet
 
     given = tmp_path / "given.env"
     given.write_text("OPENAI_API_KEY=sk-secret-value\nARTFLEET_JUDGE_CONCURRENCY=2\n")

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from artfleet_cli.main import app
 from artfleet_rollout.agents.mcp_env import McpEndpoint, McpFailure, docker_run, transport
+from artfleet_rollout.bundled.game2048 import Game
 from artfleet_rollout.environments import get_environment
 from artfleet_rollout.environments.loaders import LoaderError, load_hud, load_jsonl
-from artfleet_rollout.game2048 import Game
 
 
 def test_2048_moves_merge_and_reward_on_a_log_scale() -> None:

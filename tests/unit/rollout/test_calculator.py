@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from artfleet_rollout import calculator
-from artfleet_rollout.calculator import Problem, Step
+from artfleet_rollout.bundled import calculator
+from artfleet_rollout.bundled.calculator import Problem, Step
 from artfleet_rollout.environments import get_environment
 
 

@@ -233,7 +233,7 @@ async def test_each_launcher_sets_soft_and_hard_limits(prlimit: str | None, tmp_
 
 @needs_prlimit
 def test_limits_go_through_prlimit_where_the_host_has_it() -> None:
-    # An interpreter start per command (and per REPL shell) costs ~7 ms more than prlimit.
+    # An interpreter start per command (and per REPL shell) costs more than prlimit.
     assert rlimit_prefix({resource.RLIMIT_NOFILE: 1000})[0] == PRLIMIT
 
 

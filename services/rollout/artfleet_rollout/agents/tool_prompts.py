@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 # A concrete call, not a template: the 135M model copies placeholders such as
-# `{<arguments as JSON>}` literally (measured: 5 of 6 sampled calls did).
+# `{<arguments as JSON>}` literally (most sampled calls did: docs/benchmarks.md).
 CALL_FORMAT = "Call a tool with exactly one block per call, for example:\n"
 
 _TOOLS_PROMPT = (

@@ -1,16 +1,16 @@
 """`calculator`: two-operation problems solved through a calculator MCP server, one
 operation per call, then the answer — at least three tool turns with observations between
-them (artfleet_rollout.calculator says why a 135M model cannot skip the tool).
+them (artfleet_rollout.bundled.calculator says why a 135M model cannot skip the tool).
 
 400 problems, 100 per form (`d1` `(a op b) op c`, `d2` in words, `d3` `a op (b op c)`,
 `d4` by precedence); every fifth of a form is in the test split (80 tasks). The server's
 evaluate tool scores the answer (1 right, 0 otherwise); a scripted expert
-(artfleet_rollout.expert) writes demonstrations of the train split for SFT.
+(artfleet_rollout.bundled.expert) writes demonstrations of the train split for SFT.
 """
 
 from __future__ import annotations
 
-from artfleet_rollout import calculator
+from artfleet_rollout.bundled import calculator
 
 from .base import Environment, McpTask, Scenario, ToolCallSpec
 

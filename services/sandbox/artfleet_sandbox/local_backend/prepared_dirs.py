@@ -1,6 +1,6 @@
 """Session dirs of the local backend prepared ahead with a cached repo already unpacked.
 
-Unpacking a 50 MB repo writes 50 MB; on a busy disk that alone takes seconds (the page
+Unpacking a repo writes every byte of it; on a busy disk that alone is slow (the page
 cache throttles writers). After the first session of a repo, a few dirs holding it wait
 here, made in the background, so a later session of that repo only takes one. Only the
 `max_repos` most recently used repos keep theirs; the rest are removed. Waiting dirs live

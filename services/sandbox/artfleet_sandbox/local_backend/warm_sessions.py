@@ -1,6 +1,7 @@
 """Sessions of the local backend opened ahead, their shell already running.
 
-Bash under bubblewrap takes 10-70 ms to start (more on a busy host). A session's shell
+Bash under bubblewrap is slow to start (its namespaces and mounts come first; slower on
+a busy host: docs/benchmarks.md). A session's shell
 starts when it opens, but a policy that answers fast asks for the first command sooner,
 and that command waited for the rest of the start. Plain sessions (no repo, no
 environment of their own, the REPL on) come from here instead: a few per network mode

@@ -1,10 +1,9 @@
 """How much of a training row's activations to keep for the backward pass, per row.
 
 Activation checkpointing (a decoder layer keeps only its input and recomputes its forward
-in the backward pass) trades compute for memory. Recomputing every layer costs about a
-quarter of a step: SmolLM2-135M, one packed row of 866 tokens, one thread, CPU time of
-forward + backward + AdamW: 11.4-14.8 s with every layer checkpointed, 9.3-9.6 s with
-none (2026-11-23). So a row keeps all its activations when they fit the budget
+in the backward pass) trades compute for memory, and recomputing every layer costs a
+large share of a step (docs/benchmarks.md, training step cost). So a row keeps all its
+activations when they fit the budget
 (`activation_budget_bytes`), else checkpoints just enough layers, and only when even
 that is not enough, also recomputes the logits chunks (their recompute costs more per
 byte freed: the lm head over the whole vocabulary). A budget of 0 checkpoints everything
@@ -18,8 +17,8 @@ on every projection, per token, in the model's dtype: the two RMSNorms' inputs a
 log-softmax (vocab, always fp32). When the adapter's dtype differs from the base's (fp32
 LoRA on a bf16 base, precision.py), peft keeps an fp32 copy of each projection's input for
 the adapter: 6 x hidden + attention + intermediate more, in the adapter's bytes. For
-SmolLM2-135M in fp32 that is 1.27 MB + 0.2 MB per token; measured on a row of 866 tokens:
-1.24 GB peak above the resting process, estimate 1.27 GB.
+SmolLM2-135M in fp32 that is 1.27 MB + 0.2 MB per token, which a measured peak bears out
+(docs/benchmarks.md).
 
 The budget itself is the device's: on a CPU a fixed 2 GiB (the host's memory is shared
 with everything else); on CUDA what the device has free at the start of a step (plus the

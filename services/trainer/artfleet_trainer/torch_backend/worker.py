@@ -1,19 +1,19 @@
 """One dedicated thread for all of a backend's torch work.
 
-Measured on the 2-core target: a decode step run from `asyncio.to_thread` (a pool of
-threads, each call possibly on another one) took ~2x as long as the same step run
-always from the same thread, and far longer when the machine was busy. Every thread
-that runs torch ops gets its own OpenMP thread team, and teams compete for the cores.
-So model loading, generation and training all run on this one thread, and the event
-loop thread (HTTP server, job runner) never computes with torch.
+Every thread that runs torch ops gets its own OpenMP thread team, and teams compete for
+the cores: a decode step run from `asyncio.to_thread` (a pool of threads, each call
+possibly on another one) is slower than the same step run always from the same thread,
+and far slower when the machine is busy. So model loading, generation and training all
+run on this one thread, and the event loop thread (HTTP server, job runner) never
+computes with torch.
 
 By default that thread uses one core less than the machine has. An OpenMP team waits at
 a barrier for its slowest thread, so one busy core (the event loop answering HTTP, a
-rollout worker, a sandbox running tests) stalls every step. Measured on 2 cores, decode
-step of 8 rows: quiet, 2 threads 110 ms vs 1 thread 150 ms; with one other busy thread,
-2 threads 550 ms vs 1 thread 165 ms (a tiny model's forward: 65-100 ms vs 1.5 ms).
-Training is compute-bound (2 threads ~1.8x faster when quiet), so it takes every core
-when the machine is otherwise idle, as it is while a synchronous job waits for it.
+rollout worker, a sandbox running tests) stalls every step: on a small machine, decoding
+on every core gains little when it is quiet and loses several times over with one other
+busy thread. Training is compute-bound, so it takes every core when the machine is
+otherwise idle, as it is while a synchronous job waits for it. The figures:
+docs/benchmarks.md.
 """
 
 from __future__ import annotations

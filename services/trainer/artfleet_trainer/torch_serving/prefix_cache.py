@@ -3,10 +3,10 @@
 An agent's turn t+1 prompt is its turn-t prompt, the answer it generated and a new
 user/tool message (the chat template re-renders the assistant turn with the very ids that
 were sampled), and the episodes of a group share their first prompt. Re-running those
-prefixes costs the prefill time of the whole history at every turn (~400 tokens/s on two
-CPU cores). The engine stores each finished row's key/values (prompt + generated ids but
-the last, which was sampled and never run) here; a new prompt then prefills only what
-follows its longest cached prefix.
+prefixes costs the prefill time of the whole history at every turn, and prefill on a
+few CPU cores is slow (docs/benchmarks.md). The engine stores each finished row's
+key/values (prompt + generated ids but the last, which was sampled and never run) here;
+a new prompt then prefills only what follows its longest cached prefix.
 
 Entries are keyed by the weights version: after a training step every entry is stale
 (key/values depend on the LoRA weights), so `set_version` drops them, and a lookup or

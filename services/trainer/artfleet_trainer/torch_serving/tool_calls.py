@@ -121,7 +121,7 @@ def parse_tool_choice(body: dict[str, Any], specs: list[ToolSpec]) -> ToolChoice
         raise bad_request("'parallel_tool_calls' must be a boolean", "parallel_tool_calls")
     # Constrained turns make one call unless several are asked for explicitly: OpenAI's
     # default is true, but a small model offered "another call?" after each one keeps
-    # calling until max_tokens (measured with SmolLM2-135M: 0.45 valid turns instead of 1).
+    # calling until max_tokens (SmolLM2-135M does: docs/benchmarks.md).
     parallel = parallel is True
     value = body.get("tool_choice")
     if value is None:

@@ -43,8 +43,9 @@ def _file_listing(files: Mapping[str, str]) -> str:
 
 
 # A worked episode before the real task. Instructions alone do not get the format out of a
-# 135M model (measured: 0 of 12 sampled replies parsed); one demonstrated exchange does
-# (most replies parse). The demonstration is plain messages, so ART never trains on it.
+# 135M model (its sampled replies did not parse: docs/benchmarks.md); one demonstrated
+# exchange does (most replies parse). The demonstration is plain messages, so ART never
+# trains on it.
 _DEMONSTRATION: tuple[dict[str, str], ...] = (
     {
         "role": "user",
@@ -65,10 +66,10 @@ _DEMONSTRATION: tuple[dict[str, str], ...] = (
 
 
 # Repo tasks get a demonstrated fix instead: the shell demonstration's `echo ... > file`,
-# copied by a 135M model into a repo task, overwrites a source file (measured: no code-fix
-# task solved with it). One `sed -i 'Ns/old/new/' file` is the edit the easiest
+# copied by a 135M model into a repo task, overwrites a source file (so it solved no
+# code-fix task: docs/benchmarks.md). One `sed -i 'Ns/old/new/' file` is the edit the easiest
 # statements ask for ("In f.py line N, `old` must be `new`. The fix: sed -i ..."). It ends
-# on the fix, not on `submit`: the model copies the last demonstrated reply (measured: with
+# on the fix, not on `submit`: the model copies the last demonstrated reply (seen: with
 # a closing `submit` turn most first replies were "The bug is fixed, so the task is done").
 _REPO_DEMONSTRATION: tuple[dict[str, str], ...] = (
     {

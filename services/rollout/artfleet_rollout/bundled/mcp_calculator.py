@@ -14,7 +14,7 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from artfleet_rollout.calculator import Op, Order, Problem, apply
+from artfleet_rollout.bundled.calculator import Op, Order, Problem, apply
 
 server = MCPServer("artfleet-calculator")
 _state: dict[str, Any] = {}

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from artfleet_rollout import calculator
 from artfleet_rollout.agents import tool_prompts
 from artfleet_rollout.agents.mcp_env import McpEndpoint, McpEnvironment, open_environment
 from artfleet_rollout.agents.turns import canonical_tools
+from artfleet_rollout.bundled import calculator
 from artfleet_rollout.environments import Scenario, get_environment
 from artfleet_rollout.environments import calculator as calculator_env
 

@@ -13,7 +13,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 try:
-    from artfleet_rollout.game2048 import DIRECTIONS, Game
+    from artfleet_rollout.bundled.game2048 import DIRECTIONS, Game
 except ImportError:  # in the sandbox image (scripts/build_game2048_image.sh): a plain module
     from game2048 import DIRECTIONS, Game  # type: ignore[no-redef]
 
