@@ -204,15 +204,9 @@ def outcome_out(outcome: pb.RewardOutcome) -> OutcomeOut:
         dropped=list(outcome.dropped),
         group_dropped=outcome.group_dropped,
         fail_job=outcome.fail_job,
+        # ScorerFailureOut has the message's fields, one for one.
         failures=[
-            ScorerFailureOut(
-                scorer=f.scorer,
-                type=f.type,
-                message=f.message,
-                trajectory=f.trajectory,
-                action=f.action,
-            )
-            for f in outcome.failures
+            ScorerFailureOut.model_validate(f, from_attributes=True) for f in outcome.failures
         ],
     )
 
