@@ -1,20 +1,16 @@
-"""`artfleet-api`: settings first, then FastAPI on uvicorn (imported only once they parse)."""
+"""`artfleet-api`: settings first, then FastAPI on uvicorn (imported only once they parse).
+
+Our own signal handling (artfleet.runtime.service.run): SIGTERM stops the server, which
+finishes requests in flight, and the process exits 0 like every other service."""
 
 from __future__ import annotations
 
-from artfleet.runtime.logs import setup_logging
-from artfleet.runtime.service import load_settings, run
+from artfleet.runtime.service import service_main
 from artfleet_api.settings import ApiSettings
 
 
 def main() -> None:
-    settings = load_settings(ApiSettings)
-    setup_logging(settings.log_level, "api")
-    from artfleet_api.server import ApiServer
-
-    # Our own signal handling (artfleet.runtime.service.run): SIGTERM stops the server, which
-    # finishes requests in flight, and the process exits 0 like every other service.
-    run(ApiServer(settings))
+    service_main(ApiSettings, "api", "artfleet_api.server:ApiServer")
 
 
 if __name__ == "__main__":

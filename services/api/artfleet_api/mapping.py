@@ -187,16 +187,8 @@ def sft_out(progress: pb.SftProgress) -> SftOut:
 
 
 def eval_out(summary: pb.EvalSummary) -> EvalOut:
-    return EvalOut(
-        step=summary.step,
-        split=summary.split,
-        k=summary.k,
-        tasks=summary.tasks,
-        reward_mean=summary.reward_mean,
-        success_rate=summary.success_rate,
-        avg_at_k=summary.avg_at_k,
-        pass_at_k=summary.pass_at_k,
-    )
+    # EvalOut has some of the message's fields, under their names.
+    return EvalOut.model_validate(summary, from_attributes=True)
 
 
 def outcome_out(outcome: pb.RewardOutcome) -> OutcomeOut:
@@ -204,15 +196,9 @@ def outcome_out(outcome: pb.RewardOutcome) -> OutcomeOut:
         dropped=list(outcome.dropped),
         group_dropped=outcome.group_dropped,
         fail_job=outcome.fail_job,
+        # ScorerFailureOut has the message's fields, one for one.
         failures=[
-            ScorerFailureOut(
-                scorer=f.scorer,
-                type=f.type,
-                message=f.message,
-                trajectory=f.trajectory,
-                action=f.action,
-            )
-            for f in outcome.failures
+            ScorerFailureOut.model_validate(f, from_attributes=True) for f in outcome.failures
         ],
     )
 

@@ -5,6 +5,7 @@ health, metrics endpoint) is the shared one; it only needs `build_servicer`."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, NoReturn
 
@@ -119,16 +120,8 @@ def _response(outcome: GroupOutcome) -> reward_pb2.ScoreGroupResponse:
             dropped=[i for i, t in enumerate(outcome.trajectories) if t.dropped],
             group_dropped=outcome.group_dropped,
             fail_job=outcome.fail_job,
-            failures=[
-                pb.ScorerFailure(
-                    scorer=f.scorer,
-                    type=f.type,
-                    message=f.message,
-                    trajectory=f.trajectory,
-                    action=f.action,
-                )
-                for f in outcome.failures
-            ],
+            # A Failure has the message's fields, one for one.
+            failures=[pb.ScorerFailure(**dataclasses.asdict(f)) for f in outcome.failures],
         )
     )
     if outcome.stopped:

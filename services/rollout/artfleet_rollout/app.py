@@ -20,7 +20,7 @@ from celery.signals import worker_shutting_down
 from artfleet.contracts.batches import StepBatches
 from artfleet.contracts.queue import ROLLOUT_QUEUE
 from artfleet.runtime.health import HealthMonitor
-from artfleet.runtime.rpc.server import GrpcServer
+from artfleet.runtime.rpc.server import GrpcServer, GrpcServiceApp
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.installed import export_metrics, installed_plugins
@@ -78,7 +78,7 @@ def bound_warm_shutdown(loop: LoopThread, worker: GroupWorker, grace_s: float) -
     worker_shutting_down.connect(on_shutdown, weak=False)
 
 
-class RolloutRuntime:
+class RolloutRuntime(GrpcServiceApp):
     """What lives on the loop: the Redis client, the group runner, the gRPC server."""
 
     def __init__(self, settings: RolloutSettings) -> None:
@@ -99,18 +99,12 @@ class RolloutRuntime:
         # names, and its child processes (local MCP servers) and /tmp.
         self.health = HealthMonitor.for_service("rollout", settings)
 
-    async def start(self) -> None:
+    async def start_parts(self) -> None:
         await self._redis.ping()  # fail fast with a clear error when Redis is not there
         export_metrics(installed_plugins())
         await self.runner.start()  # on this loop: its channels and clients belong to it
-        await self.server.start()
-        self.health.start()
-        await self.server.set_serving(True)
 
-    async def stop(self) -> None:
-        await self.server.set_serving(False)
-        await self.health.stop()
-        await self.server.stop(self.settings.shutdown_grace_s)
+    async def stop_parts(self) -> None:
         await self.runner.stop()
         await self._redis.aclose()
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 import sys
 
 from artfleet.runtime.health import HealthMonitor
-from artfleet.runtime.logs import setup_logging
-from artfleet.runtime.rpc.server import GrpcServer
-from artfleet.runtime.service import load_settings, run
+from artfleet.runtime.rpc.server import GrpcServer, GrpcServiceApp
+from artfleet.runtime.service import service_main
 from artfleet.v1 import sandbox_pb2_grpc
 from artfleet_sandbox.backend import SandboxError
 from artfleet_sandbox.settings import SandboxSettings
 
 
-class SandboxApp:
+class SandboxApp(GrpcServiceApp):
     def __init__(self, settings: SandboxSettings) -> None:
         from artfleet_sandbox.factory import build_servicer
         from artfleet_sandbox.pyruntime import default_cache_dir
@@ -32,30 +31,23 @@ class SandboxApp:
             "sandbox", settings, store_dirs=[settings.cache_dir or default_cache_dir()]
         )
 
-    async def start(self) -> None:
+    async def start_parts(self) -> None:
         from artfleet_sandbox.local_backend import LocalBackend
 
         await self.backend.start()
         if isinstance(self.backend, LocalBackend):
             self.health.watch(self.backend.root)
         await self.leases.start()
-        await self.server.start()
-        self.health.start()
-        await self.server.set_serving(True)
 
-    async def stop(self) -> None:
-        # Stop taking calls first, then remove every session this replica owns.
-        await self.health.stop()
-        await self.server.stop()
+    async def stop_parts(self) -> None:
+        # Calls have stopped: now remove every session this replica owns.
         await self.leases.stop()
         await self.backend.stop()
 
 
 def main() -> None:
-    settings = load_settings(SandboxSettings)
-    setup_logging(settings.log_level, "sandbox")
     try:
-        run(SandboxApp(settings))
+        service_main(SandboxSettings, "sandbox", SandboxApp)
     except SandboxError as exc:  # a refused start (no isolation, ...): the reason, no traceback
         print(f"sandbox: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -10,7 +10,7 @@ import functools
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -206,13 +206,7 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
             owner,
             info.isolation,
         )
-        return pb.Session(
-            session_id=info.session_id,
-            workdir=info.workdir,
-            backend=info.backend,
-            isolation=info.isolation,
-            replica=info.replica,
-        )
+        return pb.Session(**asdict(info))  # the message's fields, one for one
 
     @_rpc
     async def Exec(self, request: pb.ExecRequest, context: Any) -> pb.ExecResult:
@@ -241,17 +235,10 @@ class SandboxServicer(sandbox_pb2_grpc.SandboxServicer):
         )
         if out.timed_out:
             metrics.EXEC_TIMEOUTS.inc()
-        return pb.ExecResult(
-            exit_code=out.exit_code,
-            stdout=out.stdout,
-            stderr=out.stderr,
-            timed_out=out.timed_out,
-            stdout_truncated=out.stdout_truncated,
-            stderr_truncated=out.stderr_truncated,
-            duration_s=out.duration_s,
-            oom_killed=out.oom_killed,
-            shell_restarted=out.shell_restarted,
-        )
+        # The message's fields, one for one, and how it ran (only the metrics above tell).
+        result = asdict(out)
+        del result["stateless"]
+        return pb.ExecResult(**result)
 
     @_rpc
     async def WriteFiles(

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
+from artfleet.runtime.config import CommonSettings
+from artfleet.runtime.logs import setup_logging
+
 log = logging.getLogger(__name__)
 
 S = TypeVar("S", bound=BaseSettings)
+C = TypeVar("C", bound=CommonSettings)
 
 
 class Lifecycle(Protocol):
@@ -95,3 +101,19 @@ async def _stop(app: Lifecycle, *, failed: bool) -> None:
 
 def run(app: Lifecycle) -> None:
     asyncio.run(serve(app))
+
+
+def service_main(
+    settings_cls: type[C], component: str, app: Callable[[C], Lifecycle] | str
+) -> None:
+    """A service's entrypoint: its settings (a clear error, exit 2), its logging, then its
+    app made from them, run until a signal. `app` as "module:Name" is imported only then, so
+    a bad setting fails before torch or vLLM load."""
+    settings = load_settings(settings_cls)
+    setup_logging(settings.log_level, component)
+    if isinstance(app, str):
+        module, _, name = app.partition(":")
+        build: Callable[[C], Lifecycle] = getattr(importlib.import_module(module), name)
+    else:
+        build = app
+    run(build(settings))

@@ -1,5 +1,6 @@
 """A step's scorer errors reach every client: the job body, the SSE stream's step events
-(with the message), and `artfleet jobs status`; the policy judge's candidates."""
+(with the message), and `artfleet jobs status`; a rollout's reward outcome; the policy
+judge's candidates."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from rich.console import Console
 
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
-from artfleet_api.mapping import checkpoints_out, job_out, policy_judge_candidates
+from artfleet_api.mapping import checkpoints_out, job_out, outcome_out, policy_judge_candidates
 from artfleet_api.sse import job_events
 from artfleet_cli import render
 
@@ -117,3 +118,20 @@ def test_the_policy_judge_is_never_a_failed_jobs_checkpoint() -> None:
     ]
     assert [j.policy for j in policy_judge_candidates(jobs, "p", "agent")] == ["agent-j1@3"]
     assert policy_judge_candidates(jobs[:1], "p", "agent") == []
+
+
+def test_a_rollouts_outcome_carries_each_scorer_failure() -> None:
+    failure = pb.ScorerFailure(
+        scorer="judge", type="unavailable", message="down", trajectory=1, action="drop_trajectory"
+    )
+    out = outcome_out(pb.RewardOutcome(dropped=[1], failures=[failure]))
+    assert out.dropped == [1] and not out.group_dropped and out.fail_job == ""
+    assert [f.model_dump() for f in out.failures] == [
+        {
+            "scorer": "judge",
+            "type": "unavailable",
+            "message": "down",
+            "trajectory": 1,
+            "action": "drop_trajectory",
+        }
+    ]

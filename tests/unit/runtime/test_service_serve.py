@@ -1,14 +1,18 @@
-"""`artfleet.runtime.service.serve`: a signal while the app starts stops what had started."""
+"""`artfleet.runtime.service`: a signal while the app starts stops what had started; a
+service's entrypoint parses its settings before it imports its app."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import sys
 
 import pytest
 
-from artfleet.runtime.service import free_port, serve
+from artfleet.runtime import service
+from artfleet.runtime.config import CommonSettings
+from artfleet.runtime.service import free_port, serve, service_main
 
 
 class SlowStart:
@@ -63,3 +67,29 @@ def test_a_failed_start_stops_what_it_started_and_raises() -> None:
 def test_free_port_never_hands_out_a_port_twice() -> None:
     ports = [free_port() for _ in range(300)]
     assert len(set(ports)) == len(ports)
+
+
+def test_a_bad_setting_exits_2_before_the_app_is_imported(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ARTFLEET_API_TOKEN", "changeme")
+    with pytest.raises(SystemExit) as exited:  # an import would raise ModuleNotFoundError
+        service_main(CommonSettings, "test", "no_such_module_here:App")
+    assert exited.value.code == 2
+    assert "ARTFLEET_API_TOKEN" in capsys.readouterr().err
+
+
+def test_the_entrypoint_imports_a_named_app_and_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARTFLEET_API_TOKEN", "a-real-secret")
+    logging_set: list[tuple[str, str]] = []  # not the real one: it replaces pytest's handlers
+    monkeypatch.setattr(service, "setup_logging", lambda *args: logging_set.append(args))
+    made: list[SlowStart] = []
+
+    def build(settings: CommonSettings) -> SlowStart:
+        made.append(SlowStart())  # its start sends the SIGTERM that stops it
+        return made[-1]
+
+    monkeypatch.setattr(sys.modules[__name__], "build_app", build, raising=False)
+    service_main(CommonSettings, "test", f"{__name__}:build_app")
+    assert logging_set == [("INFO", "test")]
+    assert made[0].events == ["spawned", "stopped"]

@@ -39,16 +39,11 @@ def create_model_call(body: b.CreateModelBody) -> pb.TrainingCall:
     if body.lora_config is None:
         raise WireError("lora_config: required (this server trains LoRA adapters only)")
     _adam_only(body.optimizer_config, "optimizer_config")
-    lora = body.lora_config
     op = pb.CreateModelOp(
         model_seq_id=body.model_seq_id,
         base_model=body.base_model,
-        rank=lora.rank,
-        seed=lora.seed,
-        train_mlp=lora.train_mlp,
-        train_attn=lora.train_attn,
-        train_unembed=lora.train_unembed,
         user_metadata=_strings(body.user_metadata),
+        **body.lora_config.model_dump(),  # the op carries the LoRA config's fields flat
     )
     return pb.TrainingCall(session_id=body.session_id, create_model=op)
 
@@ -57,14 +52,7 @@ def optim_step_call(body: b.OptimStepBody) -> pb.TrainingCall:
     params = body.params
     if params.type is not None and params.type not in ADAM:
         raise WireError(f"optimizer_params.type: {params.type!r} is not served (Adam only)")
-    adam = pb.AdamParams(
-        learning_rate=params.learning_rate,
-        beta1=params.beta1,
-        beta2=params.beta2,
-        eps=params.eps,
-        weight_decay=params.weight_decay,
-        grad_clip_norm=params.grad_clip_norm,
-    )
+    adam = pb.AdamParams(**params.model_dump(exclude={"type"}))  # the message's fields
     op = pb.OptimStepOp(adam=adam)
     return pb.TrainingCall(model_id=body.model_id, seq_id=body.seq_id, optim_step=op)
 

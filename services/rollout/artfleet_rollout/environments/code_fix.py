@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import difflib
 import re
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .base import SPLITS, Environment, Scenario
 from .repo_task import BUG_TYPES, RepoTask
-from .shell_tasks import ScenarioDataError
+from .shell_tasks import ScenarioDataError, bundled_yaml
 
 NAME = "code-fix"
 DATA_FILE = "code_fix.yaml"
@@ -118,8 +115,4 @@ def parse_code_fix(data: Any) -> Environment:
 
 
 def load_code_fix(path: Path | None = None) -> Environment:
-    if path is None:
-        text = resources.files(__package__).joinpath(DATA_FILE).read_text(encoding="utf-8")
-    else:
-        text = path.read_text(encoding="utf-8")
-    return parse_code_fix(yaml.safe_load(text))
+    return parse_code_fix(bundled_yaml(DATA_FILE, path))

@@ -107,38 +107,54 @@ def _tool_choice(value: Any) -> Any:
     return {"type": "function", "function": {"name": name}}
 
 
-def _hud_scenario(record: dict[str, Any], position: int) -> Scenario:
-    prompt, config = record.get("prompt"), record.get("mcp_config")
+def _prompt(record: dict[str, Any]) -> str:
+    prompt = record.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("no prompt")
-    config = check_mcp_config(config)
+    return prompt.strip()
+
+
+def _prompted(
+    record: dict[str, Any], position: int, id_prefix: str, prompt: str, system: Any, **more: Any
+) -> Scenario:
+    """A scenario whose instruction is the record's prompt, titled by its first line."""
+    return Scenario(
+        id=str(record.get("id") or f"{id_prefix}-{position:04d}"),
+        split=_split(record, position),
+        title=prompt.splitlines()[0][:80],
+        instruction=prompt,
+        system=system if isinstance(system, str) else "",
+        **more,
+    )
+
+
+def _hud_scenario(record: dict[str, Any], position: int) -> Scenario:
+    prompt = _prompt(record)
+    config = check_mcp_config(record.get("mcp_config"))
     evaluate = _tool_call(record.get("evaluate_tool", "evaluate"), "evaluate")
     assert evaluate is not None
-    system = record.get("system_prompt")
-    return Scenario(
-        id=str(record.get("id") or f"task-{position:04d}"),
-        split=_split(record, position),
-        title=prompt.strip().splitlines()[0][:80],
-        instruction=prompt.strip(),
-        system=system if isinstance(system, str) else "",
+    return _prompted(
+        record,
+        position,
+        "task",
+        prompt,
+        record.get("system_prompt"),
         mcp=McpTask(config, evaluate, _tool_call(record.get("setup_tool"), "setup")),
         tool_choice=_tool_choice(record.get("tool_choice")),
     )
 
 
 def _prompt_scenario(record: dict[str, Any], position: int) -> Scenario:
-    prompt = record.get("prompt")
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise ValueError("no prompt")
+    prompt = _prompt(record)
     answer, system = record.get("answer", ""), record.get("system", "")
     if not isinstance(answer, str | int | float) or isinstance(answer, bool):
         raise ValueError("answer must be text or a number")
-    return Scenario(
-        id=str(record.get("id") or f"prompt-{position:04d}"),
-        split=_split(record, position),
-        title=prompt.strip().splitlines()[0][:80],
-        instruction=prompt.strip(),
-        system=system if isinstance(system, str) else "",
+    return _prompted(
+        record,
+        position,
+        "prompt",
+        prompt,
+        system,
         answer=str(answer),
         difficulty=str(record.get("difficulty") or ""),
     )
@@ -174,23 +190,36 @@ def collect_scenarios(
     return scenarios, bad
 
 
+def records_environment(
+    records: Iterable[Located],
+    make: Callable[[Any, int], Scenario],
+    name: str,
+    description: str,
+    *,
+    agent: str = "terminal",
+    skip: type[Exception] = ValueError,
+) -> Environment:
+    """The environment of the scenarios `make` builds from located `records`; the bad
+    ones are kept on it (collect_scenarios)."""
+    scenarios, bad = collect_scenarios(records, make, skip)
+    return Environment(name, description, scenarios, agent=agent, bad_records=bad)
+
+
 def load_hud(source: str, *, name: str = "") -> Environment:
-    scenarios, bad = collect_scenarios(read_records(source), _hud_scenario)
-    return Environment(
+    return records_environment(
+        read_records(source),
+        _hud_scenario,
         name or f"hud:{source}",
         f"HUD-style MCP taskset from {source}",
-        scenarios,
         agent="mcp",
-        bad_records=bad,
     )
 
 
 def load_jsonl(source: str, *, name: str = "") -> Environment:
-    scenarios, bad = collect_scenarios(read_records(source), _prompt_scenario)
-    return Environment(
+    return records_environment(
+        read_records(source),
+        _prompt_scenario,
         name or f"jsonl:{source}",
         f"single-turn prompts from {source}",
-        scenarios,
         agent="single",
-        bad_records=bad,
     )

@@ -36,7 +36,7 @@ from typing import Any
 from artfleet.contracts.records import JSON_LINES_SUFFIXES, numbered, read_json_records
 
 from .base import SPLITS, Environment, Scenario
-from .loaders import LoaderError, Located, collect_scenarios
+from .loaders import LoaderError, Located, records_environment
 from .repo_task import RepoTask
 
 Record = dict[str, Any]
@@ -246,12 +246,12 @@ def load_records(
     def make(record: Record, _position: int) -> Scenario:
         return build(record)
 
-    scenarios, bad = collect_scenarios(read_records(source), make, skip=Skip)
-    return Environment(
-        name=f"{name}:{source}",
-        description=f"{description} from {os.path.basename(source)}",
-        scenarios=scenarios,
-        bad_records=bad,
+    return records_environment(
+        read_records(source),
+        make,
+        f"{name}:{source}",
+        f"{description} from {os.path.basename(source)}",
+        skip=Skip,
     )
 
 

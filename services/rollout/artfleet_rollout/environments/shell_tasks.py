@@ -115,10 +115,13 @@ def parse_shell_tasks(data: Any) -> Environment:
     )
 
 
+def bundled_yaml(data_file: str, path: Path | None) -> Any:
+    """The YAML data file bundled with these environments, or `path` instead (tests,
+    custom task sets)."""
+    source = resources.files(__package__).joinpath(data_file) if path is None else path
+    return yaml.safe_load(source.read_text(encoding="utf-8"))
+
+
 def load_shell_tasks(path: Path | None = None) -> Environment:
     """Loads the bundled data (or `path`, for tests and custom task sets)."""
-    if path is None:
-        text = resources.files(__package__).joinpath(DATA_FILE).read_text(encoding="utf-8")
-    else:
-        text = path.read_text(encoding="utf-8")
-    return parse_shell_tasks(yaml.safe_load(text))
+    return parse_shell_tasks(bundled_yaml(DATA_FILE, path))

@@ -27,7 +27,7 @@ from artfleet_sandbox.docker_backend.engine import DockerEngine, ExecCall, may_b
 from artfleet_sandbox.docker_backend.execio import ReadLimits
 from artfleet_sandbox.docker_backend.pool import Pooled, WarmPool
 from artfleet_sandbox.docker_backend.reaper import owner_containers, reap_reason
-from artfleet_sandbox.docker_backend.replio import DockerChannel
+from artfleet_sandbox.docker_backend.replio import DockerChannel, start_exec_socket
 from artfleet_sandbox.docker_backend.spec import (
     ContainerRequest,
     check_network,
@@ -37,6 +37,7 @@ from artfleet_sandbox.docker_backend.stdio import DockerStdio, image_argv
 from artfleet_sandbox.junit import parse_junit
 from artfleet_sandbox.paths import clean_relpath
 from artfleet_sandbox.pyruntime import default_cache_dir
+from artfleet_sandbox.repl import docker_argv
 from artfleet_sandbox.replica import ReplicaIdentity, new_session_id
 from artfleet_sandbox.replshell import ReplSink
 from artfleet_sandbox.repocache import RepoCache
@@ -247,9 +248,16 @@ class DockerBackend(SessionBackend[_Session]):
         return f"{c.WORKSPACE}/{rel}" if rel else ""
 
     async def _spawn_repl(self, session: _Session, sink: ReplSink) -> DockerChannel:
-        return await DockerChannel.start(
-            self.engine, sink, session.container_id, self.config.user, session.env, c.WORKSPACE
+        exec_socket = await start_exec_socket(
+            self.engine,
+            session.container_id,
+            docker_argv(),
+            self.config.user,
+            session.env,
+            c.WORKSPACE,
+            "start the session's shell",
         )
+        return DockerChannel(exec_socket, sink)
 
     async def _kill_repl(self, session: _Session) -> None:
         await self.engine.kill_user(session.container_id, self.config.user)
@@ -302,9 +310,16 @@ class DockerBackend(SessionBackend[_Session]):
             req = ContainerRequest(stdio_id, image, resources, spec.network, spec.job_id)
             container_id = await self._containers.start(req)
             env = {"HOME": c.WORKSPACE, **spec.env}
-            return await DockerStdio.start(
-                self.engine, container_id, argv, self.config.user, env, workdir, remove
+            exec_socket = await start_exec_socket(
+                self.engine,
+                container_id,
+                argv,
+                self.config.user,
+                env,
+                workdir,
+                "start the MCP server process",
             )
+            return DockerStdio(exec_socket, remove)
         except BaseException:
             await asyncio.shield(remove())
             raise

@@ -16,7 +16,6 @@ from typing import Any
 
 from artfleet_sandbox.docker_backend.engine import DockerEngine, engine_errors
 from artfleet_sandbox.docker_backend.execio import FrameDemux
-from artfleet_sandbox.repl import docker_argv
 from artfleet_sandbox.replshell import ReplSink
 
 log = logging.getLogger(__name__)
@@ -74,26 +73,33 @@ class ExecSocket:
         return None
 
 
-class DockerChannel:
-    def __init__(self, exec_socket: ExecSocket, sink: ReplSink) -> None:
-        self._socket = exec_socket
-        self._sink = sink
-        self._reader = asyncio.get_running_loop().create_task(self._read(), name="repl-read")
+class ExecChannel:
+    """One exec socket and the task that reads its frames (`_read`, from the start on);
+    closing cancels the read, then closes the socket."""
 
-    @classmethod
-    async def start(
-        cls,
-        engine: DockerEngine,
-        sink: ReplSink,
-        container_id: str,
-        user: str,
-        env: dict[str, str],
-        workdir: str,
-    ) -> DockerChannel:
-        exec_socket = await start_exec_socket(
-            engine, container_id, docker_argv(), user, env, workdir, "start the session's shell"
-        )
-        return cls(exec_socket, sink)
+    def __init__(self, exec_socket: ExecSocket, reader_name: str) -> None:
+        self._socket = exec_socket
+        self._reader = asyncio.get_running_loop().create_task(self._read(), name=reader_name)
+
+    async def _read(self) -> None:
+        raise NotImplementedError
+
+    async def send(self, data: bytes) -> None:
+        await self._socket.send(data)
+
+    async def _stop_reading(self) -> None:
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        self._socket.close()
+
+
+class DockerChannel(ExecChannel):
+    """The session shell's channel: its frames go to the REPL's sink."""
+
+    def __init__(self, exec_socket: ExecSocket, sink: ReplSink) -> None:
+        self._sink = sink
+        super().__init__(exec_socket, "repl-read")
 
     async def _read(self) -> None:
         try:
@@ -102,14 +108,8 @@ class DockerChannel:
         finally:
             self._sink.eof()
 
-    async def send(self, data: bytes) -> None:
-        await self._socket.send(data)
-
     async def close(self) -> None:
-        self._reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._reader
-        self._socket.close()
+        await self._stop_reading()
 
     async def exit_status(self) -> int | None:
         return await self._socket.exit_code()

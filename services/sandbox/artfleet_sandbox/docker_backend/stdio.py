@@ -11,14 +11,13 @@ multiplexed stream, which is read and written on the event loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from artfleet_sandbox.docker_backend import config as c
 from artfleet_sandbox.docker_backend.engine import DockerEngine, engine_errors
-from artfleet_sandbox.docker_backend.replio import ExecSocket, start_exec_socket
+from artfleet_sandbox.docker_backend.replio import ExecChannel, ExecSocket
 from artfleet_sandbox.stdio import Output, StreamName
 
 log = logging.getLogger(__name__)
@@ -41,31 +40,14 @@ async def image_argv(
     return [str(a) for a in argv], str(config.get("WorkingDir") or c.WORKSPACE)
 
 
-class DockerStdio:
+class DockerStdio(ExecChannel):
     """One `docker exec -i` whose stdio is piped; `close` also removes its container."""
 
     def __init__(self, exec_socket: ExecSocket, remove: Callable[[], Awaitable[None]]) -> None:
         self.output: asyncio.Queue[Output] = asyncio.Queue(maxsize=64)
-        self._socket = exec_socket
         self._remove = remove
         self._closed = False
-        self._reader = asyncio.get_running_loop().create_task(self._read(), name="stdio-read")
-
-    @classmethod
-    async def start(
-        cls,
-        engine: DockerEngine,
-        container_id: str,
-        argv: list[str],
-        user: str,
-        env: dict[str, str],
-        workdir: str,
-        remove: Callable[[], Awaitable[None]],
-    ) -> DockerStdio:
-        exec_socket = await start_exec_socket(
-            engine, container_id, argv, user, env, workdir, "start the MCP server process"
-        )
-        return cls(exec_socket, remove)
+        super().__init__(exec_socket, "stdio-read")
 
     async def _read(self) -> None:
         try:
@@ -77,9 +59,6 @@ class DockerStdio:
             if not self._closed:  # close() cancels the read: nobody listens any more
                 await self.output.put(None)
 
-    async def send(self, data: bytes) -> None:
-        await self._socket.send(data)
-
     async def close_stdin(self) -> None:
         self._socket.shutdown_write()
 
@@ -90,8 +69,5 @@ class DockerStdio:
         if self._closed:
             return
         self._closed = True
-        self._reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._reader
-        self._socket.close()
+        await self._stop_reading()
         await self._remove()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -12,6 +13,9 @@ from grpc_reflection.v1alpha import reflection
 from artfleet.runtime.config import ServerSettings
 from artfleet.runtime.metrics import MetricsEndpoint
 from artfleet.runtime.rpc.interceptors import AuthInterceptor, ObservabilityInterceptor
+
+if TYPE_CHECKING:
+    from artfleet.runtime.health import HealthMonitor
 
 log = logging.getLogger(__name__)
 
@@ -97,3 +101,33 @@ class GrpcServer:
     async def wait_for_termination(self) -> None:
         if self._server is not None:
             await self._server.wait_for_termination()
+
+
+class GrpcServiceApp:
+    """A gRPC service process: its parts, its server and its health monitor, started in that
+    order (SERVING last) and stopped in reverse (NOT_SERVING first, the parts last).
+
+    A subclass sets `server` and `health` and starts/stops its own parts (backend, workers,
+    leases) in `start_parts`/`stop_parts`; they run before the server takes calls and after
+    it has stopped taking them."""
+
+    server: GrpcServer
+    health: HealthMonitor
+
+    async def start_parts(self) -> None:
+        """What the servicer needs before the first call (nothing by default)."""
+
+    async def stop_parts(self) -> None:
+        """Stops what `start_parts` started, once no call runs any more."""
+
+    async def start(self) -> None:
+        await self.start_parts()
+        await self.server.start()
+        self.health.start()
+        await self.server.set_serving(True)
+
+    async def stop(self) -> None:
+        await self.server.set_serving(False)
+        await self.health.stop()
+        await self.server.stop()
+        await self.stop_parts()
