@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 import redis
+from chaos_fleet import docker_containers
 from log_scan import leaked_secrets, log_files
 from safetensors.torch import load_file
 from waiting import poll
@@ -50,32 +51,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
         codes = fleet.stop()
         # Every service shut down on SIGTERM by itself (a kill would show as -9).
         assert all(code is not None and code >= 0 for code in codes.values()), codes
-        assert _sandbox_containers(deployment) == [], "the sandbox left containers behind"
+        assert docker_containers(deployment) == [], "the sandbox left containers behind"
         # Nothing the fleet logged may carry the API token or the judge key.
         wanted = {"API token": fleet.token, "judge key": env[JUDGE_KEY_VAR]}
         assert log_files(fleet.workdir), "the fleet wrote logs"
         assert leaked_secrets(fleet.workdir, wanted) == []
-
-
-def _sandbox_containers(deployment: str) -> list[str]:
-    """Names of containers with the deployment's label ([] without a Docker engine)."""
-    try:
-        import docker
-
-        client = docker.from_env()
-    except Exception:
-        return []
-    try:
-        found = client.containers.list(
-            all=True,
-            filters={"label": f"io.artfleet.deployment={deployment}"},
-            ignore_removed=True,  # one removed between the list and its inspect is gone already
-        )
-        for container in found:
-            container.remove(force=True, v=True)
-        return [c.name for c in found]
-    finally:
-        client.close()
 
 
 @pytest.fixture(scope="module")
