@@ -218,6 +218,12 @@ class SessionBackend(abc.ABC, Generic[S]):
             raise CapacityExceeded(f"this replica holds {self.config.max_sessions} sessions")
         check_env(env)
 
+    def _idle_ttl(self, requested_s: float) -> float:
+        """A new session's idle TTL: the one asked for, or the backend's default for 0."""
+        if requested_s < 0:
+            raise InvalidArgument("idle_ttl_s must not be negative")
+        return requested_s or self.config.idle_ttl_s
+
     def _start_warming(self, session: S) -> None:
         if session.repl_default:
             # The shell (bash under bubblewrap, a `docker exec`: most of a first command's

@@ -177,6 +177,7 @@ class DockerBackend(SessionBackend[_Session]):
     async def create_session(self, spec: SessionSpec) -> SessionInfo:
         held = len(self._sessions) + len(self._containers.creating)
         resources, image = await self._admit_spec(spec, held)
+        ttl_s = self._idle_ttl(spec.idle_ttl_s)
         started = time.perf_counter()
         tarball = await self.repos.tarball(spec.repo) if spec.repo is not None else ""
         session_id, container_id, source, seeded = await self._container_for(
@@ -188,7 +189,7 @@ class DockerBackend(SessionBackend[_Session]):
             job_id=spec.job_id,
             env=dict(spec.env),
             network=spec.network,
-            ttl_s=spec.idle_ttl_s or self.config.idle_ttl_s,
+            ttl_s=ttl_s,
             repl_default=spec.repl,
         )
         self._sessions.add(session_id, session)

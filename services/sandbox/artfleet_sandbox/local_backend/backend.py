@@ -168,8 +168,7 @@ class LocalBackend(SessionBackend[LocalSession]):
 
     async def create_session(self, spec: SessionSpec) -> SessionInfo:
         self._admit(len(self._sessions), spec.env)
-        if spec.idle_ttl_s < 0:
-            raise InvalidArgument("idle_ttl_s must not be negative")
+        ttl_s = self._idle_ttl(spec.idle_ttl_s)
         started = time.perf_counter()
         session = await self._warm_session(spec)
         source = "pool" if session is not None else "process"
@@ -177,7 +176,7 @@ class LocalBackend(SessionBackend[LocalSession]):
             session = await self._new_session(spec)
         session.id = new_session_id(self.replica_id)
         session.job_id = spec.job_id
-        session.ttl_s = spec.idle_ttl_s or self.config.idle_ttl_s
+        session.ttl_s = ttl_s
         session.last_used = time.monotonic()
         self._sessions.add(session.id, session)
         isolation = self.session_isolation(spec.network)
