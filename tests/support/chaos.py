@@ -114,9 +114,9 @@ class Recovery:
     group: str
     token: str
     killed_at: float
-    trainer_epoch: int
+    epoch: int  # the driver's count of run restarts when the worker died
     recovered_s: float | None = None
-    across_trainer_restart: bool = False
+    across_restart: bool = False  # ran again after a restart: dispatched by it, not requeued
 
 
 @dataclass
@@ -193,7 +193,9 @@ class ChaosDriver:
         self.seen: dict[tuple[int, str], dict[str, float]] = {}
         self.killed_tokens: set[str] = set()
         self.spurious_requeues = 0
-        self.trainer_epoch = 0
+        # Faults after which the trainer restarts its run (its kill, a Redis restart, a cut
+        # of its host): StepBatches.restart then dispatches a dead worker's group itself.
+        self.epoch = 0
         self.step = 1
         self.job_id = ""
         self._frozen: tuple[float, dict[str, float]] | None = None
@@ -299,7 +301,7 @@ class ChaosDriver:
         for r in self.recoveries:
             if r.step == step and r.group == group and r.recovered_s is None:
                 r.recovered_s = now - r.killed_at
-                r.across_trainer_restart = r.trainer_epoch != self.trainer_epoch
+                r.across_restart = r.epoch != self.epoch
 
     def _claim_age(self, now: float) -> float:
         """Age of the oldest run in progress at this step (-1 when none runs)."""
@@ -343,7 +345,7 @@ class ChaosDriver:
         self.fleet.respawn(name)
         self.killed_tokens.update(held.values())
         for group, token in held.items():
-            self.recoveries.append(Recovery(self.step, group, token, killed_at, self.trainer_epoch))
+            self.recoveries.append(Recovery(self.step, group, token, killed_at, self.epoch))
         fault.fired_at, fault.detail = killed_at, f"{name} holding {sorted(held)}"
 
     def _held(self, name: str) -> dict[str, int]:
@@ -407,6 +409,7 @@ class ChaosDriver:
 
     def _fire_redis(self, fault: Fault) -> None:
         self.fleet.restart_redis()
+        self.epoch += 1
         fault.fired_at, fault.detail = time.monotonic(), "restarted (SIGTERM, AOF)"
 
     def _fire_trainer_gather(self, fault: Fault) -> None:
@@ -420,7 +423,7 @@ class ChaosDriver:
     def _kill_trainer(self, fault: Fault, when: str) -> None:
         fault.fired_at = self.fleet.kill("trainer")
         self.fleet.respawn("trainer")
-        self.trainer_epoch += 1
+        self.epoch += 1
         fault.detail = when
 
     # ------------------------------------------------------------ afterwards
@@ -496,14 +499,15 @@ def metric_checks(
 ) -> dict[str, bool]:
     """The failure counters on /metrics against what was injected."""
     held = len(driver.recoveries)
-    across = sum(1 for r in driver.recoveries if r.across_trainer_restart)
+    across = sum(1 for r in driver.recoveries if r.across_restart)
     trainer_kills = injected["trainer_gather"] + injected["trainer_train"]
     low_lost, high_lost = driver.sandbox_lost_bounds()
     return {
         "succeeded": job.state == pb.JOB_STATE_SUCCEEDED,
         "summaries": [s.step for s in job.steps] == list(range(1, driver.plan.steps + 1)),
-        # A trainer restart or an interrupted run (a Redis restart) resumes through
-        # StepBatches.restart, which dispatches a dead worker's group itself: no requeue.
+        # A group pending when its run restarted (a trainer kill, a Redis restart: any
+        # number of groups each) was dispatched by the restart, not requeued; one
+        # interruption may also land just after a later kill, before the driver sees it.
         "requeued": held - across - counters["interruptions"]
         <= counters["requeued"]
         <= held + driver.spurious_requeues,

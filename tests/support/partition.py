@@ -141,7 +141,7 @@ class NetFaultDriver(ChaosDriver):
     def _lost(self, held: dict[str, str], at: float) -> None:
         self.killed_tokens.update(held.values())  # their re-runs are expected, not spurious
         for group, token in held.items():
-            self.recoveries.append(Recovery(self.step, group, token, at, self.trainer_epoch))
+            self.recoveries.append(Recovery(self.step, group, token, at, self.epoch))
 
     # ------------------------------------------------------------ faults
     def _cut(self, fault: Fault, host: str, held: dict[str, str]) -> None:
@@ -157,6 +157,7 @@ class NetFaultDriver(ChaosDriver):
 
     def _fire_trainer_cut(self, fault: Fault) -> None:
         self._cut(fault, PLACEMENT["trainer"], {})
+        self.epoch += 1  # its run is interrupted and restarts after the heal
 
     def _fire_redis_restart(self, fault: Fault) -> None:
         self._fire_redis(fault)
