@@ -11,7 +11,6 @@ failure never replaces a scored group.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -25,6 +24,7 @@ from celery import Celery
 
 from artfleet.contracts.batches import Claim, Published, StepBatches, classify
 from artfleet.contracts.queue import RUN_GROUP_TASK, decode_payload, make_celery
+from artfleet.runtime.tasks import cancel_and_wait
 from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout import metrics
@@ -106,9 +106,7 @@ class GroupWorker:
             response = failed_group(task, exc)
         finally:
             self._running.discard(running)
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            await cancel_and_wait(heartbeat)
         published = await redis_retry(
             lambda: self._batches.publish(task.job_id, task.step, task.group_id, response, token)
         )

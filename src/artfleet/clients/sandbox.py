@@ -20,7 +20,6 @@ closes its sessions within the lease (the sandbox's `leases.OwnerLeases`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -32,6 +31,7 @@ import grpc
 
 from artfleet.clients.replicas import resolve_replicas, split_target
 from artfleet.runtime.rpc.client import aio_channel
+from artfleet.runtime.tasks import cancel_and_wait
 from artfleet.v1 import sandbox_pb2, sandbox_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -114,9 +114,7 @@ class SandboxRouter:
     async def close(self) -> None:
         renewer, self._renewer = self._renewer, None
         if renewer is not None:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+            await cancel_and_wait(renewer)
         channels, self._channels = self._channels, {}
         self._stubs.clear()
         await asyncio.gather(*(ch.close() for ch in channels.values()), return_exceptions=True)

@@ -4,9 +4,11 @@ only hand tasks over; publishing follows the step-batch contract (real redis-ser
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -149,6 +151,49 @@ async def test_a_running_group_keeps_its_lease_and_publish_releases_it(redis_url
         keys = batches.StepKeys(job, 1)
         assert not await client.exists(keys.lease("g0"))
         assert not await client.hexists(keys.claims, "g0")
+    finally:
+        await client.aclose()
+
+
+class SwallowingBatches(StepBatches):
+    """Its lease renewal swallows a cancel that lands inside it, as a redis.asyncio call
+    once did (the chaos suite: the run ended and its heartbeat held the group forever)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.inside = asyncio.Event()
+
+    async def renew(self, job_id: str, step: int, group_id: str, token: str) -> bool:
+        alive = await super().renew(job_id, step, group_id, token)
+        if not self.inside.is_set():  # the first renewal: until a cancel, which it swallows
+            self.inside.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(3600)
+        return alive
+
+
+class EndsDuringRenewal:
+    def __init__(self, batches: SwallowingBatches) -> None:
+        self._batches = batches
+
+    async def run(self, task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+        await asyncio.wait_for(self._batches.inside.wait(), 60)
+        return _scored()
+
+
+async def test_a_run_that_ends_during_a_renewal_publishes_and_gives_the_lease_up(
+    redis_url: str,
+) -> None:
+    client = aioredis.from_url(redis_url)
+    try:
+        job = uuid.uuid4().hex
+        store = SwallowingBatches(client, lease_s=1.5)  # beats every 0.5 s
+        worker = GroupWorker(EndsDuringRenewal(store), store, "worker-a")
+        handling = asyncio.create_task(worker.handle(_task("g0", job)))
+        await asyncio.wait({handling}, timeout=60)  # no cancel: it may be swallowed too
+        assert handling.done(), "the run ended, and its heartbeat held the group on"
+        assert handling.result() is Published.STORED
+        assert not await client.exists(batches.StepKeys(job, 1).lease("g0"))
     finally:
         await client.aclose()
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from artfleet.contracts.batches import Gathered, QuorumNotReached, StepBatches
+from artfleet.runtime.tasks import cancel_and_wait
 from artfleet.specs.job import JobSpecModel
 from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
@@ -274,9 +275,7 @@ class StepPipeline:
             result = await train
         finally:
             if watcher is not None:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await watcher
+                await cancel_and_wait(watcher)
         end = time.monotonic()
         if not ahead:
             return result, end - start

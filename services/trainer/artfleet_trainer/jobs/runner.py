@@ -14,6 +14,7 @@ import redis.exceptions
 from artfleet.contracts.art_types import art
 from artfleet.contracts.batches import Gathered, StepBatches
 from artfleet.contracts.errors import Unavailable
+from artfleet.runtime.tasks import cancel_and_wait
 from artfleet.specs.job import JobSpecModel, spec_from_proto
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
@@ -126,7 +127,7 @@ class JobRunner:
         try:
             await self._run_job(job)
         finally:
-            renew.cancel()
+            await cancel_and_wait(renew)
             await self._store.release_lease(job.id, self._owner)
 
     async def _renew_lease(self, job_id: str) -> None:
