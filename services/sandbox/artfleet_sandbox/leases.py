@@ -13,13 +13,13 @@ so a session that was closed (or idle-reaped) meanwhile costs nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from artfleet.runtime.tasks import cancel_and_wait
 from artfleet_sandbox import metrics
 from artfleet_sandbox.backend import InvalidArgument
 
@@ -127,9 +127,7 @@ class OwnerLeases:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def _reap_forever(self) -> None:
         while True:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 import logging
 import math
 import shlex
@@ -22,6 +21,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, Self, TypeVar
 
+from artfleet.runtime.tasks import cancel_and_wait
 from artfleet_sandbox import metrics
 from artfleet_sandbox.backend import (
     CapacityExceeded,
@@ -398,9 +398,7 @@ class SessionBackend(abc.ABC, Generic[S]):
 
     async def _stop_reaper(self) -> None:
         if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
+            await cancel_and_wait(self._reaper)
             self._reaper = None
 
     async def _reap_forever(self) -> None:

@@ -35,6 +35,8 @@ from urllib.parse import urlsplit, urlunsplit
 from prometheus_client import Gauge
 from pydantic import BaseModel, Field
 
+from artfleet.runtime.tasks import cancel_and_wait
+
 log = logging.getLogger(__name__)
 
 CHILDREN = Gauge("artfleet_health_child_processes", "Child processes of the service", ["service"])
@@ -299,9 +301,7 @@ class HealthMonitor:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
 
     async def _loop(self) -> None:
         while True:

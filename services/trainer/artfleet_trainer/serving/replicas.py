@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from artfleet.clients.replicas import resolve_urls, split_urls
 from artfleet.contracts.policy_publish import PublishPolicy
+from artfleet.runtime.tasks import cancel_and_wait
 from artfleet_trainer.clients.inference_client import (
     InferenceClient,
     InferenceRefused,
@@ -87,8 +88,7 @@ class InferenceReplicas:
 
     async def stop(self) -> None:
         if self._watch is not None:
-            self._watch.cancel()
-            await asyncio.gather(self._watch, return_exceptions=True)
+            await cancel_and_wait(self._watch)
             self._watch = None
 
     # --- what the trainer asks -------------------------------------------------------------

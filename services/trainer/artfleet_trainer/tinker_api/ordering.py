@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from artfleet.runtime.tasks import cancel_and_wait
+
 Run = Callable[[], Awaitable[None]]
 
 
@@ -51,5 +53,4 @@ class ClientQueue:
     async def close(self) -> None:
         self.closed = True
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait(self._task)
