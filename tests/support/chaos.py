@@ -398,7 +398,12 @@ class ChaosDriver:
         assert self._frozen is not None
         since, before = self._frozen
         now = self._episodes()
-        scoring = any(now[n] - before[n] >= self.plan.rollouts_per_group for n in ROLLOUTS)
+        # A group's episodes ended and its ScoreGroup waits, unread, at the frozen service
+        # (episodes alone may be one of each of two groups, or a call not yet sent).
+        scoring = (
+            any(now[n] - before[n] >= self.plan.rollouts_per_group for n in ROLLOUTS)
+            and self.fleet.unread_request_bytes("reward") > 0
+        )
         if not scoring and time.monotonic() - since < 300:
             return
         self.fleet.kill("reward", bank=False)

@@ -188,6 +188,23 @@ class ChaosFleet(LocalFleet):
         self.processes.remove(process)
         return time.monotonic()
 
+    def unread_request_bytes(self, name: str) -> int:
+        """Bytes sent to `name`'s gRPC port that it has not read yet: the receive queues of
+        its established connections, in its own network namespace. A frozen server's
+        requests in flight wait there."""
+        pid, port = self.pid(name), self.specs[name][2]
+        total = 0
+        for table in ("tcp", "tcp6"):
+            try:
+                rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for row in rows:
+                fields = row.split()  # sl local remote st tx_queue:rx_queue ...
+                if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    total += int(fields[4].split(":")[1], 16)
+        return total
+
     def freeze(self, name: str) -> None:
         self.process(name).proc.send_signal(signal.SIGSTOP)
 

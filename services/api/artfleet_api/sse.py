@@ -8,14 +8,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
+from artfleet.runtime.rpc import reconnect
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_api.errors import ApiError
 from artfleet_api.mapping import event_out
 
+log = logging.getLogger(__name__)
 KEEPALIVE_S = 15.0  # a comment line now and then keeps proxies from closing a quiet stream
 _END = object()
 
@@ -38,23 +41,17 @@ def format_event(seq: int, kind: str, data: str) -> bytes:
 
 
 async def job_events(
-    trainer: trainer_pb2_grpc.TrainerStub, job_id: str, from_seq: int
+    trainer: trainer_pb2_grpc.TrainerStub,
+    job_id: str,
+    from_seq: int,
+    attempts: int = reconnect.ATTEMPTS,
+    pause_s: Callable[[int], float] = reconnect.pause_s,
 ) -> AsyncIterator[bytes]:
     """The SSE body. A pump task reads the gRPC stream, so waiting for keep-alives never
-    cancels a read (which would cancel the call)."""
-    call = trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job_id, from_seq=from_seq))
+    cancels a read (which would cancel the call); it reopens a stream that broke
+    transiently from the event after the last one sent (`artfleet.runtime.rpc.reconnect`)."""
     queue: asyncio.Queue[object] = asyncio.Queue()
-
-    async def pump() -> None:
-        try:
-            async for event in call:
-                await queue.put(event)
-        except grpc.aio.AioRpcError as exc:
-            await queue.put(exc)
-        finally:
-            await queue.put(_END)
-
-    task = asyncio.create_task(pump())
+    task = asyncio.create_task(_pump(trainer, job_id, from_seq, (attempts, pause_s), queue))
     try:
         while True:
             try:
@@ -71,7 +68,37 @@ async def job_events(
             out = event_out(item)  # type: ignore[arg-type]
             yield format_event(out.seq, out.kind, out.model_dump_json())
     finally:
-        call.cancel()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def _pump(
+    trainer: trainer_pb2_grpc.TrainerStub,
+    job_id: str,
+    next_seq: int,
+    retry: tuple[int, Callable[[int], float]],
+    queue: asyncio.Queue[object],
+) -> None:
+    attempts, pause_s = retry
+    failures = 0
+    try:
+        while True:
+            call = trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job_id, from_seq=next_seq))
+            try:
+                async for event in call:
+                    failures = 0
+                    next_seq = event.seq + 1
+                    await queue.put(event)
+                return
+            except grpc.aio.AioRpcError as exc:
+                if failures >= attempts or not reconnect.transient(exc.code(), exc.details()):
+                    await queue.put(exc)
+                    return
+                failures += 1
+                log.info("job %s: watch stream broke (%s); reopening", job_id, exc.code().name)
+            finally:
+                call.cancel()
+            await asyncio.sleep(pause_s(failures))
+    finally:
+        await queue.put(_END)

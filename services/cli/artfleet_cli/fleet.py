@@ -48,6 +48,8 @@ API = "api"  # the HTTP API and console (not gRPC): started once the gRPC servic
 SERVED = (*SERVICES, API, "inference")  # each with its own Prometheus endpoint
 PORT_NAMES = ("redis", *SERVED, *(f"{name}_metrics" for name in SERVED), "prometheus")
 VLLM_PYTHON = "ARTFLEET_INFERENCE_VLLM_PYTHON"
+# Past its own start timeout an inference replica stops itself: this long to see it exit.
+REPLICA_EXIT_GRACE_S = 60.0
 
 
 class ServiceExited(RuntimeError):
@@ -266,8 +268,10 @@ class LocalFleet:
             for process in self.processes[1:]:
                 if process.name not in self.inference_names:  # HTTP: _wait_policy asks it
                     self._wait_serving(process, deadline)
-            for name in self.inference_names or (self.policy_server,):
-                self._wait_policy(deadline, name)
+            for name in self.inference_names:
+                self._wait_policy(max(deadline, self._replica_deadline(name)), name)
+            if not self.inference_names:
+                self._wait_policy(deadline)
             if self.api:
                 self._start_service(API)
                 self._wait_http(self.processes[-1], deadline)
@@ -275,6 +279,13 @@ class LocalFleet:
         except BaseException:
             self.stop()
             raise
+
+    def _replica_deadline(self, name: str) -> float:
+        """An inference replica may take its own start timeout (vLLM's start takes minutes
+        on a busy machine), and ends itself past it, which shows here as its exit."""
+        settings = validate_env("inference", self.service_env(name))
+        start_s = float(settings.inference_start_timeout_s)  # type: ignore[attr-defined]
+        return time.monotonic() + start_s + REPLICA_EXIT_GRACE_S
 
     def _start_prometheus(self, deadline: float) -> None:
         """Writes prometheus.yml for this fleet's targets into the workdir (for any

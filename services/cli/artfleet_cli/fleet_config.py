@@ -190,13 +190,13 @@ def known_keys() -> dict[str, frozenset[str]]:
     return known
 
 
-def validate_env(service: str, env: Mapping[str, str]) -> None:
+def validate_env(service: str, env: Mapping[str, str]) -> BaseSettings:
     """Parses `service`'s settings from `env` as the service will (ConfigError naming the
-    variable), so a bad value fails here instead of in a service's log."""
+    variable), so a bad value fails here instead of in a service's log; returns them."""
     cls = settings_class(service)
     try:
         with _environ(env):
-            cls()
+            return cls()
     except ValidationError as exc:
         error = exc.errors()[0]
         key = PREFIX + "_".join(str(p) for p in error["loc"]).upper()

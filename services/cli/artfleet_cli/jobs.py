@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from artfleet.v1 import trainer_pb2
 from artfleet_cli import render
 from artfleet_cli.client import TokenOpt, fail, trainer
 from artfleet_cli.spec_flags import derive_flags, flag_values, with_flags
+from artfleet_cli.watch_stream import resumable
 
 app = typer.Typer(
     help="Submit, inspect, follow, cancel and resume training jobs.", no_args_is_help=True
@@ -137,12 +140,20 @@ def watch(job_id: str, target: str = TargetOpt, token: str = TokenOpt) -> None:
 def _watch(job_id: str, target: str, token: str) -> None:
     with trainer(target, token) as stub:
         job = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job_id))
-        events = stub.WatchJob(trainer_pb2.WatchJobRequest(job_id=job_id))
-        render.follow(events, job.spec.steps)
+
+        def open_stream(from_seq: int) -> Iterable[pb.ProgressEvent]:
+            request = trainer_pb2.WatchJobRequest(job_id=job_id, from_seq=from_seq)
+            return stub.WatchJob(request)
+
+        render.follow(resumable(open_stream, _say), job.spec.steps)
         job = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job_id))
     render.job_details(job)
     if job.state != pb.JOB_STATE_SUCCEEDED:
         raise SystemExit(1)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 @app.command()

@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 import pytest
 from rich.console import Console
 
@@ -29,13 +30,19 @@ def _summary(step: int = 2) -> pb.StepSummary:
 class _Call:
     """A WatchJob call: the events, then the end of the stream."""
 
-    def __init__(self, events: list[pb.ProgressEvent]) -> None:
+    def __init__(
+        self, events: list[pb.ProgressEvent], error: grpc.StatusCode | None = None
+    ) -> None:
         self._events = events
+        self._error = error
 
     def __aiter__(self) -> AsyncIterator[pb.ProgressEvent]:
         async def gen() -> AsyncIterator[pb.ProgressEvent]:
             for event in self._events:
                 yield event
+            if self._error is not None:
+                empty = grpc.aio.Metadata()
+                raise grpc.aio.AioRpcError(self._error, empty, empty, details="Redis is away")
 
         return gen()
 
@@ -135,3 +142,29 @@ def test_a_rollouts_outcome_carries_each_scorer_failure() -> None:
             "action": "drop_trajectory",
         }
     ]
+
+
+class _BreakingTrainer:
+    """A WatchJob whose first stream ends UNAVAILABLE after one event."""
+
+    def __init__(self) -> None:
+        self.opened_from: list[int] = []
+
+    def WatchJob(self, request: trainer_pb2.WatchJobRequest) -> Any:
+        self.opened_from.append(request.from_seq)
+        first = pb.ProgressEvent(seq=1, kind=pb.EVENT_KIND_STEP_STARTED, step=1)
+        rest = [pb.ProgressEvent(seq=s, kind=pb.EVENT_KIND_STEP_STARTED, step=s) for s in (2, 3)]
+        if len(self.opened_from) == 1:
+            return _Call([first], error=grpc.StatusCode.UNAVAILABLE)
+        return _Call([e for e in rest if e.seq >= request.from_seq])
+
+
+async def test_the_sse_stream_reopens_a_broken_watch_after_the_last_event_sent() -> None:
+    trainer = _BreakingTrainer()
+    chunks = [
+        c
+        async for c in job_events(trainer, "j1", 0, pause_s=lambda _: 0.0)  # type: ignore[arg-type]
+    ]
+    ids = [c.decode().split("\n", 1)[0] for c in chunks]
+    assert ids == ["id: 1", "id: 2", "id: 3"]
+    assert trainer.opened_from == [0, 2]

@@ -401,3 +401,18 @@ def test_remembered_settings_refused_now_name_the_record_and_the_reset(tmp_path:
     result = CliRunner().invoke(app, up)
     assert result.exit_code == 2 and "not a settings record" in result.stderr
     assert "--reset-settings" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("settings", "start_s"), [({}, 600.0), ({"ARTFLEET_INFERENCE_START_TIMEOUT_S": "1500"}, 1500.0)]
+)
+def test_an_inference_replica_gets_its_own_start_timeout(
+    tmp_path: Path, settings: dict[str, str], start_s: float
+) -> None:
+    """`fleet up` waits for vLLM as long as the inference service itself would (it stops
+    itself past that), not the 3 minutes the other services get: on a busy machine vLLM's
+    start took about 3 minutes and the fleet gave up while it was still coming up."""
+    fleet = _fleet(tmp_path, engine="vllm", settings=settings)
+    before = time.monotonic()
+    wait_s = fleet._replica_deadline("inference") - before
+    assert start_s + 60 <= wait_s < start_s + 61

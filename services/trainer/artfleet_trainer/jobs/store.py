@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import dataclasses
 import json
+import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 import redis.exceptions
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from artfleet.contracts.errors import FailedPrecondition, InvalidArgument, NotFound
+from artfleet.runtime.outage import OutageClock
 from artfleet.v1 import common_pb2 as pb
 
 JOBS_INDEX = "artfleet:jobs"
@@ -23,6 +27,12 @@ ACTIVE = (pb.JOB_STATE_RUNNING, pb.JOB_STATE_CANCELLING, pb.JOB_STATE_QUEUED)
 RESUMABLE = frozenset({pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED})
 # How long a submit's idempotency key names its job: a client's retries come well within.
 IDEMPOTENCY_TTL_S = 24 * 3600
+# How long a job's watch rides out Redis timeouts and reconnects in a row before its stream
+# ends UNAVAILABLE: a busy machine's slow reply or a Redis restart, not a lasting outage.
+WATCH_OUTAGE_S = 60.0
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # KEYS: the idempotency key, the job's key, the jobs index. ARGV: "<job id> <config hash>",
 # the key's TTL, the job's bytes, its index score, its id. The key and the job are written
@@ -113,9 +123,10 @@ class JobStore:
     """Owns every `artfleet:job*` and `artfleet:events:*` key (step batches:
     artfleet.contracts.batches)."""
 
-    def __init__(self, redis: aioredis.Redis) -> None:
+    def __init__(self, redis: aioredis.Redis, watch_outage_s: float = WATCH_OUTAGE_S) -> None:
         # redis-py's return types are unions of bytes/str/awaitables: typed loosely here.
         self._redis: Any = redis
+        self._watch_outage_s = watch_outage_s
         self._create_once = redis.register_script(CREATE_ONCE)
 
     async def create(self, spec: pb.JobSpec, config_hash: str = "") -> pb.Job:
@@ -290,11 +301,15 @@ class JobStore:
         self, job_id: str, from_seq: int = 0, block_ms: int = 1000
     ) -> AsyncIterator[pb.ProgressEvent]:
         """Replays then follows the job's events until it reaches a terminal state: its
-        last one, as a resumed job has one before each resume."""
+        last one, as a resumed job has one before each resume. A Redis timeout or a lost
+        connection is ridden out (`_riding_out`): the read goes on after the last entry
+        seen, so no event is lost or repeated."""
         job = await self.get(job_id)
-        last_id = "0-0"
+        key = _events_key(job_id)
+        last_id: bytes | str = "0-0"
         while True:
-            reply = await self._redis.xread({_events_key(job_id): last_id}, block=block_ms)
+            read = partial(self._redis.xread, {key: last_id}, block=block_ms)
+            reply = await self._riding_out(read)
             for _stream, entries in reply or []:
                 for i, (entry_id, fields) in enumerate(entries):
                     last_id = entry_id
@@ -306,13 +321,30 @@ class JobStore:
                     if i + 1 == len(entries) and not await self._went_on(job_id, entry_id):
                         return
             if not reply:
-                job = await self.get(job_id)
+                job = await self._riding_out(partial(self.get, job_id))
                 if job.state in TERMINAL and last_id != "0-0":
                     return
 
     async def _went_on(self, job_id: str, entry_id: bytes) -> bool:
         """Whether events follow `entry_id` (nothing but a resume follows a terminal state)."""
-        return bool(await self._redis.xread({_events_key(job_id): entry_id}, count=1))
+        key = _events_key(job_id)
+        return bool(await self._riding_out(partial(self._redis.xread, {key: entry_id}, count=1)))
+
+    async def _riding_out(self, read: Callable[[], Awaitable[T]]) -> T:
+        """`read()`, again after a growing pause while Redis times out or reconnects; past
+        `watch_outage_s` of failures in a row the last error goes up (UNAVAILABLE)."""
+        outage = OutageClock(self._watch_outage_s)
+        pause_s = 0.2
+        while True:
+            try:
+                return await read()
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                outage.started()
+                if outage.spent():
+                    raise
+                log.info("job watch: Redis %s; reading again in %.1fs", type(exc).__name__, pause_s)
+            await asyncio.sleep(pause_s)
+            pause_s = min(pause_s * 2, 5.0)
 
     # ------------------------------------------------------------ leases
     async def acquire_lease(self, job_id: str, owner: str, ttl_s: float) -> bool:

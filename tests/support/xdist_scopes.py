@@ -1,0 +1,50 @@
+"""How `make test` spreads the tests over pytest-xdist workers (`-n 2 --dist loadscope`).
+
+A scope is the unit one worker runs whole: every integration module is one (its
+module-wide fleet starts once, its tests run in order), the modules of a folder that
+shares a session-wide fleet are one together (`SHARED_FLEET_FOLDERS`), and each unit test
+is its own. The scopes are scheduled in collection order, which on a worker puts the
+busiest areas first (`order_by_budget`), so the long fleets start early and short tests
+fill in at the end. (xdist's own `--dist loadgroup` relies on rewriting a test's node id,
+which pytest 9 no longer lets it do; a scheduler is xdist's documented hook.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from area_times import area_of
+
+# Folders whose modules share one session-wide fleet (tests/integration/api/conftest.py).
+SHARED_FLEET_FOLDERS = {"tests/integration/api/": "api-fleet"}
+
+
+def scope_of(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    for folder, scope in SHARED_FLEET_FOLDERS.items():
+        if path.startswith(folder):
+            return scope
+    return path if path.startswith("tests/integration/") else nodeid
+
+
+def order_by_budget(items: list[pytest.Item], budgets: dict[str, int]) -> None:
+    """Busiest areas first; within an area, collection order (a module stays whole)."""
+    items.sort(key=lambda item: -budgets.get(area_of(item.nodeid), 0))
+
+
+class FleetScopesPlugin:
+    """Registered on the controller when xdist is there: serves `--dist loadscope`."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if config.getoption("dist") != "loadscope":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class FleetScopes(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return scope_of(nodeid)
+
+        config.option.loadscopereorder = False  # the workers' order is the plan
+        return FleetScopes(config, log)

@@ -1,0 +1,64 @@
+"""The test tooling itself: the time per test area and its budgets (docs/testing.md), and
+how the tests are spread over xdist workers (one scope per integration module, one for the
+shared API fleet's folder, one per unit test; busiest areas first)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from area_times import area_of, area_table, read_budgets
+from repo_paths import ROOT
+from xdist_scopes import order_by_budget, scope_of
+
+
+def test_areas_are_integration_folders_or_unit() -> None:
+    assert area_of("tests/integration/fleet/test_chaos.py::test_x") == "fleet"
+    assert area_of("tests/integration/api/test_api_fleet.py::test_x[a/b]") == "api"
+    assert area_of("tests/unit/trainer/torch_backend/test_t.py::test_x") == "unit"
+
+
+def test_the_budget_table_is_read_from_the_doc_and_covers_every_area() -> None:
+    budgets = read_budgets(ROOT / "docs" / "testing.md")
+    folders = {p.name for p in (ROOT / "tests" / "integration").iterdir() if p.is_dir()}
+    areas = {f for f in folders if any((ROOT / "tests/integration" / f).glob("test_*.py"))}
+    assert areas | {"unit"} <= set(budgets), "an area without a budget in docs/testing.md"
+    assert all(seconds > 0 for seconds in budgets.values())
+
+
+def test_the_table_marks_an_area_over_its_budget(tmp_path: Path) -> None:
+    doc = tmp_path / "testing.md"
+    doc.write_text("| area | budget (s) | why |\n| --- | --- | --- |\n| fleet | 100 | x |\n")
+    rows = area_table({"fleet": 130.0, "unit": 5.0}, read_budgets(doc))
+    assert rows[1].split()[:3] == ["fleet", "130", "100"] and rows[1].endswith("over budget")
+    assert rows[2].split() == ["unit", "5", "-"]
+    assert rows[-1].split() == ["total", "135", "100"]
+    assert read_budgets(tmp_path / "missing.md") == {}
+
+
+def test_scopes_keep_a_module_or_a_shared_fleet_whole() -> None:
+    chaos = "tests/integration/fleet/test_chaos.py"
+    assert scope_of(f"{chaos}::test_a") == scope_of(f"{chaos}::test_b[x]") == chaos
+    api = {scope_of("tests/integration/api/test_api_fleet.py::t"),
+           scope_of("tests/integration/api/test_tinker_sdk.py::t")}  # fmt: skip
+    assert api == {"api-fleet"}
+    unit = "tests/unit/cli/test_watch_reconnect.py::test_a"
+    assert scope_of(unit) == unit
+
+
+@dataclass
+class _Item:
+    nodeid: str
+
+
+def test_busiest_areas_come_first_and_a_module_stays_in_order() -> None:
+    ids = [
+        "tests/unit/a.py::t1",
+        "tests/integration/api/test_x.py::t1",
+        "tests/integration/fleet/test_y.py::t1",
+        "tests/integration/fleet/test_y.py::t2",
+        "tests/integration/api/test_x.py::t2",
+    ]
+    items = [_Item(i) for i in ids]
+    order_by_budget(items, {"fleet": 800, "api": 100, "unit": 50})  # type: ignore[arg-type]
+    assert [i.nodeid for i in items] == [ids[2], ids[3], ids[1], ids[4], ids[0]]
