@@ -49,10 +49,11 @@ lint:
 typecheck:
 	$(BIN)/mypy
 
-# Two workers; each integration module (a shared fleet's folder) runs whole on one of
-# them (tests/support/xdist_scopes.py). The time per test area ends the output.
+# Two workers; each integration module (the modules of a shared fleet) runs whole on one
+# of them (tests/support/xdist_scopes.py). The time per test area ends the output.
+# PYTEST_ARGS adds to the command line (e.g. --durations=0 for every fleet's start).
 test:
-	$(BIN)/pytest -ra --durations=25 -n 2 --dist loadscope
+	$(BIN)/pytest -ra --durations=25 -n 2 --dist loadscope $(PYTEST_ARGS)
 
 test-fast:
 	$(BIN)/pytest -ra -m "not slow"

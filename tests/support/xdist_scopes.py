@@ -1,12 +1,13 @@
 """How `make test` spreads the tests over pytest-xdist workers (`-n 2 --dist loadscope`).
 
 A scope is the unit one worker runs whole: every integration module is one (its
-module-wide fleet starts once, its tests run in order), the modules of a folder that
-shares a session-wide fleet are one together (`SHARED_FLEET_FOLDERS`), and each unit test
-is its own. The scopes are scheduled in collection order, which on a worker puts the
-busiest areas first (`order_by_budget`), so the long fleets start early and short tests
-fill in at the end. (xdist's own `--dist loadgroup` relies on rewriting a test's node id,
-which pytest 9 no longer lets it do; a scheduler is xdist's documented hook.)
+module-wide fleet starts once, its tests run in order), the modules that share a
+session-wide fleet are one together (`SHARED_FLEET_FOLDERS`, `SHARED_FLEET_MODULES`: the
+fleet starts once, on one worker), and each unit test is its own. The scopes are scheduled
+in collection order, which on a worker puts the busiest areas first (`order_by_budget`),
+so the long fleets start early and short tests fill in at the end. (xdist's own
+`--dist loadgroup` relies on rewriting a test's node id, which pytest 9 no longer lets it
+do; a scheduler is xdist's documented hook.)
 """
 
 from __future__ import annotations
@@ -18,10 +19,20 @@ from area_times import area_of
 
 # Folders whose modules share one session-wide fleet (tests/integration/api/conftest.py).
 SHARED_FLEET_FOLDERS = {"tests/integration/api/": "api-fleet"}
+# Modules that use the session's shared torch fleet (`torch_fleet`,
+# tests/integration/conftest.py); a unit test keeps this list and the fixture's users equal.
+TORCH_FLEET = "torch-fleet"
+SHARED_FLEET_MODULES = {
+    "tests/integration/agents/test_agent_kinds_fleet_slow.py": TORCH_FLEET,
+    "tests/integration/fleet/test_fleet_job.py": TORCH_FLEET,
+    "tests/integration/fleet/test_fleet_sft.py": TORCH_FLEET,
+}
 
 
 def scope_of(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
+    if path in SHARED_FLEET_MODULES:
+        return SHARED_FLEET_MODULES[path]
     for folder, scope in SHARED_FLEET_FOLDERS.items():
         if path.startswith(folder):
             return scope
@@ -29,8 +40,15 @@ def scope_of(nodeid: str) -> str:
 
 
 def order_by_budget(items: list[pytest.Item], budgets: dict[str, int]) -> None:
-    """Busiest areas first; within an area, collection order (a module stays whole)."""
-    items.sort(key=lambda item: -budgets.get(area_of(item.nodeid), 0))
+    """Busiest areas first; a scope stays together (ranked by its busiest area), and within
+    a scope, collection order (a module stays whole)."""
+    rank: dict[str, tuple[int, int]] = {}
+    for index, item in enumerate(items):
+        scope = scope_of(item.nodeid)
+        budget = budgets.get(area_of(item.nodeid), 0)
+        busiest, first = rank.get(scope, (0, index))
+        rank[scope] = (max(busiest, budget), first)
+    items.sort(key=lambda item: (-rank[scope_of(item.nodeid)][0], rank[scope_of(item.nodeid)][1]))
 
 
 class FleetScopesPlugin:

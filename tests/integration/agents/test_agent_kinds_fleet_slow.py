@@ -1,22 +1,18 @@
 """A 2-step job on each new agent kind's environment through the real fleet (redis-server,
 Celery worker, the four gRPC services, the real SmolLM2): game-2048 (MCP, evaluate in the
 episode's session), tool-shell (tool calling in the sandbox) and math-single (one answer,
-answer_check). One fleet for the three jobs, run one after another."""
+answer_check). The session's shared torch fleet (`torch_fleet`, tests/integration/conftest.py)
+runs the three jobs, one after another."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from mcp_2048_script import write_mcp_2048_script
 
-from artfleet.runtime.rpc.client import sync_channel
 from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
-from artfleet_cli.fleet import LocalFleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -31,19 +27,9 @@ JOBS: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def trainer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[trainer_pb2_grpc.TrainerStub]:
-    bin_dir = tmp_path_factory.mktemp("bin")
-    write_mcp_2048_script(bin_dir)
-    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
-    fleet = LocalFleet(tmp_path_factory.mktemp("fleet"), extra_env={"PATH": path})
-    fleet.start()
-    channel = sync_channel(fleet.trainer_target, fleet.token)
-    try:
-        yield trainer_pb2_grpc.TrainerStub(channel)
-    finally:
-        channel.close()
-        fleet.stop()
+@pytest.fixture
+def trainer(torch_trainer: trainer_pb2_grpc.TrainerStub) -> trainer_pb2_grpc.TrainerStub:
+    return torch_trainer
 
 
 @pytest.mark.parametrize("environment", list(JOBS))

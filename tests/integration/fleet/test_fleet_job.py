@@ -1,28 +1,24 @@
 """Real jobs through the real fleet: redis-server, Celery worker, four gRPC services, the
-real SmolLM2 model. One fleet for the module (a fleet start is the costly part); the jobs
-run one after another: a plain job, cancel, a trainer restart, bad specs, the token on
-every RPC, an asynchronous job and a code-fix job scored by its hidden tests."""
+real SmolLM2 model, on the session's shared torch fleet (`torch_fleet`: a fleet start is
+the costly part; the fleet's own checks, clean exits, no container left and no secret in
+a log, run when it stops). The jobs run one after another: a plain job, cancel, bad specs,
+the token on every RPC, an asynchronous job and a code-fix job scored by its hidden tests.
+The trainer restart has a fleet of its own (test_fleet_restart.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 import redis
-from chaos_fleet import docker_containers
-from log_scan import leaked_secrets, log_files
+from fleet_jobs import checkpoint_dir, submit_small, wait_event
 from safetensors.torch import load_file
-from waiting import poll
 
 from artfleet.contracts.batches import StepKeys
-from artfleet.runtime.rpc.client import sync_channel
 from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, rollout_pb2, sandbox_pb2, trainer_pb2, trainer_pb2_grpc
@@ -30,44 +26,15 @@ from artfleet_cli.fleet import LocalFleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-JUDGE_KEY_VAR = "ARTFLEET_TEST_JUDGE_API_KEY"
 
-SMALL = dict(
-    groups_per_step=2, rollouts_per_group=2, max_turns=2, max_tokens=40, learning_rate=1e-3
-)
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
-    # Its own deployment label: the sandbox's containers (docker backend) are checked below.
-    deployment = f"artfleet-fleet-test-{os.getpid()}"
-    # A judge key in every service's environment, as a deployment with a judge has one.
-    env = {"ARTFLEET_DEPLOYMENT": deployment, JUDGE_KEY_VAR: secrets.token_urlsafe(24)}
-    fleet = LocalFleet(tmp_path_factory.mktemp("fleet"), extra_env=env)
-    fleet.start()
-    try:
-        yield fleet
-    finally:
-        codes = fleet.stop()
-        # Every service shut down on SIGTERM by itself (a kill would show as -9).
-        assert all(code is not None and code >= 0 for code in codes.values()), codes
-        assert docker_containers(deployment) == [], "the sandbox left containers behind"
-        # Nothing the fleet logged may carry the API token or the judge key.
-        wanted = {"API token": fleet.token, "judge key": env[JUDGE_KEY_VAR]}
-        assert log_files(fleet.workdir), "the fleet wrote logs"
-        assert leaked_secrets(fleet.workdir, wanted) == []
+@pytest.fixture
+def fleet(torch_fleet: LocalFleet) -> LocalFleet:
+    return torch_fleet
 
 
-@pytest.fixture(scope="module")
-def trainer(fleet: LocalFleet) -> Iterator[trainer_pb2_grpc.TrainerStub]:
-    channel = sync_channel(fleet.trainer_target, fleet.token)
-    yield trainer_pb2_grpc.TrainerStub(channel)
-    channel.close()
-
-
-def _submit(trainer: trainer_pb2_grpc.TrainerStub, **fields: object) -> pb.Job:
-    spec = JobSpecModel.model_validate({**SMALL, **fields})
-    return trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+@pytest.fixture
+def trainer(torch_trainer: trainer_pb2_grpc.TrainerStub) -> trainer_pb2_grpc.TrainerStub:
+    return torch_trainer
 
 
 def _run_to_end(
@@ -79,27 +46,13 @@ def _run_to_end(
     return trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
 
 
-def _wait_event(events: Iterator[pb.ProgressEvent], kind: int, step: int) -> None:
-    for event in events:
-        if event.kind == kind and event.step == step:
-            return
-    raise AssertionError(f"stream ended before event {kind} of step {step}")
-
-
-def _checkpoint_dir(fleet: LocalFleet, job: pb.Job, step: int) -> Path:
-    name = f"{job.spec.name}-{job.id}"
-    return (
-        fleet.workdir / "art" / job.spec.project / "models" / name / "checkpoints" / f"{step:04d}"
-    )
-
-
 def _lora_b_max(checkpoint: Path) -> float:
     weights = load_file(str(checkpoint / "adapter_model.safetensors"))
     return max(float(t.abs().max()) for k, t in weights.items() if "lora_B" in k)
 
 
 def test_job_trains_end_to_end(fleet: LocalFleet, trainer: trainer_pb2_grpc.TrainerStub) -> None:
-    job = _submit(trainer, name="e2e", steps=2, lora_rank=4)
+    job = submit_small(trainer, name="e2e", steps=2, lora_rank=4)
     events = list(trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500))
     done_steps = [e.step for e in events if e.kind == pb.EVENT_KIND_STEP_DONE]
     assert done_steps == [1, 2]
@@ -108,9 +61,9 @@ def test_job_trains_end_to_end(fleet: LocalFleet, trainer: trainer_pb2_grpc.Trai
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
     assert job.completed_steps == 2 and job.policy.endswith("@2")
     # LoRA B starts at zero: non-zero B in the checkpoints means training moved the weights.
-    assert _lora_b_max(_checkpoint_dir(fleet, job, 2)) > 0
-    assert _checkpoint_dir(fleet, job, 1).is_dir()
-    adapter = json.loads((_checkpoint_dir(fleet, job, 2) / "adapter_config.json").read_text())
+    assert _lora_b_max(checkpoint_dir(fleet, job, 2)) > 0
+    assert checkpoint_dir(fleet, job, 1).is_dir()
+    adapter = json.loads((checkpoint_dir(fleet, job, 2) / "adapter_config.json").read_text())
     assert adapter["r"] == 4  # the job's lora_rank
     _assert_batches_scored(fleet, job)
 
@@ -124,9 +77,9 @@ def _assert_batches_scored(fleet: LocalFleet, job: pb.Job) -> None:
 
 
 def test_cancel_stops_after_current_step(trainer: trainer_pb2_grpc.TrainerStub) -> None:
-    job = _submit(trainer, name="cancel", steps=20)
+    job = submit_small(trainer, name="cancel", steps=20)
     events = trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500)
-    _wait_event(events, pb.EVENT_KIND_STEP_STARTED, 1)
+    wait_event(events, pb.EVENT_KIND_STEP_STARTED, 1)
     cancelled = trainer.CancelJob(trainer_pb2.CancelJobRequest(job_id=job.id))
     assert cancelled.state == pb.JOB_STATE_CANCELLING
     states = [e.state for e in events if e.kind == pb.EVENT_KIND_STATE]
@@ -134,25 +87,6 @@ def test_cancel_stops_after_current_step(trainer: trainer_pb2_grpc.TrainerStub) 
     job = trainer.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
     assert job.state == pb.JOB_STATE_CANCELLED
     assert job.completed_steps == 1  # the running step finished, no further step started
-
-
-def test_trainer_restart_resumes_at_next_step(
-    fleet: LocalFleet, trainer: trainer_pb2_grpc.TrainerStub
-) -> None:
-    job = _submit(trainer, name="resume", steps=2)  # step 2 cut, then trained once
-    events = trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500)
-    _wait_event(events, pb.EVENT_KIND_STEP_STARTED, 2)
-    fleet.restart("trainer")  # SIGTERM mid-step 2: the step is abandoned, not recorded
-    request = trainer_pb2.GetJobRequest(job_id=job.id)
-    job = poll(
-        lambda: trainer.GetJob(request),
-        lambda j: j.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED),
-        timeout_s=1500,
-        interval_s=1.0,
-    )
-    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
-    assert [s.step for s in job.steps] == [1, 2]  # every step trained exactly once
-    assert all(_checkpoint_dir(fleet, job, s).is_dir() for s in (1, 2))
 
 
 def test_invalid_spec_is_rejected_with_the_field(

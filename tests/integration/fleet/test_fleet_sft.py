@@ -2,16 +2,15 @@
 with the torch backend and the real SmolLM2-135M-Instruct, Celery rollout worker, reward
 and sandbox processes. A job with an `sft` phase on offline-format samples lowers their
 loss, GRPO steps then run from the SFT adapter, and the job SUCCEEDS; `jobs watch` prints
-the phase's batches as it prints steps. About 100 s on two cores (SFT 34 s of it)."""
+the phase's batches as it prints steps. About 100 s on two cores (SFT 34 s of it), on the
+session's shared torch fleet (`torch_fleet`, tests/integration/conftest.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -28,19 +27,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 OFFLINE_SAMPLES = FIXTURES / "sft" / "offline_samples.json"
 
 
-@pytest.fixture(scope="module")
-def fleet(
-    tmp_path_factory: pytest.TempPathFactory, require_infra: Callable[[bool, str], None]
-) -> Iterator[LocalFleet]:
-    require_infra(shutil.which("bwrap") is not None, "bubblewrap (bwrap) is not installed")
-    env = {"ARTFLEET_SANDBOX_BACKEND": "local"}  # math-single needs no container
-    fleet = LocalFleet(tmp_path_factory.mktemp("sft-fleet"), extra_env=env, api=False)
-    fleet.start()
-    try:
-        yield fleet
-    finally:
-        codes = fleet.stop()
-        assert all(code is not None and code >= 0 for code in codes.values()), codes
+@pytest.fixture
+def fleet(torch_fleet: LocalFleet) -> LocalFleet:
+    return torch_fleet
 
 
 def _adapter(fleet: LocalFleet, job: pb.Job, step: int) -> dict[str, torch.Tensor]:
@@ -60,6 +49,7 @@ def test_sft_phase_lowers_the_loss_and_grpo_continues_from_its_adapter(
     spec = JobSpecModel.model_validate(
         dict(
             name="sft",
+            experiment="sft-warm-start",  # its own sample logs on the shared fleet
             environment="math-single",
             steps=2,
             groups_per_step=1,
@@ -114,7 +104,7 @@ def test_sft_phase_lowers_the_loss_and_grpo_continues_from_its_adapter(
     assert _norm(delta) < 0.5 * _norm(sft_adapter)
     # Step 1's rollouts were sampled by the SFT adapter (`name@1`), step 2's by step 1's.
     for step, version in ((1, 1), (2, 2)):
-        files = sorted((fleet.workdir / "logs" / "default" / f"step_{step}").glob("*.json"))
+        files = sorted((fleet.workdir / "logs" / spec.experiment / f"step_{step}").glob("*.json"))
         assert len(files) == 2, files
         meta = [json.loads(f.read_text())["metadata"] for f in files]
         assert {(m["job_id"], m["policy_version"]) for m in meta} == {(job.id, version)}

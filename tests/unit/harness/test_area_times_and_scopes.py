@@ -9,7 +9,7 @@ from pathlib import Path
 
 from area_times import area_of, area_table, read_budgets
 from repo_paths import ROOT
-from xdist_scopes import order_by_budget, scope_of
+from xdist_scopes import SHARED_FLEET_MODULES, TORCH_FLEET, order_by_budget, scope_of
 
 
 def test_areas_are_integration_folders_or_unit() -> None:
@@ -44,6 +44,19 @@ def test_scopes_keep_a_module_or_a_shared_fleet_whole() -> None:
     assert api == {"api-fleet"}
     unit = "tests/unit/cli/test_watch_reconnect.py::test_a"
     assert scope_of(unit) == unit
+    torch = {scope_of("tests/integration/fleet/test_fleet_job.py::t"),
+             scope_of("tests/integration/agents/test_agent_kinds_fleet_slow.py::t[x]")}  # fmt: skip
+    assert torch == {TORCH_FLEET}
+
+
+def test_the_modules_on_the_shared_torch_fleet_are_the_ones_listed() -> None:
+    """A module that asks for `torch_fleet` runs on the worker that started it."""
+    users = {
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tests" / "integration").rglob("test_*.py")
+        if "torch_fleet" in path.read_text() or "torch_trainer" in path.read_text()
+    }
+    assert users == set(SHARED_FLEET_MODULES)
 
 
 @dataclass
@@ -62,3 +75,16 @@ def test_busiest_areas_come_first_and_a_module_stays_in_order() -> None:
     items = [_Item(i) for i in ids]
     order_by_budget(items, {"fleet": 800, "api": 100, "unit": 50})  # type: ignore[arg-type]
     assert [i.nodeid for i in items] == [ids[2], ids[3], ids[1], ids[4], ids[0]]
+
+
+def test_a_shared_fleets_modules_run_together_at_its_busiest_areas_rank() -> None:
+    ids = [
+        "tests/integration/agents/test_agent_kinds_fleet_slow.py::t1",
+        "tests/integration/api/test_x.py::t1",
+        "tests/integration/fleet/test_chaos.py::t1",
+        "tests/integration/fleet/test_fleet_job.py::t1",
+    ]
+    items = [_Item(i) for i in ids]
+    order_by_budget(items, {"fleet": 800, "agents": 200, "api": 100})  # type: ignore[arg-type]
+    # agents and fleet_job share the torch fleet: together, ranked as fleet, first seen first
+    assert [i.nodeid for i in items] == [ids[0], ids[3], ids[2], ids[1]]

@@ -1,0 +1,34 @@
+"""Small jobs on a local fleet over the trainer's gRPC API, for the fleet test modules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from artfleet.specs.job import JobSpecModel, spec_to_proto
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet_cli.fleet import LocalFleet
+
+# Sized to what the checks need (docs/testing.md): two groups of two, short replies.
+SMALL = dict(
+    groups_per_step=2, rollouts_per_group=2, max_turns=2, max_tokens=40, learning_rate=1e-3
+)
+
+
+def submit_small(trainer: trainer_pb2_grpc.TrainerStub, **fields: object) -> pb.Job:
+    spec = JobSpecModel.model_validate({**SMALL, **fields})
+    return trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+
+
+def wait_event(events: Iterator[pb.ProgressEvent], kind: int, step: int) -> None:
+    for event in events:
+        if event.kind == kind and event.step == step:
+            return
+    raise AssertionError(f"stream ended before event {kind} of step {step}")
+
+
+def checkpoint_dir(fleet: LocalFleet, job: pb.Job, step: int) -> Path:
+    name = f"{job.spec.name}-{job.id}"
+    models = fleet.workdir / "art" / job.spec.project / "models"
+    return models / name / "checkpoints" / f"{step:04d}"
