@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -54,20 +55,51 @@ def area_table(seconds: dict[str, float], budgets: dict[str, int]) -> list[str]:
     return rows
 
 
+@dataclass
+class WorkerSpan:
+    """One xdist worker's tests: the time they took, from its first start to its last end."""
+
+    busy: float = 0.0
+    first: float = float("inf")
+    last: float = 0.0
+
+    def add(self, report: pytest.TestReport) -> None:
+        self.busy += report.duration
+        self.first = min(self.first, report.start)
+        self.last = max(self.last, report.stop)
+
+
+def worker_rows(spans: dict[str, WorkerSpan]) -> list[str]:
+    """How evenly the workers were loaded: each one's busy time and when it finished."""
+    if not spans:
+        return []
+    start = min(span.first for span in spans.values())
+    return [
+        f"{name}: tests {span.busy:.0f} s, done {span.last - start:.0f} s after the first start"
+        for name, span in sorted(spans.items())
+    ]
+
+
 class AreaTimes:
     """Sums each test's phases by area (on the controller too, under xdist: the workers'
-    reports reach it through the same hook)."""
+    reports reach it through the same hook), and each xdist worker's share."""
 
     def __init__(self, doc: Path) -> None:
         self._doc = doc
         self.seconds: dict[str, float] = defaultdict(float)
+        self.workers: dict[str, WorkerSpan] = defaultdict(WorkerSpan)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[area_of(report.nodeid)] += report.duration
+        gateway = getattr(getattr(report, "node", None), "gateway", None)
+        if gateway is not None:  # a worker's report, forwarded by xdist
+            self.workers[gateway.id].add(report)
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.seconds:
             return
         terminalreporter.write_sep("=", "time per test area (budgets: docs/testing.md)")
         for row in area_table(dict(self.seconds), read_budgets(self._doc)):
+            terminalreporter.write_line(row)
+        for row in worker_rows(dict(self.workers)):
             terminalreporter.write_line(row)

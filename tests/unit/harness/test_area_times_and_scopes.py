@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from area_times import area_of, area_table, read_budgets
+from area_times import WorkerSpan, area_of, area_table, read_budgets, worker_rows
 from repo_paths import ROOT
 from xdist_scopes import SHARED_FLEET_MODULES, TORCH_FLEET, order_by_budget, scope_of
 
@@ -57,6 +57,24 @@ def test_the_modules_on_the_shared_torch_fleet_are_the_ones_listed() -> None:
         if "torch_fleet" in path.read_text() or "torch_trainer" in path.read_text()
     }
     assert users == set(SHARED_FLEET_MODULES)
+
+
+@dataclass
+class _Report:
+    duration: float
+    start: float
+    stop: float
+
+
+def test_each_workers_share_and_end_are_reported() -> None:
+    spans = {"gw1": WorkerSpan(), "gw0": WorkerSpan()}
+    for name, start, stop in (("gw0", 100, 130), ("gw0", 130, 160), ("gw1", 101, 111)):
+        spans[name].add(_Report(stop - start, start, stop))  # type: ignore[arg-type]
+    assert worker_rows(spans) == [
+        "gw0: tests 60 s, done 60 s after the first start",
+        "gw1: tests 10 s, done 11 s after the first start",
+    ]
+    assert worker_rows({}) == []
 
 
 @dataclass
