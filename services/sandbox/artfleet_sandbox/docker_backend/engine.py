@@ -206,7 +206,10 @@ class DockerEngine:
             except docker.errors.NotFound:
                 return False
             except docker.errors.APIError as exc:
-                if exc.status_code == 409:  # removal already in progress
+                # A removal already in progress, or the engine still busy with the container
+                # (a start or kill of its own): the reaper's next pass tries it again.
+                if exc.status_code == 409:
+                    log.info("container %s not removed now: %s", container_id[:12], exc.explanation)
                     return False
                 raise
             return True
