@@ -1,8 +1,10 @@
-"""Small jobs on a local fleet over the trainer's gRPC API, for the fleet test modules."""
+"""A local fleet started for a test module, and small jobs on it over the trainer's gRPC
+API."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from artfleet.specs.job import JobSpecModel, spec_to_proto
@@ -32,3 +34,15 @@ def checkpoint_dir(fleet: LocalFleet, job: pb.Job, step: int) -> Path:
     name = f"{job.spec.name}-{job.id}"
     models = fleet.workdir / "art" / job.spec.project / "models"
     return models / name / "checkpoints" / f"{step:04d}"
+
+
+@contextmanager
+def started(fleet: LocalFleet) -> Iterator[LocalFleet]:
+    """Started on entry, stopped on exit; then every service must have stopped on SIGTERM
+    by itself (a code of 0, not -15 or -9)."""
+    fleet.start()
+    try:
+        yield fleet
+    finally:
+        codes = fleet.stop()
+    assert all(code is not None and code >= 0 for code in codes.values()), codes

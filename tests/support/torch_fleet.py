@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from chaos_fleet import docker_containers
+from fleet_jobs import started
 from log_scan import leaked_secrets, log_files
 from mcp_2048_script import write_mcp_2048_script
 
@@ -37,14 +38,8 @@ def shared_torch_fleet(work: Path) -> Iterator[LocalFleet]:
         JUDGE_KEY_VAR: secrets.token_urlsafe(24),
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-    fleet = LocalFleet(work / "fleet", extra_env=env)
-    fleet.start()
-    try:
+    with started(LocalFleet(work / "fleet", extra_env=env)) as fleet:
         yield fleet
-    finally:
-        codes = fleet.stop()
-    # A kill would show as -9.
-    assert all(code is not None and code >= 0 for code in codes.values()), codes
     assert docker_containers(deployment) == [], "the sandbox left containers behind"
     assert log_files(fleet.workdir), "the fleet wrote logs"
     wanted = {"API token": fleet.token, "judge key": env[JUDGE_KEY_VAR]}

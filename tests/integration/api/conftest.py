@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 from api_fleet import api_fleet as make_fleet
+from fleet_jobs import started
 
 from artfleet_cli.fleet import LocalFleet
 
@@ -18,14 +19,9 @@ def api_fleet(
     tmp_path_factory: pytest.TempPathFactory, require_infra: Callable[[bool, str], None]
 ) -> Iterator[LocalFleet]:
     require_infra(shutil.which("bwrap") is not None, "bubblewrap (bwrap) is not installed")
-    fleet = make_fleet(tmp_path_factory.mktemp("api-fleet"))
-    fleet.start()
-    try:
+    # Every process, the API included, must shut down on SIGTERM by itself.
+    with started(make_fleet(tmp_path_factory.mktemp("api-fleet"))) as fleet:
         yield fleet
-    finally:
-        codes = fleet.stop()
-        # Every process, the API included, shut down on SIGTERM by itself (0, not -15/-9).
-        assert all(code is not None and code >= 0 for code in codes.values()), codes
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from fleet_jobs import checkpoint_dir, submit_small, wait_event
+from fleet_jobs import checkpoint_dir, started, submit_small, wait_event
 from waiting import poll
 
 from artfleet.runtime.rpc.client import sync_channel
@@ -20,14 +20,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
-    fleet = LocalFleet(tmp_path_factory.mktemp("restart-fleet"), api=False)
-    fleet.start()
-    try:
+    # The restarted trainer, like every other service, must stop on SIGTERM by itself.
+    with started(LocalFleet(tmp_path_factory.mktemp("restart-fleet"), api=False)) as fleet:
         yield fleet
-    finally:
-        codes = fleet.stop()
-        # The restarted trainer, like every other service, stopped on SIGTERM by itself.
-        assert all(code is not None and code >= 0 for code in codes.values()), codes
 
 
 def test_trainer_restart_resumes_at_next_step(fleet: LocalFleet) -> None:

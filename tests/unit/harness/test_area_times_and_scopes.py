@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from area_times import WorkerSpan, area_of, area_table, read_budgets, worker_rows
 from repo_paths import ROOT
 from xdist_scopes import SHARED_FLEET_MODULES, TORCH_FLEET, order_by_budget, scope_of
@@ -82,27 +83,27 @@ class _Item:
     nodeid: str
 
 
-def test_busiest_areas_come_first_and_a_module_stays_in_order() -> None:
-    ids = [
-        "tests/unit/a.py::t1",
-        "tests/integration/api/test_x.py::t1",
-        "tests/integration/fleet/test_y.py::t1",
-        "tests/integration/fleet/test_y.py::t2",
-        "tests/integration/api/test_x.py::t2",
-    ]
-    items = [_Item(i) for i in ids]
-    order_by_budget(items, {"fleet": 800, "api": 100, "unit": 50})  # type: ignore[arg-type]
-    assert [i.nodeid for i in items] == [ids[2], ids[3], ids[1], ids[4], ids[0]]
+BUDGETS = {"fleet": 800, "agents": 200, "api": 100, "unit": 50}
+AGENT_KINDS = "tests/integration/agents/test_agent_kinds_fleet_slow.py::t1"
+FLEET_JOB = "tests/integration/fleet/test_fleet_job.py::t1"
+API_1, API_2 = "tests/integration/api/test_x.py::t1", "tests/integration/api/test_x.py::t2"
+CHAOS = "tests/integration/fleet/test_chaos.py"
+CHAOS_1, CHAOS_2 = f"{CHAOS}::t1", f"{CHAOS}::t2"
 
 
-def test_a_shared_fleets_modules_run_together_at_its_busiest_areas_rank() -> None:
-    ids = [
-        "tests/integration/agents/test_agent_kinds_fleet_slow.py::t1",
-        "tests/integration/api/test_x.py::t1",
-        "tests/integration/fleet/test_chaos.py::t1",
-        "tests/integration/fleet/test_fleet_job.py::t1",
-    ]
-    items = [_Item(i) for i in ids]
-    order_by_budget(items, {"fleet": 800, "agents": 200, "api": 100})  # type: ignore[arg-type]
-    # agents and fleet_job share the torch fleet: together, ranked as fleet, first seen first
-    assert [i.nodeid for i in items] == [ids[0], ids[3], ids[2], ids[1]]
+@pytest.mark.parametrize(
+    ("collected", "ordered"),
+    [
+        # the busiest area first, a module in its order, unit tests last
+        (["tests/unit/a.py::t1", API_1, CHAOS_1, CHAOS_2, API_2],
+         [CHAOS_1, CHAOS_2, API_1, API_2, "tests/unit/a.py::t1"]),
+        # agent kinds and fleet jobs share the torch fleet: together, ranked as fleet
+        ([AGENT_KINDS, API_1, CHAOS_1, FLEET_JOB], [AGENT_KINDS, FLEET_JOB, CHAOS_1, API_1]),
+    ],
+)  # fmt: skip
+def test_busiest_areas_first_a_scope_together_in_its_order(
+    collected: list[str], ordered: list[str]
+) -> None:
+    items = [_Item(i) for i in collected]
+    order_by_budget(items, BUDGETS)  # type: ignore[arg-type]
+    assert [i.nodeid for i in items] == ordered
