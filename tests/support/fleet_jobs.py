@@ -37,10 +37,10 @@ def checkpoint_dir(fleet: LocalFleet, job: pb.Job, step: int) -> Path:
 
 
 @contextmanager
-def started(fleet: LocalFleet) -> Iterator[LocalFleet]:
-    """Started on entry, stopped on exit; then every service must have stopped on SIGTERM
-    by itself (a code of 0, not -15 or -9)."""
-    fleet.start()
+def started(fleet: LocalFleet, timeout_s: float = 180.0) -> Iterator[LocalFleet]:
+    """Started on entry (`LocalFleet.start`'s timeout), stopped on exit; then every service
+    must have stopped on SIGTERM by itself (a code of 0, not -15 or -9)."""
+    fleet.start(timeout_s=timeout_s)
     try:
         yield fleet
     finally:

@@ -42,13 +42,12 @@ def scope_of(nodeid: str) -> str:
 def order_by_budget(items: list[pytest.Item], budgets: dict[str, int]) -> None:
     """Busiest areas first; a scope stays together (ranked by its busiest area), and within
     a scope, collection order (a module stays whole)."""
-    rank: dict[str, tuple[int, int]] = {}
+    rank: dict[str, tuple[int, int]] = {}  # scope: (-its busiest area's budget, first index)
     for index, item in enumerate(items):
         scope = scope_of(item.nodeid)
-        budget = budgets.get(area_of(item.nodeid), 0)
-        busiest, first = rank.get(scope, (0, index))
-        rank[scope] = (max(busiest, budget), first)
-    items.sort(key=lambda item: (-rank[scope_of(item.nodeid)][0], rank[scope_of(item.nodeid)][1]))
+        least, first = rank.get(scope, (0, index))
+        rank[scope] = (min(least, -budgets.get(area_of(item.nodeid), 0)), first)
+    items.sort(key=lambda item: rank[scope_of(item.nodeid)])
 
 
 class FleetScopesPlugin:

@@ -26,20 +26,19 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
 
 
 def test_trainer_restart_resumes_at_next_step(fleet: LocalFleet) -> None:
-    channel = sync_channel(fleet.trainer_target, fleet.token)
-    trainer = trainer_pb2_grpc.TrainerStub(channel)
-    job = submit_small(trainer, name="resume", steps=2)  # step 2 cut, then trained once
-    events = trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500)
-    wait_event(events, pb.EVENT_KIND_STEP_STARTED, 2)
-    fleet.restart("trainer")  # SIGTERM mid-step 2: the step is abandoned, not recorded
-    request = trainer_pb2.GetJobRequest(job_id=job.id)
-    job = poll(
-        lambda: trainer.GetJob(request),
-        lambda j: j.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED),
-        timeout_s=1500,
-        interval_s=1.0,
-    )
-    channel.close()
+    with sync_channel(fleet.trainer_target, fleet.token) as channel:
+        trainer = trainer_pb2_grpc.TrainerStub(channel)
+        job = submit_small(trainer, name="resume", steps=2)  # step 2 cut, then trained once
+        events = trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500)
+        wait_event(events, pb.EVENT_KIND_STEP_STARTED, 2)
+        fleet.restart("trainer")  # SIGTERM mid-step 2: the step is abandoned, not recorded
+        request = trainer_pb2.GetJobRequest(job_id=job.id)
+        job = poll(
+            lambda: trainer.GetJob(request),
+            lambda j: j.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED),
+            timeout_s=1500,
+            interval_s=1.0,
+        )
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
     assert [s.step for s in job.steps] == [1, 2]  # every step trained exactly once
     assert all(checkpoint_dir(fleet, job, s).is_dir() for s in (1, 2))

@@ -18,6 +18,7 @@ import httpx
 import pytest
 import torch
 from chaos_fleet import parse_metrics
+from fleet_jobs import started
 from inference_outage import HeldBackFleet, OutageRun, submit, trainer_stub, wait_step_running
 from job_wait import wait_ended
 from openai import OpenAI
@@ -60,12 +61,8 @@ def fleet(
         inference_replicas=2,
         settings={"ARTFLEET_INFERENCE_KV_CACHE_GIB": "1"},
     )
-    fleet.start(timeout_s=900)
-    try:
+    with started(fleet, timeout_s=900):
         yield fleet
-    finally:
-        codes = fleet.stop()
-        assert all(code is not None and code >= 0 for code in codes.values()), codes
 
 
 @pytest.fixture(scope="module")
