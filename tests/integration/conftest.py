@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from fleet_jobs import trainer_of
 from torch_fleet import shared_torch_fleet
 
-from artfleet.runtime.rpc.client import sync_channel
 from artfleet.v1 import trainer_pb2_grpc
 from artfleet_cli.fleet import LocalFleet
 
@@ -22,6 +22,5 @@ def torch_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet
 
 @pytest.fixture(scope="session")
 def torch_trainer(torch_fleet: LocalFleet) -> Iterator[trainer_pb2_grpc.TrainerStub]:
-    channel = sync_channel(torch_fleet.trainer_target, torch_fleet.token)
-    yield trainer_pb2_grpc.TrainerStub(channel)
-    channel.close()
+    with trainer_of(torch_fleet) as trainer:
+        yield trainer

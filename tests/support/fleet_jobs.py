@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from artfleet.runtime.rpc.client import sync_channel
 from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
@@ -16,6 +17,13 @@ from artfleet_cli.fleet import LocalFleet
 SMALL = dict(
     groups_per_step=2, rollouts_per_group=2, max_turns=2, max_tokens=40, learning_rate=1e-3
 )
+
+
+@contextmanager
+def trainer_of(fleet: LocalFleet) -> Iterator[trainer_pb2_grpc.TrainerStub]:
+    """The fleet's trainer over an authenticated channel, closed on exit."""
+    with sync_channel(fleet.trainer_target, fleet.token) as channel:
+        yield trainer_pb2_grpc.TrainerStub(channel)
 
 
 def submit_small(trainer: trainer_pb2_grpc.TrainerStub, **fields: object) -> pb.Job:

@@ -7,12 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from fleet_jobs import checkpoint_dir, started, submit_small, wait_event
+from fleet_jobs import checkpoint_dir, started, submit_small, trainer_of, wait_event
 from waiting import poll
 
-from artfleet.runtime.rpc.client import sync_channel
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
+from artfleet.v1 import trainer_pb2
 from artfleet_cli.fleet import LocalFleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -26,8 +25,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
 
 
 def test_trainer_restart_resumes_at_next_step(fleet: LocalFleet) -> None:
-    with sync_channel(fleet.trainer_target, fleet.token) as channel:
-        trainer = trainer_pb2_grpc.TrainerStub(channel)
+    with trainer_of(fleet) as trainer:
         job = submit_small(trainer, name="resume", steps=2)  # step 2 cut, then trained once
         events = trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500)
         wait_event(events, pb.EVENT_KIND_STEP_STARTED, 2)

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import torch
 from chaos_fleet import parse_metrics
-from fleet_jobs import started
+from fleet_jobs import started, trainer_of
 from inference_outage import HeldBackFleet, OutageRun, submit, trainer_stub, wait_step_running
 from job_wait import wait_ended
 from openai import OpenAI
@@ -67,9 +67,8 @@ def fleet(
 
 @pytest.fixture(scope="module")
 def trainer(fleet: LocalFleet) -> Iterator[trainer_pb2_grpc.TrainerStub]:
-    channel = sync_channel(fleet.trainer_target, fleet.token)
-    yield trainer_pb2_grpc.TrainerStub(channel)
-    channel.close()
+    with trainer_of(fleet) as trainer:
+        yield trainer
 
 
 @pytest.fixture(scope="module")
