@@ -11,7 +11,9 @@ gives its KV cache what is left after the weights, the profile run's peak activa
 CUDA graphs and non-torch memory; it refuses to start when the GPU has less free memory
 than that share, or when the KV cache cannot hold one sequence of `max_model_len`.
 The trainer (services/trainer, torch backend) holds a bf16 base, an fp32 LoRA adapter with
-its gradients and AdamW state, and one packed row's activations at a time.
+its gradients and AdamW state, and one packed row's activations at a time. With many LoRA
+tenants on that one base (`gpu_tenants`), each adds its own adapter state; the plan counts
+how many fit its trainer share (`GpuPlan.tenants`, `plan_tenants`).
 
 `QWEN3` holds the Qwen3 dense models' configs (the config.json values that fix their
 memory), for the docs table and for benchmarks that build random-init models of those
@@ -28,6 +30,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Self
+
+from artfleet.contracts.gpu_tenants import (
+    MAX_LORAS_PER_BATCH,
+    TENANT_RANK,
+    tenant_bytes,
+    tenants_fit,
+    vllm_lora_rank,
+)
 
 MiB = 1024**2
 GiB = 1024**3
@@ -118,9 +128,8 @@ VLLM_CUDA_GRAPH_BYTES = 2 * GiB
 # sort's fp32 values and int64 indices (top-k/top-p).
 SAMPLER_BYTES_PER_LOGIT = 16
 # The trainer: LoRA rank 8 on q/k/v/o/gate/up/down (torch backend's default); the adapter,
-# its gradient and AdamW's two moments in fp32.
+# its gradient and AdamW's two moments in fp32 (gpu_tenants.LORA_STATE_BYTES).
 TRAINER_LORA_RANK = 8
-LORA_STATE_BYTES = 4 * 4
 ADAPTER_BYTES = 4
 # Logprobs are computed 512 positions at a time (training.DEFAULT_CHUNK_SIZE); a chunk
 # exists as the bf16 product, the fp32 logits and log-softmax, and a gradient of those.
@@ -287,6 +296,8 @@ class GpuPlan:
     gpu_memory_utilization: float
     vllm_bytes: int  # total x gpu_memory_utilization
     vllm_fixed_bytes: int  # weights, LoRA slots, profile-run activations, graphs, context
+    max_loras: int  # vLLM's LoRA slots (of max_lora_rank) that vllm_fixed_bytes counts
+    max_lora_rank: int
     kv_cache_bytes: int
     kv_sequences: int  # sequences of max_model_len the KV cache holds
     trainer_bytes: int  # what vLLM leaves: the trainer's share
@@ -296,6 +307,9 @@ class GpuPlan:
     # What a row's layers and logits may keep (the trainer's `train_activation_budget_bytes`):
     # its share less the fixed part, a max_model_len row's mask and the headroom.
     trainer_activation_budget_bytes: int
+    tenant_rank: int
+    # LoRA tenants of tenant_rank its share holds beside the base and one row's peak.
+    tenants: int
     fits: bool
 
     def as_dict(self) -> dict[str, Any]:
@@ -309,7 +323,8 @@ class GpuPlan:
             f"{_gib(self.gpu_total_bytes)}: KV cache {_gib(self.kv_cache_bytes)} GiB = "
             f"{self.kv_sequences} full-length sequences), trainer {_gib(self.trainer_bytes)} "
             f"GiB (least peak {_gib(self.trainer_peak_bytes)}, activation budget "
-            f"{_gib(self.trainer_activation_budget_bytes)}){'' if self.fits else ', DOES NOT FIT'}"
+            f"{_gib(self.trainer_activation_budget_bytes)}, room for {self.tenants} "
+            f"rank-{self.tenant_rank} tenants){'' if self.fits else ', DOES NOT FIT'}"
         )
 
 
@@ -337,9 +352,16 @@ def vllm_fixed_bytes(
 def trainer_fixed_bytes(shape: ModelShape, lora_rank: int, base_bytes: int = 2) -> int:
     """The trainer's memory besides a row's activations and mask."""
     weights = shape.params() * base_bytes
-    lora = shape.lora_params(lora_rank) * LORA_STATE_BYTES
+    lora = tenant_bytes(shape, lora_rank)  # one tenant
     chunk = LOGPROB_CHUNK_TOKENS * shape.vocab * LOGPROB_CHUNK_BYTES_PER_LOGIT
     return weights + lora + chunk + TRAINER_CONTEXT_BYTES
+
+
+def trainer_shared_bytes(shape: ModelShape, max_model_len: int, base_bytes: int = 2) -> int:
+    """What the trainer holds once for all its tenants: the base, a logits chunk, the
+    context, and the peak of a row of max_model_len (one step at a time trains)."""
+    fixed = trainer_fixed_bytes(shape, 0, base_bytes)
+    return fixed + trainer_row_bytes(shape, max_model_len, base_bytes)
 
 
 def trainer_row_bytes(shape: ModelShape, tokens: int, base_bytes: int = 2) -> int:
@@ -384,6 +406,7 @@ def plan_gpu(
     max_loras: int = 2,
     max_lora_rank: int = 16,
     lora_rank: int = TRAINER_LORA_RANK,
+    tenant_rank: int = TENANT_RANK,
     limits: VllmLimits | None = None,
     max_model_len: int | None = None,
     gpu_memory_utilization: float | None = None,
@@ -392,7 +415,9 @@ def plan_gpu(
     (its weights, KV_SEQUENCES sequences of that length) and the trainer (bf16 base, one
     row of that length with every layer recomputed) fit the GPU with HEADROOM_FRACTION to
     spare. vLLM's share is what it needs plus LEFTOVER_TO_VLLM of what is left (or the share
-    given). When even the shortest does not fit: the plan for it, with `fits` False."""
+    given). When even the shortest does not fit: the plan for it, with `fits` False.
+    `tenants` counts what the trainer's share would hold instead of its one rank-`lora_rank`
+    LoRA: tenants of `tenant_rank`; vLLM's slots stay `max_loras` (`plan_tenants` sizes them)."""
     shape = ModelShape.from_config(config)
     limits = limits or VllmLimits.defaults_for(gpu_total_bytes)
     vllm_fixed = vllm_fixed_bytes(shape, limits, weight_bytes, max_loras, max_lora_rank)
@@ -416,6 +441,7 @@ def plan_gpu(
     kv_cache = max(0, vllm_bytes - vllm_fixed)
     trainer_bytes = gpu_total_bytes - vllm_bytes
     mask = length * length * MASK_BYTES_PER_ENTRY
+    tenant_room = trainer_bytes - headroom - trainer_shared_bytes(shape, length)
     return GpuPlan(
         gpu_total_bytes=gpu_total_bytes,
         params=shape.params(),
@@ -426,6 +452,8 @@ def plan_gpu(
         gpu_memory_utilization=utilization,
         vllm_bytes=vllm_bytes,
         vllm_fixed_bytes=vllm_fixed,
+        max_loras=max_loras,
+        max_lora_rank=max_lora_rank,
         kv_cache_bytes=kv_cache,
         kv_sequences=kv_cache // (length * kv_token),
         trainer_bytes=trainer_bytes,
@@ -433,8 +461,37 @@ def plan_gpu(
         trainer_fixed_bytes=trainer_fixed,
         trainer_peak_bytes=trainer_peak,
         trainer_activation_budget_bytes=max(0, trainer_bytes - headroom - trainer_fixed - mask),
+        tenant_rank=tenant_rank,
+        tenants=tenants_fit(tenant_room, shape, tenant_rank),
         fits=leftover >= 0,
     )
+
+
+def plan_tenants(
+    config: Mapping[str, Any] | Any,
+    gpu_total_bytes: int,
+    *,
+    tenant_rank: int = TENANT_RANK,
+    **plan_args: Any,
+) -> GpuPlan:
+    """`plan_gpu` for a trainer of rank-`tenant_rank` tenants, whose vLLM serves them:
+    `lora_serving`'s max_loras slots of the rank vLLM rounds `tenant_rank` up to. Each slot
+    costs vLLM memory and so the trainer's share, so the slots are the most (of
+    MAX_LORAS_PER_BATCH down to 1) that fit and still leave a tenant for each; one when
+    none do. `plan_args`: the rest of `plan_gpu`'s keywords."""
+    rank = vllm_lora_rank(tenant_rank)
+    for slots in range(MAX_LORAS_PER_BATCH, 0, -1):
+        plan = plan_gpu(
+            config,
+            gpu_total_bytes,
+            max_loras=slots,
+            max_lora_rank=rank,
+            tenant_rank=tenant_rank,
+            **plan_args,
+        )
+        if plan.fits and plan.tenants >= slots:
+            break
+    return plan
 
 
 def _share(vllm_need: int, leftover: int, gpu_total_bytes: int) -> float:
@@ -463,22 +520,26 @@ def fit_max_model_len(
 def markdown_table(
     models: Mapping[str, Mapping[str, Any]] = QWEN3, gpu_total_bytes: int = H100_80GB_BYTES
 ) -> str:
-    """The docs' table: each model's plan on one GPU of `gpu_total_bytes`."""
+    """The docs' table: each model's plan on one GPU of `gpu_total_bytes`, and how many
+    rank-TENANT_RANK tenants its trainer holds at that max_model_len when vLLM serves them
+    (`plan_tenants`)."""
     rows = [
         "| model | params | weights bf16 / fp32 (GiB) | KV per token | max_model_len "
         "| vLLM share (GiB) | its KV cache (GiB, full-length sequences) "
-        "| trainer: share / least peak / activation budget (GiB) | fits |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| trainer: share / least peak / activation budget (GiB) "
+        f"| rank-{TENANT_RANK} tenants (vLLM's LoRA slots) | fits |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, config in models.items():
         p = plan_gpu(config, gpu_total_bytes)
+        t = plan_tenants(config, gpu_total_bytes, max_model_len=p.max_model_len)
         rows.append(
             f"| {name} | {p.params / 1e9:.2f}B | {_gib(p.weight_bytes_bf16)} / "
             f"{_gib(p.weight_bytes_fp32)} | {p.kv_bytes_per_token // 1024} KiB "
             f"| {p.max_model_len} | {p.gpu_memory_utilization:g} ({_gib(p.vllm_bytes)}) "
             f"| {_gib(p.kv_cache_bytes)} ({p.kv_sequences}) | {_gib(p.trainer_bytes)} / "
             f"{_gib(p.trainer_peak_bytes)} / {_gib(p.trainer_activation_budget_bytes)} "
-            f"| {'yes' if p.fits else 'no'} |"
+            f"| {t.tenants} ({t.max_loras}) | {'yes' if p.fits else 'no'} |"
         )
     return "\n".join(rows)
 

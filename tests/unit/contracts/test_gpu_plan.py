@@ -3,6 +3,7 @@ trainer, from the model's config; and that the docs, compose and Kubernetes take
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -26,7 +27,12 @@ from artfleet.contracts.gpu_plan import (
     fit_max_model_len,
     markdown_table,
     plan_gpu,
+    plan_tenants,
+    trainer_fixed_bytes,
+    trainer_row_bytes,
+    trainer_shared_bytes,
 )
+from artfleet.contracts.gpu_tenants import TENANT_RANK, tenant_bytes
 
 TINY = QWEN3_TINY | {"vocab_size": 1000, "max_position_embeddings": 512}
 
@@ -140,6 +146,7 @@ def test_the_cli_prints_a_models_plan(tmp_path: Path, capsys: pytest.CaptureFixt
     assert gpu_plan.main(["--config", str(tmp_path), "--gpu-mib", "81559"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == plan_gpu(QWEN3["Qwen3-4B"], H100_80GB_BYTES).as_dict()
+    assert printed["tenants"] > 0 and printed["tenant_rank"] == TENANT_RANK
     assert gpu_plan.main(["--markdown"]) == 0
     assert capsys.readouterr().out.strip() == markdown_table()
 
@@ -149,6 +156,74 @@ def test_the_module_imports_no_torch() -> None:
     code = "import sys, artfleet.contracts.gpu_plan; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --- tenants: many LoRA adapters on the trainer's one base --------------------------------
+
+
+def test_the_plan_counts_tenants_in_the_trainers_share() -> None:
+    config = QWEN3["Qwen3-4B"]
+    shape = ModelShape.from_config(config)
+    plan = plan_gpu(config, H100_80GB_BYTES)
+    shared = trainer_shared_bytes(shape, plan.max_model_len)
+    assert shared == trainer_fixed_bytes(shape, 0) + trainer_row_bytes(shape, plan.max_model_len)
+    room = plan.trainer_bytes - int(H100_80GB_BYTES * gpu_plan.HEADROOM_FRACTION) - shared
+    assert plan.tenant_rank == TENANT_RANK
+    assert plan.tenants == room // tenant_bytes(shape, TENANT_RANK) > 0
+    # The trainer's fixed part still counts its one rank-8 LoRA: tenants change no plan.
+    assert plan.trainer_fixed_bytes == trainer_fixed_bytes(shape, 0) + tenant_bytes(shape, 8)
+    other = plan_gpu(config, H100_80GB_BYTES, tenant_rank=8)
+    assert dataclasses.replace(other, tenant_rank=plan.tenant_rank, tenants=plan.tenants) == plan
+
+
+def test_more_trainer_memory_fits_more_tenants_and_a_larger_rank_fewer() -> None:
+    config = QWEN3["Qwen3-4B"]
+    shares = [0.6, 0.55, 0.5, 0.45]  # vLLM's: falling, so the trainer's grows
+    counts = [
+        plan_gpu(config, H100_80GB_BYTES, gpu_memory_utilization=u, max_model_len=16384).tenants
+        for u in shares  # at one context: the shared row stays the same
+    ]
+    assert counts == sorted(counts) and counts[0] < counts[-1]
+    ranks = [plan_gpu(config, H100_80GB_BYTES, tenant_rank=r).tenants for r in (8, 16, 32, 64)]
+    assert ranks == sorted(ranks, reverse=True) and ranks[0] > ranks[-1]
+
+
+def test_plan_tenants_counts_the_vllm_slots_that_serve_them() -> None:
+    config = QWEN3["Qwen3-0.6B"]
+    shape = ModelShape.from_config(config)
+    single = plan_gpu(config, H100_80GB_BYTES)
+    plan = plan_tenants(config, H100_80GB_BYTES)
+    assert single.fits and single.max_model_len == 32768  # as before tenants
+    assert single.gpu_memory_utilization == 0.547  # the docs' row
+    assert (single.max_loras, single.max_lora_rank) == (2, 16)  # the inference defaults
+    assert plan.fits and plan.tenants > 8 and plan.max_model_len == single.max_model_len
+    assert (plan.max_loras, plan.max_lora_rank) == (8, 32)
+    slots = (8 * shape.lora_params(32) - 2 * shape.lora_params(16)) * 2  # bf16
+    assert plan.vllm_fixed_bytes - single.vllm_fixed_bytes == slots
+    assert plan.gpu_memory_utilization >= single.gpu_memory_utilization
+    # A rank vLLM does not offer is served in the next slot size up.
+    assert plan_tenants(config, H100_80GB_BYTES, tenant_rank=24).max_lora_rank == 32
+
+
+def test_plan_tenants_gives_no_more_slots_than_tenants() -> None:
+    for name, config in QWEN3.items():
+        plan = plan_tenants(config, H100_80GB_BYTES)
+        assert plan.fits, name
+        assert 1 <= plan.max_loras <= max(1, min(plan.tenants, 8)), name
+    big = plan_tenants(QWEN3["Qwen3-14B"], H100_80GB_BYTES)
+    assert big.tenants == 0 and big.max_loras == 1  # its activation room holds no rank 32
+
+
+def test_the_table_counts_tenants_for_every_model() -> None:
+    header, _, *rows = markdown_table().splitlines()
+    column = header.split(" | ").index(f"rank-{TENANT_RANK} tenants (vLLM's LoRA slots)")
+    assert len(rows) == len(QWEN3)
+    for (name, config), row in zip(QWEN3.items(), rows, strict=True):
+        cells = row.split(" | ")
+        at = plan_gpu(config, H100_80GB_BYTES).max_model_len  # the row's context
+        plan = plan_tenants(config, H100_80GB_BYTES, max_model_len=at)
+        assert cells[0] == f"| {name}" and cells[column] == f"{plan.tenants} ({plan.max_loras})"
+    assert int(rows[0].split(" | ")[column].split()[0]) > 8  # Qwen3-0.6B
 
 
 # --- the one source: docs, compose, Kubernetes ---------------------------------------------
