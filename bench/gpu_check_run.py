@@ -114,9 +114,8 @@ def correctness(
 
 
 def _adapter_state(peft_model: Any) -> dict[str, torch.Tensor]:
-    from peft import get_peft_model_state_dict
-
-    return dict(get_peft_model_state_dict(peft_model))
+    """The adapter as saved (a tenant's view of the shared base knows its own)."""
+    return dict(peft_model.adapter_state())
 
 
 def _sync(device: str) -> None:

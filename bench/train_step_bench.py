@@ -35,11 +35,11 @@ from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
 from openai.types.chat.chat_completion_message import ChatCompletionMessage
 from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob
 from peft import get_peft_model
+from peft.utils import set_peft_model_state_dict
 
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import TorchBackend, training
 from artfleet_trainer.torch_backend.model_loader import DEFAULT_MODEL_NAME, load_base_model
-from artfleet_trainer.torch_serving.adapter_versions import AdapterSnapshot
 
 TASK = "Task: list the files in /work/app, find the failing test and fix the code."
 
@@ -140,7 +140,8 @@ async def run(args: argparse.Namespace) -> None:
     # A second copy of the base weights, in the backend's dtype and on its device.
     loaded = load_base_model(DEFAULT_MODEL_NAME, device=args.device, dtype=backend.dtype)
     plain = get_peft_model(loaded.model, training.lora_config(8)).eval()
-    AdapterSnapshot.take(ours_model).load_into(plain)  # the same starting LoRA weights
+    # the same starting LoRA weights (ours is a tenant's adapter on the shared base)
+    set_peft_model_state_dict(plain, ours_model.adapter_state())
     lora = [m.peft_config["default"].to_dict() for m in (ours_model, plain)]
     same_lora = ("r", "lora_alpha", "lora_dropout", "target_modules")
     assert all(lora[0][k] == lora[1][k] for k in same_lora), "different LoRA configs"

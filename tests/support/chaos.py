@@ -329,7 +329,7 @@ class ChaosDriver:
 
     def _ready(self, fault: Fault, claim_age: float) -> bool:
         if fault.kind == "trainer_train":
-            return self.fleet.scrape("trainer").get("artfleet_trainer_training", 0.0) == 1.0
+            return self.fleet.scrape("trainer").get("artfleet_trainer_training", 0.0) >= 1.0
         return claim_age >= fault.delay_s
 
     def _fire_worker(self, fault: Fault) -> None:

@@ -38,6 +38,22 @@ def wait_event(events: Iterator[pb.ProgressEvent], kind: int, step: int) -> None
     raise AssertionError(f"stream ended before event {kind} of step {step}")
 
 
+def training_span(trainer: trainer_pb2_grpc.TrainerStub, job_id: str) -> tuple[float, float]:
+    """When a finished job's first step started and its last step was done (its events'
+    times, in seconds)."""
+    events = list(trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job_id), timeout=120))
+    started_at = [e.time.ToNanoseconds() for e in events if e.kind == pb.EVENT_KIND_STEP_STARTED]
+    done_at = [e.time.ToNanoseconds() for e in events if e.kind == pb.EVENT_KIND_STEP_DONE]
+    assert started_at and done_at, f"job {job_id} has no step on record"
+    return min(started_at) / 1e9, max(done_at) / 1e9
+
+
+def ran_together(trainer: trainer_pb2_grpc.TrainerStub, *job_ids: str) -> bool:
+    """Whether the jobs' training spans overlap: each began before every other ended."""
+    spans = [training_span(trainer, job_id) for job_id in job_ids]
+    return max(start for start, _ in spans) < min(end for _, end in spans)
+
+
 def checkpoint_dir(fleet: LocalFleet, job: pb.Job, step: int) -> Path:
     name = f"{job.spec.name}-{job.id}"
     models = fleet.workdir / "art" / job.spec.project / "models"

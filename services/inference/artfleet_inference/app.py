@@ -20,7 +20,7 @@ from artfleet_inference.engine import PolicyEngine
 from artfleet_inference.policies import PolicyTable
 from artfleet_inference.server import Front
 from artfleet_inference.settings import InferenceSettings
-from artfleet_inference.vllm_server import VllmServer
+from artfleet_inference.vllm_server import VllmServer, lora_flags
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ class InferenceApp:
             base_dir,
             workdir,
             settings.inference_merge_path,
+            max_adapters=lora_flags(settings).max_cpu_loras,
         )
         await self._engine.start()
         vllm = self._vllm

@@ -84,9 +84,13 @@ class PolicyEngine:
         base_dir: Path,
         workdir: Path,
         merge_path: MergePath = "memory",
+        max_adapters: int = MAX_REGISTERED_ADAPTERS,
     ) -> None:
+        """`max_adapters`: LoRAs kept registered in vLLM (least recently used go first; one
+        gone is loaded again on its next request)."""
         self.table = table
         self.merge_path = merge_path
+        self.max_adapters = max_adapters
         self.gate = WeightsGate()
         self.vllm_url = vllm_url
         self.headers = {"Authorization": f"Bearer {vllm_key}"}
@@ -192,7 +196,7 @@ class PolicyEngine:
             body = {"lora_name": route.vllm_model, "lora_path": str(folder)}
             await self._call("/v1/load_lora_adapter", body)
             self._adapters[route.vllm_model] = folder
-            while len(self._adapters) > MAX_REGISTERED_ADAPTERS:
+            while len(self._adapters) > self.max_adapters:
                 old, _ = self._adapters.popitem(last=False)
                 await self._unload(old)
 

@@ -28,6 +28,9 @@ from artfleet.contracts.checkpoint_layout import (
     parse_model_name,
 )
 
+# Merged mode: publishes of other models, in a row, that pass the merge to the next one.
+HANDOVER_PUBLISHES = 3
+
 
 class UnknownPolicy(LookupError):
     """No served weights answer to the requested name (`why`: the reason, when known)."""
@@ -63,17 +66,32 @@ class PolicyTable:
     latest: dict[str, tuple[int, Path]] = field(default_factory=dict)  # published
     merged: tuple[str, int, Path] | None = None  # in vLLM's weights now
     merged_version: int = 0  # bumps on every reload: difference adapters name it
+    others_since_owner: int = 0  # other models' publishes since the merged one's last
 
     def publish(self, name: str, step: int, checkpoint: Path) -> bool:
         """Record a new latest policy; True when vLLM's weights must be reloaded with it.
-        A step older than the latest one published is refused."""
+        A step older than the latest one published is refused.
+
+        Merged mode with several models training (tenants of one trainer): the merged
+        weights stay with one of them, and its publishes reload them; the others' are
+        served as LoRA differences against them, so two running jobs never take the
+        weights from each other at every step. The merge passes to a publisher once the
+        one merged has been silent for HANDOVER_PUBLISHES of the others' (it finished)."""
         current = self.latest.get(name)
         if current is not None and step < current[0]:
             raise ValueError(f"{name}@{step} is older than the published {name}@{current[0]}")
         self.latest[name] = (step, checkpoint)
-        return self.mode == "merged"
+        if self.mode != "merged":
+            return False
+        if self.merged is None or self.merged[0] == name:
+            self.others_since_owner = 0
+            return True
+        self.others_since_owner += 1
+        return self.others_since_owner > HANDOVER_PUBLISHES
 
     def set_merged(self, name: str, step: int, checkpoint: Path) -> None:
+        if self.merged is None or self.merged[0] != name:
+            self.others_since_owner = 0
         self.merged = (name, step, checkpoint)
         self.merged_version += 1
 

@@ -74,6 +74,15 @@ class InferenceSettings(ServerSettings):
         description="adapters in one batch (GPU slots of max_lora_rank, preallocated); vLLM's "
         "CPU cache keeps as many as the engine keeps registered (8)",
     )
+    inference_tenants: int = Field(
+        default=0,
+        ge=0,
+        le=1024,
+        description="policies of different models (jobs side by side, Tinker clients) served "
+        "at once as LoRAs; > 0: --max-loras, --max-cpu-loras and --max-lora-rank (rounded up "
+        "to vLLM's values) come from artfleet.contracts.gpu_tenants.lora_serving, and the "
+        "engine keeps every tenant's policy registered; 0: the two settings above as given",
+    )
     inference_kv_cache_gib: float = Field(default=2.0, gt=0, description="CPU KV cache (GiB)")
     inference_gpu_memory_utilization: GpuShare = Field(
         default="auto",

@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from artfleet.contracts import gpu_plan
+from artfleet.contracts.gpu_tenants import LoraServing, lora_serving
 from artfleet.runtime.service import free_port
 from artfleet_inference import vllm_worker
 from artfleet_inference.engine import MAX_REGISTERED_ADAPTERS
@@ -87,13 +88,32 @@ def launch_memory(
         config,
         gpu_total_bytes,
         weight_bytes=value_bytes,
-        max_loras=settings.inference_max_loras,
-        max_lora_rank=settings.inference_max_lora_rank,
+        max_loras=lora_flags(settings).max_loras,
+        max_lora_rank=lora_flags(settings).max_lora_rank,
         limits=vllm_limits(settings, gpu_total_bytes),
         max_model_len=None if length == "auto" else length,
         gpu_memory_utilization=None if share == "auto" else share,
     )
     return LaunchMemory(dtype, plan.max_model_len, plan.gpu_memory_utilization, plan)
+
+
+def lora_flags(settings: InferenceSettings) -> LoraServing:
+    """vLLM's LoRA flags: sized for `inference_tenants` (gpu_tenants.lora_serving), else the
+    settings as given with the CPU cache holding what the engine keeps registered."""
+    if settings.inference_tenants:
+        serving = lora_serving(settings.inference_tenants, settings.inference_max_lora_rank)
+        return LoraServing(
+            serving.max_loras,
+            max(MAX_REGISTERED_ADAPTERS, serving.max_cpu_loras),
+            serving.max_lora_rank,
+        )
+    return LoraServing(
+        settings.inference_max_loras,
+        # vLLM's CPU cache of adapters defaults to max_loras: the engine keeps more
+        # registered, and each one evicted would be read from disk again when used.
+        max(MAX_REGISTERED_ADAPTERS, settings.inference_max_loras),
+        settings.inference_max_lora_rank,
+    )
 
 
 def vllm_limits(settings: InferenceSettings, gpu_total_bytes: int) -> gpu_plan.VllmLimits:
@@ -130,6 +150,7 @@ def vllm_launch(
     """The command and environment that start vLLM for `settings` (pure: unit-tested);
     `memory` resolves any `auto` (`launch_memory`)."""
     memory = memory or launch_memory(settings)
+    lora = lora_flags(settings)
     argv = [
         settings.inference_vllm_python,
         "-m",
@@ -150,13 +171,11 @@ def vllm_launch(
         str(memory.max_model_len),
         "--enable-lora",
         "--max-lora-rank",
-        str(settings.inference_max_lora_rank),
+        str(lora.max_lora_rank),
         "--max-loras",
-        str(settings.inference_max_loras),
-        # vLLM's CPU cache of adapters defaults to max_loras: the engine keeps more
-        # registered, and each one evicted would be read from disk again when used.
+        str(lora.max_loras),
         "--max-cpu-loras",
-        str(max(MAX_REGISTERED_ADAPTERS, settings.inference_max_loras)),
+        str(lora.max_cpu_loras),
         # Logprob entries name ids (`token_id:<id>`), as ART's tokenization reads them.
         "--return-tokens-as-token-ids",
         "--enable-auto-tool-choice",

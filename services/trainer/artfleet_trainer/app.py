@@ -34,6 +34,15 @@ def tinker_api_service(settings: TrainerSettings, backend: object) -> TinkerApiS
     return TinkerApiService.on(settings, backend)
 
 
+def running_jobs_limit(settings: TrainerSettings, backend: object) -> int:
+    """Jobs side by side: the setting, else the torch backend's default for its device;
+    ART's own backends train one model at a time."""
+    default = getattr(backend, "running_jobs_default", None)
+    if default is None:
+        return 1
+    return settings.max_running_jobs or int(default())
+
+
 class TrainerApp:
     def __init__(self, settings: TrainerSettings) -> None:
         self.settings = settings
@@ -51,7 +60,9 @@ class TrainerApp:
             rollout,
             StepBatches(self._redis),
             policy_probe=rollout,
+            max_running=running_jobs_limit(settings, self.backend),
         )
+        log.info("up to %d jobs run side by side", self.runner.max_running)
         servicer = TrainerServicer(
             self.store,
             rollout,

@@ -44,7 +44,9 @@ POLICY_WAIT_SECONDS = Counter(
     "artfleet_trainer_policy_wait_seconds_total",
     "Seconds steps waited for the policy endpoint to serve (an inference outage or restart)",
 )
-TRAINING = Gauge("artfleet_trainer_training", "1 while backend.train runs for a step")
+TRAINING = Gauge(
+    "artfleet_trainer_training", "Steps in backend.train now (training, or waiting their turn)"
+)
 # Per gathered group, what the trainer's own process spends to get a step's groups (the
 # fleet's scaling figure; docs/scaling.md): CPU from dispatch until the groups are decoded.
 GATHER_CPU_SECONDS = Counter(

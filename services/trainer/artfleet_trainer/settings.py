@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -97,11 +97,19 @@ class TrainerSettings(ServerSettings):
         description="steps in a row whose every group a scorer error zeroed or dropped before "
         "the job fails, naming the scorer (0: never)",
     )
-    tinker_api_max_clients: int = Field(
-        default=4,
+    tinker_api_max_clients: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+        default="auto",
+        description="training clients of the Tinker-compatible API loaded at once, each a "
+        "tenant of its base (its own LoRA and optimizer state); auto: as many as the "
+        "device's free memory holds beside one step (torch_backend/tenants.py), at most "
+        "64; 0 turns the API off",
+    )
+    max_running_jobs: int = Field(
+        default=0,
         ge=0,
-        description="training clients of the Tinker-compatible API loaded at once (each holds a "
-        "LoRA and its optimizer state; 0 turns the API off)",
+        description="jobs trained side by side, each a tenant of its base (its own adapter, "
+        "optimizer and steps; their steps take turns); 0: 2 on a CPU, one per 16 GiB of "
+        "the GPU (2 to 8) on CUDA; the art backend runs one",
     )
     tinker_api_max_queued_calls: int = Field(
         default=256, ge=1, description="Tinker-compatible API calls waiting or running at once"

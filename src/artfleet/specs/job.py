@@ -117,6 +117,14 @@ class JobSpecModel(BaseModel):
         default=0, ge=0, le=100_000, description="episodes of this job at once per rollout worker"
     )
     lora_rank: int = Field(default=8, ge=1, le=512)
+    # Jobs side by side on one trainer take its gate in turn; a waiting step gains one for
+    # every turn passed over, so a low priority delays a job's steps, never stops them.
+    priority: int = Field(
+        default=0,
+        ge=-100,
+        le=100,
+        description="turn at the trainer when jobs run side by side: higher first (0 = even)",
+    )
     gather_timeout_s: float = Field(default=900.0, gt=0, le=86_400)
     min_group_fraction: float = Field(default=0.5, gt=0, le=1.0)
     # GPU memory knobs of the art backend (as HUD's ART trainer sets them); None = ART's defaults.

@@ -15,7 +15,8 @@ from pathlib import Path
 import grpc
 import pytest
 import redis
-from fleet_jobs import checkpoint_dir, submit_small, wait_event
+from fleet_jobs import checkpoint_dir, ran_together, submit_small, wait_event
+from job_wait import wait_ended
 from safetensors.torch import load_file
 
 from artfleet.contracts.batches import StepKeys
@@ -53,6 +54,8 @@ def _lora_b_max(checkpoint: Path) -> float:
 
 def test_job_trains_end_to_end(fleet: LocalFleet, trainer: trainer_pb2_grpc.TrainerStub) -> None:
     job = submit_small(trainer, name="e2e", steps=2, lora_rank=4)
+    # A second job of another rank at once: two tenants of the trainer's one base.
+    beside = submit_small(trainer, name="beside", steps=2, lora_rank=8)
     events = list(trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500))
     done_steps = [e.step for e in events if e.kind == pb.EVENT_KIND_STEP_DONE]
     assert done_steps == [1, 2]
@@ -66,6 +69,12 @@ def test_job_trains_end_to_end(fleet: LocalFleet, trainer: trainer_pb2_grpc.Trai
     adapter = json.loads((checkpoint_dir(fleet, job, 2) / "adapter_config.json").read_text())
     assert adapter["r"] == 4  # the job's lora_rank
     _assert_batches_scored(fleet, job)
+    beside = wait_ended(trainer, beside.id, timeout_s=1500)
+    assert beside.state == pb.JOB_STATE_SUCCEEDED, beside.error
+    assert [s.step for s in beside.steps] == [1, 2]
+    beside_adapter = checkpoint_dir(fleet, beside, 2) / "adapter_config.json"
+    assert json.loads(beside_adapter.read_text())["r"] == 8
+    assert ran_together(trainer, job.id, beside.id)
 
 
 def _assert_batches_scored(fleet: LocalFleet, job: pb.Job) -> None:

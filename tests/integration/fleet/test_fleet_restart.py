@@ -1,6 +1,7 @@
-"""A trainer restart in the middle of a job's step, on a fleet of its own (it restarts a
-process, so it does not share the session's torch fleet): the step is abandoned, trained
-once after the restart, and the job succeeds with every step on record."""
+"""A trainer restart in the middle of two running jobs' steps, on a fleet of its own (it
+restarts a process, so it does not share the session's torch fleet): both jobs resume
+(each step abandoned is trained once after the restart), cancelling one leaves the other
+running, and the other succeeds with every step on record."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 from fleet_jobs import checkpoint_dir, started, submit_small, trainer_of, wait_event
+from job_wait import ENDED, wait_ended
 from waiting import poll
 
 from artfleet.v1 import common_pb2 as pb
-from artfleet.v1 import trainer_pb2
+from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_cli.fleet import LocalFleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -26,17 +28,31 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
 
 def test_trainer_restart_resumes_at_next_step(fleet: LocalFleet) -> None:
     with trainer_of(fleet) as trainer:
-        job = submit_small(trainer, name="resume", steps=2)  # step 2 cut, then trained once
+        job = submit_small(trainer, name="resume", steps=3)  # step 2 cut, then trained once
+        other = submit_small(trainer, name="other", steps=5, lora_rank=8)  # runs beside it
         events = trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500)
         wait_event(events, pb.EVENT_KIND_STEP_STARTED, 2)
-        fleet.restart("trainer")  # SIGTERM mid-step 2: the step is abandoned, not recorded
-        request = trainer_pb2.GetJobRequest(job_id=job.id)
-        job = poll(
-            lambda: trainer.GetJob(request),
-            lambda j: j.state in (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED),
-            timeout_s=1500,
-            interval_s=1.0,
-        )
-    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
-    assert [s.step for s in job.steps] == [1, 2]  # every step trained exactly once
-    assert all(checkpoint_dir(fleet, job, s).is_dir() for s in (1, 2))
+        fleet.restart("trainer")  # SIGTERM mid-step: the steps are abandoned, not recorded
+        # Both resume: each records a step after the restart.
+        for job_id in (job.id, other.id):
+            _wait_next_step(trainer, job_id)
+        trainer.CancelJob(trainer_pb2.CancelJobRequest(job_id=other.id))
+        job, other = (wait_ended(trainer, i, timeout_s=1500) for i in (job.id, other.id))
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error  # the cancel left it running
+    assert [s.step for s in job.steps] == [1, 2, 3]  # every step trained exactly once
+    assert all(checkpoint_dir(fleet, job, s).is_dir() for s in (1, 2, 3))
+    assert other.state == pb.JOB_STATE_CANCELLED, other.error
+    assert [s.step for s in other.steps] == list(range(1, other.completed_steps + 1))
+    assert 1 <= other.completed_steps < 5
+
+
+def _wait_next_step(trainer: trainer_pb2_grpc.TrainerStub, job_id: str) -> None:
+    """Until the job records one more step than it has now (or ends)."""
+    request = trainer_pb2.GetJobRequest(job_id=job_id)
+    done = trainer.GetJob(request).completed_steps
+    poll(
+        lambda: trainer.GetJob(request),
+        lambda j: j.completed_steps > done or j.state in ENDED,
+        timeout_s=1500,
+        interval_s=1.0,
+    )

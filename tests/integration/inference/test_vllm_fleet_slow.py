@@ -18,7 +18,7 @@ import httpx
 import pytest
 import torch
 from chaos_fleet import parse_metrics
-from fleet_jobs import started, trainer_of
+from fleet_jobs import checkpoint_dir, ran_together, started, trainer_of
 from inference_outage import HeldBackFleet, OutageRun, submit, trainer_stub, wait_step_running
 from job_wait import wait_ended
 from openai import OpenAI
@@ -73,19 +73,29 @@ def trainer(fleet: LocalFleet) -> Iterator[trainer_pb2_grpc.TrainerStub]:
 
 @pytest.fixture(scope="module")
 def jobs(trainer: trainer_pb2_grpc.TrainerStub) -> dict[str, pb.Job]:
-    """One terminal job and one tool-calling job, run one after the other."""
-    done = {}
-    for environment, reward in (
-        ("shell-tasks", [{"name": "process"}, {"name": "task_check"}]),
-        ("tool-shell", [{"name": "process"}, {"name": "task_check"}]),
-    ):
+    """One terminal job (LoRA rank 4) and one tool-calling job (rank 8), run at once: two
+    tenants of the trainer's one base, two policies on vLLM (one merged, one a LoRA)."""
+    submitted = {}
+    for environment, rank in (("shell-tasks", 4), ("tool-shell", 8)):
         spec = JobSpecModel.model_validate(
             {**SMALL, "name": environment.replace("-", ""), "environment": environment,
-             "reward": reward}
+             "reward": [{"name": "process"}, {"name": "task_check"}], "lora_rank": rank}
         )  # fmt: skip
-        job = trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
-        done[environment] = wait_ended(trainer, job.id, timeout_s=1500)
-    return done
+        submitted[environment] = trainer.SubmitJob(
+            trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec))
+        )
+    return {env: wait_ended(trainer, job.id, timeout_s=1500) for env, job in submitted.items()}
+
+
+def test_two_jobs_of_different_ranks_ran_at_once(
+    fleet: LocalFleet, trainer: trainer_pb2_grpc.TrainerStub, jobs: dict[str, pb.Job]
+) -> None:
+    assert all(job.state == pb.JOB_STATE_SUCCEEDED for job in jobs.values())
+    assert ran_together(trainer, *(job.id for job in jobs.values()))
+    for environment, rank in (("shell-tasks", 4), ("tool-shell", 8)):
+        job = jobs[environment]
+        checkpoint = checkpoint_dir(fleet, job, 2)
+        assert json.loads((checkpoint / "adapter_config.json").read_text())["r"] == rank
 
 
 def _sampled_versions(fleet: LocalFleet, job: pb.Job, step: int) -> set[int]:

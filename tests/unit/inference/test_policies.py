@@ -57,6 +57,28 @@ def test_merged_policy_is_the_base_weights_and_others_are_differences() -> None:
     assert table.route("pol@1").vllm_model == "pol@1~m2"
 
 
+def test_two_models_training_at_once_do_not_take_the_merge_from_each_other() -> None:
+    table = _table()
+    a, b = Path("/art/p/models/a/checkpoints"), Path("/art/p/models/b/checkpoints")
+    assert table.publish("a", 1, a / "0001") is True
+    table.set_merged("a", 1, a / "0001")
+    reloads = []
+    for step in range(2, 6):  # the two jobs publish in turns: only a's reload the weights
+        reloads.append(table.publish("b", step - 1, b / f"{step - 1:04d}"))
+        if table.publish("a", step, a / f"{step:04d}"):
+            table.set_merged("a", step, a / f"{step:04d}")
+            reloads.append(True)
+    assert reloads == [False, True] * 4
+    served_b = table.route("b")
+    assert served_b.public == "b@4" and served_b.against == a / "0005"  # a difference to a's
+    # a finished: after HANDOVER_PUBLISHES of b's alone, the merge passes to b.
+    handed = [table.publish("b", step, b / f"{step:04d}") for step in range(5, 5 + 4)]
+    assert handed == [False, False, False, True]
+    table.set_merged("b", 8, b / "0008")
+    assert table.publish("b", 9, b / "0009") is True
+    assert table.route("a").against == b / "0008"
+
+
 def test_lora_mode_serves_checkpoints_as_they_are() -> None:
     table = _table("lora")
     assert table.publish("pol", 1, CKPT / "0001") is False  # no reload in lora mode

@@ -14,6 +14,7 @@ from artfleet_inference.settings import InferenceSettings
 from artfleet_inference.vllm_server import (
     gpu_total_bytes,
     launch_memory,
+    lora_flags,
     resolve_launch_memory,
     vllm_launch,
     vllm_limits,
@@ -215,6 +216,19 @@ def test_max_cpu_loras_keeps_every_adapter_the_engine_registers(
     many = _settings(monkeypatch, ARTFLEET_INFERENCE_MAX_LORAS="12")
     argv = vllm_launch(many, Path("/m"), "m", 1, "k").argv
     assert _flag(argv, "--max-cpu-loras") == "12"  # vLLM refuses fewer than max_loras
+
+
+def test_tenants_size_the_lora_flags_from_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    tenants = _settings(
+        monkeypatch, ARTFLEET_INFERENCE_TENANTS="12", ARTFLEET_INFERENCE_MAX_LORA_RANK="24"
+    )
+    argv = vllm_launch(tenants, Path("/m"), "m", 1, "k").argv
+    assert _flag(argv, "--max-loras") == "8"  # slots in one batch: at most 8
+    assert _flag(argv, "--max-cpu-loras") == "13"  # every tenant's policy, and one loading
+    assert _flag(argv, "--max-lora-rank") == "32"  # rounded up to a rank vLLM takes
+    assert lora_flags(tenants).max_cpu_loras == 13  # what the engine keeps registered
+    few = _settings(monkeypatch, ARTFLEET_INFERENCE_TENANTS="2")
+    assert _flag(vllm_launch(few, Path("/m"), "m", 1, "k").argv, "--max-cpu-loras") == "8"
 
 
 def test_the_reasoning_parser_is_off_unless_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -356,12 +356,16 @@ def test_grpc_services_are_probed_over_grpc_health_and_http_ones_over_http(
 def test_names_ports_and_images_are_composes(rendered: dict[str, Manifests]) -> None:
     # The sandbox runs the local backend here: the Docker backend's settings, and Redis
     # (which the sandbox does not use), stay out of the pod that runs the model's commands.
-    # The CPU stack keeps the GPU's memory share it does not use.
+    # The CPU stack keeps the GPU's memory share and LoRA sizing (merged mode there) it
+    # does not use.
     sandbox_not_here = {"ARTFLEET_SANDBOX_IMAGE", "ARTFLEET_DEPLOYMENT", "ARTFLEET_REDIS_URL"}
     not_here = {
         ("cpu", "sandbox"): sandbox_not_here,
         ("gpu", "sandbox"): sandbox_not_here,
-        ("cpu", "inference"): {"ARTFLEET_INFERENCE_GPU_MEMORY_UTILIZATION"},
+        ("cpu", "inference"): {
+            "ARTFLEET_INFERENCE_GPU_MEMORY_UTILIZATION",
+            "ARTFLEET_INFERENCE_TENANTS",
+        },
     }
     for overlay, manifests in rendered.items():
         services = compose_services(overlay)

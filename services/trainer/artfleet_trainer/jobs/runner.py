@@ -1,11 +1,14 @@
-"""The job runner: one job at a time, step by step: rollouts → gather → train → checkpoint."""
+"""The job runner: up to `max_running_jobs` jobs side by side, each step by step:
+rollouts → gather → train → checkpoint. Each job is a tenant of the backend (its own
+adapter on the shared base); their training steps take the backend's gate in turn, so
+one job's step trains while another's rollouts run."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
+from functools import partial
 from typing import Any
 
 import kombu.exceptions
@@ -66,7 +69,8 @@ RETRY: tuple[type[BaseException], ...] = (Interrupted, *TRANSIENT)
 
 
 class JobRunner:
-    """Runs queued jobs; on start it first resumes a job a previous trainer left running."""
+    """Runs queued jobs, up to `max_running` at once; on start it first resumes the jobs a
+    previous trainer left running."""
 
     def __init__(
         self,
@@ -77,6 +81,7 @@ class JobRunner:
         rollout: ScenarioSource,
         batches: StepBatches,
         policy_probe: PolicyProbe | None = None,
+        max_running: int = 1,
     ) -> None:
         self._settings = settings
         self._policy_probe = policy_probe
@@ -88,31 +93,38 @@ class JobRunner:
         self._evaluator = Evaluator(store, dispatcher, rollout, batches)
         self._sft = SftPhase(store, backend)
         self._owner = settings.replica_id or f"trainer-{id(self):x}"
+        self.max_running = max(1, max_running)
         self._task: asyncio.Task[None] | None = None
+        self._running: dict[str, asyncio.Task[None]] = {}  # job id → its task
+        self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
+
+    @property
+    def running(self) -> list[str]:
+        """The ids of the jobs this runner is running now."""
+        return list(self._running)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="job-runner")
 
     async def stop(self, grace_s: float) -> None:
-        """Interrupts the current step: the job stays RUNNING and resumes at that step."""
+        """Interrupts the current steps: the jobs stay RUNNING and resume at those steps."""
         self._stopping.set()
-        if self._task is None:
-            return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            await asyncio.wait_for(self._task, grace_s)
+        tasks = [t for t in (self._task, *self._running.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_s)
 
     async def _loop(self) -> None:
         while not self._stopping.is_set():
             try:
-                job = await self._store.next_runnable()
-                if job is None or not await self._store.acquire_lease(
-                    job.id, self._owner, self._settings.job_lease_s
-                ):
-                    await asyncio.sleep(self._settings.poll_interval_s)
+                if len(self._running) >= self.max_running:
+                    self._slot_freed.clear()
+                    await self._slot_freed.wait()
                     continue
-                await self._run_with_lease(job)
+                if not await self._take_next():
+                    await asyncio.sleep(self._settings.poll_interval_s)
             except asyncio.CancelledError:
                 raise
             except RETRY as exc:
@@ -121,6 +133,31 @@ class JobRunner:
             except Exception:  # keep the runner alive for the next job
                 log.exception("job runner error")
                 await asyncio.sleep(self._settings.poll_interval_s)
+
+    async def _take_next(self) -> bool:
+        """Start the first runnable job whose lease this trainer gets; False: none."""
+        for job in await self._store.runnable(exclude=self._running):
+            if await self._store.acquire_lease(job.id, self._owner, self._settings.job_lease_s):
+                task = asyncio.create_task(self._run_to_end(job), name=f"job-{job.id}")
+                self._running[job.id] = task
+                task.add_done_callback(partial(self._job_ended, job.id))
+                return True
+        return False
+
+    def _job_ended(self, job_id: str, _task: object) -> None:
+        self._running.pop(job_id, None)
+        self._slot_freed.set()
+
+    async def _run_to_end(self, job: pb.Job) -> None:
+        """One job's task: an outage leaves it RUNNING, to be taken again after a pause."""
+        try:
+            await self._run_with_lease(job)
+        except RETRY as exc:
+            log.warning("job %s: %s; trying again", job.id, exc)
+            await asyncio.sleep(self._settings.poll_interval_s)
+        except Exception:
+            log.exception("job %s: runner error", job.id)
+            await asyncio.sleep(self._settings.poll_interval_s)
 
     async def _run_with_lease(self, job: pb.Job) -> None:
         renew = asyncio.create_task(self._renew_lease(job.id))
@@ -136,13 +173,15 @@ class JobRunner:
             await self._store.acquire_lease(job_id, self._owner, self._settings.job_lease_s)
 
     async def _run_job(self, job: pb.Job) -> None:
+        running_now = False
         try:
             spec = spec_from_proto(job.spec)
             if job.state == pb.JOB_STATE_RUNNING:  # a previous trainer left it mid-job
                 metrics.JOB_RESUMES.inc()
             experiment.started(job, spec)
             await self._store.set_state(job, pb.JOB_STATE_RUNNING)
-            metrics.JOBS_RUNNING.set(1)
+            metrics.JOBS_RUNNING.inc()
+            running_now = True
             await self._train(job, spec)
             await wandb_runs.finish(job.id)  # before the job says done
             await self._store.set_state(job, pb.JOB_STATE_SUCCEEDED)
@@ -170,7 +209,8 @@ class JobRunner:
             )
             metrics.JOBS_FINISHED.labels("failed").inc()
         finally:
-            metrics.JOBS_RUNNING.set(0)
+            if running_now:
+                metrics.JOBS_RUNNING.dec()
             experiment.ended(job.id)
             await wandb_runs.finish(job.id)
 
@@ -184,6 +224,9 @@ class JobRunner:
         )
         await wandb_runs.attach(job, spec, model)
         await self._backend.register_model(model)
+        set_priority = getattr(self._backend, "set_priority", None)  # the torch backend's
+        if set_priority is not None:
+            set_priority(model, spec.priority)
         if await self._store.cancel_requested(job.id):
             raise JobCancelled()
         # The offline warm-start: once per job, before step 1; GRPO goes on from its adapter.
@@ -265,7 +308,7 @@ class JobRunner:
         metrics.GATHER_CPU_SECONDS.inc(time.process_time() - cpu_start)
         metrics.GATHERED_GROUPS.inc(len(gathered.groups))
         train_start = time.monotonic()
-        metrics.TRAINING.set(1)
+        metrics.TRAINING.inc()
         try:
             result, rollout_idle_s = await steps.while_training(
                 step,
@@ -274,7 +317,7 @@ class JobRunner:
                 ),
             )
         finally:
-            metrics.TRAINING.set(0)
+            metrics.TRAINING.dec()
         # The checkpoint is saved: the ledger says once, durably, what this step trained on.
         await self._store.record_trained(job.id, trained_entry(step, gathered, groups))
         metrics.STEPS_TRAINED.inc()

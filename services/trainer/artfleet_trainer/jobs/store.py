@@ -9,7 +9,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from functools import partial
 from typing import Any, TypeVar
 
@@ -200,14 +200,16 @@ class JobStore:
             set_queue_positions(await self._all(), job)
         return job
 
+    async def runnable(self, exclude: Collection[str] = ()) -> builtins.list[pb.Job]:
+        """The jobs to run, in order: those that were running (resume) first, then the
+        queued ones, oldest first; none of `exclude` (the ones this trainer runs)."""
+        jobs = [j for j in reversed(await self._all()) if j.id not in exclude]
+        return [job for wanted in ACTIVE for job in jobs if job.state == wanted]
+
     async def next_runnable(self) -> pb.Job | None:
-        """The job to run next: one that was running (resume) first, else the oldest queued."""
-        jobs = list(reversed(await self._all()))
-        for wanted in ACTIVE:
-            for job in jobs:
-                if job.state == wanted:
-                    return job
-        return None
+        """The job to run next (the first of `runnable`)."""
+        jobs = await self.runnable()
+        return jobs[0] if jobs else None
 
     async def set_state(self, job: pb.Job, state: int, error: str = "") -> None:
         job.state = state  # type: ignore[assignment]

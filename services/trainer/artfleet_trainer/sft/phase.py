@@ -108,11 +108,11 @@ class SftPhase:
         job.sft.skipped.update(data.skipped)
         await self._store.save(job)
         started = time.monotonic()
-        metrics.TRAINING.set(1)  # the model is busy training, as during a GRPO step
+        metrics.TRAINING.inc()  # the model is busy training, as during a GRPO step
         try:
             epoch_losses = await self._train(job, spec, model, data.samples)
         finally:
-            metrics.TRAINING.set(0)
+            metrics.TRAINING.dec()
         job.sft.epoch_losses.extend(epoch_losses)
         job.sft.seconds = time.monotonic() - started
         await self._finish(job, spec, await self._backend.current_step(model))

@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 USER_ERRORS = (InvalidArgument, NotFound, FailedPrecondition)
 CLIENTS_LIMIT_SETTING = "ARTFLEET_TINKER_API_MAX_CLIENTS"
+AUTO_MAX_CLIENTS = 64  # `auto`'s ceiling, however much memory is free
+DEFAULT_RANK = 32  # a load_weights client's rank is the checkpoint's: sized as rank 32
 
 
 class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
@@ -211,18 +213,37 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         if model_id in self._creates:
             return pb.Promise(request_id=self._creates[model_id], model_id=model_id)
         run = self._create_call(call, op, session.session_id, model_id)
-        limit = self._settings.tinker_api_max_clients
-        if len(self._queues) >= limit:
-            raise ResourceExhausted(
-                f"{limit} training clients are loaded ({CLIENTS_LIMIT_SETTING}); end a "
-                "session or release its clients first"
-            )
+        self._check_room(call.create_model.rank if op == "create_model" else 0)
         request_id = self.futures.new()
         self._creates[model_id] = request_id
         queue = ClientQueue()  # the create is its call 0: later calls wait for it
         self._queues[model_id] = queue
         queue.submit(0, request_id, lambda: self._settle(request_id, op, run, model_id))
         return pb.Promise(request_id=request_id, model_id=model_id)
+
+    def _check_room(self, rank: int) -> None:
+        """ResourceExhausted naming what is full: the setting's number of clients, or (auto)
+        the device's memory for one more tenant."""
+        limit = self._settings.tinker_api_max_clients
+        loaded = len(self._queues)
+        if limit != "auto":
+            if loaded >= limit:
+                raise ResourceExhausted(
+                    f"{limit} training clients are loaded ({CLIENTS_LIMIT_SETTING}); end a "
+                    "session or release its clients first"
+                )
+            return
+        room, figures = self._clients.room(rank or DEFAULT_RANK)
+        if loaded >= AUTO_MAX_CLIENTS or room < 1:
+            full = (
+                f"the limit of {AUTO_MAX_CLIENTS}"
+                if loaded >= AUTO_MAX_CLIENTS
+                else f"the device's memory ({figures})"
+            )
+            raise ResourceExhausted(
+                f"{loaded} training clients are loaded: {full} ({CLIENTS_LIMIT_SETTING}=auto); "
+                "end a session or release its clients first, or set a number"
+            )
 
     def _create_call(
         self, call: pb.TrainingCall, op: str, session_id: str, model_id: str

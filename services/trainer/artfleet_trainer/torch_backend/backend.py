@@ -17,7 +17,6 @@ the trainer's own server on the live weights (torch_serving), or the inference s
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import secrets
@@ -28,9 +27,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-from peft import PeftModel, get_peft_model
 
 from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG
+from artfleet.contracts.gpu_plan import ModelShape
+from artfleet.contracts.gpu_tenants import tenant_bytes
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.serving import PolicyServing
 from artfleet_trainer.settings import DtypeName
@@ -38,8 +38,14 @@ from artfleet_trainer.torch_serving.options import TorchServerOptions
 
 from . import checkpoints, precision, sft, training
 from .model_loader import LoadedModel, load_base_model
+from .tenants import SharedBases, TenantModel
 from .training_clients import TrainingClients
+from .turn_gate import TurnGate
 from .worker import TorchWorker, training_thread_scope
+
+MiB, GiB = 1024**2, 1024**3
+# Kept free for a step's activations when no budget is set (a CPU's default budget).
+DEFAULT_STEP_RESERVE_BYTES = 2 * GiB
 
 # A base model by name, loaded in the backend's dtype onto its device.
 BaseLoader = Callable[[str], LoadedModel]
@@ -53,7 +59,7 @@ class _ModelState:
     """A registered trainable model: its weights, optimizer and the step they are."""
 
     model: art.TrainableModel
-    peft_model: Any
+    peft_model: TenantModel  # its adapter on the shared base (tenants.py)
     tokenizer: Any
     optimizer: torch.optim.AdamW
     output_dir: Path
@@ -113,7 +119,10 @@ class TorchBackend:
         self.train_num_threads = train_num_threads  # None: decided per step, see worker.py
         self.activation_budget_bytes = activation_budget_bytes
         self._states: dict[str, _ModelState] = {}
-        self._gate = asyncio.Lock()  # generation slices and training steps take turns
+        self.bases = SharedBases(self._loader)  # one base in memory per name, for all tenants
+        # Generation slices, training steps and Tinker calls take turns (turn_gate.py).
+        self._gate = TurnGate()
+        self._priorities: dict[str, int] = {}  # a model's steps' priority at the gate
         if serving is None or isinstance(serving, TorchServerOptions):
             serving = self._own_server(serving or TorchServerOptions())
         self.serving: PolicyServing = serving
@@ -193,6 +202,8 @@ class TorchBackend:
         state = self._states.pop(name, None)
         if state is not None:
             await self.serving.detach(name)
+            async with self._gate:  # no step or generation slice uses the adapter now
+                await self._worker.run(self.bases.release, name, state.model.base_model)
             await self._worker.run(precision.release_cached_memory, self.device)
 
     async def _publish(self, state: _ModelState, step: int) -> None:
@@ -201,7 +212,9 @@ class TorchBackend:
         await self.serving.publish(state.model.name, step, checkpoint, state.model.base_model)
 
     def _weights_changing(self, state: _ModelState) -> object | None:
-        """Torch thread, before the weights change (see PolicyServing.weights_changing)."""
+        """Torch thread, before the weights change (see PolicyServing.weights_changing);
+        the tenant's adapter is the active one from here to the end of the change."""
+        state.peft_model.activate()
         return self.serving.weights_changing(state.model.name)
 
     def _weights_changed(self, state: _ModelState, step: int, before: object | None) -> None:
@@ -215,30 +228,68 @@ class TorchBackend:
         return int(peft_args.get("r", self.lora_rank))
 
     def _load_state(self, model: art.TrainableModel, output_dir: Path) -> _ModelState:
-        """Torch thread: base weights + the latest adapter and optimizer state, if any."""
-        loaded = self._loader(model.base_model)
+        """Torch thread: the model as a tenant of its base (loaded once, whatever the
+        number of tenants) with the latest adapter and optimizer state, if any."""
         step = checkpoints.latest_step(output_dir)
         latest = checkpoints.checkpoint_dir(output_dir, step)
-        resume = (latest / ADAPTER_CONFIG).is_file()
+        resume = (latest / ADAPTER_CONFIG).is_file()  # a restarted trainer goes on from it
         with training.quiet_peft_wrap():
-            if resume:  # a restarted trainer goes on from its latest adapter
-                peft_model = PeftModel.from_pretrained(loaded.model, str(latest), is_trainable=True)
-            else:
-                peft_model = get_peft_model(loaded.model, training.lora_config(self._rank(model)))
-        peft_model.eval()
-        optimizer = training.make_optimizer([p for p in peft_model.parameters() if p.requires_grad])
+            tenant, base, load_seconds = self.bases.tenant(
+                model.name,
+                model.base_model,
+                training.lora_config(self._rank(model)),
+                latest if resume else None,
+            )
+        optimizer = training.make_optimizer(list(tenant.parameters()))
         optimizer_state = checkpoints.load_optimizer_state(latest) if resume else None
         if optimizer_state is not None:
             optimizer.load_state_dict(optimizer_state)
         if not resume:  # step 0 on disk too, so `name@0` can be reloaded like any other step
-            checkpoints.save_checkpoint(peft_model, output_dir, 0)
-        log.info("registered %s at step %d (%.1fs to load)", model.name, step, loaded.load_seconds)
-        config = peft_model.get_base_model().config
-        max_context = int(getattr(config, "max_position_embeddings", 0) or 4096)
-        self.serving.attach(model.name, peft_model, loaded.tokenizer, step)
-        return _ModelState(
-            model, peft_model, loaded.tokenizer, optimizer, output_dir, max_context, step
+            checkpoints.save_checkpoint(tenant, output_dir, 0)
+        log.info(
+            "registered %s at step %d (%s; tenants of %s: %d)",
+            model.name,
+            step,
+            f"{load_seconds:.1f}s to load the base" if load_seconds else "base in memory",
+            model.base_model,
+            len(base.tenants),
         )
+        config = tenant.get_base_model().config
+        max_context = int(getattr(config, "max_position_embeddings", 0) or 4096)
+        self.serving.attach(model.name, tenant, base.tokenizer, step)
+        return _ModelState(model, tenant, base.tokenizer, optimizer, output_dir, max_context, step)
+
+    # --- tenants --------------------------------------------------------------------------
+
+    def set_priority(self, model: art.Model, priority: int) -> None:
+        """The model's training steps wait at the gate at `priority` (higher first; every
+        turn passed over adds one, so no tenant starves: turn_gate.py)."""
+        self._priorities[model.name] = priority
+
+    def running_jobs_default(self) -> int:
+        """Jobs side by side when the settings leave it to the device: 2 on a CPU (both
+        phases share its cores), one per 16 GiB of a GPU, 2 to 8 (a tenant's adapter and
+        optimizer are small; the bound is one step's activations at a time)."""
+        if not precision.is_cuda(self.device):
+            return 2
+        total = torch.cuda.get_device_properties(torch.device(self.device)).total_memory
+        return max(2, min(8, total // (16 * GiB)))
+
+    def tenant_room(self, rank: int) -> tuple[int, str]:
+        """How many more rank-`rank` tenants the device's free memory holds beside one
+        step's activations, and the figures (for a refusal). Before any base is loaded
+        its shape is unknown: room for one (loading it is the test)."""
+        if not len(self.bases):
+            return 1, "no base model loaded yet"
+        shape = ModelShape.from_config(self.bases.any_config())
+        each = tenant_bytes(shape, rank)
+        reserve = self.activation_budget_bytes or DEFAULT_STEP_RESERVE_BYTES
+        free = precision.free_memory_bytes(self.device) - reserve
+        room = max(0, free) // each
+        figures = (
+            f"{free / GiB:.1f} GiB free beside one step, {each / MiB:.0f} MiB a rank-{rank} tenant"
+        )
+        return int(room), figures
 
     def _state_of(self, model: art.Model) -> _ModelState:
         state = self._states.get(model.name)
@@ -315,7 +366,7 @@ class TorchBackend:
         state = self._state_of(model)
         groups = list(trajectory_groups)
         config, dev_config = training.build_train_configs(learning_rate, kwargs)
-        async with self._gate:
+        async with self._gate.turn(self._priorities.get(model.name, 0)):
             result = await self._worker.run(self._train_sync, state, groups, config, dev_config)
             await self._publish(state, result.step)
         return result
@@ -410,6 +461,7 @@ class TorchBackend:
     def _sft_batch(
         self, state: _ModelState, batch: list[sft.SftRow], rate: float
     ) -> dict[str, float]:
+        state.peft_model.activate()
         with training_thread_scope(self.device, self.train_num_threads):
             return sft.train_batch(
                 state.peft_model,
@@ -455,7 +507,7 @@ class TorchBackend:
             _tokenize_all, state.tokenizer, trajectories, state.max_context
         )
         async with self._gate:
-            return await self._worker.run(sft.mean_loss, state.peft_model, rows)
+            return await self._worker.run(_mean_loss, state, rows)
 
     # --- for tests and the job runner ------------------------------------------------------
 
@@ -469,6 +521,11 @@ class TorchBackend:
 
     def served_step(self, model: art.Model) -> int:
         return self._state_of(model).step
+
+
+def _mean_loss(state: _ModelState, rows: list[sft.SftRow]) -> float:
+    state.peft_model.activate()
+    return sft.mean_loss(state.peft_model, rows)
 
 
 def _tokenize_all(

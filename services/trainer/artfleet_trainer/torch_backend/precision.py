@@ -50,3 +50,15 @@ def release_cached_memory(device: str | torch.device) -> None:
     asks for its share of the whole GPU when it starts) finds them after a step."""
     if is_cuda(device) and torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def free_memory_bytes(device: str | torch.device) -> int:
+    """Memory free for more tensors: the GPU's (CUDA's own count), else the machine's
+    available memory (/proc/meminfo's MemAvailable)."""
+    if is_cuda(device):
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0

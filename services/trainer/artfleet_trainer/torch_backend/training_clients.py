@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from peft.utils import set_peft_model_state_dict
 from safetensors.torch import load_file
 
 from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG
@@ -97,6 +96,10 @@ class TrainingClients:
             state.output_dir,
         )
 
+    def room(self, rank: int) -> tuple[int, str]:
+        """How many more rank-`rank` clients the device's free memory holds, and why."""
+        return self._backend.tenant_room(rank)
+
     def loaded(self, name: str) -> bool:
         return name in self._backend._states
 
@@ -155,6 +158,7 @@ class TrainingClients:
         forward_only: bool,
     ) -> datum_training.DatumOutputs:
         backend = self._backend
+        state.peft_model.activate()
         memory = None
         if not forward_only:
             memory = StepMemory.measure(
@@ -207,6 +211,7 @@ class TrainingClients:
         return step
 
     def _save_sync(self, state: _ModelState) -> int:
+        state.peft_model.activate()
         step = max(state.step, checkpoints.latest_step(state.output_dir)) + 1
         checkpoints.save_checkpoint(
             state.peft_model, state.output_dir, step, state.optimizer.state_dict()
@@ -226,15 +231,14 @@ class TrainingClients:
 
     def _load_sync(self, state: _ModelState, checkpoint: Path, optimizer: bool) -> None:
         weights = load_file(str(checkpoint / ADAPTER_WEIGHTS), device=str(self._backend.device))
-        live = {k: v for k, v in state.peft_model.state_dict().items() if "lora_" in k}
-        mismatched = _mismatched_shapes(weights, live)
+        mismatched = _mismatched_shapes(weights, state.peft_model.adapter_state())
         if mismatched:
             raise FailedPrecondition(
                 f"the saved weights do not fit this client's LoRA ({mismatched}): "
                 "load them into a client of the same rank"
             )
         old = self._backend._weights_changing(state)
-        set_peft_model_state_dict(state.peft_model, weights)
+        state.peft_model.load_adapter_state(weights)
         if optimizer:
             saved = checkpoints.load_optimizer_state(checkpoint)
             if saved is None:  # weights saved before any step: the optimizer's fresh state
@@ -250,12 +254,9 @@ class TrainingClients:
 
 
 def _mismatched_shapes(saved: Mapping[str, Any], live: Mapping[str, Any]) -> str:
+    """`saved` and `live` both keyed as peft saves an adapter (no adapter name)."""
     for key, tensor in saved.items():
-        # peft saves without the adapter name ("default") that the live keys carry
-        live_key = key.replace(".lora_A.weight", ".lora_A.default.weight").replace(
-            ".lora_B.weight", ".lora_B.default.weight"
-        )
-        target = live.get(live_key)
+        target = live.get(key)
         if target is None:
             return f"{key} has no counterpart"
         if tuple(target.shape) != tuple(tensor.shape):

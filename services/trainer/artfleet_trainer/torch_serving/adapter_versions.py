@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from artfleet_trainer.torch_backend.tenants import TenantModel
+
 
 @dataclass
 class AdapterSnapshot:
@@ -30,12 +32,15 @@ class AdapterSnapshot:
 
     @classmethod
     def take(cls, model: Any) -> AdapterSnapshot:
+        # A tenant's view (torch_backend.tenants) lists its own adapter's tensors, active
+        # or not; a plain peft model its trainable ones.
+        own = isinstance(model, TenantModel)
         with torch.no_grad():
             return cls(
                 {
                     name: param.detach().clone()
                     for name, param in model.named_parameters()
-                    if param.requires_grad
+                    if own or param.requires_grad
                 }
             )
 

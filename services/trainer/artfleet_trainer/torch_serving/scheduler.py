@@ -7,7 +7,8 @@ the backend's torch thread, in slices of at most `max_steps_per_slice` tokens, s
 (HTTP server, job runner) stays responsive. A slice ends early when a request completes
 (its agent can go on at once) or when new requests wait. Every slice holds the
 model gate, so training and generation never touch the model at the same time; the gate
-is an asyncio.Lock, FIFO-fair, so a waiting training step runs after the current slice.
+is the backend's TurnGate (FIFO among equals), so a waiting training step runs after the
+current slice.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import contextlib
 import logging
 import threading
 from collections import deque
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from artfleet_trainer.torch_backend.worker import TorchWorker
 
@@ -45,7 +48,7 @@ class GenerationScheduler:
     def __init__(
         self,
         engine: BatchEngine,
-        gate: asyncio.Lock,
+        gate: AbstractAsyncContextManager[Any],
         worker: TorchWorker,
         *,
         max_batch_rows: int = 32,

@@ -9,8 +9,8 @@ the moment the step is saved. Saved checkpoints are found on disk at each reques
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ class TorchServing:
         path: str,
         api_key: str,
         worker: TorchWorker,
-        gate: asyncio.Lock,
+        gate: AbstractAsyncContextManager[Any],
         loader: Callable[[str], LoadedModel],
         lora_rank: int,
     ) -> None:

@@ -6,6 +6,7 @@ other's weights; limits and refusals that name what they refuse."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +34,28 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
-@pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[TinkerApiService]:
-    settings = TrainerSettings(
-        art_path=str(tmp_path / "art"), api_token=SecretStr("t"), tinker_api_max_clients=2
-    )
-    backend = TorchBackend(path=settings.art_path, num_threads=1, train_num_threads=1)
-    api = TinkerApiService.on(settings, backend)
+@asynccontextmanager
+async def _started(tmp_path: Path, **settings: Any) -> AsyncIterator[TinkerApiService]:
+    """The service on a TorchBackend of its own, both stopped on exit."""
+    trainer = TrainerSettings(art_path=str(tmp_path / "art"), api_token=SecretStr("t"), **settings)
+    backend = TorchBackend(path=trainer.art_path, num_threads=1, train_num_threads=1)
+    api = TinkerApiService.on(trainer, backend)
     api.start()
     try:
         yield api
     finally:
         await api.stop()
         await backend.close()
+
+
+def _backend(api: TinkerApiService) -> TorchBackend:
+    return api._clients._backend
+
+
+@pytest.fixture
+async def service(tmp_path: Path) -> AsyncIterator[TinkerApiService]:
+    async with _started(tmp_path, tinker_api_max_clients=2) as api:
+        yield api
 
 
 async def _result(api: TinkerApiService, promise: pb.Promise) -> pb.RetrieveResponse:
@@ -56,11 +66,13 @@ async def _result(api: TinkerApiService, promise: pb.Promise) -> pb.RetrieveResp
     return outcome
 
 
-async def _client(api: TinkerApiService, session: str, number: int, base: Path) -> str:
+async def _client(
+    api: TinkerApiService, session: str, number: int, base: Path, rank: int = 4
+) -> str:
     create = pb.CreateModelOp(
         model_seq_id=number,
         base_model=str(base),
-        rank=4,
+        rank=rank,
         seed=number,
         train_mlp=True,
         train_attn=True,
@@ -163,6 +175,48 @@ async def test_two_clients_keep_their_own_weights(
     await _step(service, a, 2)
     assert await _loss(service, a, 3, train=False) < a_before
     assert await _loss(service, b, 2, train=False) == pytest.approx(b_before, abs=1e-6)
+
+
+async def test_eight_clients_share_one_base_and_keep_their_own_weights(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    async with _started(tmp_path, tinker_api_max_clients=8) as api:
+        session = await _session(api)
+        clients = [
+            await _client(api, session, n, model_dir, rank=4 * (1 + n % 2)) for n in range(8)
+        ]
+        assert _backend(api).bases.loads == 1  # one base in memory for the eight
+        before = [await _loss(api, c, 1, train=False) for c in clients]
+        trained = await _loss(api, clients[3], 2, train=True)
+        await _step(api, clients[3], 3)
+        after = [await _loss(api, c, 2 + (c == clients[3]) * 2, train=False) for c in clients]
+        assert after[3] < trained
+        for n in (0, 1, 2, 4, 5, 6, 7):
+            assert after[n] == pytest.approx(before[n], abs=1e-6), n
+        create = pb.CreateModelOp(
+            model_seq_id=8, base_model=str(model_dir), rank=4, train_mlp=True, train_attn=True
+        )
+        with pytest.raises(ResourceExhausted, match="ARTFLEET_TINKER_API_MAX_CLIENTS"):
+            await api.Submit(pb.TrainingCall(session_id=session, create_model=create), Context)
+
+
+async def test_auto_sizes_clients_by_the_devices_free_memory(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    async with _started(tmp_path) as api:
+        assert api._settings.tinker_api_max_clients == "auto"
+        backend = _backend(api)
+        session = await _session(api)
+        assert backend.tenant_room(32)[0] == 1  # no base loaded: room for the first
+        await _client(api, session, 0, model_dir)
+        room, figures = backend.tenant_room(32)
+        assert room > 1 and "GiB free beside one step" in figures  # this machine's memory
+        backend.activation_budget_bytes = 1 << 50  # a step that would need all of it
+        create = pb.CreateModelOp(
+            model_seq_id=1, base_model=str(model_dir), rank=32, train_mlp=True, train_attn=True
+        )
+        with pytest.raises(ResourceExhausted, match=r"device's memory .*MAX_CLIENTS=auto"):
+            await api.Submit(pb.TrainingCall(session_id=session, create_model=create), Context)
 
 
 async def test_limits_and_refusals_name_what_they_refuse(

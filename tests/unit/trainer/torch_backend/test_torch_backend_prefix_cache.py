@@ -285,14 +285,15 @@ def test_metrics_count_hits_and_tokens(model: Model, tokenizer: Tok) -> None:
 def test_the_backend_wires_the_cache_and_a_training_step_invalidates_it(
     tmp_path: Path, tokenizer: Tok
 ) -> None:
-    from peft import get_peft_model
-
     from artfleet_trainer.torch_backend import training
     from artfleet_trainer.torch_backend.backend import TorchBackend, _ModelState
+    from artfleet_trainer.torch_backend.model_loader import LoadedModel
+    from artfleet_trainer.torch_backend.tenants import SharedBase
     from artfleet_trainer.torch_serving.options import TorchServerOptions
     from artfleet_trainer.torch_serving.service import TorchServing
 
-    peft_model = get_peft_model(tiny_llama(VOCAB, 2), training.lora_config(8)).eval()
+    base = SharedBase("tiny", LoadedModel(tiny_llama(VOCAB, 2), tokenizer, "", 0.0))
+    peft_model = base.add("agent", training.lora_config(8), None)
     off = TorchBackend(path=str(tmp_path / "off"), serving=TorchServerOptions(prefix_cache_bytes=0))
     off._worker.shutdown()
     off_serving = cast(TorchServing, off.serving)
@@ -311,7 +312,7 @@ def test_the_backend_wires_the_cache_and_a_training_step_invalidates_it(
         assert engine.prefix_cache is not None and engine.prefix_cache.max_bytes == 1 << 20
         drain(engine, [GenerationRequest(words(0, 30), greedy(3))])
         assert len(engine.prefix_cache) == 1
-        trainable = [p for p in peft_model.parameters() if p.requires_grad]
+        trainable = list(peft_model.parameters())
         state = _ModelState(
             cast(Any, SimpleNamespace(name="agent")),
             peft_model,
