@@ -76,6 +76,7 @@ bench:
 	$(BIN)/python bench/inference_bench.py
 	$(BIN)/python bench/train_step_bench.py
 	$(BIN)/python bench/tinker_bench.py
+	$(BIN)/python bench/tenants_bench.py
 	$(BIN)/python bench/step_bench.py
 	$(BIN)/python bench/chaos_bench.py
 	$(BIN)/python bench/partition_bench.py

@@ -1,6 +1,7 @@
 """Tenants benchmark: many LoRA tenants on one base (torch backend, SmolLM2-135M-Instruct).
 
     python bench/tenants_bench.py [--tenants 8] [--repeats 5] [--steps 2] [--skip-fleet]
+        [--skip-memory] [--engine vllm|torch]
 
 1. Memory, in this process: the resident set (VmRSS, after a collection and malloc_trim)
    with one tenant that has trained a step (its AdamW state allocated), then with
@@ -14,8 +15,9 @@
    a backend where it is alone; a warm-up each, then `--repeats` alternating, medians.
    `shared_vs_private_step_ratio=` (target <= 1.05).
 3. Jobs side by side, on a real local fleet (redis-server, Celery worker, sandbox, reward,
-   trainer with the torch engine): two equal jobs one after the other, then two together
-   (the trainer runs up to 2 at once on a CPU). `two_jobs_vs_sequential=` is the wall time
+   trainer, the policy served by `--engine`: vLLM by default, as `fleet up` serves it):
+   two equal jobs one after the other, then two together (the trainer runs up to 2 at once
+   on a CPU). `two_jobs_vs_sequential=` is the wall time
    together / one after the other (target <= 0.9 here, where rollouts and training share
    two cores; on a GPU the device idles while rollouts run and the other job's step fills
    that time, so the gain is larger).
@@ -144,10 +146,15 @@ def two_jobs(args: argparse.Namespace) -> None:
             ended = stub.GetJob(trainer_pb2.GetJobRequest(job_id=job.id))
             if ended.state != pb.JOB_STATE_SUCCEEDED:
                 raise RuntimeError(f"{job.spec.name}: {pb.JobState.Name(ended.state)}")
+            steps = " ".join(
+                f"step={s.step}:{s.step_seconds:.1f}s(train {s.train_seconds:.1f}s)"
+                for s in ended.steps
+            )
+            print(f"{job.spec.name} {steps}", flush=True)
         return time.monotonic() - started
 
-    fleet = LocalFleet(Path(tempfile.mkdtemp(prefix="tenants-bench-fleet-")))
-    fleet.start()
+    fleet = LocalFleet(Path(tempfile.mkdtemp(prefix="tenants-bench-fleet-")), engine=args.engine)
+    fleet.start(timeout_s=900)
     try:
         with sync_channel(fleet.trainer_target, fleet.token) as channel:
             stub = trainer_pb2_grpc.TrainerStub(channel)
@@ -166,8 +173,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=2, help="steps of each fleet job")
     parser.add_argument("--skip-fleet", action="store_true")
+    parser.add_argument("--skip-memory", action="store_true", help="only the fleet's figure")
+    parser.add_argument("--engine", default="vllm", choices=["vllm", "torch"])
     args = parser.parse_args()
-    asyncio.run(memory_and_steps(args))
+    if not args.skip_memory:
+        asyncio.run(memory_and_steps(args))
     if not args.skip_fleet:
         two_jobs(args)
 
