@@ -28,8 +28,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
 
 def test_trainer_restart_resumes_at_next_step(fleet: LocalFleet) -> None:
     with trainer_of(fleet) as trainer:
-        job = submit_small(trainer, name="resume", steps=3)  # step 2 cut, then trained once
-        other = submit_small(trainer, name="other", steps=5, lora_rank=8)  # runs beside it
+        job = submit_small(trainer, name="resume", steps=2)  # step 2 cut, then trained once
+        # Beside it, with steps to spare: the cancel must come before its last step (a
+        # cancel in a job's last step lets it finish).
+        other = submit_small(trainer, name="other", steps=5, lora_rank=8)
         events = trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=1500)
         wait_event(events, pb.EVENT_KIND_STEP_STARTED, 2)
         fleet.restart("trainer")  # SIGTERM mid-step: the steps are abandoned, not recorded
@@ -38,9 +40,9 @@ def test_trainer_restart_resumes_at_next_step(fleet: LocalFleet) -> None:
             _wait_next_step(trainer, job_id)
         trainer.CancelJob(trainer_pb2.CancelJobRequest(job_id=other.id))
         job, other = (wait_ended(trainer, i, timeout_s=1500) for i in (job.id, other.id))
-    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error  # the cancel left it running
-    assert [s.step for s in job.steps] == [1, 2, 3]  # every step trained exactly once
-    assert all(checkpoint_dir(fleet, job, s).is_dir() for s in (1, 2, 3))
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error  # the other's cancel left it be
+    assert [s.step for s in job.steps] == [1, 2]  # every step trained exactly once
+    assert all(checkpoint_dir(fleet, job, s).is_dir() for s in (1, 2))
     assert other.state == pb.JOB_STATE_CANCELLED, other.error
     assert [s.step for s in other.steps] == list(range(1, other.completed_steps + 1))
     assert 1 <= other.completed_steps < 5
