@@ -15,9 +15,17 @@ from client_venvs import client_venv
 
 SDK = "tinker==0.38.0"
 DRIVER = Path(__file__).parent / "tinker_clients" / "sdk_loop.py"
+REFUSALS = Path(__file__).parent / "tinker_clients" / "refusals.py"
 
 
 def run_sdk_loop(api_url: str, token: str, base_model: str) -> dict[str, Any]:
+    out = run_driver(DRIVER, api_url, token, base_model)
+    print("tinker SDK:", json.dumps({k: out[k] for k in ("losses", "checkpoints")}))
+    return out
+
+
+def run_driver(driver: Path, api_url: str, token: str, base_model: str) -> dict[str, Any]:
+    """A driver script run by the SDK's own interpreter; the JSON of its last line."""
     python = client_venv("tinker-0.38.0", [SDK])
     env = {
         **os.environ,
@@ -26,16 +34,14 @@ def run_sdk_loop(api_url: str, token: str, base_model: str) -> dict[str, Any]:
         "TINKER_TELEMETRY": "0",
     }
     done = subprocess.run(
-        [str(python), str(DRIVER), base_model],
+        [str(python), str(driver), base_model],
         env=env,
         capture_output=True,
         text=True,
         timeout=1200,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    out = dict(json.loads(done.stdout.strip().splitlines()[-1]))
-    print("tinker SDK:", json.dumps({k: out[k] for k in ("losses", "checkpoints")}))
-    return out
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def assert_sdk_loop(out: dict[str, Any]) -> str:

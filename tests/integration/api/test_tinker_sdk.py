@@ -13,7 +13,7 @@ import sys
 
 import httpx
 from test_api_fleet import TRAIN_BODY as JOB
-from tinker_sdk import assert_sdk_loop, run_sdk_loop
+from tinker_sdk import REFUSALS, assert_sdk_loop, run_driver, run_sdk_loop
 from waiting import poll
 
 from artfleet_cli.fleet import LocalFleet
@@ -46,6 +46,21 @@ def test_the_tinker_sdk_trains_saves_and_samples_beside_a_job(
     )
     runs = [m for m in json.loads(listed.stdout) if m["experiment"] == "tinker"]
     assert model_id.replace(":", "-") in [m["name"] for m in runs], runs
+
+
+def test_no_refused_call_leaves_the_sdk_waiting(api_fleet: LocalFleet) -> None:
+    """Bad calls through the real SDK (tests/support/tinker_clients/refusals.py): each is
+    refused with a 4xx naming what is wrong, and the client's next call completes."""
+    out = run_driver(REFUSALS, api_fleet.api_url, api_fleet.token, SMOLLM2)
+    print("tinker SDK refusals:", json.dumps(out))
+    assert out.pop("optim_step_after") is True
+    for name, refusal in out.items():
+        assert refusal["refused"], (name, refusal)
+        assert refusal["status"] == 400, (name, refusal)
+        assert refusal["next_completed"], (name, refusal)
+    assert "data[0].loss_fn_inputs.target_tokens" in out["target_outside_vocab"]["error"]
+    assert "data[0].model_input" in out["input_outside_vocab"]["error"]
+    assert "sampling_params.max_tokens" in out["sample_max_tokens_0"]["error"]
 
 
 def _poll_future(client: httpx.Client, request_id: str) -> httpx.Response:

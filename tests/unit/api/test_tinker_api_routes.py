@@ -209,6 +209,8 @@ async def test_asample_promises_one_sequence_id_per_sample(front: Front) -> None
         ({"prompt_alt_tokens_k": 2}, "prompt_alt_tokens_k:"),
         ({"record_stability_info": True}, "record_stability_info:"),
         ({"sampling_session_id": None}, "sampling_session_id:"),
+        ({"sampling_params": {"max_tokens": 0}}, "sampling_params.max_tokens:"),
+        ({"sampling_params": {"max_tokens": -3}}, "sampling_params.max_tokens:"),
     ],
 )
 async def test_asample_refuses_what_it_cannot_serve(

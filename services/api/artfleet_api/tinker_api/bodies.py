@@ -122,7 +122,8 @@ class ModelInputBody(Body):
 
 
 class SamplingParamsBody(Body):
-    max_tokens: int | None = None
+    # None: the trainer's default; 0 or less would sample nothing (refused, not served).
+    max_tokens: int | None = Field(default=None, ge=1)
     seed: int | None = None
     stop: str | list[int] | list[str] | None = None
     temperature: float = 1.0

@@ -16,6 +16,10 @@ from artfleet.runtime.tasks import cancel_and_wait
 Run = Callable[[], Awaitable[None]]
 
 
+async def _nothing() -> None:
+    """A refused call's place in the order."""
+
+
 class ClientQueue:
     """A client's calls; its first (seq_id 0) is the one that creates it."""
 
@@ -35,6 +39,15 @@ class ClientQueue:
         self._waiting[seq_id] = run
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain(), name="training-client-calls")
+
+    def refused(self, seq_id: int) -> None:
+        """A call refused at the request still took its seq_id (the SDK has numbered the
+        next call after it): the queue passes over it instead of waiting for it for ever.
+        A retry of it is checked, and refused, again."""
+        if seq_id >= self.next_seq and seq_id not in self._waiting:
+            self._waiting[seq_id] = _nothing
+            if self._task is None or self._task.done():
+                self._task = asyncio.create_task(self._drain(), name="training-client-calls")
 
     @property
     def blocked_on(self) -> int | None:

@@ -167,7 +167,11 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
                 f"(next: {queue.next_seq})",
                 "seq_id",
             )
-        run = self._checked(request, op)
+        try:
+            run = self._checked(request, op)
+        except ArtfleetError:
+            queue.refused(request.seq_id)  # the client's next call must not wait for it
+            raise
         request_id = self.futures.new()
         queue.submit(request.seq_id, request_id, lambda: self._settle(request_id, op, run))
         return pb.Promise(request_id=request_id, model_id=request.model_id)

@@ -96,10 +96,15 @@ LOSSES: dict[str, LossSpec] = {
 
 
 def check(
-    datums: Sequence[Datum], loss_fn: str, config: Mapping[str, float], max_context: int
+    datums: Sequence[Datum],
+    loss_fn: str,
+    config: Mapping[str, float],
+    max_context: int,
+    vocab_size: int | None = None,
 ) -> LossSpec:
     """The loss named, once every datum and config value is usable; else InvalidArgument
-    naming what is not (the datum's index, the input, the key)."""
+    naming what is not (the datum's index, the input, the key). With `vocab_size`, every
+    token id of the input and the targets must be one of the model's."""
     spec = LOSSES.get(loss_fn)
     if spec is None:
         raise InvalidArgument(
@@ -114,7 +119,24 @@ def check(
         raise InvalidArgument("no datum", "data")
     for index, datum in enumerate(datums):
         _check_datum(index, datum, spec, loss_fn, max_context)
+        if vocab_size is not None:
+            _check_token_ids(index, datum, vocab_size)
     return spec
+
+
+def _check_token_ids(index: int, datum: Datum, vocab_size: int) -> None:
+    """An id outside the embedding would fail deep in the forward pass (an index error):
+    refused here, naming the field."""
+    for name, ids in (
+        ("model_input", datum.tokens),
+        ("loss_fn_inputs.target_tokens", datum.targets),
+    ):
+        bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+        if bad is not None:
+            raise InvalidArgument(
+                f"token id {bad} is outside the model's vocabulary (0..{vocab_size - 1})",
+                f"data[{index}].{name}",
+            )
 
 
 def _check_datum(index: int, datum: Datum, spec: LossSpec, loss_fn: str, limit: int) -> None:

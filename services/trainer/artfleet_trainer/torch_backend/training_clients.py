@@ -126,8 +126,9 @@ class TrainingClients:
     ) -> datum_training.LossSpec:
         """The loss named, once `datums` and `config` fit it and the client's context
         (InvalidArgument naming what does not)."""
-        max_context = self._state(name).max_context
-        return datum_training.check(datums, loss_fn, config, max_context)
+        state = self._state(name)
+        vocab = int(state.peft_model.get_input_embeddings().num_embeddings)
+        return datum_training.check(datums, loss_fn, config, state.max_context, vocab)
 
     async def forward_backward(
         self,

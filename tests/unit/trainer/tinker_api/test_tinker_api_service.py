@@ -219,6 +219,37 @@ async def test_auto_sizes_clients_by_the_devices_free_memory(
             await api.Submit(pb.TrainingCall(session_id=session, create_model=create), Context)
 
 
+async def test_a_refused_call_leaves_no_gap_in_the_clients_order(
+    service: TinkerApiService, model_dir: Path
+) -> None:
+    session = await _session(service)
+    model_id = await _client(service, session, 0, model_dir)
+    uneven = _batch()
+    del uneven.data[0].target_tokens[-1]  # lengths that differ: refused at the request
+    call = pb.TrainingCall(model_id=model_id, seq_id=1, forward_backward=uneven)
+    with pytest.raises(InvalidArgument, match="target_tokens has 7 positions"):
+        await service.Submit(call, Context)
+    # The SDK has numbered its next call 2: it runs, not waiting for seq_id 1 for ever.
+    assert await _loss(service, model_id, 2, train=True) > 0
+    await _step(service, model_id, 3)
+
+
+async def test_a_token_outside_the_vocabulary_is_refused_naming_the_field(
+    service: TinkerApiService, model_dir: Path
+) -> None:
+    session = await _session(service)
+    model_id = await _client(service, session, 0, model_dir)
+    for seq, field in enumerate(("model_input", "loss_fn_inputs.target_tokens"), start=1):
+        op = _batch()
+        tokens = op.data[1].tokens if field == "model_input" else op.data[1].target_tokens
+        tokens[2] = 10**9
+        call = pb.TrainingCall(model_id=model_id, seq_id=seq, forward_backward=op)
+        with pytest.raises(InvalidArgument, match="outside the model's vocabulary") as refused:
+            await service.Submit(call, Context)
+        assert refused.value.field == f"data[1].{field}"
+    assert await _loss(service, model_id, 3, train=False) > 0  # the next call runs
+
+
 async def test_limits_and_refusals_name_what_they_refuse(
     service: TinkerApiService, model_dir: Path
 ) -> None:
