@@ -52,7 +52,7 @@ class FinishSessionResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class TrainingCall(_message.Message):
-    __slots__ = ("model_id", "seq_id", "session_id", "create_model", "forward_backward", "optim_step", "save_weights", "load_weights", "save_for_sampler", "sample")
+    __slots__ = ("model_id", "seq_id", "session_id", "create_model", "forward_backward", "optim_step", "save_weights", "load_weights", "save_for_sampler", "sample", "pass_over")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +63,7 @@ class TrainingCall(_message.Message):
     LOAD_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     SAVE_FOR_SAMPLER_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    PASS_OVER_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     seq_id: int
     session_id: str
@@ -73,7 +74,14 @@ class TrainingCall(_message.Message):
     load_weights: LoadWeightsOp
     save_for_sampler: SaveForSamplerOp
     sample: SampleOp
-    def __init__(self, model_id: _Optional[str] = ..., seq_id: _Optional[int] = ..., session_id: _Optional[str] = ..., create_model: _Optional[_Union[CreateModelOp, _Mapping]] = ..., forward_backward: _Optional[_Union[ForwardBackwardOp, _Mapping]] = ..., optim_step: _Optional[_Union[OptimStepOp, _Mapping]] = ..., save_weights: _Optional[_Union[SaveWeightsOp, _Mapping]] = ..., load_weights: _Optional[_Union[LoadWeightsOp, _Mapping]] = ..., save_for_sampler: _Optional[_Union[SaveForSamplerOp, _Mapping]] = ..., sample: _Optional[_Union[SampleOp, _Mapping]] = ...) -> None: ...
+    pass_over: PassOverOp
+    def __init__(self, model_id: _Optional[str] = ..., seq_id: _Optional[int] = ..., session_id: _Optional[str] = ..., create_model: _Optional[_Union[CreateModelOp, _Mapping]] = ..., forward_backward: _Optional[_Union[ForwardBackwardOp, _Mapping]] = ..., optim_step: _Optional[_Union[OptimStepOp, _Mapping]] = ..., save_weights: _Optional[_Union[SaveWeightsOp, _Mapping]] = ..., load_weights: _Optional[_Union[LoadWeightsOp, _Mapping]] = ..., save_for_sampler: _Optional[_Union[SaveForSamplerOp, _Mapping]] = ..., sample: _Optional[_Union[SampleOp, _Mapping]] = ..., pass_over: _Optional[_Union[PassOverOp, _Mapping]] = ...) -> None: ...
+
+class PassOverOp(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class CreateModelOp(_message.Message):
     __slots__ = ("model_seq_id", "base_model", "rank", "seed", "train_mlp", "train_attn", "train_unembed", "user_metadata")

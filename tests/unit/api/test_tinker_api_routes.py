@@ -117,7 +117,10 @@ async def test_optim_step_refuses_another_optimizer_by_name(front: Front) -> Non
     dimuon = {"type": "dimuon", "learning_rate": 0.001, "grad_clip_norm": 0.0, "beta1": 0.9}
     body = {"model_id": "m", "seq_id": 2, "optimizer_params": dimuon}
     assert "'dimuon' is not served" in (await _post(front, "optim_step", body, 400))["detail"]
-    assert not front.trainer.requests
+    # Nothing to run; the trainer passes over the client's seq_id 2 (its next call is 3).
+    passed = front.trainer.last("Submit")
+    assert (passed.WhichOneof("op"), passed.model_id, passed.seq_id) == ("pass_over", "m", 2)
+    assert len(front.trainer.requests) == 1
 
 
 async def test_saves_named_and_ephemeral(front: Front) -> None:

@@ -18,7 +18,7 @@ from artfleet_api.tinker_api.bodies import (
     ForwardBackwardInputBody,
     TensorBody,
 )
-from artfleet_api.tinker_api.errors import WireError
+from artfleet_api.tinker_api.errors import WireError, naming_the_call
 
 PROTO_DTYPES: dict[int, np.dtype[Any]] = {
     wire.TINKER_WIRE_DTYPE_FLOAT32: np.dtype("<f4"),
@@ -42,30 +42,32 @@ def from_proto(body: bytes) -> pb.TrainingCall:
         request.ParseFromString(body)
     except DecodeError as exc:
         raise WireError(f"body: not a ForwardBackwardRequest message ({exc})") from exc
-    op = pb.ForwardBackwardOp(loss_fn=request.loss_fn, forward_only=request.forward_only)
-    op.loss_fn_config.update(_proto_config(request))
-    for i, datum in enumerate(request.data):
-        tokens = _proto_tokens(i, datum)
-        inputs = {
-            key: _proto_tensor(tensor, f"data[{i}].loss_fn_inputs.{key}")
-            for key, tensor in datum.loss_fn_inputs.items()
-        }
-        op.data.append(_datum(i, tokens, inputs))
+    with naming_the_call(request.model_id, request.seq_id):
+        op = pb.ForwardBackwardOp(loss_fn=request.loss_fn, forward_only=request.forward_only)
+        op.loss_fn_config.update(_proto_config(request))
+        for i, datum in enumerate(request.data):
+            tokens = _proto_tokens(i, datum)
+            inputs = {
+                key: _proto_tensor(tensor, f"data[{i}].loss_fn_inputs.{key}")
+                for key, tensor in datum.loss_fn_inputs.items()
+            }
+            op.data.append(_datum(i, tokens, inputs))
     return pb.TrainingCall(model_id=request.model_id, seq_id=request.seq_id, forward_backward=op)
 
 
 def from_json(
     model_id: str, seq_id: int, body: ForwardBackwardInputBody, forward_only: bool
 ) -> pb.TrainingCall:
-    op = pb.ForwardBackwardOp(loss_fn=body.loss_fn, forward_only=forward_only)
-    op.loss_fn_config.update(_json_config(body.loss_fn_config or {}))
-    for i, datum in enumerate(body.data):
-        tokens = np.asarray(text_tokens(datum.model_input.chunks, f"data[{i}].model_input"))
-        inputs = {
-            key: _json_tensor(tensor, f"data[{i}].loss_fn_inputs.{key}")
-            for key, tensor in datum.loss_fn_inputs.items()
-        }
-        op.data.append(_datum(i, tokens, inputs))
+    with naming_the_call(model_id, seq_id):
+        op = pb.ForwardBackwardOp(loss_fn=body.loss_fn, forward_only=forward_only)
+        op.loss_fn_config.update(_json_config(body.loss_fn_config or {}))
+        for i, datum in enumerate(body.data):
+            tokens = np.asarray(text_tokens(datum.model_input.chunks, f"data[{i}].model_input"))
+            inputs = {
+                key: _json_tensor(tensor, f"data[{i}].loss_fn_inputs.{key}")
+                for key, tensor in datum.loss_fn_inputs.items()
+            }
+            op.data.append(_datum(i, tokens, inputs))
     return pb.TrainingCall(model_id=model_id, seq_id=seq_id, forward_backward=op)
 
 

@@ -16,7 +16,13 @@ from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet_api.tinker_api import bodies as b
 from artfleet_api.tinker_api import fwdbwd, refused, rest, results, wire
 from artfleet_api.tinker_api.deps import Api, TinkerApi
-from artfleet_api.tinker_api.errors import PREFIX, WireError, validation_message
+from artfleet_api.tinker_api.errors import (
+    PREFIX,
+    WireError,
+    call_of,
+    naming_the_call,
+    validation_message,
+)
 
 # Out of the OpenAPI schema: the contract is Tinker's client (protobuf bodies included),
 # and a schema fuzzer must not create training clients on the trainer.
@@ -97,7 +103,7 @@ async def get_info(body: b.ModelIdBody, api: Api) -> dict[str, Any]:
 async def forward(body: b.ForwardBody, api: Api) -> dict[str, Any]:
     """Older clients' forward pass (newer ones mark forward_backward forward_only)."""
     call = fwdbwd.from_json(body.model_id, body.seq_id, body.forward_input, forward_only=True)
-    return await _submit(api, call)
+    return await _submit(api, call)  # from_json names the call in a refusal
 
 
 @router.post("/forward_backward")
@@ -117,7 +123,7 @@ async def forward_backward(request: Request, api: Api) -> dict[str, Any]:
     try:
         body = b.ForwardBackwardBody.model_validate(data)
     except ValidationError as exc:
-        raise WireError(validation_message(exc.errors())) from exc
+        raise WireError(validation_message(exc.errors()), call=call_of(data)) from exc
     call = fwdbwd.from_json(
         body.model_id, body.seq_id, body.forward_backward_input, forward_only=False
     )
@@ -126,24 +132,31 @@ async def forward_backward(request: Request, api: Api) -> dict[str, Any]:
 
 @router.post("/optim_step")
 async def optim_step(body: b.OptimStepBody, api: Api) -> dict[str, Any]:
-    return await _submit(api, wire.optim_step_call(body))
+    with naming_the_call(body.model_id, body.seq_id):
+        call = wire.optim_step_call(body)
+    return await _submit(api, call)
 
 
 @router.post("/save_weights")
 async def save_weights(body: b.SaveWeightsBody, api: Api) -> dict[str, Any]:
-    return await _submit(api, wire.save_weights_call(body))
+    with naming_the_call(body.model_id, body.seq_id):
+        call = wire.save_weights_call(body)
+    return await _submit(api, call)
 
 
 @router.post("/save_weights_for_sampler")
 async def save_weights_for_sampler(body: b.SaveForSamplerBody, api: Api) -> dict[str, Any]:
-    return await _submit(api, wire.save_for_sampler_call(body))
+    with naming_the_call(body.model_id, body.seq_id):
+        call = wire.save_for_sampler_call(body)
+    return await _submit(api, call)
 
 
 @router.post("/load_weights")
 async def load_weights(body: b.LoadWeightsBody, api: Api) -> dict[str, Any]:
     """Onto a model (model_id, seq_id), or creating one (session_id, model_seq_id): the
     client then takes the model id `<session_id>:train:<model_seq_id>` for granted."""
-    call, model_id = wire.load_weights_call(body)
+    with naming_the_call(body.model_id, body.seq_id):
+        call, model_id = wire.load_weights_call(body)
     promise = await _submit(api, call)
     if model_id is not None:
         named = promise["model_id"]

@@ -158,6 +158,15 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         ):
             return await self._submit_create(request, op)
         queue = self._queue(request.model_id)
+        if op == "pass_over":  # refused at the API's front: nothing to run, no gap left
+            log.info(
+                "%s: seq_id %d refused by the front (%s)",
+                request.model_id,
+                request.seq_id,
+                request.pass_over.reason[:200],
+            )
+            queue.refused(request.seq_id)
+            return pb.Promise(model_id=request.model_id)
         known = queue.known(request.seq_id)
         if known is not None:  # the same call again (a retry): the same future
             return pb.Promise(request_id=known, model_id=request.model_id)

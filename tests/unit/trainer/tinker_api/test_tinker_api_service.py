@@ -231,7 +231,10 @@ async def test_a_refused_call_leaves_no_gap_in_the_clients_order(
         await service.Submit(call, Context)
     # The SDK has numbered its next call 2: it runs, not waiting for seq_id 1 for ever.
     assert await _loss(service, model_id, 2, train=True) > 0
-    await _step(service, model_id, 3)
+    # A call the API's front refused never reached the trainer: the front passes it over.
+    passed = pb.TrainingCall(model_id=model_id, seq_id=3, pass_over=pb.PassOverOp(reason="x"))
+    assert (await service.Submit(passed, Context)).request_id == ""
+    await _step(service, model_id, 4)
 
 
 async def test_a_token_outside_the_vocabulary_is_refused_naming_the_field(
