@@ -1,7 +1,7 @@
 """Every endpoint of the API against a real fleet (torch backend, tiny model): the HTTP
 training API's requests as its README writes them, the SSE stream with a reconnect, jobs by
-id, models, health, auth on every route. The trainer runs one job at a time: the tests run
-in order."""
+id, models, health, auth on every route. The trainer runs two jobs side by side here; the
+tests run in order."""
 
 from __future__ import annotations
 
