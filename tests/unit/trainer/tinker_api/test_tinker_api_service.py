@@ -177,6 +177,17 @@ async def test_two_clients_keep_their_own_weights(
     assert await _loss(service, b, 2, train=False) == pytest.approx(b_before, abs=1e-6)
 
 
+async def _create_refused(
+    api: TinkerApiService, session: str, base: Path, number: int, rank: int, match: str
+) -> None:
+    """A new client (model_seq_id `number`) refused with a 429 whose message matches."""
+    create = pb.CreateModelOp(
+        model_seq_id=number, base_model=str(base), rank=rank, train_mlp=True, train_attn=True
+    )
+    with pytest.raises(ResourceExhausted, match=match):
+        await api.Submit(pb.TrainingCall(session_id=session, create_model=create), Context)
+
+
 async def test_eight_clients_share_one_base_and_keep_their_own_weights(
     tmp_path: Path, model_dir: Path
 ) -> None:
@@ -193,11 +204,7 @@ async def test_eight_clients_share_one_base_and_keep_their_own_weights(
         assert after[3] < trained
         for n in (0, 1, 2, 4, 5, 6, 7):
             assert after[n] == pytest.approx(before[n], abs=1e-6), n
-        create = pb.CreateModelOp(
-            model_seq_id=8, base_model=str(model_dir), rank=4, train_mlp=True, train_attn=True
-        )
-        with pytest.raises(ResourceExhausted, match="ARTFLEET_TINKER_API_MAX_CLIENTS"):
-            await api.Submit(pb.TrainingCall(session_id=session, create_model=create), Context)
+        await _create_refused(api, session, model_dir, 8, 4, "ARTFLEET_TINKER_API_MAX_CLIENTS")
 
 
 async def test_auto_sizes_clients_by_the_devices_free_memory(
@@ -212,11 +219,7 @@ async def test_auto_sizes_clients_by_the_devices_free_memory(
         room, figures = backend.tenant_room(32)
         assert room > 1 and "GiB free beside one step" in figures  # this machine's memory
         backend.activation_budget_bytes = 1 << 50  # a step that would need all of it
-        create = pb.CreateModelOp(
-            model_seq_id=1, base_model=str(model_dir), rank=32, train_mlp=True, train_attn=True
-        )
-        with pytest.raises(ResourceExhausted, match=r"device's memory .*MAX_CLIENTS=auto"):
-            await api.Submit(pb.TrainingCall(session_id=session, create_model=create), Context)
+        await _create_refused(api, session, model_dir, 1, 32, r"device's memory .*=auto")
 
 
 async def test_a_refused_call_leaves_no_gap_in_the_clients_order(
