@@ -8,6 +8,7 @@ network; the front (server.py) is what other services reach, with the fleet's to
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import secrets
@@ -84,12 +85,13 @@ def launch_memory(
         return LaunchMemory(dtype, gpu_plan.fit_max_model_len(config, kv_cache, value_bytes), None)
     if gpu_total_bytes is None:
         raise ValueError("auto on CUDA needs the GPU's total memory")
+    lora = lora_flags(settings)
     plan = gpu_plan.plan_gpu(
         config,
         gpu_total_bytes,
         weight_bytes=value_bytes,
-        max_loras=lora_flags(settings).max_loras,
-        max_lora_rank=lora_flags(settings).max_lora_rank,
+        max_loras=lora.max_loras,
+        max_lora_rank=lora.max_lora_rank,
         limits=vllm_limits(settings, gpu_total_bytes),
         max_model_len=None if length == "auto" else length,
         gpu_memory_utilization=None if share == "auto" else share,
@@ -102,18 +104,13 @@ def lora_flags(settings: InferenceSettings) -> LoraServing:
     settings as given with the CPU cache holding what the engine keeps registered."""
     if settings.inference_tenants:
         serving = lora_serving(settings.inference_tenants, settings.inference_max_lora_rank)
-        return LoraServing(
-            serving.max_loras,
-            max(MAX_REGISTERED_ADAPTERS, serving.max_cpu_loras),
-            serving.max_lora_rank,
-        )
-    return LoraServing(
-        settings.inference_max_loras,
-        # vLLM's CPU cache of adapters defaults to max_loras: the engine keeps more
-        # registered, and each one evicted would be read from disk again when used.
-        max(MAX_REGISTERED_ADAPTERS, settings.inference_max_loras),
-        settings.inference_max_lora_rank,
-    )
+    else:
+        max_loras = settings.inference_max_loras
+        serving = LoraServing(max_loras, max_loras, settings.inference_max_lora_rank)
+    # vLLM's CPU cache of adapters defaults to max_loras: the engine keeps more
+    # registered, and each one evicted would be read from disk again when used.
+    cpu_loras = max(MAX_REGISTERED_ADAPTERS, serving.max_cpu_loras)
+    return dataclasses.replace(serving, max_cpu_loras=cpu_loras)
 
 
 def vllm_limits(settings: InferenceSettings, gpu_total_bytes: int) -> gpu_plan.VllmLimits:

@@ -99,11 +99,6 @@ class JobRunner:
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
 
-    @property
-    def running(self) -> list[str]:
-        """The ids of the jobs this runner is running now."""
-        return list(self._running)
-
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="job-runner")
 

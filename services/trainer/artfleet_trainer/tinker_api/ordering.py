@@ -37,8 +37,7 @@ class ClientQueue:
     def submit(self, seq_id: int, request_id: str, run: Run) -> None:
         self._ids[seq_id] = request_id
         self._waiting[seq_id] = run
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._drain(), name="training-client-calls")
+        self._drain_soon()
 
     def refused(self, seq_id: int) -> None:
         """A call refused at the request still took its seq_id (the SDK has numbered the
@@ -46,8 +45,11 @@ class ClientQueue:
         A retry of it is checked, and refused, again."""
         if seq_id >= self.next_seq and seq_id not in self._waiting:
             self._waiting[seq_id] = _nothing
-            if self._task is None or self._task.done():
-                self._task = asyncio.create_task(self._drain(), name="training-client-calls")
+            self._drain_soon()
+
+    def _drain_soon(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain(), name="training-client-calls")
 
     @property
     def blocked_on(self) -> int | None:

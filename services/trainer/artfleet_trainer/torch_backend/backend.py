@@ -38,7 +38,7 @@ from artfleet_trainer.torch_serving.options import TorchServerOptions
 
 from . import checkpoints, precision, sft, training
 from .model_loader import LoadedModel, load_base_model
-from .tenants import SharedBases, TenantModel
+from .tenants import BaseLoader, SharedBases, TenantModel
 from .training_clients import TrainingClients
 from .turn_gate import TurnGate
 from .worker import TorchWorker, training_thread_scope
@@ -46,9 +46,6 @@ from .worker import TorchWorker, training_thread_scope
 MiB, GiB = 1024**2, 1024**3
 # Kept free for a step's activations when no budget is set (a CPU's default budget).
 DEFAULT_STEP_RESERVE_BYTES = 2 * GiB
-
-# A base model by name, loaded in the backend's dtype onto its device.
-BaseLoader = Callable[[str], LoadedModel]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -65,6 +62,7 @@ class _ModelState:
     output_dir: Path
     max_context: int
     step: int  # the saved step the live weights are (-1: changed since the last save)
+    priority: int = 0  # its training steps' turn at the gate (turn_gate.py)
 
 
 class TorchBackend:
@@ -122,7 +120,6 @@ class TorchBackend:
         self.bases = SharedBases(self._loader)  # one base in memory per name, for all tenants
         # Generation slices, training steps and Tinker calls take turns (turn_gate.py).
         self._gate = TurnGate()
-        self._priorities: dict[str, int] = {}  # a model's steps' priority at the gate
         if serving is None or isinstance(serving, TorchServerOptions):
             serving = self._own_server(serving or TorchServerOptions())
         self.serving: PolicyServing = serving
@@ -264,7 +261,7 @@ class TorchBackend:
     def set_priority(self, model: art.Model, priority: int) -> None:
         """The model's training steps wait at the gate at `priority` (higher first; every
         turn passed over adds one, so no tenant starves: turn_gate.py)."""
-        self._priorities[model.name] = priority
+        self._state_of(model).priority = priority
 
     def running_jobs_default(self) -> int:
         """Jobs side by side when the settings leave it to the device: 2 on a CPU (both
@@ -366,7 +363,7 @@ class TorchBackend:
         state = self._state_of(model)
         groups = list(trajectory_groups)
         config, dev_config = training.build_train_configs(learning_rate, kwargs)
-        async with self._gate.turn(self._priorities.get(model.name, 0)):
+        async with self._gate.turn(state.priority):
             result = await self._worker.run(self._train_sync, state, groups, config, dev_config)
             await self._publish(state, result.step)
         return result
@@ -461,7 +458,7 @@ class TorchBackend:
     def _sft_batch(
         self, state: _ModelState, batch: list[sft.SftRow], rate: float
     ) -> dict[str, float]:
-        state.peft_model.activate()
+        # the tenant is active: _weights_changing made it so under the same gate
         with training_thread_scope(self.device, self.train_num_threads):
             return sft.train_batch(
                 state.peft_model,
@@ -507,7 +504,7 @@ class TorchBackend:
             _tokenize_all, state.tokenizer, trajectories, state.max_context
         )
         async with self._gate:
-            return await self._worker.run(_mean_loss, state, rows)
+            return await self._worker.run(sft.mean_loss, state.peft_model, rows)
 
     # --- for tests and the job runner ------------------------------------------------------
 
@@ -521,11 +518,6 @@ class TorchBackend:
 
     def served_step(self, model: art.Model) -> int:
         return self._state_of(model).step
-
-
-def _mean_loss(state: _ModelState, rows: list[sft.SftRow]) -> float:
-    state.peft_model.activate()
-    return sft.mean_loss(state.peft_model, rows)
 
 
 def _tokenize_all(

@@ -92,11 +92,6 @@ class TenantModel:
         self._base = base
         self.adapter = adapter
 
-    @property
-    def shared(self) -> Any:
-        """The shared peft model (every tenant's adapters)."""
-        return self._base.peft_model
-
     def activate(self, *, force: bool = False) -> None:
         """Torch thread: this tenant's adapter answers (and alone requires gradients)."""
         peft_model = self._base.peft_model

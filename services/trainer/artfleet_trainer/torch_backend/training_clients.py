@@ -212,7 +212,6 @@ class TrainingClients:
         return step
 
     def _save_sync(self, state: _ModelState) -> int:
-        state.peft_model.activate()
         step = max(state.step, checkpoints.latest_step(state.output_dir)) + 1
         checkpoints.save_checkpoint(
             state.peft_model, state.output_dir, step, state.optimizer.state_dict()

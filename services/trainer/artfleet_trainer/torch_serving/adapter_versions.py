@@ -21,8 +21,6 @@ from typing import Any
 
 import torch
 
-from artfleet_trainer.torch_backend.tenants import TenantModel
-
 
 @dataclass
 class AdapterSnapshot:
@@ -32,15 +30,14 @@ class AdapterSnapshot:
 
     @classmethod
     def take(cls, model: Any) -> AdapterSnapshot:
-        # A tenant's view (torch_backend.tenants) lists its own adapter's tensors, active
-        # or not; a plain peft model its trainable ones.
-        own = isinstance(model, TenantModel)
+        # By name, not by requires_grad: a tenant's view (torch_backend.tenants) lists its
+        # own adapter's tensors whether or not another tenant is active now.
         with torch.no_grad():
             return cls(
                 {
                     name: param.detach().clone()
                     for name, param in model.named_parameters()
-                    if own or param.requires_grad
+                    if "lora_" in name
                 }
             )
 
