@@ -64,6 +64,15 @@ class Client:
         )
         return [line for line in out.stdout.decode().splitlines() if line.strip()]
 
+    async def assert_no_user_processes_left(self, sid: str) -> None:
+        """Every killed process is gone. A SIGKILLed one lingers as `[bash]` until the
+        kernel has torn it down and the container's init reaped it, later on a loaded
+        machine: wait for that, with a deadline that only a survivor reaches."""
+        deadline = time.monotonic() + 30
+        while left := await self.user_processes(sid):
+            assert time.monotonic() < deadline, f"survivors: {left}"
+            await asyncio.sleep(0.2)
+
 
 @pytest.fixture(
     params=[
@@ -83,10 +92,7 @@ async def test_fork_bomb_is_capped_by_pids_and_killed_by_the_timeout(client: Cli
     sid = await client.session(resources=pb.Resources(pids=64))
     out = await client.run(sid, "bomb() { bomb | bomb & }; bomb; sleep 30", timeout_s=5)
     assert out.timed_out and out.exit_code == -1
-    deadline = time.monotonic() + 30  # killed processes may take a moment to be reaped
-    while left := await client.user_processes(sid):
-        assert time.monotonic() < deadline, f"survivors: {left}"
-        await asyncio.sleep(0.2)
+    await client.assert_no_user_processes_left(sid)
     await client.assert_healthy(sid)
 
 
@@ -103,7 +109,7 @@ async def test_cpu_spin_past_the_timeout_is_killed_not_the_session(client: Clien
     out = await client.run(sid, "while :; do :; done", timeout_s=2)
     assert out.timed_out and out.exit_code == -1 and 2 <= out.duration_s < 10
     assert (await client.run(sid, "cat kept.txt")).stdout == b"keep\n"
-    assert await client.user_processes(sid) == []
+    await client.assert_no_user_processes_left(sid)
     await client.assert_healthy(sid)
 
 
@@ -112,7 +118,7 @@ async def test_sigterm_ignorers_and_setsid_escapees_are_killed(client: Client) -
     command = "trap '' TERM; (setsid sleep 1000 &); (trap '' TERM; sleep 1000) & sleep 1000"
     out = await client.run(sid, command, timeout_s=2)
     assert out.timed_out
-    assert await client.user_processes(sid) == []
+    await client.assert_no_user_processes_left(sid)
     await client.assert_healthy(sid)
 
 
