@@ -3,9 +3,12 @@ API."""
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from chaos_fleet import parse_metrics
 
 from artfleet.runtime.rpc.client import sync_channel
 from artfleet.specs.job import JobSpecModel, spec_to_proto
@@ -52,6 +55,16 @@ def ran_together(trainer: trainer_pb2_grpc.TrainerStub, *job_ids: str) -> bool:
     """Whether the jobs' training spans overlap: each began before every other ended."""
     spans = [training_span(trainer, job_id) for job_id in job_ids]
     return max(start for start, _ in spans) < min(end for _, end in spans)
+
+
+def trainer_metric(fleet: LocalFleet, name: str) -> float:
+    """The trainer's metric `name` (unlabelled) now; 0 when absent or not answering."""
+    url = f"http://{fleet.metrics_targets()['trainer']}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return parse_metrics(reply.read().decode()).get(name, 0.0)
+    except OSError:
+        return 0.0
 
 
 def checkpoint_dir(fleet: LocalFleet, job: pb.Job, step: int) -> Path:

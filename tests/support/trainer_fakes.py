@@ -44,6 +44,11 @@ class FakeBackend:
     async def current_step(self, model: art.TrainableModel) -> int:
         return self.steps[model.name]
 
+    async def discard_checkpoints_after(self, model: art.TrainableModel, step: int) -> list[int]:
+        saved = self.steps.get(model.name, 0)
+        self.steps[model.name] = min(saved, step)
+        return list(range(step + 1, saved + 1))
+
     async def train(
         self,
         model: art.TrainableModel,
@@ -55,7 +60,13 @@ class FakeBackend:
         assert all(g.trajectories for g in groups)
         self.trained.append(len(groups))
         self.steps[model.name] += 1
-        return art.types.TrainResult(step=self.steps[model.name], metrics={"loss": 0.5})
+        # As ART counts them: a group whose rewards are all equal has no advantage to train.
+        sequences = sum(
+            len(g.trajectories) for g in groups if len({t.reward for t in g.trajectories}) > 1
+        )
+        return art.types.TrainResult(
+            step=self.steps[model.name], metrics={"loss": 0.5, "trained_sequences": sequences}
+        )
 
     async def train_sft(
         self,

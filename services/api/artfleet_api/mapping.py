@@ -137,6 +137,7 @@ def job_out(job: pb.Job) -> JobOut:
         total_steps=job.spec.steps,
         latest_reward=steps[-1].reward_mean if steps else None,
         error=job.error,
+        trained_nothing=job.trained_nothing,
         policy=job.policy,
         created_at=_time(job, "created_at"),
         updated_at=_time(job, "updated_at"),

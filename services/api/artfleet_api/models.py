@@ -159,6 +159,11 @@ class JobOut(BaseModel):
     total_steps: int
     latest_reward: float | None = Field(description="reward_mean of the last step")
     error: str
+    trained_nothing: bool = Field(
+        default=False,
+        description="succeeded, but no step trained a sequence (every group's rewards were "
+        "equal: no reward signal); its checkpoints are the starting policy",
+    )
     policy: str = Field(description="name@step the trainer serves now ('' before step 1)")
     created_at: str | None
     updated_at: str | None

@@ -23,6 +23,11 @@ def state_name(state: int) -> str:
     return pb.JobState.Name(state).removeprefix("JOB_STATE_")
 
 
+def job_state(job: pb.Job) -> str:
+    """The job's state, and what a plain SUCCEEDED would hide."""
+    return state_name(job.state) + (" (trained nothing)" if job.trained_nothing else "")
+
+
 def _loss(s: pb.StepSummary) -> str:
     # No trainable sequence (equal rewards in every group) means no loss to show.
     return f"{s.loss:+.4f}" if s.trained_sequences else "-"
@@ -57,7 +62,7 @@ JOB_COLUMNS = ("id", "name", "experiment", "config", "state", "steps", "policy",
 
 
 def job_row(job: pb.Job) -> list[str]:
-    state = state_name(job.state)
+    state = job_state(job)
     if job.queue_position:
         state += f" #{job.queue_position}"
     return [
@@ -201,12 +206,17 @@ def reward_chart(steps: Sequence[pb.StepSummary]) -> list[str]:
 def job_details(job: pb.Job) -> None:
     queued = f" (queue position {job.queue_position})" if job.queue_position else ""
     console.print(
-        f"job {job.id} ({job.spec.name}): {state_name(job.state)}{queued}, "
+        f"job {job.id} ({job.spec.name}): {job_state(job)}{queued}, "
         f"{job.completed_steps}/{job.spec.steps} steps, policy {job.policy or '-'}, "
         f"experiment {job.spec.experiment or 'default'}, config {job.config_hash or '-'}"
     )
     if job.error:
         console.print(f"[red]error:[/red] {job.error}")
+    if job.trained_nothing:
+        console.print(
+            "[yellow]warning:[/yellow] no step trained a sequence (every group's "
+            "rewards were equal): the checkpoints are the starting policy"
+        )
     for resume in job.resumes:
         console.print(resume_line(resume), markup=False)  # an error's text is not markup
     if job.steps:

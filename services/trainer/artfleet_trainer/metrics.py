@@ -29,8 +29,13 @@ GROUPS_REQUEUED = Counter(
 )
 STEPS_TRAINED = Counter(
     "artfleet_trainer_steps_trained_total",
-    "Steps whose training finished and whose checkpoint was saved (once per step: the chaos "
-    "suite checks it against the job's train ledger)",
+    "Steps trained and recorded with their checkpoint (once per step: the chaos suite checks "
+    "it against the job's train ledger)",
+)
+STEPS_DISCARDED = Counter(
+    "artfleet_trainer_steps_discarded_total",
+    "Checkpoints saved by a step the trainer stopped before recording: discarded on resume, "
+    "the step trained again from its stored batch",
 )
 JOB_RESUMES = Counter(
     "artfleet_trainer_job_resumes_total",

@@ -148,6 +148,9 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
     async def ResumeJob(
         self, request: trainer_pb2.ResumeJobRequest, context: grpc.aio.ServicerContext
     ) -> pb.Job:
+        # The scorers are checked again, as at submit: the reward service may have changed
+        # since (a job that failed on its scorers is resumed to try them again).
+        await self._reward.validate((await self._store.get(_job_id(request.job_id))).spec.reward)
         job = await self._store.resume(_job_id(request.job_id))
         return await self._store.get_with_position(job.id)
 

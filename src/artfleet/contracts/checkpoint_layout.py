@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -91,6 +92,14 @@ def checkpoint_steps(model_dir: Path) -> list[int]:
         for entry in root.iterdir()
         if entry.name.isdigit() and (entry / ADAPTER_CONFIG).is_file()
     )
+
+
+def delete_steps_after(model_dir: Path, step: int) -> list[int]:
+    """Delete the checkpoints past `step`; returns their steps."""
+    later = [s for s in checkpoint_steps(model_dir) if s > step]
+    for s in later:
+        shutil.rmtree(step_dir(model_dir, s), ignore_errors=True)
+    return later
 
 
 def write_best(model_dir: Path, step: int, metric: str, value: float) -> None:

@@ -671,7 +671,7 @@ class StepSummary(_message.Message):
     def __init__(self, step: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., turns_mean: _Optional[float] = ..., step_seconds: _Optional[float] = ..., trajectories: _Optional[int] = ..., groups: _Optional[int] = ..., loss: _Optional[float] = ..., trained_sequences: _Optional[int] = ..., rollout_seconds: _Optional[float] = ..., train_seconds: _Optional[float] = ..., staleness_mean: _Optional[float] = ..., staleness_max: _Optional[int] = ..., stale_groups_rerun: _Optional[int] = ..., trainer_idle_seconds: _Optional[float] = ..., rollout_idle_seconds: _Optional[float] = ..., scorer_errors: _Optional[int] = ..., scorer_error: _Optional[str] = ..., scoring_failed: _Optional[bool] = ..., policy_wait_seconds: _Optional[float] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "completed_steps", "error", "created_at", "updated_at", "steps", "policy", "config_hash", "queue_position", "evals", "sft", "resumes")
+    __slots__ = ("id", "spec", "state", "completed_steps", "error", "created_at", "updated_at", "steps", "policy", "config_hash", "queue_position", "evals", "sft", "resumes", "trained_nothing")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -686,6 +686,7 @@ class Job(_message.Message):
     EVALS_FIELD_NUMBER: _ClassVar[int]
     SFT_FIELD_NUMBER: _ClassVar[int]
     RESUMES_FIELD_NUMBER: _ClassVar[int]
+    TRAINED_NOTHING_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: JobState
@@ -700,7 +701,8 @@ class Job(_message.Message):
     evals: _containers.RepeatedCompositeFieldContainer[EvalSummary]
     sft: SftStatus
     resumes: _containers.RepeatedCompositeFieldContainer[JobResume]
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., completed_steps: _Optional[int] = ..., error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepSummary, _Mapping]]] = ..., policy: _Optional[str] = ..., config_hash: _Optional[str] = ..., queue_position: _Optional[int] = ..., evals: _Optional[_Iterable[_Union[EvalSummary, _Mapping]]] = ..., sft: _Optional[_Union[SftStatus, _Mapping]] = ..., resumes: _Optional[_Iterable[_Union[JobResume, _Mapping]]] = ...) -> None: ...
+    trained_nothing: bool
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., completed_steps: _Optional[int] = ..., error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepSummary, _Mapping]]] = ..., policy: _Optional[str] = ..., config_hash: _Optional[str] = ..., queue_position: _Optional[int] = ..., evals: _Optional[_Iterable[_Union[EvalSummary, _Mapping]]] = ..., sft: _Optional[_Union[SftStatus, _Mapping]] = ..., resumes: _Optional[_Iterable[_Union[JobResume, _Mapping]]] = ..., trained_nothing: _Optional[bool] = ...) -> None: ...
 
 class JobResume(_message.Message):
     __slots__ = ("time", "state", "error", "completed_steps")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import kombu.exceptions
 import pytest
@@ -20,7 +21,7 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_trainer import metrics
 from artfleet_trainer.jobs.runner import JobRunner
-from artfleet_trainer.jobs.store import JobStore
+from artfleet_trainer.jobs.store import TERMINAL, JobStore
 
 pytestmark = pytest.mark.integration
 
@@ -101,10 +102,13 @@ async def test_a_two_step_job_succeeds_and_its_batches_are_deleted(fleet: Fleet)
         assert left == {keys.closed}
 
 
-async def test_restart_skips_a_checkpointed_step_and_keeps_scored_groups(fleet: Fleet) -> None:
+async def test_restart_goes_on_after_the_recorded_step_and_keeps_scored_groups(
+    fleet: Fleet,
+) -> None:
     job = await fleet.store.create(_spec(steps=3))
+    job.completed_steps = 1  # step 1 recorded with its checkpoint
     await fleet.store.set_state(job, pb.JOB_STATE_RUNNING)  # a trainer died mid-job
-    fleet.backend.steps[f"{job.spec.name}-{job.id}"] = 1  # step 1's checkpoint was saved
+    fleet.backend.steps[f"{job.spec.name}-{job.id}"] = 1
     # Step 2 had started: one group scored, one failed (it runs again).
     await fleet.batches.publish(job.id, 2, f"{job.id}:2:0", scored(_task(job.id, 2, 0)))
     await fleet.batches.publish(job.id, 2, f"{job.id}:2:1", rollout_pb2.RunGroupResponse())
@@ -192,7 +196,7 @@ async def test_the_train_ledger_records_each_step_once_with_its_groups(fleet: Fl
         assert entry.groups == [f"{job.id}:{entry.step}:0", f"{job.id}:{entry.step}:1"]
         assert entry.trajectories == 4 and entry.dropped == 2 and entry.failed_groups == 0
     assert metrics.STEPS_TRAINED._value.get() == trained + 2
-    again = await fleet.store.record_trained(job.id, ledger[0])
+    again = await fleet.store.record_step(job, ledger[0], pb.ProgressEvent())
     assert again == 2  # a second training of step 1 would be counted
 
 
@@ -231,6 +235,30 @@ async def test_steps_whose_scorers_failed_on_every_group_fail_the_job_naming_it(
     assert job.steps[0].scorer_error.startswith("ruler: invalid_output: ContextWindowExceeded")
     assert "ScoringFailed" in job.error and "steps 1-3" in job.error
     assert "ruler: invalid_output: ContextWindowExceededError" in job.error
+    # Resumed with the judge still failing: the streak goes on, the first step stops it.
+    resumed, from_seq = await _resumed(fleet, job)
+    job = await asyncio.wait_for(fleet.run(resumed, from_seq), 120)
+    assert job.state == pb.JOB_STATE_FAILED and job.completed_steps == 4
+    assert "steps 2-4" in job.error
+
+
+async def test_a_job_whose_steps_all_trained_nothing_does_not_end_plain_succeeded(
+    fleet: Fleet,
+) -> None:
+    def equal_rewards(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+        response = scored(task)
+        for trajectory in response.group.trajectories:
+            trajectory.reward = 0.0
+        return response
+
+    job = await asyncio.wait_for(fleet.run(await fleet.store.create(_spec())), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED and not job.trained_nothing
+    fleet.rollouts.behaviour = equal_rewards
+    job = await asyncio.wait_for(fleet.run(await fleet.store.create(_spec())), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED and job.trained_nothing
+    assert [s.trained_sequences for s in job.steps] == [0, 0]
+    (end,) = [e for e in await events_until_done(fleet.store, job.id) if e.state in TERMINAL]
+    assert end.message.startswith("trained nothing: no step had a sequence to train")
 
 
 async def test_a_dropped_step_names_the_scorer_that_dropped_it(fleet: Fleet) -> None:
@@ -350,3 +378,87 @@ async def test_a_job_cancelled_before_any_step_resumes_from_step_one(fleet: Flee
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error  # its cancel flag went
     assert [s.step for s in job.steps] == [1, 2]
     assert job.resumes[0].state == pb.JOB_STATE_CANCELLED and job.resumes[0].completed_steps == 0
+
+
+@dataclass
+class InterruptedInTraining(FakeBackend):
+    """Step `at` trains until the runner is stopped; its checkpoint is saved all the same,
+    as the torch thread finishes the step it was interrupted in."""
+
+    at: int = 2
+    training: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def train(
+        self, model: Any, trajectory_groups: Any, *, learning_rate: float = 5e-6
+    ) -> Any:
+        if self.steps[model.name] + 1 != self.at or self.training.is_set():
+            return await super().train(model, trajectory_groups, learning_rate=learning_rate)
+        self.training.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.steps[model.name] += 1  # saved, never recorded
+        raise AssertionError("unreachable")
+
+
+async def test_a_step_interrupted_in_training_is_trained_again_and_recorded_once(
+    fleet: Fleet,
+) -> None:
+    backend = InterruptedInTraining()
+    fleet.backend = backend
+    job = await fleet.store.create(_spec(steps=3))
+    name = f"{job.spec.name}-{job.id}"
+    discarded = metrics.STEPS_DISCARDED._value.get()
+    runner = JobRunner(
+        runner_settings("runner-test-token"),
+        fleet.store,
+        backend,
+        fleet.rollouts,
+        fleet.rollouts,
+        fleet.batches,
+    )
+    runner.start()
+    await asyncio.wait_for(backend.training.wait(), 120)
+    await runner.stop(10)  # SIGTERM while step 2 trains
+    stopped = await fleet.store.get(job.id)
+    assert stopped.state == pb.JOB_STATE_RUNNING and stopped.completed_steps == 1
+    assert backend.steps[name] == 2  # checkpoint 2 on disk, step 2 on no record
+    job = await asyncio.wait_for(fleet.run(stopped), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert [s.step for s in job.steps] == [1, 2, 3]
+    assert [e.step for e in await fleet.store.trained_ledger(job.id)] == [1, 2, 3]
+    assert backend.steps[name] == 3
+    assert metrics.STEPS_DISCARDED._value.get() == discarded + 1
+    events = await events_until_done(fleet.store, job.id)
+    assert [e.step for e in events if e.kind == pb.EVENT_KIND_STEP_DONE] == [1, 2, 3]
+    (note,) = [e.message for e in events if e.kind == pb.EVENT_KIND_LOG]
+    assert "checkpoint 2 was saved but the step never recorded" in note
+
+
+@dataclass
+class CancelledInLastStep(FakeBackend):
+    """The job's cancel comes while its last step trains."""
+
+    store: JobStore | None = None
+    last: int = 2
+
+    async def train(
+        self, model: Any, trajectory_groups: Any, *, learning_rate: float = 5e-6
+    ) -> Any:
+        if self.steps[model.name] + 1 == self.last and self.store is not None:
+            job_id = model.name.rsplit("-", 1)[-1]
+            assert (await self.store.request_cancel(job_id)).state == pb.JOB_STATE_CANCELLING
+        return await super().train(model, trajectory_groups, learning_rate=learning_rate)
+
+
+async def test_a_cancel_in_the_last_step_cancels_and_the_job_resumes_to_succeed(
+    fleet: Fleet,
+) -> None:
+    fleet.backend = CancelledInLastStep(store=fleet.store)
+    job = await asyncio.wait_for(fleet.run(await fleet.store.create(_spec())), 120)
+    assert job.state == pb.JOB_STATE_CANCELLED and job.completed_steps == 2
+    resumed, from_seq = await _resumed(fleet, job)
+    fleet.backend.store = None
+    job = await asyncio.wait_for(fleet.run(resumed, from_seq), 120)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert [s.step for s in job.steps] == [1, 2] and fleet.backend.trained == [3, 3]

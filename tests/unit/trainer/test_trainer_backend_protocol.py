@@ -15,7 +15,14 @@ from artfleet_trainer.backends.art_compat import art  # noqa: F401  (ART's impor
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.torch_backend import TorchBackend
 
-MEMBERS = ("register_model", "current_step", "train", "train_sft", "close")
+MEMBERS = (
+    "register_model",
+    "current_step",
+    "discard_checkpoints_after",
+    "train",
+    "train_sft",
+    "close",
+)
 GENERATORS = frozenset({"train_sft"})  # async generators: batch metrics as they come
 
 

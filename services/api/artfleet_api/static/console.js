@@ -98,13 +98,22 @@ function enter() {
 }
 
 // ------------------------------------------------------------------ jobs
+// A succeeded job that trained nothing (no reward signal) is not shown as a plain success.
+function stateBadge(job, id) {
+  const hollow = job.state === "succeeded" && job.trained_nothing;
+  const attrs = { class: `state ${job.state}${hollow ? " trained-nothing" : ""}` };
+  if (id) attrs.id = id;
+  if (hollow) attrs.title = "no step trained a sequence: every group's rewards were equal";
+  return h("span", attrs, hollow ? "succeeded · trained nothing" : job.state);
+}
+
 async function jobsPage() {
   const { jobs } = await json("/jobs?limit=200");
   const rows = jobs.map((job) =>
     h("tr", { class: "clickable", "data-job": job.id, onclick: () => { location.hash = `#/job/${job.id}`; } },
       h("td", {}, job.id),
       h("td", { title: `base model ${job.spec.base_model || "–"}` }, `${job.project}/${job.model_name}`),
-      h("td", {}, h("span", { class: `state ${job.state}` }, job.state)),
+      h("td", {}, stateBadge(job)),
       h("td", {}, job.experiment),
       h("td", {}, `${job.completed_steps} / ${job.total_steps}`),
       h("td", {}, fmt(job.latest_reward)),
@@ -170,7 +179,7 @@ function renderJob(job, steps) {
   show(h("h1", {}, `Job ${job.id}`),
     h("div", { class: "kv" },
       h("span", {}, "Experiment"), h("span", {}, job.experiment),
-      h("span", {}, "State"), h("span", { id: "job-state", class: `state ${job.state}` }, job.state),
+      h("span", {}, "State"), stateBadge(job, "job-state"),
       h("span", {}, "Step"), h("span", { id: "job-step" }, `${sorted.length ? sorted[sorted.length - 1].step : 0} / ${job.total_steps}`),
       h("span", {}, "Base model"), h("span", {}, job.spec.base_model || "–"),
       h("span", {}, "Serving"), h("span", {}, job.policy || "–"),

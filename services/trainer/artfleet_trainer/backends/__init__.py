@@ -25,6 +25,11 @@ class TrainerBackend(Protocol):
     async def current_step(self, model: art.TrainableModel) -> int:
         """The latest saved checkpoint's step (0 before any)."""
 
+    async def discard_checkpoints_after(self, model: art.TrainableModel, step: int) -> list[int]:
+        """Before `register_model`: delete the model's checkpoints past `step` (saved by a
+        step never recorded) and forget any weights of theirs held here, so that the model
+        registers at `step`. Returns the steps deleted."""
+
     async def train(
         self,
         model: art.TrainableModel,

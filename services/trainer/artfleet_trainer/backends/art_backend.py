@@ -7,11 +7,16 @@ judges reach the policy at `ARTFLEET_INFERENCE_PUBLIC_URL` with the fleet token.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+from artfleet.contracts.checkpoint_layout import delete_steps_after
 from artfleet_trainer.backends.inference_proxy import InferenceProxy
 from artfleet_trainer.settings import TrainerSettings
+
+log = logging.getLogger(__name__)
 
 
 def make_art_backend(settings: TrainerSettings) -> Any:
@@ -19,6 +24,7 @@ def make_art_backend(settings: TrainerSettings) -> Any:
     protocol test checks it)."""
     # Imported here: art.local pulls in much of ART, and only GPU trainers need it.
     from art.local import LocalBackend
+    from art.utils.output_dirs import get_model_dir
 
     proxy = InferenceProxy(
         settings.inference_host,
@@ -46,6 +52,16 @@ def make_art_backend(settings: TrainerSettings) -> Any:
 
         async def current_step(self, model: Any) -> int:
             return await self._get_step(model)
+
+        async def discard_checkpoints_after(self, model: Any, step: int) -> list[int]:
+            # Files only: ART loads the latest checkpoint when it starts a model's service,
+            # which registration does in a new trainer. A service this process already
+            # started keeps its weights (an in-process retry after a Redis outage): said.
+            directory = Path(get_model_dir(model=model, art_path=self._path))
+            discarded = delete_steps_after(directory, step)
+            if discarded and model.name in self._services:
+                log.warning("%s: its running service holds step %d", model.name, discarded[-1])
+            return discarded
 
         async def train_sft(
             self,

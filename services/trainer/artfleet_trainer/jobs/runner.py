@@ -50,6 +50,12 @@ from artfleet_trainer.sft.phase import offset as sft_offset
 log = logging.getLogger(__name__)
 
 
+TRAINED_NOTHING = (
+    "trained nothing: no step had a sequence to train (every group's rewards were equal), "
+    "so its checkpoints are the starting policy; see each step's scorer errors and rewards"
+)
+
+
 class JobCancelled(Exception):
     pass
 
@@ -179,7 +185,11 @@ class JobRunner:
             running_now = True
             await self._train(job, spec)
             await wandb_runs.finish(job.id)  # before the job says done
-            await self._store.set_state(job, pb.JOB_STATE_SUCCEEDED)
+            job.trained_nothing = bool(job.steps) and not any(
+                s.trained_sequences for s in job.steps
+            )
+            note = TRAINED_NOTHING if job.trained_nothing else ""
+            await self._store.set_state(job, pb.JOB_STATE_SUCCEEDED, note=note)
             metrics.JOBS_FINISHED.labels("succeeded").inc()
         except JobCancelled:
             await self._store.set_state(job, pb.JOB_STATE_CANCELLED)
@@ -218,7 +228,9 @@ class JobRunner:
             _internal_config=internal_config(spec),
         )
         await wandb_runs.attach(job, spec, model)
+        discarded = await self._rewind_to_record(job, spec, model)
         await self._backend.register_model(model)
+        await self._retire(model, discarded)
         set_priority = getattr(self._backend, "set_priority", None)  # the torch backend's
         if set_priority is not None:
             set_priority(model, spec.priority)
@@ -226,14 +238,10 @@ class JobRunner:
             raise JobCancelled()
         # The offline warm-start: once per job, before step 1; GRPO goes on from its adapter.
         await self._sft.run(job, spec, model)
-        # The checkpoint is the truth: a trainer that died after saving step s but before
-        # recording it must not train step s again (nor keep its batch). The SFT adapter
+        # The record is the truth (a later checkpoint was discarded above); the SFT adapter
         # is a checkpoint before step 1 (sft.phase.offset).
         offset = sft_offset(job)
-        done = max(job.completed_steps, await self._backend.current_step(model) - offset)
-        if done != job.completed_steps:
-            job.completed_steps = done
-            await self._store.save(job)
+        done = job.completed_steps
         if done:
             await self._batches.close(job.id, done)
         if await self._store.resume_pending(job.id):
@@ -263,12 +271,37 @@ class JobRunner:
                 break  # --num-epochs (R2E-Gym training script): the scenario stream has ended
             await self._run_step(job, spec, model, steps, step)
             await self._evaluator.maybe_run(job, spec, model, step, self._inference_url(model))
-            deleted = retention.apply(self._settings.art_path, model.name, job, spec)
-            retire = getattr(self._backend, "retire_checkpoints", None)  # torch + vLLM
-            if deleted and retire is not None:
-                await retire(model, deleted)
-        if await self._store.cancel_requested(job.id) and job.completed_steps < spec.steps:
+            await self._retire(
+                model, retention.apply(self._settings.art_path, model.name, job, spec)
+            )
+        if await self._store.cancel_requested(job.id):  # in the last step too: resumable
             raise JobCancelled()
+
+    async def _rewind_to_record(self, job: pb.Job, spec: JobSpecModel, model: Any) -> list[int]:
+        """Checkpoints past the job's record were saved by a step whose record never was
+        (the trainer stopped between the two: the torch thread finishes a step it was
+        interrupted in). They are not taken as done: they are discarded, and the step trains
+        again from its stored batch, so every step is on the record exactly once."""
+        if spec.sft is not None and not job.sft.done:
+            return []  # the SFT phase takes its own checkpoint as done (sft/phase.py)
+        recorded = sft_offset(job) + job.completed_steps
+        discarded = await self._backend.discard_checkpoints_after(model, recorded)
+        if discarded:
+            metrics.STEPS_DISCARDED.inc(len(discarded))
+            note = (
+                f"checkpoint {', '.join(map(str, discarded))} was saved but the step never "
+                f"recorded (the trainer stopped in between): training step "
+                f"{job.completed_steps + 1} again from its stored batch"
+            )
+            log.warning("job %s: %s", job.id, note)
+            await self._store.emit(job.id, pb.ProgressEvent(kind=pb.EVENT_KIND_LOG, message=note))
+        return discarded
+
+    async def _retire(self, model: Any, steps: list[int]) -> None:
+        """Deleted checkpoints: the engine stops serving them (torch backend; vLLM)."""
+        retire = getattr(self._backend, "retire_checkpoints", None)
+        if steps and retire is not None:
+            await retire(model, steps)
 
     async def _start_afresh(self, job: pb.Job, spec: JobSpecModel, done: int) -> None:
         """A resumed job (it had FAILED or was CANCELLED) runs the steps it had begun from
@@ -287,7 +320,7 @@ class JobRunner:
         step: int,
     ) -> None:
         start, cpu_start = time.monotonic(), time.process_time()
-        await self._emit_step(job, pb.EVENT_KIND_STEP_STARTED, step, spec.steps)
+        await self._store.emit(job.id, step_event(step, spec.steps))
         # After a restart the trainer is back long before vLLM: dispatch to a serving policy.
         policy_wait_s = await steps.policy_served()
         # Steps step+1 .. step+k (max_steps_off_policy) roll out while this one trains.
@@ -302,25 +335,7 @@ class JobRunner:
             raise RuntimeError(rollout_failure(step, gathered.groups))
         metrics.GATHER_CPU_SECONDS.inc(time.process_time() - cpu_start)
         metrics.GATHERED_GROUPS.inc(len(gathered.groups))
-        train_start = time.monotonic()
-        metrics.TRAINING.inc()
-        try:
-            result, rollout_idle_s = await steps.while_training(
-                step,
-                self._backend.train(
-                    model, groups, learning_rate=spec.learning_rate, **grpo.train_kwargs(spec)
-                ),
-            )
-        finally:
-            metrics.TRAINING.dec()
-        # The checkpoint is saved: the ledger says once, durably, what this step trained on.
-        await self._store.record_trained(job.id, trained_entry(step, gathered, groups))
-        metrics.STEPS_TRAINED.inc()
-        metrics.observe_train(
-            dict(getattr(result, "metrics", {}) or {}),
-            spec.learning_rate,
-            time.monotonic() - train_start,
-        )
+        result, rollout_idle_s = await self._train_on(spec, model, steps, step, groups)
         summary = summarize_step(step, groups, result, rollout_s, time.monotonic() - start)
         pipeline.record(summary, got, rollout_idle_s)
         summary.policy_wait_seconds = policy_wait_s
@@ -330,10 +345,13 @@ class JobRunner:
         job.steps.append(summary)
         if await self._store.cancel_requested(job.id):  # keep what CancelJob recorded
             job.state = pb.JOB_STATE_CANCELLING
-        await self._store.save(job)
+        # The checkpoint is saved: the ledger entry, the summary and the event in one go.
+        await self._store.record_step(
+            job, trained_entry(step, gathered, groups), step_event(step, spec.steps, summary)
+        )
+        metrics.STEPS_TRAINED.inc()
         await self._batches.close(job.id, step)  # its checkpoint is saved: the batch is done
         steps.done(step)
-        await self._emit_step(job, pb.EVENT_KIND_STEP_DONE, step, spec.steps, summary)
         metrics.observe_step(summary)
         try:  # ART's own history and trajectory logs under the ART path
             await model.log(groups, split="train", metrics=dict(result.metrics), step=step)
@@ -345,23 +363,46 @@ class JobRunner:
         # After the step is recorded and its samples written: they show what failed.
         scoring_health.check(job, self._settings.max_scoring_failed_steps)
 
-    async def _emit_step(
+    async def _train_on(
         self,
-        job: pb.Job,
-        kind: pb.EventKind,
+        spec: JobSpecModel,
+        model: Any,
+        steps: pipeline.StepPipeline,
         step: int,
-        total_steps: int,
-        summary: pb.StepSummary | None = None,
-    ) -> None:
-        event = pb.ProgressEvent(
-            kind=kind, step=step, total_steps=total_steps, state=pb.JOB_STATE_RUNNING
+        groups: list[art.TrajectoryGroup],
+    ) -> tuple[Any, float]:
+        """The step's training (its checkpoint saved); the rollout side's idle seconds."""
+        train_start = time.monotonic()
+        metrics.TRAINING.inc()
+        try:
+            result, rollout_idle_s = await steps.while_training(
+                step,
+                self._backend.train(
+                    model, groups, learning_rate=spec.learning_rate, **grpo.train_kwargs(spec)
+                ),
+            )
+        finally:
+            metrics.TRAINING.dec()
+        metrics.observe_train(
+            dict(getattr(result, "metrics", {}) or {}),
+            spec.learning_rate,
+            time.monotonic() - train_start,
         )
-        if summary is not None:
-            event.summary.CopyFrom(summary)
-        await self._store.emit(job.id, event)
+        return result, rollout_idle_s
 
     def _inference_url(self, model: Any) -> str:
         return self._settings.inference_public_url or str(model.inference_base_url)
+
+
+def step_event(step: int, total_steps: int, done: pb.StepSummary | None = None) -> pb.ProgressEvent:
+    """STEP_STARTED, or STEP_DONE with the step's summary."""
+    kind = pb.EVENT_KIND_STEP_STARTED if done is None else pb.EVENT_KIND_STEP_DONE
+    event = pb.ProgressEvent(
+        kind=kind, step=step, total_steps=total_steps, state=pb.JOB_STATE_RUNNING
+    )
+    if done is not None:
+        event.summary.CopyFrom(done)
+    return event
 
 
 def log_gathered(step: int, gathered: Gathered) -> None:

@@ -66,12 +66,12 @@ def mark(summary: pb.StepSummary, entries: Sequence[batch_pb2.BatchGroup]) -> No
 
 
 def failed_streak(job: pb.Job) -> list[pb.StepSummary]:
-    """The job's latest steps that were all scoring_failed, oldest first; a ResumeJob
-    starts a new streak (the user may have fixed the judge)."""
-    resumed_after = job.resumes[-1].completed_steps if job.resumes else 0
+    """The job's latest steps that were all scoring_failed, oldest first. A ResumeJob
+    keeps the streak: a judge still broken stops the resumed job at its first step, one
+    the user fixed ends it (a step with a signal)."""
     streak: list[pb.StepSummary] = []
     for summary in reversed(job.steps):
-        if not summary.scoring_failed or summary.step <= resumed_after:
+        if not summary.scoring_failed:
             break
         streak.append(summary)
     return streak[::-1]

@@ -211,14 +211,15 @@ class JobStore:
         jobs = await self.runnable()
         return jobs[0] if jobs else None
 
-    async def set_state(self, job: pb.Job, state: int, error: str = "") -> None:
+    async def set_state(self, job: pb.Job, state: int, error: str = "", note: str = "") -> None:
+        """The job's new state, saved and announced; `error` is kept on the job, `note`
+        only says something of the state in its event."""
         job.state = state  # type: ignore[assignment]
         if error:
             job.error = error
         await self.save(job)
-        await self.emit(
-            job.id, pb.ProgressEvent(kind=pb.EVENT_KIND_STATE, state=job.state, message=error)
-        )
+        event = pb.ProgressEvent(kind=pb.EVENT_KIND_STATE, state=job.state, message=error or note)
+        await self.emit(job.id, event)
 
     async def request_cancel(self, job_id: str) -> pb.Job:
         """Queued jobs end now; a running one ends after its current step."""
@@ -277,15 +278,21 @@ class JobStore:
         await self._redis.delete(f"{_job_key(job_id)}:resumed")
 
     # ------------------------------------------------------------ train ledger
-    async def record_trained(self, job_id: str, entry: TrainedStep) -> int:
-        """After a step's checkpoint is saved: appends what it trained on to the job's
-        ledger (a list, one JSON entry per training) and returns how many times that step
-        was trained. More than once is a bug the chaos suite looks for."""
-        key = f"{_job_key(job_id)}:trained"
+    async def record_step(self, job: pb.Job, entry: TrainedStep, done: pb.ProgressEvent) -> int:
+        """After a step's checkpoint is saved, its whole record in one transaction: the
+        ledger entry (what it trained on), the job (its summary and completed_steps) and the
+        step's event. A trainer that stops anywhere leaves all of them or none, and none
+        means the checkpoint is not taken as done (JobRunner._rewind_to_record). Returns how
+        many times the step was trained: more than once is a bug the chaos suite looks for."""
+        key = f"{_job_key(job.id)}:trained"
+        job.updated_at.CopyFrom(_now())
+        event = self._stamped(job.id, done, await self._redis.incr(f"{_events_key(job.id)}:seq"))
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.rpush(key, json.dumps(dataclasses.asdict(entry)))
             pipe.hincrby(f"{key}:count", str(entry.step), 1)
-            _, count = await pipe.execute()
+            pipe.set(_job_key(job.id), job.SerializeToString())
+            pipe.xadd(_events_key(job.id), {"e": event.SerializeToString()})
+            _, count, *_ = await pipe.execute()
         return int(count)
 
     async def trained_ledger(self, job_id: str) -> builtins.list[TrainedStep]:
@@ -294,10 +301,17 @@ class JobStore:
 
     # ------------------------------------------------------------ events
     async def emit(self, job_id: str, event: pb.ProgressEvent) -> None:
-        event.job_id = job_id
-        event.seq = await self._redis.incr(f"{_events_key(job_id)}:seq")
-        event.time.CopyFrom(_now())
+        seq = await self._redis.incr(f"{_events_key(job_id)}:seq")
+        event = self._stamped(job_id, event, seq)
         await self._redis.xadd(_events_key(job_id), {"e": event.SerializeToString()})
+
+    @staticmethod
+    def _stamped(job_id: str, event: pb.ProgressEvent, seq: int) -> pb.ProgressEvent:
+        """The event with its job, sequence number (a gap, where a transaction never ran,
+        is harmless: readers go by order) and time."""
+        event.job_id, event.seq = job_id, seq
+        event.time.CopyFrom(_now())
+        return event
 
     async def events(
         self, job_id: str, from_seq: int = 0, block_ms: int = 1000

@@ -28,7 +28,11 @@ from typing import Any, TypeVar
 
 import torch
 
-from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG
+from artfleet.contracts.checkpoint_layout import (
+    ADAPTER_CONFIG,
+    checkpoint_steps,
+    delete_steps_after,
+)
 from artfleet.contracts.gpu_plan import ModelShape
 from artfleet.contracts.gpu_tenants import tenant_bytes
 from artfleet_trainer.backends.art_compat import art
@@ -315,6 +319,15 @@ class TorchBackend:
 
     async def current_step(self, model: art.TrainableModel) -> int:
         return await self._get_step(model)
+
+    async def discard_checkpoints_after(self, model: art.TrainableModel, step: int) -> list[int]:
+        """Checkpoints past `step` are deleted; a model registered here (an in-process
+        retry) leaves memory, so that registering it again loads `step`."""
+        output_dir = checkpoints.model_dir(self._path, model)
+        later = [s for s in checkpoint_steps(output_dir) if s > step]
+        if later and model.name in self._states:
+            await self.unregister(model.name)
+        return await self._worker.run(delete_steps_after, output_dir, step)
 
     async def _delete_checkpoint_files(
         self, model: art.TrainableModel, steps_to_keep: list[int]
