@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 
-SEED_BITS = 53
+BITS = 53
 EVAL_STEP = 0  # the step every evaluation's groups are seeded with
 # Part of every hash: a change of the derivation changes this, not the meaning of old seeds.
 _VERSION = "artfleet-seed-v1"
@@ -33,7 +33,7 @@ _VERSION = "artfleet-seed-v1"
 def _mix(kind: str, *parts: int) -> int:
     text = ":".join([_VERSION, kind, *(str(int(p)) for p in parts)])
     digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> (64 - SEED_BITS)
+    return int.from_bytes(digest, "big") >> (64 - BITS)
 
 
 def group_seed(job_seed: int, step: int, group: int) -> int:

@@ -22,6 +22,6 @@ def test_neighbouring_inputs_give_distinct_seeds_in_range() -> None:
     assert len(rollouts) == len(groups) * 8
     calls = {seeds.call_seed(r, c) for r in list(rollouts)[:50] for c in range(10)}
     assert len(calls) == 500
-    assert all(0 <= s < 2**seeds.SEED_BITS for s in groups | rollouts | calls)
+    assert all(0 <= s < 2**seeds.BITS for s in groups | rollouts | calls)
     # A rollout's seed and a call's seed of the same numbers are not the same stream.
     assert seeds.rollout_seed(5, 1) != seeds.call_seed(5, 1)

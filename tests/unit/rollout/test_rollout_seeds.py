@@ -36,7 +36,9 @@ def _answer(text: str) -> dict[str, Any]:
                 "index": 0,
                 "finish_reason": "stop",
                 "message": {"role": "assistant", "content": text},
-                "logprobs": {"content": [{"token": "token_id:7", "logprob": -0.1, "top_logprobs": []}]},
+                "logprobs": {
+                    "content": [{"token": "token_id:7", "logprob": -0.1, "top_logprobs": []}]
+                },
                 "token_ids": [7],
             }
         ],
@@ -81,7 +83,9 @@ async def _run(task: rollout_pb2.GroupTask, workspaces: FakeWorkspaces) -> None:
 def _dispatched(url: str, group_seed: int) -> rollout_pb2.GroupTask:
     """The task through the Celery payload, as a worker reads it."""
     task = group_task(model_base_url=url, rollouts=ROLLOUTS, seed=group_seed)
-    return rollout_pb2.GroupTask.FromString(decode_payload(encode_payload(task.SerializeToString())))
+    return rollout_pb2.GroupTask.FromString(
+        decode_payload(encode_payload(task.SerializeToString()))
+    )
 
 
 def _expected(group_seed: int, calls: int) -> list[int]:

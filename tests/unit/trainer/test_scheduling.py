@@ -87,7 +87,9 @@ def test_group_tasks_carry_the_jobs_mcp_server() -> None:
 
 def _wire(task: rollout_pb2.GroupTask) -> rollout_pb2.GroupTask:
     """The task as a rollout worker reads it: the Celery payload the dispatcher sends."""
-    return rollout_pb2.GroupTask.FromString(decode_payload(encode_payload(task.SerializeToString())))
+    return rollout_pb2.GroupTask.FromString(
+        decode_payload(encode_payload(task.SerializeToString()))
+    )
 
 
 def test_each_group_carries_its_seed_from_the_jobs_seed_step_and_place() -> None:
