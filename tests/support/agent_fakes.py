@@ -52,7 +52,7 @@ class Script:
         self.tool_choices: list[Any] = []
         self._prompt_len: int | None = None
 
-    def for_episode(self, key: str) -> Script:
+    def for_episode(self, key: str, seed: int | None = None) -> Script:
         return self  # one script for every episode (each follows it from its messages)
 
     async def complete(

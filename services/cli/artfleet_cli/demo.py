@@ -3,20 +3,33 @@ training, a summary, then everything stopped."""
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
 
 from artfleet.contracts import evaluation
+from artfleet.runtime.service import free_port
 from artfleet.specs.job import JobSpecModel, ScorerModel, spec_to_proto
 from artfleet.specs.scorer_params import ANSWER_CHECK
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
 from artfleet_cli import render
-from artfleet_cli.client import trainer
-from artfleet_cli.fleet import LocalFleet, isolation_notice
-from artfleet_cli.fleet_up import EngineOpt, WorkdirOpt, pick_engine
+from artfleet_cli.client import fail, trainer
+from artfleet_cli.fleet import PORT_NAMES, VLLM_PYTHON, LocalFleet, isolation_notice
+from artfleet_cli.fleet_config import (
+    PREFIX,
+    ConfigError,
+    known_keys,
+    merge_settings,
+    parse_sets,
+    plan_ports,
+    read_env_file,
+)
+from artfleet_cli.fleet_up import EngineOpt, EnvFileOpt, SetOpt, WorkdirOpt, pick_engine
 
 
 def demo_spec(
@@ -62,13 +75,21 @@ def demo(
     eval_temperature: float = typer.Option(
         0.0, min=0.0, max=5.0, help="of the held-out samples (0 = greedy)"
     ),
-    seed: int = typer.Option(7, min=0, help="training task order and sampling"),
+    seed: int = typer.Option(
+        7, min=0, help="training task order, the LoRA's initialisation and sampling"
+    ),
     workdir: Path = WorkdirOpt,
     engine: str = EngineOpt,
+    env_file: Path | None = EnvFileOpt,
+    settings: list[str] = SetOpt,
 ) -> None:
     """Start a local fleet (Redis + the four services), train SmolLM2 with LoRA GRPO on the
     bundled math-single problems, evaluate it on held-out problems before and after, show
-    progress and a summary, then stop everything."""
+    progress and a summary, then stop everything.
+
+    The fleet's settings as `fleet up` takes them (not remembered): this environment's
+    ARTFLEET_* variables that a service reads, then --env-file, then --set. Exported
+    ARTFLEET_* variables it does not pass on are named on stderr."""
     spec = demo_spec(
         steps,
         groups_per_step,
@@ -78,7 +99,7 @@ def demo(
         learning_rate=learning_rate,
         eval_temperature=eval_temperature,
     )
-    fleet = LocalFleet(workdir.resolve(), engine=pick_engine(engine))
+    fleet = demo_fleet(workdir.resolve(), engine, env_file, settings, os.environ)
     start = time.monotonic()
     render.console.print(f"starting the fleet in {fleet.workdir} (logs in logs/) ...")
     if notice := isolation_notice():
@@ -98,6 +119,50 @@ def demo(
     render.console.print(f"demo wall time: {time.monotonic() - start:.0f}s")
     if job.state != pb.JOB_STATE_SUCCEEDED:
         raise SystemExit(1)
+
+
+def demo_fleet(
+    workdir: Path,
+    engine: str,
+    env_file: Path | None,
+    sets: list[str],
+    environ: Mapping[str, str],
+) -> LocalFleet:
+    """The demo's fleet with its settings merged as `fleet up` merges them and checked as
+    each service will parse them, before anything starts (exit 2 naming the setting)."""
+    try:
+        given = read_env_file(env_file) if env_file else {}
+        set_values = parse_sets(sets)
+        # Planned now: the settings' check builds each service's environment, ports and all.
+        fleet = LocalFleet(workdir, ports=plan_ports(PORT_NAMES, {}, free_port))
+        owned = fleet.owned_keys()
+        fleet.settings, ignored = merge_settings(environ, given, set_values, known_keys(), owned)
+        warn_unused(ignored, sorted(k for k in environ if k in owned))
+        fleet.engine = pick_engine(engine, fleet.settings.get(VLLM_PYTHON, ""))
+        fleet.check_settings()
+    except ConfigError as exc:
+        fail(str(exc))
+    return fleet
+
+
+def warn_unused(unread: list[str], owned: list[str]) -> None:
+    """Exported ARTFLEET_* variables the demo does not pass on, named on stderr: the run
+    they were meant to change would otherwise look like it took them."""
+    reasons = []
+    if unread:
+        reasons.append(f"{', '.join(unread)} (no service reads {_it_them(unread)})")
+    if owned:
+        reasons.append(f"{', '.join(owned)} (the demo's fleet sets {_it_them(owned)} itself)")
+    if reasons:
+        print(
+            f"warning: artfleet demo does not use these exported {PREFIX}* variables: "
+            + "; ".join(reasons),
+            file=sys.stderr,
+        )
+
+
+def _it_them(names: list[str]) -> str:
+    return "it" if len(names) == 1 else "them"
 
 
 def _run_job(fleet: LocalFleet, spec: JobSpecModel) -> pb.Job:

@@ -80,6 +80,15 @@ def parse_env_file(text: str, source: str) -> dict[str, str]:
     return values
 
 
+def read_env_file(path: Path) -> dict[str, str]:
+    """`--env-file`'s settings (ConfigError naming the file, and the line)."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--env-file {path}: {exc}") from None
+    return parse_env_file(text, str(path))
+
+
 def parse_sets(items: Iterable[str]) -> dict[str, str]:
     """`--set KEY=VALUE` options; the value is taken as the shell passed it."""
     values: dict[str, str] = {}

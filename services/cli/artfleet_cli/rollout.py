@@ -16,6 +16,7 @@ import yaml
 from google.protobuf import json_format
 from rich.table import Table
 
+from artfleet.contracts import seeds
 from artfleet.contracts.errors import InvalidArgument
 from artfleet.specs.base import default_of
 from artfleet.specs.job import (
@@ -118,7 +119,7 @@ def build_task(spec: JobSpecModel, scenario_id: str, **fields: Any) -> rollout_p
         max_tokens=spec.max_tokens,
         max_context_tokens=spec.max_context_tokens,
         reward=reward_spec_proto(spec),
-        seed=spec.seed,
+        seed=seeds.group_seed(spec.seed, 0, 0),  # a group of its own: step 0, the first
         task_prompt=spec.task_prompt,
         mcp_config=mcp_config_json(spec),
         enable_thinking=spec.enable_thinking,

@@ -30,6 +30,7 @@ from artfleet.clients.sandbox import (
     is_replica_lost,
     is_session_gone,
 )
+from artfleet.contracts import seeds
 from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc, rollout_pb2, sandbox_pb2
@@ -63,7 +64,9 @@ _PROBE_TIMEOUT_S = 10.0
 class OpenAIPolicy:
     """The task's policy, bound to one episode (`for_episode`): its calls go to the
     replica that holds its prefix, and on to another when that one is gone
-    (`policy_routing.PolicyReplicas`). A bare client is one fixed endpoint."""
+    (`policy_routing.PolicyReplicas`), each with the seed of its place in the episode
+    (`seeds.call_seed`; retries of one call send the same). A bare client is one fixed
+    endpoint."""
 
     def __init__(
         self,
@@ -85,11 +88,20 @@ class OpenAIPolicy:
         self._max_tokens = max_tokens
         self._timeout_s = timeout_s
         self._template_kwargs = dict(chat_template_kwargs or {})
+        self._seed: int | None = None  # the rollout's: each call sends its own from it
+        self._calls = 0
 
-    def for_episode(self, key: str) -> OpenAIPolicy:
+    def for_episode(self, key: str, seed: int | None = None) -> OpenAIPolicy:
         bound = copy.copy(self)
-        bound._episode = key
+        bound._episode, bound._seed, bound._calls = key, seed, 0
         return bound
+
+    def _next_seed(self) -> int | None:
+        if self._seed is None:
+            return None
+        seed = seeds.call_seed(self._seed, self._calls)
+        self._calls += 1
+        return seed
 
     async def complete(
         self,
@@ -99,7 +111,7 @@ class OpenAIPolicy:
         tool_choice: Any = None,
     ) -> PolicyTurn:
         started = time.perf_counter()
-        body = self._body(messages, tools, tool_choice)
+        body = self._body(messages, tools, tool_choice, self._next_seed())
         metrics.POLICY_REQUEST_SECONDS.observe(time.perf_counter() - started)
         # Connection errors and outage statuses on every replica raise PolicyUnavailable.
         completion = await self._replicas.post(
@@ -121,7 +133,11 @@ class OpenAIPolicy:
         )
 
     def _body(
-        self, messages: Sequence[Any], tools: Sequence[Any] | None, tool_choice: Any
+        self,
+        messages: Sequence[Any],
+        tools: Sequence[Any] | None,
+        tool_choice: Any,
+        seed: int | None = None,
     ) -> bytes:
         """The JSON `chat.completions.create` would send, built without its request
         transform: that walks every message of the history against the SDK's TypedDicts on
@@ -133,16 +149,20 @@ class OpenAIPolicy:
         parts = [b'{"messages":', _json_array(messages)]
         if tools:
             parts += [b',"tools":', _json_array(tools)]
-        rest = encode(self._settings_body(tools, tool_choice))
+        rest = encode(self._settings_body(tools, tool_choice, seed))
         return b"".join([*parts, b",", rest[1:]])  # rest: the other fields, past its "{"
 
-    def _settings_body(self, tools: Sequence[Any] | None, tool_choice: Any) -> dict[str, Any]:
+    def _settings_body(
+        self, tools: Sequence[Any] | None, tool_choice: Any, seed: int | None
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self._model,
             "logprobs": True,
             "max_tokens": self._max_tokens,
             "temperature": self._temperature,
         }
+        if seed is not None:  # OpenAI's field: vLLM and the torch server seed the sampling
+            body["seed"] = seed
         if tools and tool_choice is not None:
             body["tool_choice"] = tool_choice
         if self._template_kwargs:

@@ -19,7 +19,7 @@ import httpx
 
 from artfleet.clients.replicas import split_urls
 from artfleet.clients.sandbox import describe
-from artfleet.contracts import codec
+from artfleet.contracts import codec, seeds
 from artfleet.contracts.art_types import art
 from artfleet.contracts.env_names import ENV_VAR_NAME
 from artfleet.contracts.errors import InvalidArgument
@@ -253,21 +253,22 @@ class GroupRunner:
     async def _episode(
         self, ctx: EpisodeContext, index: int, limit: asyncio.Semaphore | None
     ) -> EpisodeResult:
-        """One episode (after a place under the job's limit, if it has one), its policy
-        calls keyed by the episode (kept on one inference replica)."""
-        policy = ctx.policy.for_episode(f"{ctx.task.group_id}/{index}")
-        ctx = dataclasses.replace(ctx, policy=policy)
+        """One episode (after a place under the job's limit, if it has one)."""
         if limit is None:
             return await self._attempts(ctx, index)
         async with limit:
             return await self._attempts(ctx, index)
 
     async def _attempts(self, ctx: EpisodeContext, index: int) -> EpisodeResult:
-        """One episode; started again from scratch when its workspace is lost."""
+        """One episode; started again from scratch when its workspace is lost. Each
+        attempt's policy calls are keyed by the episode (kept on one inference replica)
+        and seeded from the rollout's seed, from its first call on (as a fresh episode)."""
         retries = self._settings.episode_retries
+        key, seed = f"{ctx.task.group_id}/{index}", seeds.rollout_seed(ctx.task.seed, index)
         for attempt in range(retries + 1):
             try:
-                return await run_episode(ctx, index)
+                policy = ctx.policy.for_episode(key, seed)
+                return await run_episode(dataclasses.replace(ctx, policy=policy), index)
             except WorkspaceLost as exc:  # counted where it was found (the adapter)
                 if attempt == retries:
                     raise

@@ -74,9 +74,11 @@ class Policy(Protocol):
     OpenAI's (`auto`, `none`, `required`, `{"type": "function", ...}`); None = not sent.
     `messages` and `tools` may be EncodedLists (their JSON made once, by the caller)."""
 
-    def for_episode(self, key: str) -> Policy:
+    def for_episode(self, key: str, seed: int | None = None) -> Policy:
         """The same policy for one episode (`key`, unique in the fleet): its calls go to
-        the inference replica that holds its prefix while that one serves."""
+        the inference replica that holds its prefix while that one serves, and with a
+        `seed` (the rollout's: `artfleet.contracts.seeds`) each call carries its own
+        seed (`seeds.call_seed` of it and the call's number)."""
         ...
 
     async def complete(

@@ -1,12 +1,15 @@
-"""`artfleet demo`'s job and its before/after line (no fleet: the job spec and the figures)."""
+"""`artfleet demo`'s job, settings and before/after line (no fleet: the job spec, the
+settings it would start with, and the figures)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from artfleet.specs.job import spec_from_proto, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
-from artfleet_cli.demo import _gain_line, demo_spec
+from artfleet_cli.demo import _gain_line, demo_fleet, demo_spec
 from artfleet_cli.render import bar_chart, reward_chart
 
 
@@ -84,3 +87,51 @@ def test_engine_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fleet_up, "vllm_python", lambda: "/opt/vllm/bin/python")
     assert fleet_up.pick_engine("auto") == "vllm"
     assert fleet_up.pick_engine("vllm") == "vllm"
+
+
+def test_demo_takes_the_fleets_settings_as_fleet_up_does_and_names_what_it_drops(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env_file = tmp_path / "demo.env"
+    env_file.write_text("ARTFLEET_JUDGE_CONCURRENCY=2\nOPENAI_API_KEY='sk-test'\n")
+    environ = {
+        "ARTFLEET_INFERENCE_MERGE_PATH": "disk",  # a service reads it: passed on
+        "ARTFLEET_NOT_A_SETTING": "1",  # no service reads it
+        "ARTFLEET_TRAINER_TARGET": "127.0.0.1:1",  # a sourced fleet.env: the fleet's own
+        "HOME": "/home/x",
+    }
+    sets = ["ARTFLEET_JUDGE_CONCURRENCY=3"]
+    fleet = demo_fleet(tmp_path, "torch", env_file, sets, environ)
+    assert fleet.settings["ARTFLEET_INFERENCE_MERGE_PATH"] == "disk"
+    reward = fleet.service_env("reward")
+    assert reward["ARTFLEET_JUDGE_CONCURRENCY"] == "3"  # --set over --env-file
+    assert reward["OPENAI_API_KEY"] == "sk-test"
+    assert "ARTFLEET_TRAINER_TARGET" not in fleet.settings
+    err = capsys.readouterr().err
+    assert err.startswith("warning: artfleet demo does not use")
+    assert "ARTFLEET_NOT_A_SETTING (no service reads it)" in err
+    assert "ARTFLEET_TRAINER_TARGET (the demo's fleet sets it itself)" in err
+    assert "MERGE_PATH" not in err and "JUDGE" not in err
+    demo_fleet(tmp_path, "torch", None, [], {"ARTFLEET_INFERENCE_MERGE_PATH": "disk"})
+    assert capsys.readouterr().err == ""  # nothing dropped, nothing said
+
+
+def test_demo_refuses_bad_settings_with_exit_2_before_starting(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from artfleet_cli.main import app
+
+    demo = ["demo", "--workdir", str(tmp_path / "w"), "--engine", "torch"]
+    cases = [
+        (["--set", "ARTFLEET_NOPE=1"], "no service reads ARTFLEET_NOPE"),
+        (["--set", "oops"], "--set 'oops': expected KEY=VALUE"),
+        (["--env-file", str(tmp_path / "missing.env")], "missing.env"),
+        (["--set", "ARTFLEET_JUDGE_CONCURRENCY=0"], "ARTFLEET_JUDGE_CONCURRENCY: "),
+    ]
+    for args, message in cases:
+        result = CliRunner().invoke(app, [*demo, *args], env={"ARTFLEET_UNUSED_HERE": "1"})
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.stderr, result.output
+    # A bad value is found once the settings are merged: the dropped variable named first.
+    assert "ARTFLEET_UNUSED_HERE (no service reads it)" in result.stderr
+    assert not (tmp_path / "w").exists()  # nothing started

@@ -67,7 +67,7 @@ class ScriptedPolicy:
         self.tool_choices: list[Any] = []
         self._prompt_len: int | None = None
 
-    def for_episode(self, key: str) -> ScriptedPolicy:
+    def for_episode(self, key: str, seed: int | None = None) -> ScriptedPolicy:
         return self  # one script for every episode (each follows it from its messages)
 
     async def complete(

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
+from artfleet.contracts import seeds
+from artfleet.contracts.queue import decode_payload, encode_payload
 from artfleet.specs.job import validate_spec
+from artfleet.v1 import rollout_pb2
 from artfleet_trainer.jobs import scheduling
 
 IDS = [f"s{i}" for i in range(5)]
@@ -79,3 +83,33 @@ def test_group_tasks_carry_the_jobs_mcp_server() -> None:
         base_url="u",
     )
     assert plain[0].mcp_config == ""  # each scenario's own server
+
+
+def _wire(task: rollout_pb2.GroupTask) -> rollout_pb2.GroupTask:
+    """The task as a rollout worker reads it: the Celery payload the dispatcher sends."""
+    return rollout_pb2.GroupTask.FromString(
+        decode_payload(encode_payload(task.SerializeToString()))
+    )
+
+
+def test_each_group_carries_its_seed_from_the_jobs_seed_step_and_place() -> None:
+    def seeds_of(seed: int, step: int, **kw: Any) -> list[int]:
+        tasks = scheduling.group_tasks(
+            validate_spec({"seed": seed}),
+            owner=f"job-{seed}-{step}",  # the job's id takes no part
+            step=step,
+            scenarios=["a", "b", "a"],  # one scenario twice in a step: two groups, two seeds
+            rollouts=4,
+            policy="p@1",
+            base_url="u",
+            **kw,
+        )
+        return [_wire(t).seed for t in tasks]
+
+    assert seeds_of(7, 3) == [seeds.group_seed(7, 3, i) for i in range(3)]
+    assert len(set(seeds_of(7, 3))) == 3
+    assert seeds_of(7, 3) == seeds_of(7, 3)
+    assert not set(seeds_of(7, 3)) & set(seeds_of(7, 4))  # another step, other samples
+    assert not set(seeds_of(7, 3)) & set(seeds_of(8, 3))  # another job seed too
+    # An evaluation's groups are seeded alike whatever step it evaluates.
+    assert seeds_of(7, 0, seed_step=seeds.EVAL_STEP) == seeds_of(7, 4, seed_step=seeds.EVAL_STEP)

@@ -4,9 +4,10 @@ same rollout machinery as training (one group task per task, published through a
 batch of its own).
 
 The eval's groups live under the job id `<job>-eval` and the policy's step, so they never
-mix with a training step's batch; they are never trained on. Results: `Job.evals`, an
-EVAL progress event, Prometheus gauges, and ART's `model.log(split="val")` (its history
-and trajectory logs, beside the training split's).
+mix with a training step's batch; they are never trained on. Every evaluation's groups
+are seeded alike (`seeds.EVAL_STEP`): where the policy answers the same, so do the
+samples. Results: `Job.evals`, an EVAL progress event, Prometheus gauges, and ART's
+`model.log(split="val")` (its history and trajectory logs, beside the training split's).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import time
 from typing import Any
 
-from artfleet.contracts import evaluation
+from artfleet.contracts import evaluation, seeds
 from artfleet.contracts.batches import StepBatches
 from artfleet.contracts.errors import InvalidArgument
 from artfleet.specs.job import JobSpecModel
@@ -151,6 +152,7 @@ class Evaluator:
             policy=model.get_inference_name(),
             base_url=inference_url,
             temperature=spec.eval_temperature,
+            seed_step=seeds.EVAL_STEP,  # every evaluation draws the same samples
         )
 
 

@@ -7,6 +7,7 @@ import random
 import statistics
 from collections.abc import Sequence
 
+from artfleet.contracts import seeds
 from artfleet.specs.job import JobSpecModel, mcp_config_json, reward_spec_proto
 from artfleet.v1 import rollout_pb2
 
@@ -88,10 +89,13 @@ def group_tasks(
     base_url: str,
     policy_version: int = 0,
     temperature: float | None = None,
+    seed_step: int | None = None,
 ) -> list[rollout_pb2.GroupTask]:
     """One task per scenario, the job's sampling settings bound (`temperature` overrides
-    the spec's, as an evaluation's may); a judge given as "policy" in the reward spec calls
-    `policy` at `base_url`."""
+    the spec's, as an evaluation's may) and each its sampling seed (`seeds.group_seed` of
+    the job's seed, `seed_step` (default: `step`) and its place); a judge given as "policy"
+    in the reward spec calls `policy` at `base_url`."""
+    seed_step = step if seed_step is None else seed_step
     reward = reward_spec_proto(spec)
     reward.policy.model = policy
     reward.policy.base_url = base_url
@@ -110,7 +114,7 @@ def group_tasks(
             max_tokens=spec.max_tokens,
             max_context_tokens=spec.max_context_tokens,
             reward=reward,
-            seed=spec.seed,
+            seed=seeds.group_seed(spec.seed, seed_step, i),
             task_prompt=spec.task_prompt,
             max_concurrent=spec.max_concurrent,
             policy_version=policy_version,

@@ -42,7 +42,7 @@ from artfleet_trainer.torch_serving.options import TorchServerOptions
 
 from . import checkpoints, precision, sft, training
 from .model_loader import LoadedModel, load_base_model
-from .tenants import BaseLoader, SharedBases, TenantModel
+from .tenants import BaseLoader, SharedBases, TenantModel, lora_seed
 from .training_clients import TrainingClients
 from .turn_gate import TurnGate
 from .worker import TorchWorker, training_thread_scope
@@ -240,6 +240,7 @@ class TorchBackend:
                 model.base_model,
                 training.lora_config(self._rank(model)),
                 latest if resume else None,
+                lora_seed(model),
             )
         optimizer = training.make_optimizer(list(tenant.parameters()))
         optimizer_state = checkpoints.load_optimizer_state(latest) if resume else None

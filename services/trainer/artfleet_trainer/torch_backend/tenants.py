@@ -18,6 +18,7 @@ another tenant's work comes next.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import tempfile
@@ -56,8 +57,11 @@ class SharedBase:
             name = f"{stem}_{n}"
         return name
 
-    def add(self, model_name: str, config: LoraConfig, checkpoint: Path | None) -> TenantModel:
-        """A new tenant: a fresh adapter of `config`, or the one saved at `checkpoint`."""
+    def add(
+        self, model_name: str, config: LoraConfig, checkpoint: Path | None, seed: int | None = None
+    ) -> TenantModel:
+        """A new tenant: a fresh adapter of `config` (its random init drawn from `seed`
+        when given: `seeded`), or the one saved at `checkpoint`."""
         adapter = self.adapter_name(model_name)
         if self.peft_model is None:
             if checkpoint is not None:
@@ -65,11 +69,15 @@ class SharedBase:
                     self.loaded.model, str(checkpoint), adapter_name=adapter, is_trainable=True
                 )
             else:
-                self.peft_model = get_peft_model(self.loaded.model, config, adapter_name=adapter)
+                with seeded(seed):
+                    self.peft_model = get_peft_model(
+                        self.loaded.model, config, adapter_name=adapter
+                    )
         elif checkpoint is not None:
             self.peft_model.load_adapter(str(checkpoint), adapter_name=adapter, is_trainable=True)
         else:
-            self.peft_model.add_adapter(adapter, config)
+            with seeded(seed):
+                self.peft_model.add_adapter(adapter, config)
         self.peft_model.eval()
         tenant = TenantModel(self, adapter)
         self.tenants[model_name] = tenant
@@ -83,6 +91,29 @@ class SharedBase:
             self.peft_model.delete_adapter(tenant.adapter)
             next(iter(self.tenants.values())).activate(force=True)
         return not self.tenants
+
+
+def lora_seed(model: Any) -> int | None:
+    """The seed of a model's fresh LoRA: ART's `_internal_config.peft_args.random_state`
+    (the LoRA init seed ART's own backend hands unsloth; a job's seed goes there), else
+    None (torch's generators as they stand)."""
+    peft_args = (getattr(model, "_internal_config", None) or {}).get("peft_args") or {}
+    seed = peft_args.get("random_state")
+    return None if seed is None else int(seed)
+
+
+@contextlib.contextmanager
+def seeded(seed: int | None) -> Iterator[None]:
+    """torch's generators drawn from `seed` inside (peft draws lora_A's init from them),
+    as they were after; None: left as they are. Around the adapter's creation alone, so
+    its init is the seed's whether or not the base was loaded (or another tenant made)
+    first: one seed, one starting adapter, whichever tenant it is."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        yield
 
 
 class TenantModel:
@@ -159,10 +190,16 @@ class SharedBases:
         self.loads = 0  # bases loaded (benchmarks: once per base, however many tenants)
 
     def tenant(
-        self, model_name: str, base_model: str, config: LoraConfig, checkpoint: Path | None
+        self,
+        model_name: str,
+        base_model: str,
+        config: LoraConfig,
+        checkpoint: Path | None,
+        seed: int | None = None,
     ) -> tuple[TenantModel, SharedBase, float]:
         """Torch thread: the tenant `model_name` on `base_model` (loaded if no tenant has
-        it); the seconds loading took (0 when it was in memory)."""
+        it; a fresh adapter's init drawn from `seed`); the seconds loading took (0 when it
+        was in memory)."""
         base = self._bases.get(base_model)
         seconds = 0.0
         if base is None:
@@ -172,7 +209,7 @@ class SharedBases:
             base = self._bases[base_model] = SharedBase(base_model, loaded)
         if model_name in base.tenants:
             raise ValueError(f"a model named {model_name!r} is already a tenant")
-        return base.add(model_name, config, checkpoint), base, seconds
+        return base.add(model_name, config, checkpoint, seed), base, seconds
 
     def release(self, model_name: str, base_model: str) -> None:
         """Torch thread: the tenant leaves; its base goes with the last one."""

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
 from safetensors.torch import load_file
 
 from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG
@@ -69,20 +68,16 @@ class TrainingClients:
     async def create(self, name: str, base_model: str, rank: int, seed: int | None) -> ClientInfo:
         """Load `base_model` with a fresh LoRA of `rank` (its init drawn from `seed`), or
         the client's latest checkpoint when one is on disk (a trainer restart)."""
+        peft_args = art.dev.PeftArgs(r=rank, lora_alpha=2 * rank)
+        if seed is not None:  # drawn on the torch thread, around the adapter's creation
+            peft_args["random_state"] = seed
         model: art.TrainableModel = art.TrainableModel(
             name=name,
             project=PROJECT,
             base_model=base_model,
-            _internal_config=art.dev.InternalModelConfig(
-                peft_args=art.dev.PeftArgs(r=rank, lora_alpha=2 * rank)
-            ),
+            _internal_config=art.dev.InternalModelConfig(peft_args=peft_args),
         )
-        if seed is not None:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                await self._backend.register(model)
-        else:
-            await self._backend.register(model)
+        await self._backend.register(model)
         return self.info(name)
 
     def info(self, name: str) -> ClientInfo:

@@ -24,7 +24,7 @@ from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion import Choice
 from prometheus_client import REGISTRY
 
-from artfleet.contracts import base_models, embedded_model
+from artfleet.contracts import base_models, embedded_model, seeds
 from artfleet.contracts.chat_template import CHATML_TEMPLATE, TOOLS_CHATML_TEMPLATE
 from artfleet.contracts.checkpoint_layout import BEST_FILE, write_best
 from artfleet_trainer.backends.art_compat import art
@@ -157,6 +157,37 @@ async def test_concurrent_requests_are_batched(fleet: Fleet) -> None:
     assert all(len(r.choices) == 1 for r in responses)
     # Some slice held more than 2 rows: the 4 requests were generated together.
     assert (_batch_histogram("+Inf") - total) - (_batch_histogram("2.0") - small) >= 1
+
+
+async def _group(fleet: Fleet, job_seed: int) -> list[list[int]]:
+    """The demo's group: 8 rollouts of one math-single prompt at once, 48 tokens at the
+    job's temperature, each request seeded as a rollout's first call is."""
+    group = seeds.group_seed(job_seed, 1, 0)
+    responses = await asyncio.gather(
+        *[
+            _ask(
+                fleet,
+                "What is 17 + 25? Reply with the final answer as a number.",
+                max_tokens=48,
+                temperature=0.7,
+                seed=seeds.call_seed(seeds.rollout_seed(group, rollout), 0),
+            )
+            for rollout in range(8)
+        ]
+    )
+    return [_token_ids(r.choices[0]) for r in responses]
+
+
+def _token_ids(choice: Choice) -> list[int]:
+    assert choice.logprobs is not None and choice.logprobs.content
+    return [int(t.token.split(":")[1]) for t in choice.logprobs.content]
+
+
+async def test_one_seed_samples_the_same_tokens_another_seed_others(fleet: Fleet) -> None:
+    first = await _group(fleet, job_seed=7)
+    assert len({tuple(ids) for ids in first}) > 1  # each rollout its own stream
+    assert await _group(fleet, job_seed=7) == first  # batched alike or not
+    assert await _group(fleet, job_seed=8) != first
 
 
 async def test_wrong_key_is_401(fleet: Fleet) -> None:
