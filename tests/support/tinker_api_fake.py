@@ -16,6 +16,7 @@ import httpx
 from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet.v1 import tinker_api_pb2_grpc as pb_grpc
 from artfleet_api.app import create_app
+from artfleet_api.server import ApiServer
 from artfleet_api.settings import ApiSettings
 from artfleet_cli.fleet import free_port
 
@@ -153,8 +154,11 @@ class Front:
 
 
 @asynccontextmanager
-async def tinker_api_front(**settings: Any) -> AsyncIterator[Front]:
-    """The API app before a FakeTinkerApi; the client sends the key as SDKs do."""
+async def tinker_api_front(served: bool = False, **settings: Any) -> AsyncIterator[Front]:
+    """The API app before a FakeTinkerApi; the client sends the key as SDKs do.
+    `served`: the API served by uvicorn on a free port (ApiServer, port 0), the client
+    talking HTTP to it (what the API's middleware sees of real sockets: Content-Length,
+    chunked bodies); else in-process."""
     trainer = FakeTinkerApi()
     server = grpc.aio.server()
     pb_grpc.add_TinkerApiServicer_to_server(trainer, server)
@@ -169,14 +173,36 @@ async def tinker_api_front(**settings: Any) -> AsyncIterator[Front]:
         **settings,
     }
     api_settings = ApiSettings(**values)
-    app = create_app(api_settings)
-    # raise_app_exceptions off: a 500 reaches the test as the response clients get.
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     try:
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=transport, base_url="http://api", headers=KEY) as client,
-        ):
-            yield Front(client, trainer, api_settings, server)
+        if served:
+            async with _served(api_settings) as client:
+                yield Front(client, trainer, api_settings, server)
+        else:
+            async with _in_process(api_settings) as client:
+                yield Front(client, trainer, api_settings, server)
     finally:
         await server.stop(None)
+
+
+@asynccontextmanager
+async def _in_process(settings: ApiSettings) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings)
+    # raise_app_exceptions off: a 500 reaches the test as the response clients get.
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://api", headers=KEY) as client,
+    ):
+        yield client
+
+
+@asynccontextmanager
+async def _served(settings: ApiSettings) -> AsyncIterator[httpx.AsyncClient]:
+    api = ApiServer(settings.model_copy(update={"host": "127.0.0.1", "port": 0}))
+    await api.start()
+    try:
+        base_url = f"http://127.0.0.1:{api.port}"
+        async with httpx.AsyncClient(base_url=base_url, headers=KEY, timeout=60) as client:
+            yield client
+    finally:
+        await api.stop()

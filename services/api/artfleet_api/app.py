@@ -1,4 +1,4 @@
-"""The FastAPI app: routers, auth and metrics middleware, error handlers, the console."""
+"""The FastAPI app: routers, auth, body and metrics middleware, error handlers, the console."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from artfleet.runtime.metrics import MetricsEndpoint
 from artfleet_api import __version__, errors, routes_jobs, routes_ops, trajectories
 from artfleet_api.backends import Backends
+from artfleet_api.body_checks import BodyMiddleware
 from artfleet_api.middleware import AuthMiddleware, MetricsMiddleware, is_open
 from artfleet_api.settings import ApiSettings
 from artfleet_api.tinker_api import routes as tinker_api
@@ -58,7 +59,9 @@ def create_app(settings: ApiSettings, metrics_port: int | None = None) -> FastAP
     app.include_router(tinker_api.router)
     _console(app)
     _document_bearer(app)
-    # Added last = outermost: metrics count the 401s too.
+    # Added last = outermost: metrics count the 401s, 413s and 415s too; a body is
+    # checked only once the token is (a stranger's 50 MB is a 401, unread).
+    app.add_middleware(BodyMiddleware, settings=settings)
     app.add_middleware(AuthMiddleware, token=settings.api_token.get_secret_value())
     app.add_middleware(MetricsMiddleware)
     return app

@@ -1,6 +1,7 @@
-"""Every error as a JSON body naming the field: request validation (422), our spec errors
-(422), and the gRPC status of the service behind (mapped once, here). Under /api/v1 the
-Tinker-compatible API has its own statuses and bodies:
+"""Every error as a JSON body naming the field: request validation (422; a body that is not
+JSON at all: 400 naming `body`), our spec errors (422), and the gRPC status of the service
+behind (mapped once, here). A body's size and type are refused before it is read
+(body_checks.py). Under /api/v1 the Tinker-compatible API has its own statuses and bodies:
 tinker_api/errors.py answers there."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from artfleet.contracts.errors import InvalidArgument
 from artfleet.specs.base import FieldError
+from artfleet_api.body_checks import json_decode_error
 from artfleet_api.models import TRAIN_BODY_TAGS
 from artfleet_api.tinker_api import errors as tinker_api_errors
 
@@ -73,6 +75,9 @@ async def _validation(request: Request, exc: Exception) -> JSONResponse:
     if tinker_api_errors.owns(request):
         return await tinker_api_errors.handle(request, exc)
     assert isinstance(exc, RequestValidationError)
+    not_json = json_decode_error(exc.errors())
+    if not_json is not None:  # pydantic locates it at a character offset: not a field
+        return JSONResponse(error_body(not_json, "body"), status_code=400)
     detail = [_detail(e) for e in exc.errors()]
     field = detail[0]["field"] if detail else None
     message = f"{field}: {detail[0]['message']}" if detail else "invalid request"

@@ -1,9 +1,9 @@
 """Bearer-token auth and request metrics, as ASGI middleware (every route, SSE included,
-without per-handler code). Open without a token: /health, the console's static files and
-the API's description (/docs, /openapi.json: no data, no secrets), so a browser opens them.
-Under /api/v1, the Tinker-compatible API, the token may also come as its
-clients send it: `X-API-Key: tml-<token>` (they refuse keys without that prefix) or
-`X-API-Key: <token>`."""
+without per-handler code; a request's body checks are body_checks.py's). Open without a
+token: /health, the console's static files and the API's description (/docs,
+/openapi.json: no data, no secrets), so a browser opens them. Under /api/v1, the
+Tinker-compatible API, the token may also come as its clients send it:
+`X-API-Key: tml-<token>` (they refuse keys without that prefix) or `X-API-Key: <token>`."""
 
 from __future__ import annotations
 
@@ -46,6 +46,33 @@ def is_open(path: str) -> bool:
     return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
 
+async def refuse(
+    send: Send,
+    path: str,
+    status: int,
+    why: str,
+    field: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    **extra: Any,
+) -> None:
+    """A middleware's own answer, in the body every error of the API has (`error`,
+    `field`, `detail`); under /api/v1 `detail` is the message, as the Tinker-compatible
+    protocol's other errors have it."""
+    detail: Any = why if path.startswith(API_KEY_PREFIX) else []
+    body = json.dumps({"error": why, "field": field, "detail": detail, **extra}).encode()
+    start = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *(headers or []),
+        ],
+    }
+    await send(start)
+    await send({"type": "http.response.body", "body": body})
+
+
 class AuthMiddleware:
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
@@ -75,20 +102,8 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         why, field = refusal
-        # Under /api/v1 `detail` is the message, as the protocol's other errors have it.
-        detail = why if field == "X-API-Key" else []
-        body = json.dumps({"error": why, "field": field, "detail": detail}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"www-authenticate", b"Bearer"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        headers = [(b"www-authenticate", b"Bearer")]
+        await refuse(send, scope["path"], 401, why, field, headers)
 
 
 class MetricsMiddleware:

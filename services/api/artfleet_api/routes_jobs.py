@@ -6,7 +6,7 @@ import logging
 from typing import Annotated, Any
 
 import grpc
-from fastapi import APIRouter, Body, Depends, Header, Query, Request
+from fastapi import APIRouter, Body, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import Discriminator, Tag
 
@@ -36,7 +36,7 @@ from artfleet_api.models import (
 from artfleet_api.sse import job_events, resume_from
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 415, 422, 502, 503, 504)
+    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 415, 422, 502, 503, 504)
 }
 router = APIRouter(responses=ERRORS)
 log = logging.getLogger(__name__)
@@ -50,25 +50,6 @@ TrainBody = Annotated[
     Annotated[TrainRequest, Tag("TrainRequest")] | Annotated[JobSubmit, Tag("JobSubmit")],
     Discriminator(_form),
 ]
-
-
-def require_json(request: Request) -> None:
-    """415 for a body that is not JSON: FastAPI would judge a form's bytes as a JSON
-    object and answer 422 about fields the sender never got wrong."""
-    given = request.headers.get("content-type")
-    if given is None:
-        return  # FastAPI reads a body without a type as JSON
-    media = given.split(";")[0].strip().lower()
-    if media == "application/json" or (
-        media.startswith("application/") and media.endswith("+json")
-    ):
-        return
-    raise ApiError(
-        415, f"the body must be JSON (Content-Type: application/json), not {media}", "Content-Type"
-    )
-
-
-JSON_BODY = [Depends(require_json)]
 
 
 def backends(request: Request) -> Backends:
@@ -140,7 +121,6 @@ def _refused(exc: grpc.aio.AioRpcError, body: TrainRequest | JobSubmit) -> ApiEr
     status_code=202,
     response_model=TrainResponse,
     tags=["training"],
-    dependencies=JSON_BODY,
 )
 async def train(
     request: Request,

@@ -41,7 +41,6 @@ from artfleet_api.models import (
 )
 from artfleet_api.routes_jobs import (
     ERRORS,
-    JSON_BODY,
     backends,
     environment_info,
     latest_job,
@@ -74,7 +73,7 @@ async def _policy(request: Request, body: RolloutRequest) -> tuple[str, str]:
     return job.policy, request.app.state.settings.policy_base_url
 
 
-@router.post("/rollout", response_model=RolloutResponse, tags=["rollouts"], dependencies=JSON_BODY)
+@router.post("/rollout", response_model=RolloutResponse, tags=["rollouts"])
 async def rollout(request: Request, body: RolloutRequest) -> RolloutResponse:
     """Runs one group of episodes (Rollout.RunGroup), scored by the environment's default
     reward (its agent kind's, as a job without `reward` is)."""
@@ -202,9 +201,7 @@ async def _validate_judge(request: Request, spec: pb.RewardSpec) -> None:
         raise ApiError(422, judge_key_hint(field, message or field), "judge_model") from None
 
 
-@router.post(
-    "/evaluate", response_model=EvaluateResponse, tags=["evaluation"], dependencies=JSON_BODY
-)
+@router.post("/evaluate", response_model=EvaluateResponse, tags=["evaluation"])
 async def evaluate(request: Request, body: EvaluateRequest) -> EvaluateResponse:
     """Scores the trajectories with the judge (or RULER) through Reward.ScoreGroup."""
     group = _group(body)  # a message the proto cannot carry is a 422 before any call

@@ -46,6 +46,12 @@ class ApiServer:
             await asyncio.sleep(0.05)
         self.health.start()
 
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one the system chose, for port 0); once started."""
+        port: int = self._server.servers[0].sockets[0].getsockname()[1]
+        return port
+
     async def stop(self) -> None:
         await self.health.stop()
         self._server.should_exit = True

@@ -6,6 +6,8 @@ from pydantic import Field
 
 from artfleet.runtime.config import CommonSettings, NameMap
 
+MIB = 1024 * 1024
+
 
 class ApiSettings(CommonSettings):
     host: str = Field(default="127.0.0.1")
@@ -22,6 +24,17 @@ class ApiSettings(CommonSettings):
     health_timeout_s: float = Field(default=2.0, gt=0)
     # Clients of the Tinker-compatible API poll a future again at once and
     # give up on a poll after 45 s: each poll waits on the trainer well inside that.
+    # Every route's body is bounded (413 past it: body_checks.py); the routes that carry
+    # training data or trajectories (body_checks.DATA_ROUTES) have a larger bound of their
+    # own, under what the trainer's gRPC takes in one message (64 MiB of protobuf).
+    max_body_bytes: int = Field(
+        default=4 * MIB, ge=1024, description="largest request body of a route (413 above)"
+    )
+    max_data_body_bytes: int = Field(
+        default=64 * MIB,
+        ge=1024,
+        description="largest body of forward_backward, forward and /evaluate (413 above)",
+    )
     tinker_api_wait_s: float = Field(
         default=20.0, ge=0, le=35, description="how long retrieve_future waits for a result"
     )

@@ -15,8 +15,10 @@ environment by its own evaluate tool).
 from __future__ import annotations
 
 import queue
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,14 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
 from artfleet_cli import render
 from artfleet_cli.client import TokenOpt, fail, service
+from artfleet_cli.eval_progress import (
+    PARTIAL_FILE,
+    Stopped,
+    TaskProgress,
+    mark_partial,
+    partial_note,
+    stopped_by_signals,
+)
 from artfleet_cli.policy_check import check_base_url, check_model_name, check_policy
 from artfleet_cli.rollout import (
     BaseUrlOpt,
@@ -81,9 +91,13 @@ def load_summary(path: Path) -> pb.EvalSummary:
     """An eval's summary.json, given as the file or its folder."""
     file = path / SUMMARY_FILE if path.is_dir() else path
     try:
-        return json_format.Parse(file.read_text(), pb.EvalSummary())
+        summary = json_format.Parse(file.read_text(), pb.EvalSummary())
     except (OSError, json_format.ParseError) as exc:
         fail(f"cannot read an evaluation from {path}: {exc}")
+    note = partial_note(path)
+    if note is not None:  # a stopped eval run's: compared on the tasks it has
+        print(f"note: {note}", file=sys.stderr)
+    return summary
 
 
 def summary_table(summary: pb.EvalSummary) -> Table:
@@ -116,15 +130,24 @@ def common_error(responses: list[rollout_pb2.RunGroupResponse]) -> str | None:
     return errors.pop() if len(errors) == 1 else None
 
 
+Response = rollout_pb2.RunGroupResponse
+
+
 def run_tasks(
-    start: Callable[[str], Any], scenarios: list[str], concurrency: int
-) -> dict[str, rollout_pb2.RunGroupResponse]:
+    start: Callable[[str], Any],
+    scenarios: list[str],
+    concurrency: int,
+    responses: dict[str, Response] | None = None,
+    on_done: Callable[[str, Response], None] | None = None,
+) -> dict[str, Response]:
     """Runs `concurrency` tasks at once (`start` gives a future of a RunGroupResponse).
     Stops, cancelling the rest, once the first EARLY_STOP_TASKS tasks all failed every
-    sample with the same error: the rest would too (a policy that breaks every call)."""
+    sample with the same error: the rest would too (a policy that breaks every call).
+    `responses` is filled as tasks finish, `on_done` told of each: what a run stopped
+    midway (eval_progress.Stopped) has."""
     done: queue.Queue[str] = queue.Queue()
     running: dict[str, Any] = {}
-    responses: dict[str, rollout_pb2.RunGroupResponse] = {}
+    responses = {} if responses is None else responses
     waiting = list(scenarios)
     try:
         while waiting or running:
@@ -134,6 +157,8 @@ def run_tasks(
                 running[scenario].add_done_callback(lambda _, s=scenario: done.put(s))
             scenario = done.get()
             responses[scenario] = running.pop(scenario).result()
+            if on_done is not None:
+                on_done(scenario, responses[scenario])
             error = common_error(list(responses.values()))
             if error and len(responses) >= EARLY_STOP_TASKS and (waiting or running):
                 fail(
@@ -180,7 +205,9 @@ def run(
     """Evaluate a policy: mean reward, success rate, avg@k, pass@k and a per-task table.
     Checks first that the endpoint serves the model (exit 2 if not, 1 if it cannot be
     reached); exits 1 with the cause when no task returned a sample, stopping early when
-    the first tasks all failed with the same error."""
+    the first tasks all failed with the same error. Progress: a line per finished task on
+    stderr when the output is not a terminal. SIGINT or SIGTERM: the finished tasks are
+    written to --out as partial results (partial.json), exit 130 or 143."""
     base_url = policy_url(base_url)
     spec = job_defaults(
         dict(
@@ -195,42 +222,89 @@ def run(
     check_model_name(model)
     check_base_url(base_url)
     start = time.monotonic()
-    with service(target, token, "rollout service") as channel:
-        stub = rollout_pb2_grpc.RolloutStub(channel)
-        info = stub.DescribeEnvironment(
-            rollout_pb2.DescribeEnvironmentRequest(name=env), timeout=30
+    run = EvalRun()
+    with stopped_by_signals():
+        try:
+            with service(target, token, "rollout service") as channel:
+                stub = rollout_pb2_grpc.RolloutStub(channel)
+                info = stub.DescribeEnvironment(
+                    rollout_pb2.DescribeEnvironmentRequest(name=env), timeout=30
+                )
+                run.scenarios = eval_tasks(info, split, max_tasks)
+                spec = with_default_reward(spec, info.agent)
+                run.served_as = check_policy(stub, base_url, model, api_key_env)
+
+                def one(scenario: str) -> Any:
+                    task = build_task(
+                        spec,
+                        scenario,
+                        rollouts=k,
+                        model_base_url=base_url,
+                        policy=model,
+                        model_api_key_env=api_key_env,
+                    )
+                    request = rollout_pb2.RunGroupRequest(task=task)
+                    return stub.RunGroup.future(request, timeout=timeout_s)
+
+                with TaskProgress(len(run.scenarios)) as progress:
+                    run_tasks(one, run.scenarios, concurrency, run.responses, progress.done)
+        except Stopped as stop:
+            run.stopped = stop
+    summary = _summary(run, k=k, split=split, model=model, seconds=time.monotonic() - start)
+    _report(run, summary, out, model)
+
+
+@dataclass
+class EvalRun:
+    """What `eval run` has: its tasks, those finished, and the signal that stopped it."""
+
+    scenarios: list[str] = field(default_factory=list)
+    responses: dict[str, Response] = field(default_factory=dict)
+    served_as: str = ""
+    stopped: Stopped | None = None
+
+    def finished(self) -> dict[str, Response]:
+        """The finished tasks, in the tasks' order."""
+        return {s: self.responses[s] for s in self.scenarios if s in self.responses}
+
+
+def _summary(run: EvalRun, *, k: int, split: str, model: str, seconds: float) -> pb.EvalSummary:
+    if run.stopped is not None and not run.responses:
+        fail(
+            f"stopped by {run.stopped.signal_name} before any task finished", run.stopped.exit_code
         )
-        scenarios = eval_tasks(info, split, max_tasks)
-        spec = with_default_reward(spec, info.agent)
-        served_as = check_policy(stub, base_url, model, api_key_env)
-
-        def one(scenario: str) -> Any:
-            task = build_task(
-                spec,
-                scenario,
-                rollouts=k,
-                model_base_url=base_url,
-                policy=model,
-                model_api_key_env=api_key_env,
-            )
-            request = rollout_pb2.RunGroupRequest(task=task)
-            return stub.RunGroup.future(request, timeout=timeout_s)
-
-        responses = run_tasks(one, scenarios, concurrency)
+    responses = run.finished()
     results = [evaluation.task_result(s, r.group) for s, r in responses.items()]
-    summary = evaluation.summarize(
-        results, k=k, split=split, policy=model, seconds=time.monotonic() - start
-    )
+    summary = evaluation.summarize(results, k=k, split=split, policy=model, seconds=seconds)
     # Which checkpoint `name@best` (or a plain name) was: what the answers named.
     trajectories = (t for r in responses.values() for t in r.group.trajectories)
-    summary.served_policy = evaluation.served_policy(served_as, trajectories)
+    summary.served_policy = evaluation.served_policy(run.served_as, trajectories)
+    return summary
+
+
+def _report(run: EvalRun, summary: pb.EvalSummary, out: Path | None, model: str) -> None:
+    """The outputs (--out) and the tables; a stopped run's as partial results, exiting
+    with the signal's code (130 for SIGINT, 143 for SIGTERM)."""
+    responses = run.finished()
     if out is not None:
         write_outputs(out, summary, responses)
+        (out / PARTIAL_FILE).unlink(missing_ok=True)  # a stopped run's, from before
+        if run.stopped is not None:
+            not_done = [s for s in run.scenarios if s not in responses]
+            mark_partial(out, run.stopped, list(responses), not_done)
     render.console.print(summary_table(summary))
     render.console.print(render.eval_line(summary))
     if summary.served_policy and summary.served_policy != model:
         render.console.print(f"{model} answered as {summary.served_policy}", markup=False)
-    if not any(r.samples for r in results):
+    if run.stopped is not None:
+        where = f", written to {out} ({PARTIAL_FILE} says so)" if out is not None else ""
+        print(
+            f"stopped by {run.stopped.signal_name}: partial results, {len(responses)} of "
+            f"{len(run.scenarios)} tasks{where}",
+            file=sys.stderr,
+        )
+        raise SystemExit(run.stopped.exit_code)
+    if not any(r.samples for r in summary.results):
         fail(f"no sample came back: {common_error(list(responses.values())) or 'see above'}", 1)
 
 

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from artfleet.v1 import tinker_api_pb2 as pb
+from artfleet_api.body_checks import json_decode_error
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,9 @@ async def handle(request: Request, exc: Exception) -> JSONResponse:
         log.info("%s %s -> %s %s", request.method, path, exc.code().name, details)
         return detail_response(rpc_status(exc.code(), path), details)
     if isinstance(exc, RequestValidationError):
+        not_json = json_decode_error(exc.errors())
+        if not_json is not None:  # no call to pass over: the body names none readably
+            return detail_response(400, not_json)
         message = validation_message(exc.errors())
         call = call_of(exc.body) if path in CLIENT_CALLS else None
         if call is not None:

@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from artfleet.v1 import tinker_api_pb2 as pb
+from artfleet_api.body_checks import not_json
 from artfleet_api.tinker_api import bodies as b
 from artfleet_api.tinker_api import fwdbwd, refused, rest, results, wire
 from artfleet_api.tinker_api.deps import Api, TinkerApi
@@ -113,13 +114,15 @@ async def forward_backward(request: Request, api: Api) -> dict[str, Any]:
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding != "identity":  # client/config offers no compression
         raise WireError(f"Content-Encoding: {encoding!r} is not accepted", status=415)
-    raw = await request.body()
+    raw = await request.body()  # its type and size are body_checks.py's
     if results.PROTOBUF in request.headers.get("content-type", "").lower():
         return await _submit(api, fwdbwd.from_proto(raw))
     try:  # json, not pydantic's parser: NaN parses, to be refused by name
         data = json.loads(raw)
-    except ValueError as exc:
-        raise WireError("body: neither JSON nor Content-Type application/x-protobuf") from exc
+    except json.JSONDecodeError as exc:
+        raise WireError(not_json(exc.msg, exc.pos)) from exc
+    except ValueError as exc:  # not UTF-8 text
+        raise WireError(not_json(str(exc), None)) from exc
     try:
         body = b.ForwardBackwardBody.model_validate(data)
     except ValidationError as exc:
