@@ -440,7 +440,9 @@ def trained_entry(step: int, gathered: Gathered, groups: list[art.TrajectoryGrou
 def internal_config(spec: JobSpecModel) -> art.dev.InternalModelConfig:
     """LoRA shape, plus HUD's GPU memory knobs when the spec sets them (art backend)."""
     config = art.dev.InternalModelConfig(
-        peft_args=art.dev.PeftArgs(r=spec.lora_rank, lora_alpha=2 * spec.lora_rank)
+        peft_args=art.dev.PeftArgs(
+            r=spec.lora_rank, lora_alpha=2 * spec.lora_rank, random_state=spec.seed
+        )
     )
     if spec.max_seq_length is not None:
         config["init_args"] = art.dev.InitArgs(max_seq_length=spec.max_seq_length)
