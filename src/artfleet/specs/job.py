@@ -100,7 +100,9 @@ class JobSpecModel(BaseModel):
     )
     learning_rate: float = Field(default=5e-5, gt=0, le=1.0)
     max_turns: int = Field(default=4, ge=1, le=200, description="assistant turns per episode")
-    seed: int = Field(default=0, ge=0, description="scenario order")
+    seed: int = Field(
+        default=0, ge=0, description="scenario order, each policy request's sampling, LoRA init"
+    )
     temperature: float = Field(default=0.7, ge=0, le=5.0)  # the terminal agent's default
     max_tokens: int = Field(default=96, ge=1, le=32_768)
     # The episode's context budget; refused at submit beyond what the serving engine takes

@@ -25,14 +25,16 @@ def test_unset_knobs_stay_unset_and_leave_arts_defaults() -> None:
     assert not message.HasField("max_seq_length")
     assert not message.HasField("gpu_memory_utilization")
     assert dict(internal_config(spec_from_proto(message))) == {
-        "peft_args": {"r": 8, "lora_alpha": 16}
+        "peft_args": {"r": 8, "lora_alpha": 16, "random_state": spec.seed}
     }
 
 
 def test_set_knobs_become_init_and_engine_args() -> None:
-    spec = validate_spec({"max_seq_length": 2048, "gpu_memory_utilization": 0.6, "lora_rank": 4})
+    spec = validate_spec(
+        {"max_seq_length": 2048, "gpu_memory_utilization": 0.6, "lora_rank": 4, "seed": 13}
+    )
     assert dict(internal_config(spec)) == {
-        "peft_args": {"r": 4, "lora_alpha": 8},
+        "peft_args": {"r": 4, "lora_alpha": 8, "random_state": 13},  # the job's LoRA init
         "init_args": {"max_seq_length": 2048},
         "engine_args": {"gpu_memory_utilization": 0.6},
     }

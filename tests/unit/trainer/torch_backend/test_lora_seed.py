@@ -64,11 +64,3 @@ async def test_one_seed_one_starting_adapter(
     assert _same(first, beside) and _same(first, elsewhere)
     other = await _adapter(one, "other", model_dir, seed=6)
     assert not _same(first, other)
-
-
-def test_a_jobs_seed_and_rank_reach_its_lora_config() -> None:
-    from artfleet.specs.job import JobSpecModel
-    from artfleet_trainer.jobs.runner import internal_config
-
-    peft = internal_config(JobSpecModel.model_validate({"seed": 13, "lora_rank": 4}))["peft_args"]
-    assert (peft["r"], peft["lora_alpha"], peft["random_state"]) == (4, 8, 13)
