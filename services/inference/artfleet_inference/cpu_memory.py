@@ -85,7 +85,7 @@ def kv_cache_bytes(setting: float | Literal["auto"], need: KvNeed, memory: Machi
             "set it higher, or a shorter ARTFLEET_INFERENCE_MAX_MODEL_LEN"
         )
     if wanted > room:
-        fits = f"at most {max(room, 0) / GiB:.2f} fits" if room > 0 else "none fits"
+        fits = f"at most {room / GiB:.2f} GiB fits" if room > 0 else "none fits"
         raise KvCacheError(
             f"{SETTING}={setting:g} does not fit: {besides}; {fits}. Set {SETTING} lower "
             "or to auto, or free memory"

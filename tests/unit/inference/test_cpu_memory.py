@@ -47,7 +47,7 @@ def test_a_number_is_kept_fractions_included() -> None:
 
 
 def test_a_number_that_does_not_fit_says_what_does() -> None:
-    with pytest.raises(KvCacheError, match=r"KV_CACHE_GIB=2 does not fit.*at most 1\.00 fits"):
+    with pytest.raises(KvCacheError, match=r"KV_CACHE_GIB=2 does not fit.*at most 1\.00 GiB fits"):
         kv_cache_bytes(2.0, NEED, _machine(4))
     with pytest.raises(KvCacheError, match="none fits"):
         kv_cache_bytes(0.5, NEED, _machine(2))
