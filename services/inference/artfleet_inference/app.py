@@ -16,6 +16,7 @@ from artfleet.contracts.checkpoint_layout import find_checkpoint
 from artfleet.contracts.embedded_model import ensure_embedded_cache
 from artfleet.runtime.cuda_driver import cuda_problem, floor_line, probe_torch, read_driver_version
 from artfleet.runtime.health import HealthMonitor
+from artfleet_inference.cpu_memory import KvCacheError
 from artfleet_inference.engine import PolicyEngine
 from artfleet_inference.policies import PolicyTable
 from artfleet_inference.server import Front
@@ -64,6 +65,7 @@ class InferenceApp:
         self._vllm: VllmServer | None = None
         self._engine: PolicyEngine | None = None
         self._watch: asyncio.Task[None] | None = None
+        self.exit_status = 0  # non-zero once vLLM died (serve's run() exits with it)
         # Merged copies and adapters fill the workdir (rewritten in place, so never "stale").
         self.health = HealthMonitor.for_service(
             "inference", settings, store_dirs=[settings.inference_workdir]
@@ -78,7 +80,10 @@ class InferenceApp:
         base_name = settings.inference_model
         aliases = MODEL_ALIASES if base_name in MODEL_ALIASES else frozenset()
         self._vllm = VllmServer(settings, base_dir, base_name, workdir / "vllm.log")
-        await self._vllm.start()
+        try:
+            await self._vllm.start()
+        except KvCacheError as exc:
+            raise SystemExit(f"configuration error: {exc}") from None
         art_path = Path(settings.art_path)
         table = PolicyTable(
             base_name,
@@ -101,7 +106,7 @@ class InferenceApp:
             self._engine,
             settings.api_token.get_secret_value(),
             art_path,
-            lambda: vllm.returncode() is None,
+            lambda: vllm.end() is None,
         )
         self._runner = web.AppRunner(front.app, access_log=None)
         await self._runner.setup()
@@ -122,10 +127,12 @@ class InferenceApp:
         )
 
     async def _watch_vllm(self) -> None:
-        """vLLM gone means nothing is served: end the process (its supervisor restarts it)."""
+        """vLLM gone means nothing is served: end the process with a non-zero status
+        naming what died (its supervisor restarts it)."""
         assert self._vllm is not None
-        code = await self._vllm.wait()
-        log.error("vLLM exited with %s; stopping", code)
+        end = await self._vllm.ended()
+        self.exit_status = end.exit_status()
+        log.error("%s; stopping (exit status %d)", end.describe(), self.exit_status)
         os.kill(os.getpid(), signal.SIGTERM)
 
     async def stop(self) -> None:

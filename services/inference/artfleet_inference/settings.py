@@ -14,6 +14,7 @@ from artfleet.runtime.config import ServerSettings
 # A number, or "auto": derived from the model's config.json (artfleet.contracts.gpu_plan).
 ContextLength = Annotated[int, Field(gt=0)] | Literal["auto"]
 GpuShare = Annotated[float, Field(gt=0, le=1)] | Literal["auto"]
+KvCacheGib = Annotated[float, Field(gt=0)] | Literal["auto"]
 
 
 class InferenceSettings(ServerSettings):
@@ -83,7 +84,13 @@ class InferenceSettings(ServerSettings):
         "to vLLM's values) come from artfleet.contracts.gpu_tenants.lora_serving, and the "
         "engine keeps every tenant's policy registered; 0: the two settings above as given",
     )
-    inference_kv_cache_gib: float = Field(default=2.0, gt=0, description="CPU KV cache (GiB)")
+    inference_kv_cache_gib: KvCacheGib = Field(
+        default="auto",
+        description="vLLM's CPU KV cache in GiB (fractions allowed: vLLM gets bytes), or "
+        "auto: what the machine's available memory (MemAvailable, the cgroup's limit) "
+        "holds beside the model and vLLM's processes, at most 2 (artfleet_inference."
+        "cpu_memory); checked before vLLM starts",
+    )
     inference_gpu_memory_utilization: GpuShare = Field(
         default="auto",
         description="vLLM's share of the GPU's memory when the trainer shares it; auto: "

@@ -14,7 +14,6 @@ import os
 import secrets
 import shlex
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -27,9 +26,11 @@ import aiohttp
 from artfleet.contracts import gpu_plan
 from artfleet.contracts.gpu_tenants import LoraServing, lora_serving
 from artfleet.runtime.service import free_port
-from artfleet_inference import vllm_worker
+from artfleet_inference import cpu_memory, vllm_main, vllm_worker
 from artfleet_inference.engine import MAX_REGISTERED_ADAPTERS
+from artfleet_inference.process_group import spawn_group, stop_group
 from artfleet_inference.settings import InferenceSettings
+from artfleet_inference.vllm_exit import ChildEnd, LogTail, VllmEnd, first_child_end
 
 log = logging.getLogger(__name__)
 WORKER_EXTENSION = f"{vllm_worker.__name__}.{vllm_worker.PolicyWeights.__name__}"
@@ -47,8 +48,9 @@ class LaunchMemory:
 
     dtype: str
     max_model_len: int
-    gpu_memory_utilization: float | None  # None on a CPU (VLLM_CPU_KVCACHE_SPACE instead)
+    gpu_memory_utilization: float | None  # None on a CPU (kv_cache_bytes instead)
     plan: gpu_plan.GpuPlan | None = None  # the GPU plan an `auto` came from
+    kv_cache_bytes: int | None = None  # on a CPU: vLLM's --kv-cache-memory-bytes
 
 
 def vllm_dtype(settings: InferenceSettings) -> str:
@@ -58,31 +60,33 @@ def vllm_dtype(settings: InferenceSettings) -> str:
 
 
 def uses_model_config(settings: InferenceSettings) -> bool:
-    """Whether an `auto` needs the model's config.json (and on CUDA the GPU's memory)."""
+    """Whether the launch needs the model's config.json: on a CPU always (the memory check
+    counts its weights), on CUDA for an `auto` (with the GPU's memory)."""
     gpu_auto = settings.inference_gpu_memory_utilization == "auto"
     cuda = settings.inference_device == "cuda"
-    return settings.inference_max_model_len == "auto" or (cuda and gpu_auto)
+    return settings.inference_max_model_len == "auto" or not cuda or gpu_auto
 
 
 def launch_memory(
     settings: InferenceSettings,
     config: Mapping[str, Any] | None = None,
     gpu_total_bytes: int | None = None,
+    machine: cpu_memory.MachineMemory | None = None,
 ) -> LaunchMemory:
-    """Resolve `auto` (pure: unit-tested). On a CPU, max_model_len is the longest whose
-    KV_SEQUENCES fit the KV cache; on CUDA both come from `gpu_plan.plan_gpu`, which also
-    takes a number given for either one as fixed."""
+    """Resolve `auto` (pure: unit-tested). On a CPU, the KV cache fits `machine`'s memory
+    (cpu_memory.kv_cache_bytes) and max_model_len is the longest whose KV_SEQUENCES fit it;
+    on CUDA both come from `gpu_plan.plan_gpu`, which also takes a number given for either
+    one as fixed."""
     dtype, length = vllm_dtype(settings), settings.inference_max_model_len
     share = settings.inference_gpu_memory_utilization
+    if settings.inference_device == "cpu":
+        return _cpu_launch_memory(settings, dtype, config, machine)
     if not uses_model_config(settings):
         assert length != "auto"
         return LaunchMemory(dtype, length, None if share == "auto" else share)
     if config is None:
         raise ValueError("max_model_len or gpu_memory_utilization auto needs the config.json")
     value_bytes = gpu_plan.dtype_bytes(dtype, gpu_plan.ModelShape.from_config(config).weight_bytes)
-    if settings.inference_device == "cpu":
-        kv_cache = int(settings.inference_kv_cache_gib * gpu_plan.GiB)
-        return LaunchMemory(dtype, gpu_plan.fit_max_model_len(config, kv_cache, value_bytes), None)
     if gpu_total_bytes is None:
         raise ValueError("auto on CUDA needs the GPU's total memory")
     lora = lora_flags(settings)
@@ -97,6 +101,32 @@ def launch_memory(
         gpu_memory_utilization=None if share == "auto" else share,
     )
     return LaunchMemory(dtype, plan.max_model_len, plan.gpu_memory_utilization, plan)
+
+
+def _cpu_launch_memory(
+    settings: InferenceSettings,
+    dtype: str,
+    config: Mapping[str, Any] | None,
+    machine: cpu_memory.MachineMemory | None,
+) -> LaunchMemory:
+    setting, length = settings.inference_kv_cache_gib, settings.inference_max_model_len
+    if config is None or machine is None:
+        if setting == "auto" or length == "auto":
+            raise ValueError("auto on a CPU needs the config.json and the machine's memory")
+        return LaunchMemory(dtype, length, None, kv_cache_bytes=int(setting * gpu_plan.GiB))
+    shape = gpu_plan.ModelShape.from_config(config)
+    value_bytes = gpu_plan.dtype_bytes(dtype, shape.weight_bytes)
+    # An `auto` length is fitted to the KV cache after: the cache must hold the shortest.
+    checked = gpu_plan.candidate_lengths(shape.max_positions)[-1] if length == "auto" else length
+    need = cpu_memory.KvNeed(
+        weight_bytes=shape.params() * value_bytes,
+        sequence_bytes=checked * shape.kv_bytes_per_token(value_bytes),
+        max_model_len=checked,
+    )
+    kv_cache = cpu_memory.kv_cache_bytes(setting, need, machine)
+    if length == "auto":
+        length = gpu_plan.fit_max_model_len(config, kv_cache, value_bytes)
+    return LaunchMemory(dtype, length, None, kv_cache_bytes=kv_cache)
 
 
 def lora_flags(settings: InferenceSettings) -> LoraServing:
@@ -151,7 +181,7 @@ def vllm_launch(
     argv = [
         settings.inference_vllm_python,
         "-m",
-        "vllm.entrypoints.openai.api_server",  # the `vllm` script fails under `vllm-cpu`
+        vllm_main.__name__,  # vLLM's API server, its processes dying with this one
         "--model",
         str(model_dir),
         "--served-model-name",
@@ -189,16 +219,18 @@ def vllm_launch(
     if settings.inference_reasoning_parser:
         argv += ["--reasoning-parser", settings.inference_reasoning_parser]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTFLEET_")}
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # whole GiB only; it would override the flag
     env.update(
         VLLM_SERVER_DEV_MODE="1",  # /collective_rpc reload_weights, /reset_prefix_cache
         VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
         HF_HUB_OFFLINE="1",
     )
+    env[vllm_main.PARENT_ENV] = str(os.getpid())
     source = package_source_dir()
     if source is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH", "")]))
-    if settings.inference_device == "cpu":
-        env["VLLM_CPU_KVCACHE_SPACE"] = f"{settings.inference_kv_cache_gib:g}"
+    if memory.kv_cache_bytes is not None:
+        argv += ["--kv-cache-memory-bytes", str(memory.kv_cache_bytes)]
     elif memory.gpu_memory_utilization is not None:
         argv += ["--gpu-memory-utilization", f"{memory.gpu_memory_utilization:g}"]
     argv += shlex.split(settings.inference_extra_args)
@@ -220,14 +252,24 @@ def resolve_launch_memory(settings: InferenceSettings, model_dir: Path) -> Launc
     if not uses_model_config(settings):
         return launch_memory(settings)
     config = gpu_plan.read_config(model_dir)
-    cuda = settings.inference_device == "cuda"
-    memory = launch_memory(settings, config, gpu_total_bytes(settings) if cuda else None)
-    if memory.plan is None:
-        log.info("vLLM max_model_len %d (auto, CPU KV cache)", memory.max_model_len)
-    elif memory.plan.fits:
-        log.info("GPU plan for %s: %s", model_dir, memory.plan.summary())
-    else:
-        log.warning("GPU plan for %s: %s", model_dir, memory.plan.summary())
+    if settings.inference_device == "cpu":
+        machine = cpu_memory.machine_memory()
+        memory = launch_memory(settings, config, machine=machine)
+        assert memory.kv_cache_bytes is not None
+        log.info(
+            "vLLM's KV cache %.2f GiB (%s=%s; %s %.2f GiB), max_model_len %d",
+            memory.kv_cache_bytes / gpu_plan.GiB,
+            cpu_memory.SETTING,
+            settings.inference_kv_cache_gib,
+            machine.source,
+            machine.available / gpu_plan.GiB,
+            memory.max_model_len,
+        )
+        return memory
+    memory = launch_memory(settings, config, gpu_total_bytes(settings))
+    assert memory.plan is not None  # an `auto` was resolved
+    level = logging.INFO if memory.plan.fits else logging.WARNING
+    log.log(level, "GPU plan for %s: %s", model_dir, memory.plan.summary())
     return memory
 
 
@@ -278,17 +320,21 @@ def _torch_total_bytes(python: str) -> int | None:
 def why(log_text: str, most: int = 12) -> str:
     """The root cause from vLLM's log: its error lines, the first and the last of them when
     there are many (a worker's traceback ends far above the engine's generic
-    "initialization failed"), then the log's last lines."""
+    "initialization failed"), then the log's last lines; a KV cache vLLM found too large
+    is named by our setting (vLLM names its own)."""
     lines = log_text.splitlines()
     errors = [line for line in lines if " ERROR " in line or "Error:" in line]
     # A traceback's first lines say where, its last ones what.
     picked = errors if len(errors) <= most else [*errors[:4], "...", *errors[-(most - 4) :]]
+    if "less than requested memory for kv" in log_text:
+        picked.append(f"(vLLM's KV cache is {cpu_memory.SETTING}: lower it or free memory)")
     return "\n".join([*picked, "...", *lines[-8:]])
 
 
 class VllmServer:
-    """`start()` spawns vLLM (its own process group) and waits until `/health` answers;
-    `stop(grace)` sends SIGTERM to that group, then SIGKILL past the grace."""
+    """`start()` spawns vLLM (its own process group, dying with this process) and waits
+    until `/health` answers; `ended()` waits until vLLM dies and tells how; `stop(grace)`
+    ends the whole group (SIGTERM, SIGKILL past the grace)."""
 
     def __init__(
         self, settings: InferenceSettings, model_dir: Path, served_name: str, log_path: Path
@@ -301,49 +347,60 @@ class VllmServer:
         self._launch: VllmLaunch | None = None  # at start: an `auto` may ask the GPU
         self._timeout_s = settings.inference_start_timeout_s
         self._log_path = log_path
+        self._log: LogTail | None = None  # this start's part of the log
+        self._child: ChildEnd | None = None  # the first vLLM child found dead
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def returncode(self) -> int | None:
-        return None if self._proc is None else self._proc.poll()
+    @property
+    def pid(self) -> int | None:
+        """The API server's pid: also its process group's id."""
+        return None if self._proc is None else self._proc.pid
+
+    def end(self) -> VllmEnd | None:
+        """How vLLM ended, once its API server exited or a child of it died; else None."""
+        if self._proc is None or self._log is None:
+            return None
+        code = self._proc.poll()
+        # The child's line comes first: the API server exits after it has logged it.
+        self._child = self._child or first_child_end(self._log.read())
+        if code is None and self._child is None:
+            return None
+        return VllmEnd(self._proc.pid, code, self._child)
 
     async def start(self) -> None:
         memory = await asyncio.to_thread(resolve_launch_memory, self._settings, self._model_dir)
         self._launch = vllm_launch(
             self._settings, self._model_dir, self._served_name, self.port, self.key, memory
         )
-        await asyncio.to_thread(self._spawn)
+        self._spawn()  # in the main thread: PR_SET_PDEATHSIG follows the forking thread
         await self._wait_ready()
 
     def _spawn(self) -> None:
         assert self._launch is not None
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = LogTail(self._log_path)
         with open(self._log_path, "ab") as out:
-            self._proc = subprocess.Popen(
-                self._launch.argv,
-                env=self._launch.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            self._proc = spawn_group(self._launch.argv, self._launch.env, out)
         log.info("vLLM starting (pid %d, log %s)", self._proc.pid, self._log_path)
 
-    async def wait(self) -> int:
-        """Until vLLM exits; its exit code."""
-        assert self._proc is not None
-        return await asyncio.to_thread(self._proc.wait)
+    async def ended(self, poll_s: float = 0.5) -> VllmEnd:
+        """Until vLLM dies (its API server exits, or its log tells a child died)."""
+        while (end := self.end()) is None:  # noqa: ASYNC110  # the log has no event to await
+            await asyncio.sleep(poll_s)
+        return end
 
     async def _wait_ready(self) -> None:
         deadline = time.monotonic() + self._timeout_s
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
             while True:
-                if self.returncode() is not None:
-                    text = self._log_path.read_text(errors="replace")
-                    raise RuntimeError(f"vLLM exited with {self.returncode()}:\n{why(text)}")
+                end = self.end()
+                if end is not None:
+                    assert self._log is not None
+                    raise RuntimeError(f"{end.describe()}:\n{why(self._log.text)}")
                 try:
                     async with session.get(f"{self.base_url}/health") as reply:
                         if reply.status == 200:
@@ -356,12 +413,8 @@ class VllmServer:
                 await asyncio.sleep(0.5)
 
     async def stop(self, grace_s: float) -> None:
+        """Ends vLLM's whole process group, also when its API server has exited already
+        (its engine processes may outlive it)."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        os.killpg(proc.pid, signal.SIGTERM)  # the group we started: vLLM's engine workers too
-        try:
-            await asyncio.to_thread(proc.wait, grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            await asyncio.to_thread(proc.wait, 10)
+        if proc is not None:
+            await stop_group(proc, grace_s)

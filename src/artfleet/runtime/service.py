@@ -100,7 +100,12 @@ async def _stop(app: Lifecycle, *, failed: bool) -> None:
 
 
 def run(app: Lifecycle) -> None:
+    """`serve(app)`; then exits with the app's `exit_status` where it set one (non-zero:
+    the app ended itself on a fault, e.g. inference's vLLM died), for its supervisor."""
     asyncio.run(serve(app))
+    status = getattr(app, "exit_status", 0)
+    if status:
+        raise SystemExit(status)
 
 
 def service_main(

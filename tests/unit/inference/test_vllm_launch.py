@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from artfleet.contracts.gpu_plan import H100_80GB_BYTES, QWEN3, MiB, VllmLimits, plan_gpu
+from artfleet.contracts.gpu_plan import H100_80GB_BYTES, QWEN3, GiB, MiB, VllmLimits, plan_gpu
+from artfleet_inference import vllm_main
+from artfleet_inference.cpu_memory import KvCacheError, MachineMemory
 from artfleet_inference.engine import MAX_REGISTERED_ADAPTERS
 from artfleet_inference.settings import InferenceSettings
 from artfleet_inference.vllm_server import (
@@ -23,7 +25,10 @@ from artfleet_inference.vllm_server import (
 
 
 def _settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> InferenceSettings:
+    """Settings from `env`; a fixed 2 GiB KV cache unless `env` says (`auto` reads the
+    machine's memory: tests/unit/inference/test_cpu_memory.py)."""
     monkeypatch.setenv("ARTFLEET_API_TOKEN", "a-real-token-for-tests")
+    monkeypatch.setenv("ARTFLEET_INFERENCE_KV_CACHE_GIB", "2")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return InferenceSettings()  # type: ignore[call-arg]  # from the environment
@@ -35,16 +40,20 @@ def _flag(argv: list[str], name: str) -> str:
 
 def test_cpu_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ARTFLEET_SOMETHING", "not for vllm")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")  # whole GiB; would override the flag
     settings = _settings(monkeypatch, ARTFLEET_INFERENCE_VLLM_PYTHON="/opt/vllm/bin/python")
     launch = vllm_launch(settings, Path("/models/m"), "m", 1234, "k")
     argv = launch.argv
-    assert argv[:3] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    # vLLM's API server through vllm_main: its processes die with this one.
+    assert argv[:3] == ["/opt/vllm/bin/python", "-m", "artfleet_inference.vllm_main"]
+    assert launch.env[vllm_main.PARENT_ENV] == str(os.getpid())
     assert _flag(argv, "--host") == "127.0.0.1"  # never faces the network
     assert _flag(argv, "--port") == "1234" and "--api-key=k" in argv
     assert "--return-tokens-as-token-ids" in argv and "--enable-lora" in argv
     assert _flag(argv, "--tool-call-parser") == "hermes"
     assert "--enable-prefix-caching" in argv
-    assert launch.env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert _flag(argv, "--kv-cache-memory-bytes") == str(2 * GiB)
+    assert "VLLM_CPU_KVCACHE_SPACE" not in launch.env
     assert launch.env["VLLM_SERVER_DEV_MODE"] == "1"
     assert not any(k.startswith("ARTFLEET_") for k in launch.env)  # the token stays here
     assert "--gpu-memory-utilization" not in argv
@@ -161,17 +170,50 @@ def test_the_plan_counts_vllm_flags_given_as_extra_args(monkeypatch: pytest.Monk
     assert small.vllm_fixed_bytes < full.vllm_fixed_bytes  # a smaller sampler profile run
 
 
+ROOMY = MachineMemory(64 * GiB, "MemAvailable")
+
+
 def test_auto_on_a_cpu_fits_the_kv_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = _settings(monkeypatch, ARTFLEET_INFERENCE_MAX_MODEL_LEN="auto")
-    memory = launch_memory(settings, SMOLLM)
+    memory = launch_memory(settings, SMOLLM, machine=ROOMY)
     assert memory.max_model_len == 8192 and memory.plan is None  # fp32: 4 x 8192 x 45 KiB
     assert memory.gpu_memory_utilization is None
     small = _settings(
         monkeypatch, ARTFLEET_INFERENCE_MAX_MODEL_LEN="auto", ARTFLEET_INFERENCE_KV_CACHE_GIB="1"
     )
-    assert launch_memory(small, SMOLLM).max_model_len == 4096
+    assert launch_memory(small, SMOLLM, machine=ROOMY).max_model_len == 4096
     argv = vllm_launch(settings, Path("/m"), "m", 1, "k", memory).argv
     assert _flag(argv, "--max-model-len") == "8192" and "--gpu-memory-utilization" not in argv
+
+
+def test_a_fraction_of_a_gib_reaches_vllm_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's VLLM_CPU_KVCACHE_SPACE takes whole GiB (`int("0.5")` crashed it): the flag
+    in bytes takes any size."""
+    half = _settings(monkeypatch, ARTFLEET_INFERENCE_KV_CACHE_GIB="0.5")
+    memory = launch_memory(half, SMOLLM, machine=ROOMY)
+    assert memory.kv_cache_bytes == GiB // 2
+    argv = vllm_launch(half, Path("/m"), "m", 1, "k", memory).argv
+    assert _flag(argv, "--kv-cache-memory-bytes") == str(GiB // 2)
+
+
+def test_auto_on_a_cpu_sizes_the_kv_cache_from_the_machine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = _settings(monkeypatch, ARTFLEET_INFERENCE_KV_CACHE_GIB="auto")
+    assert launch_memory(settings, SMOLLM, machine=ROOMY).kv_cache_bytes == 2 * GiB  # the cap
+    tight = MachineMemory(4 * GiB, "MemAvailable")  # weights 0.5, vLLM 2, margin 0.5
+    kv = launch_memory(settings, SMOLLM, machine=tight).kv_cache_bytes
+    assert kv is not None and 0.9 * GiB < kv < GiB
+    with pytest.raises(ValueError, match=r"config\.json and the machine's memory"):
+        launch_memory(settings)
+    # Resolving reads the served model's config.json and this machine's memory.
+    (tmp_path / "config.json").write_text(json.dumps(SMOLLM))
+    try:
+        memory = resolve_launch_memory(settings, tmp_path)
+    except KvCacheError as exc:  # a machine short of memory: refused, the setting named
+        assert "ARTFLEET_INFERENCE_KV_CACHE_GIB=auto" in str(exc)
+    else:
+        assert memory.kv_cache_bytes is not None and memory.kv_cache_bytes <= 2 * GiB
 
 
 def test_auto_without_the_config_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -93,3 +93,20 @@ def test_the_entrypoint_imports_a_named_app_and_runs_it(monkeypatch: pytest.Monk
     service_main(CommonSettings, "test", f"{__name__}:build_app")
     assert logging_set == [("INFO", "test")]
     assert made[0].events == ["spawned", "stopped"]
+
+
+class EndsItself(SlowStart):
+    """Ends itself on a fault, as inference does when vLLM dies: a status, then a signal."""
+
+    async def start(self) -> None:
+        await super().start()
+        self.exit_status = 137
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_an_app_that_ended_itself_exits_with_its_status() -> None:
+    app = EndsItself(signal_at_start=False)
+    with pytest.raises(SystemExit) as exited:
+        service.run(app)
+    assert exited.value.code == 137 and app.events == ["spawned", "started", "stopped"]
+    service.run(SlowStart())  # no status set: returns (exit 0)
