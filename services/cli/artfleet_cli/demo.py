@@ -4,6 +4,7 @@ training, a summary, then everything stopped."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -104,8 +105,11 @@ def demo(
     render.console.print(f"starting the fleet in {fleet.workdir} (logs in logs/) ...")
     if notice := isolation_notice():
         render.console.print(notice, markup=False)
+    # SIGTERM ends the demo as Ctrl-C does (the fleet stopped in `finally`), not silently
+    # with its processes left running under PID 1.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        fleet.start()
+        fleet.start(fleet.own_settings().fleet_start_timeout_s)
         render.console.print(
             f"fleet up in {time.monotonic() - start:.0f}s; trainer at {fleet.trainer_target}; "
             f"policy served by {fleet.engine} at {fleet.policy_base_url}"
@@ -119,6 +123,10 @@ def demo(
     render.console.print(f"demo wall time: {time.monotonic() - start:.0f}s")
     if job.state != pb.JOB_STATE_SUCCEEDED:
         raise SystemExit(1)
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def demo_fleet(

@@ -29,10 +29,10 @@ from artfleet_cli.fleet_config import (
     load_ports,
     load_remembered,
     merge_settings,
-    parse_env_file,
     parse_sets,
     plan_ports,
     port_is_free,
+    read_env_file,
     read_secret,
     save_ports,
     save_remembered,
@@ -203,7 +203,7 @@ def _configured_fleet(
     process holds a port)."""
     password_path = workdir / "redis-password"
     try:
-        given = parse_env_file(_read(env_file), str(env_file)) if env_file else {}
+        given = read_env_file(env_file) if env_file else {}
         set_values = parse_sets(sets)
         remembered = None if reset_settings else load_remembered(workdir)
         fleet = LocalFleet(
@@ -253,13 +253,6 @@ def _remember_settings(
         )
     if given:
         save_remembered(workdir, {**(remembered.values if remembered else {}), **given})
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--env-file {path}: {exc}") from None
 
 
 def banner(fleet: LocalFleet, env_path: Path) -> list[str]:
