@@ -16,8 +16,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fleet_jobs import submit_small, wait_event
 from fleet_up_process import FleetUp, left_behind
+from job_wait import wait_ended
 from waiting import wait_for
+
+from artfleet.runtime.rpc.client import sync_channel
+from artfleet.v1 import common_pb2 as pb
+from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 
 pytestmark = [pytest.mark.integration]
 
@@ -63,6 +69,32 @@ def test_a_killed_service_is_restarted_until_its_bound_then_the_fleet_stops(
     out = fleet.text()
     assert f"reward was killed by SIGKILL (pid {again}), after 1 restart(s)" in out
     assert "ARTFLEET_FLEET_MAX_RESTARTS=1" in out and "the fleet is stopped" in out
+    assert left_behind(workdir) == []
+
+
+def test_a_killed_trainer_is_restarted_and_its_running_job_finishes(
+    tmp_path: Path, fleets: list[FleetUp]
+) -> None:
+    workdir = tmp_path / "fleet"
+    fleet = FleetUp(_command(workdir), _env(), tmp_path / "up.out")
+    fleets.append(fleet)
+    fleet.wait_up()
+    target = f"127.0.0.1:{json.loads((workdir / 'ports.json').read_text())['trainer']}"
+    token = (workdir / "token").read_text().strip()
+    with sync_channel(target, token) as channel:
+        trainer = trainer_pb2_grpc.TrainerStub(channel)
+        job = submit_small(trainer, name="killed", steps=2)
+        events = trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.id), timeout=900)
+        wait_event(events, pb.EVENT_KIND_STEP_STARTED, 1)
+        first = fleet.started_pids()["trainer"][-1]
+        os.kill(first, signal.SIGKILL)  # as the OOM killer does
+        fleet.wait_line(rf"trainer was killed by SIGKILL \(pid {first}\); restarting it")
+        again = int(fleet.wait_line(r"restarted trainer \(pid (\d+)\)").group(1))
+        assert again != first
+        job = wait_ended(trainer, job.id, timeout_s=900)  # the restarted trainer resumes it
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    assert [s.step for s in job.steps] == [1, 2]
+    assert fleet.stop() == 0
     assert left_behind(workdir) == []
 
 
