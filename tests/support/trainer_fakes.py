@@ -1,12 +1,15 @@
 """Trainer-side test implementations of our interfaces: a TrainerBackend whose checkpoints
-are a step counter, and a scored group as a rollout worker answers it."""
+are a step counter, a scored group as a rollout worker answers it, and a rollout side that
+publishes each dispatched group through the step-batch contract."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from artfleet.contracts.art_types import art
+from artfleet.contracts.batches import StepBatches
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 
@@ -86,3 +89,32 @@ class FakeBackend:
 
     async def close(self) -> None:
         pass
+
+
+Behaviour = Callable[[rollout_pb2.GroupTask], rollout_pb2.RunGroupResponse]
+
+
+class FakeRollouts:
+    """ScenarioSource and Dispatcher: every enqueued group is published by a task, with
+    what `behaviour` answers for it (as a rollout worker publishes its group's result)."""
+
+    def __init__(self, batches: StepBatches, behaviour: Behaviour = scored) -> None:
+        self._batches = batches
+        self.behaviour = behaviour
+        self.enqueued: list[str] = []
+        self._running: set[asyncio.Task[object]] = set()
+
+    async def scenario_ids(self, environment: str, split: str) -> list[str]:
+        return ["s1", "s2", "s3"]
+
+    async def enqueue(self, tasks: Sequence[rollout_pb2.GroupTask], skip: set[str]) -> int:
+        todo = [t for t in tasks if t.group_id not in skip]
+        for task in todo:
+            self.enqueued.append(task.group_id)
+            work = self._batches.publish(
+                task.job_id, task.step, task.group_id, self.behaviour(task)
+            )
+            running = asyncio.create_task(work)
+            self._running.add(running)
+            running.add_done_callback(self._running.discard)
+        return len(todo)

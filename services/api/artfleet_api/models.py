@@ -92,6 +92,16 @@ class StepOut(BaseModel):
         default=0.0,
         description="the step waited this long for the policy endpoint to serve (an outage)",
     )
+    episode_failures: dict[str, int] = Field(
+        default_factory=dict, description="failed episodes by exception type"
+    )
+    episodes_failed: int = Field(default=0, description="failed episodes of the step")
+    episodes: int = Field(default=0, description="episodes the step asked for")
+    failure_warning: str = Field(
+        default="",
+        description="set when more than the trainer's share of the episodes failed: "
+        "how many, by type, and the first failure with where the user's code raised it",
+    )
 
 
 class EvalOut(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from itertools import pairwise
 from typing import Any
@@ -14,6 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
+from artfleet.contracts import failures
 from artfleet.v1 import common_pb2 as pb
 
 console = Console(highlight=False)
@@ -42,12 +44,23 @@ def scoring_note(s: pb.StepSummary) -> str:
     return f"scorer errors in {s.scorer_errors} {groups}{lost} ({s.scorer_error})"
 
 
+def failed_episodes(s: pb.StepSummary, what: str = "") -> str:
+    """ "6/8 (6 AssertionError)", or with `what` "6/8 episodes failed (6 AssertionError)":
+    the step's failed episodes by type ("" when none)."""
+    if not s.episodes_failed:
+        return ""
+    kinds = failures.breakdown(Counter(dict(s.episode_failures)))
+    return f"{s.episodes_failed}/{s.episodes}{what} ({kinds})"
+
+
 def step_line(s: pb.StepSummary) -> str:
     note = scoring_note(s)
+    failed = failed_episodes(s, " episodes failed")
     return (
         f"step {s.step}: reward {s.reward_mean:+.3f} ± {s.reward_std:.3f} · "
         f"turns {s.turns_mean:.1f} · {s.trajectories} trajectories · "
-        f"loss {_loss(s)} · {s.step_seconds:.0f}s "
+        + (f"{failed} · " if failed else "")
+        + f"loss {_loss(s)} · {s.step_seconds:.0f}s "
         f"(rollouts {s.rollout_seconds:.0f}s, train {s.train_seconds:.0f}s)"
         + (f" · {note}" if note else "")
         + (
@@ -56,6 +69,11 @@ def step_line(s: pb.StepSummary) -> str:
             else ""
         )
     )
+
+
+def failure_warning_line(s: pb.StepSummary) -> str:
+    """A step that lost more than the trainer's share of its episodes, and to what."""
+    return f"step {s.step}: {s.failure_warning}"
 
 
 JOB_COLUMNS = ("id", "name", "experiment", "config", "state", "steps", "policy", "created")
@@ -136,6 +154,7 @@ def summary_table(job: pb.Job) -> Table:
         "trained seqs",
         "loss",
         "step time",
+        "failed episodes",
         "scorer errors",
         title=f"job {job.id}: {state_name(job.state)}",
     )
@@ -150,6 +169,7 @@ def summary_table(job: pb.Job) -> Table:
             str(s.trained_sequences),
             _loss(s),
             f"{s.step_seconds:.0f}s",
+            escape(failed_episodes(s) or "-"),
             errors if s.scorer_errors else "-",
         )
     return table
@@ -224,6 +244,9 @@ def job_details(job: pb.Job) -> None:
     failing = next((s for s in reversed(job.steps) if s.scorer_errors), None)
     if failing is not None:  # the table has no room for the message itself
         console.print(f"[yellow]step {failing.step}:[/yellow] {escape(scoring_note(failing))}")
+    losing = next((s for s in reversed(job.steps) if s.failure_warning), None)
+    if losing is not None:
+        console.print(f"[yellow]warning:[/yellow] {escape(failure_warning_line(losing))}")
     if job.evals:
         console.print(evals_table(job.evals))
     if job.HasField("sft"):
@@ -300,6 +323,9 @@ def follow(events: Iterable[pb.ProgressEvent], total_steps: int) -> int:
             elif event.kind == pb.EVENT_KIND_STEP_DONE:
                 # A scorer's message may hold brackets ([Errno 111]): not rich markup.
                 progress.console.print(escape(step_line(event.summary)))
+                if event.summary.failure_warning:
+                    line = escape(failure_warning_line(event.summary))
+                    progress.console.print(f"[yellow]warning:[/yellow] {line}")
                 progress.update(bar, completed=event.step)
             elif event.kind == pb.EVENT_KIND_EVAL:
                 progress.console.print(eval_line(event.eval))

@@ -16,7 +16,7 @@ import yaml
 from google.protobuf import json_format
 from rich.table import Table
 
-from artfleet.contracts import seeds
+from artfleet.contracts import failures, seeds
 from artfleet.contracts.errors import InvalidArgument
 from artfleet.specs.base import default_of
 from artfleet.specs.job import (
@@ -159,7 +159,7 @@ def outcome_lines(response: rollout_pb2.RunGroupResponse) -> list[str]:
         where = "the group" if f.trajectory < 0 else f"trajectory {f.trajectory}"
         lines.append(f"scorer {f.scorer} failed ({f.type}) on {where}: {f.message} -> {f.action}")
     for exc in response.group.exceptions:
-        lines.append(f"episode failed: {exc.type}: {exc.message}")
+        lines.append(f"episode failed: {failures.describe(exc)}")
     return lines
 
 

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 import httpx
 
 from artfleet.clients.replicas import split_urls
-from artfleet.clients.sandbox import describe
 from artfleet.contracts import codec, seeds
 from artfleet.contracts.art_types import art
 from artfleet.contracts.env_names import ENV_VAR_NAME
@@ -26,7 +25,7 @@ from artfleet.contracts.errors import InvalidArgument
 from artfleet.runtime.outage import OutageClock, wait_until_back
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
-from artfleet_rollout import metrics
+from artfleet_rollout import failures, metrics
 from artfleet_rollout.environments import (
     BrokenEnvironment,
     Environment,
@@ -281,13 +280,13 @@ class GroupRunner:
         task: rollout_pb2.GroupTask,
         results: Sequence[EpisodeResult | BaseException],
     ) -> rollout_pb2.RunGroupResponse:
-        trajectories, episodes, errors = _split(results)
+        trajectories, episodes, errors = _split(task, results)
         metadata: dict[str, str | int] = {
             "group_id": task.group_id,
             "scenario_id": task.scenario_id,
             "step": task.step,
         }
-        group = art.TrajectoryGroup(trajectories, metadata=dict(metadata), exceptions=errors)
+        group = art.TrajectoryGroup(trajectories, metadata=dict(metadata))
         response = rollout_pb2.RunGroupResponse()
         if group.trajectories:
             # The reward service reads text only: no token logprobs or ids on the wire.
@@ -300,6 +299,8 @@ class GroupRunner:
             response.outcome.CopyFrom(scored.outcome)
         # Only now, scored and trimmed, the group goes out with its tokens.
         response.group.CopyFrom(codec.group_to_proto(group))
+        # Its failed episodes with their user frames (ART's exceptions keep no frames).
+        response.group.exceptions.extend(errors)
         response.episodes.extend(episodes)
         return response
 
@@ -317,18 +318,17 @@ def policy_outage(result: object) -> PolicyUnavailable | None:
 
 
 def _split(
-    results: Sequence[EpisodeResult | BaseException],
-) -> tuple[list[art.Trajectory], list[pb.Episode], list[BaseException]]:
+    task: rollout_pb2.GroupTask, results: Sequence[EpisodeResult | BaseException]
+) -> tuple[list[art.Trajectory], list[pb.Episode], list[pb.RolloutException]]:
     trajectories: list[art.Trajectory] = []
     episodes: list[pb.Episode] = []
-    errors: list[BaseException] = []
-    for result in results:
+    errors: list[pb.RolloutException] = []
+    for index, result in enumerate(results):
         if isinstance(result, BaseException):
             if not isinstance(result, Exception):
                 raise result  # cancellation and exits are not episode failures
-            log.warning("episode failed: %s", describe(result))
             metrics.FAILURES.labels("episode").inc()
-            errors.append(result)
+            errors.append(failures.logged(task, result, f"episode {index}"))
         else:
             trajectories.append(result[0])
             episodes.append(result[1])

@@ -104,3 +104,19 @@ POLICY_IN_FLIGHT = Gauge(
     "Policy calls this worker has in flight, by inference replica",
     ["replica"],
 )
+_FAILURE_TYPES = 42  # user code names the types: the label's values stay bounded
+EPISODE_FAILURES = Counter(
+    "artfleet_rollout_episode_failures_total",
+    "Failed episodes by exception type (a group that could not run counts its rollouts); "
+    f"past {_FAILURE_TYPES} types, new ones count as (other)",
+    ["type"],
+)
+_seen_types: set[str] = set()
+
+
+def failure_type(name: str) -> str:
+    """The `type` label for an exception type name: its own for the first types seen."""
+    if name in _seen_types or len(_seen_types) < _FAILURE_TYPES:
+        _seen_types.add(name)
+        return name
+    return "(other)"

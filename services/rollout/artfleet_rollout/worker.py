@@ -24,10 +24,11 @@ from celery import Celery
 
 from artfleet.contracts.batches import Claim, Published, StepBatches, classify
 from artfleet.contracts.queue import RUN_GROUP_TASK, decode_payload, make_celery
+from artfleet.runtime.logs import request_id
 from artfleet.runtime.tasks import cancel_and_wait
 from artfleet.v1 import batch_pb2, rollout_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_rollout import metrics
+from artfleet_rollout import failures, metrics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,10 +42,10 @@ class Runner(Protocol):
 
 
 def failed_group(task: rollout_pb2.GroupTask, exc: BaseException) -> rollout_pb2.RunGroupResponse:
-    """A group that could not run still answers, so the trainer need not wait for a deadline."""
-    group = pb.TrajectoryGroup(
-        exceptions=[pb.RolloutException(type=type(exc).__name__, message=str(exc))]
-    )
+    """A group that could not run still answers, so the trainer need not wait for a deadline;
+    its failure stands for each of its episodes."""
+    failure = failures.logged(task, exc, "group", episodes=max(task.rollouts, 1))
+    group = pb.TrajectoryGroup(exceptions=[failure])
     group.metadata["group_id"].string_value = task.group_id
     return rollout_pb2.RunGroupResponse(group=group)
 
@@ -84,7 +85,11 @@ class GroupWorker:
     async def handle(self, task: rollout_pb2.GroupTask) -> Published | None:
         """None when the group needs no run (final already, held by a live run elsewhere,
         or its step is over)."""
-        token = f"{self._worker_id}:{uuid.uuid4().hex[:12]}"  # one per run
+        # One id per run: the claim's token and the request id of the run's log lines
+        # (a failed episode's record names it, so the trainer's error leads to them).
+        run_id = uuid.uuid4().hex[:12]
+        token = f"{self._worker_id}:{run_id}"
+        request_id.set(run_id)
         claim = await redis_retry(
             lambda: self._batches.claim(task.job_id, task.step, task.group_id, token)
         )
@@ -102,8 +107,7 @@ class GroupWorker:
             await asyncio.shield(self._release(task, token))
             raise
         except Exception as exc:
-            log.exception("group %s failed", task.group_id)
-            response = failed_group(task, exc)
+            response = failed_group(task, exc)  # logged there, with its traceback
         finally:
             self._running.discard(running)
             await cancel_and_wait(heartbeat)

@@ -97,6 +97,13 @@ class TrainerSettings(ServerSettings):
         description="steps in a row whose every group a scorer error zeroed or dropped before "
         "the job fails, naming the scorer (0: never)",
     )
+    episode_failure_warn_share: float = Field(
+        default=0.25,
+        ge=0.0,
+        le=1.0,
+        description="a step whose failed episodes are more than this share of its episodes "
+        "(groups x rollouts) says so: its summary's failure_warning, shown by jobs watch",
+    )
     tinker_api_max_clients: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
         default="auto",
         description="training clients of the Tinker-compatible API loaded at once, each a "

@@ -185,14 +185,20 @@ class Trajectory(_message.Message):
     def __init__(self, messages_and_choices: _Optional[_Iterable[_Union[MessageOrChoice, _Mapping]]] = ..., tools_json: _Optional[str] = ..., additional_histories: _Optional[_Iterable[_Union[History, _Mapping]]] = ..., reward: _Optional[float] = ..., initial_policy_version: _Optional[int] = ..., final_policy_version: _Optional[int] = ..., metrics: _Optional[_Mapping[str, Scalar]] = ..., metadata: _Optional[_Mapping[str, Scalar]] = ..., logs: _Optional[_Iterable[str]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RolloutException(_message.Message):
-    __slots__ = ("type", "message", "traceback")
+    __slots__ = ("type", "message", "traceback", "frames", "episodes", "request_id")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    EPISODES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     type: str
     message: str
     traceback: str
-    def __init__(self, type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
+    frames: _containers.RepeatedScalarFieldContainer[str]
+    episodes: int
+    request_id: str
+    def __init__(self, type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., frames: _Optional[_Iterable[str]] = ..., episodes: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class TrajectoryGroup(_message.Message):
     __slots__ = ("trajectories", "exceptions", "metadata", "metrics", "logs")
@@ -627,7 +633,14 @@ class EvalSummary(_message.Message):
     def __init__(self, step: _Optional[int] = ..., split: _Optional[str] = ..., k: _Optional[int] = ..., tasks: _Optional[int] = ..., reward_mean: _Optional[float] = ..., success_rate: _Optional[float] = ..., avg_at_k: _Optional[float] = ..., pass_at_k: _Optional[float] = ..., seconds: _Optional[float] = ..., results: _Optional[_Iterable[_Union[EvalTaskResult, _Mapping]]] = ..., policy: _Optional[str] = ..., served_policy: _Optional[str] = ...) -> None: ...
 
 class StepSummary(_message.Message):
-    __slots__ = ("step", "reward_mean", "reward_std", "turns_mean", "step_seconds", "trajectories", "groups", "loss", "trained_sequences", "rollout_seconds", "train_seconds", "staleness_mean", "staleness_max", "stale_groups_rerun", "trainer_idle_seconds", "rollout_idle_seconds", "scorer_errors", "scorer_error", "scoring_failed", "policy_wait_seconds")
+    __slots__ = ("step", "reward_mean", "reward_std", "turns_mean", "step_seconds", "trajectories", "groups", "loss", "trained_sequences", "rollout_seconds", "train_seconds", "staleness_mean", "staleness_max", "stale_groups_rerun", "trainer_idle_seconds", "rollout_idle_seconds", "scorer_errors", "scorer_error", "scoring_failed", "policy_wait_seconds", "episode_failures", "episodes_failed", "episodes", "failure_warning")
+    class EpisodeFailuresEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     STEP_FIELD_NUMBER: _ClassVar[int]
     REWARD_MEAN_FIELD_NUMBER: _ClassVar[int]
     REWARD_STD_FIELD_NUMBER: _ClassVar[int]
@@ -648,6 +661,10 @@ class StepSummary(_message.Message):
     SCORER_ERROR_FIELD_NUMBER: _ClassVar[int]
     SCORING_FAILED_FIELD_NUMBER: _ClassVar[int]
     POLICY_WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    EPISODES_FAILED_FIELD_NUMBER: _ClassVar[int]
+    EPISODES_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_WARNING_FIELD_NUMBER: _ClassVar[int]
     step: int
     reward_mean: float
     reward_std: float
@@ -668,7 +685,11 @@ class StepSummary(_message.Message):
     scorer_error: str
     scoring_failed: bool
     policy_wait_seconds: float
-    def __init__(self, step: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., turns_mean: _Optional[float] = ..., step_seconds: _Optional[float] = ..., trajectories: _Optional[int] = ..., groups: _Optional[int] = ..., loss: _Optional[float] = ..., trained_sequences: _Optional[int] = ..., rollout_seconds: _Optional[float] = ..., train_seconds: _Optional[float] = ..., staleness_mean: _Optional[float] = ..., staleness_max: _Optional[int] = ..., stale_groups_rerun: _Optional[int] = ..., trainer_idle_seconds: _Optional[float] = ..., rollout_idle_seconds: _Optional[float] = ..., scorer_errors: _Optional[int] = ..., scorer_error: _Optional[str] = ..., scoring_failed: _Optional[bool] = ..., policy_wait_seconds: _Optional[float] = ...) -> None: ...
+    episode_failures: _containers.ScalarMap[str, int]
+    episodes_failed: int
+    episodes: int
+    failure_warning: str
+    def __init__(self, step: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., turns_mean: _Optional[float] = ..., step_seconds: _Optional[float] = ..., trajectories: _Optional[int] = ..., groups: _Optional[int] = ..., loss: _Optional[float] = ..., trained_sequences: _Optional[int] = ..., rollout_seconds: _Optional[float] = ..., train_seconds: _Optional[float] = ..., staleness_mean: _Optional[float] = ..., staleness_max: _Optional[int] = ..., stale_groups_rerun: _Optional[int] = ..., trainer_idle_seconds: _Optional[float] = ..., rollout_idle_seconds: _Optional[float] = ..., scorer_errors: _Optional[int] = ..., scorer_error: _Optional[str] = ..., scoring_failed: _Optional[bool] = ..., policy_wait_seconds: _Optional[float] = ..., episode_failures: _Optional[_Mapping[str, int]] = ..., episodes_failed: _Optional[int] = ..., episodes: _Optional[int] = ..., failure_warning: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "spec", "state", "completed_steps", "error", "created_at", "updated_at", "steps", "policy", "config_hash", "queue_position", "evals", "sft", "resumes", "trained_nothing")

@@ -1,7 +1,8 @@
 """The console's job list and job page in a real headless Chromium, against the API's
 bodies served by a stub (Playwright answers every request: no fleet, a few seconds): a
 model column in the list, only the checkpoints the trainer has on disk, `–` for the loss
-of a step that trained nothing, and a step's scorer errors with their message."""
+of a step that trained nothing, a step's scorer errors with their message, and its failed
+episodes by type with the warning of a step that lost too many."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 STATIC = ROOT / "services" / "api" / "artfleet_api" / "static"
 ORIGIN = "http://console.test"
 SCORER_ERROR = "ruler: invalid_output: ContextWindowExceededError: maximum context length is 2048"
+FAILURE_WARNING = "6/8 episodes failed (more than 25%): 5 AssertionError, 1 KeyError; first: ..."
 
 
 def _job() -> tuple[pb.Job, dict[str, Any]]:
@@ -41,6 +43,11 @@ def _job() -> tuple[pb.Job, dict[str, Any]]:
             scorer_error=SCORER_ERROR,
             scoring_failed=True,
         )
+    job.steps[0].episodes, job.steps[0].episodes_failed = 8, 1
+    job.steps[0].episode_failures["KeyError"] = 1
+    lossy = job.steps[2]
+    lossy.episodes, lossy.episodes_failed, lossy.failure_warning = 8, 6, FAILURE_WARNING
+    lossy.episode_failures.update({"AssertionError": 5, "KeyError": 1})
     job.resumes.add(state=pb.JOB_STATE_FAILED, error="RuntimeError: judge down", completed_steps=1)
     info = trainer_pb2.ModelInfo(name="agent-j1")
     for step in (0, 1, 3):  # retention deleted step 2's
@@ -125,3 +132,17 @@ def test_the_job_page_shows_its_resumes(page: Any) -> None:
         page.inner_text("#job-resumed")
         == "1× · last after step 1, was failed: RuntimeError: judge down"
     )
+
+
+def test_the_job_page_shows_failed_episodes_by_type_and_the_latest_warning(page: Any) -> None:
+    page.click("#jobs tbody tr[data-job]")
+    page.wait_for_selector("#episode-failures")
+    rows = page.locator("#steps tbody tr").evaluate_all(
+        "rows => rows.map(r => [r.dataset.step, r.cells[6].innerText, r.cells[6].className])"
+    )
+    assert rows == [
+        ["1", "1/8 (1 KeyError)", ""],
+        ["2", "–", ""],
+        ["3", "6/8 (5 AssertionError, 1 KeyError)", "error"],  # past the share: it warned
+    ]
+    assert page.inner_text("#episode-failures") == f"step 3: {FAILURE_WARNING}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,9 +17,11 @@ import redis.asyncio as aioredis
 
 from artfleet.contracts import batches
 from artfleet.contracts.batches import Published, StepBatches
+from artfleet.runtime.logs import request_id
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout.app import LoopThread
+from artfleet_rollout.failures import short_path
 from artfleet_rollout.worker import GroupWorker
 
 pytestmark = pytest.mark.integration
@@ -204,3 +208,46 @@ async def test_a_group_held_by_a_live_run_is_skipped(store: StepBatches) -> None
     runner = FakeRunner()
     assert await GroupWorker(runner, store).handle(_task("g0", job)) is None
     assert runner.calls == []
+
+
+class BrokenRunner:
+    """A group that cannot run: the user's code raises; records the run's request id."""
+
+    def __init__(self) -> None:
+        self.request_ids: list[str] = []
+
+    async def run(self, task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
+        self.request_ids.append(request_id.get())
+        _load_scenario(task.scenario_id)
+        raise AssertionError("unreachable")
+
+
+def _load_scenario(scenario_id: str) -> None:
+    raise KeyError(scenario_id)
+
+
+def _line_of(function: Any, text: str) -> int:
+    lines, start = inspect.getsourcelines(function)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+async def test_a_group_that_cannot_run_is_stored_with_the_users_frames_and_the_runs_request_id(
+    store: StepBatches, caplog: pytest.LogCaptureFixture
+) -> None:
+    job, runner = uuid.uuid4().hex, BrokenRunner()
+    task = rollout_pb2.GroupTask(job_id=job, step=1, group_id="g0", scenario_id="s9", rollouts=4)
+    with caplog.at_level(logging.WARNING, logger="artfleet_rollout.failures"):
+        assert await GroupWorker(runner, store).handle(task) is Published.STORED
+    [entry] = await store.read(job, 1, ["g0"])
+    [failure] = entry.group.exceptions
+    assert (failure.type, failure.message, failure.episodes) == ("KeyError", "'s9'", 4)
+    here = short_path(__file__)  # this module is the "user's code" here
+    assert list(failure.frames) == [
+        f"{here}:{_line_of(BrokenRunner.run, '_load_scenario(')} in run",
+        f"{here}:{_line_of(_load_scenario, 'raise')} in _load_scenario",
+    ]
+    # One id per run: the runner's log lines carry it, and the stored failure names it.
+    [run_id] = runner.request_ids
+    assert run_id != "-" and failure.request_id == run_id
+    [line] = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert line.startswith(f"group of job {job} step 1 group g0 failed: KeyError: 's9' at ")

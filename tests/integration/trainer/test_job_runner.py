@@ -5,7 +5,7 @@ groups through the step-batch contract as rollout workers do."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +13,7 @@ import kombu.exceptions
 import pytest
 import redis.asyncio as aioredis
 from runner_harness import events_until_done, run_to_end, runner_settings
-from trainer_fakes import FakeBackend, scored
+from trainer_fakes import FakeBackend, FakeRollouts, scored
 
 from artfleet.contracts.batches import StepBatches, StepKeys
 from artfleet.specs.job import JobSpecModel, spec_to_proto
@@ -24,33 +24,6 @@ from artfleet_trainer.jobs.runner import JobRunner
 from artfleet_trainer.jobs.store import TERMINAL, JobStore
 
 pytestmark = pytest.mark.integration
-
-Behaviour = Callable[[rollout_pb2.GroupTask], rollout_pb2.RunGroupResponse]
-
-
-class FakeRollouts:
-    """ScenarioSource and Dispatcher: every enqueued group is published by a task."""
-
-    def __init__(self, batches: StepBatches, behaviour: Behaviour = scored) -> None:
-        self._batches = batches
-        self.behaviour = behaviour
-        self.enqueued: list[str] = []
-        self._running: set[asyncio.Task[object]] = set()
-
-    async def scenario_ids(self, environment: str, split: str) -> list[str]:
-        return ["s1", "s2", "s3"]
-
-    async def enqueue(self, tasks: Sequence[rollout_pb2.GroupTask], skip: set[str]) -> int:
-        todo = [t for t in tasks if t.group_id not in skip]
-        for task in todo:
-            self.enqueued.append(task.group_id)
-            work = self._batches.publish(
-                task.job_id, task.step, task.group_id, self.behaviour(task)
-            )
-            running = asyncio.create_task(work)
-            self._running.add(running)
-            running.add_done_callback(self._running.discard)
-        return len(todo)
 
 
 @dataclass

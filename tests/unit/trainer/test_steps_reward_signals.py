@@ -6,7 +6,7 @@ import pytest
 
 from artfleet.v1 import batch_pb2
 from artfleet.v1 import common_pb2 as pb
-from artfleet_trainer.jobs.steps import RewardFailedJob, check_reward_signals, rollout_failure
+from artfleet_trainer.jobs.steps import RewardFailedJob, check_reward_signals
 
 
 def _entry(
@@ -40,8 +40,3 @@ def test_dropped_groups_are_fine_while_others_remain() -> None:
 def test_a_step_whose_groups_were_all_dropped_says_so() -> None:
     with pytest.raises(RuntimeError, match="reward service dropped 2"):
         check_reward_signals(2, [_entry(dropped=True)] * 2)
-
-
-def test_a_step_whose_rollouts_all_failed_names_an_error() -> None:
-    message = rollout_failure(4, [_entry(), _entry(error="sandbox gone")])
-    assert message.startswith("step 4: every rollout failed (e.g. ValueError: sandbox gone)")

@@ -59,6 +59,15 @@ function scorerNote(step) {
   return `${step.scorer_errors} ${groups}${lost}: ${step.scorer_error}`;
 }
 
+// A step's failed episodes by exception type ("6/8 (6 AssertionError)"); "" when none.
+function failedNote(step) {
+  if (!step.episodes_failed) return "";
+  const kinds = Object.entries(step.episode_failures || {})
+    .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
+    .map(([kind, n]) => `${n} ${kind}`).join(", ");
+  return `${step.episodes_failed}/${step.episodes}${kinds ? ` (${kinds})` : ""}`;
+}
+
 function show(...nodes) {
   const view = document.getElementById("view");
   view.replaceChildren(...nodes);
@@ -168,13 +177,16 @@ function checkpointRows(job, steps) {
 function stepRows(sorted) {
   return sorted.map((s) => h("tr", { "data-step": s.step, class: s.scoring_failed ? "error" : null },
     h("td", {}, s.step), h("td", {}, fmt(s.reward_mean)), h("td", {}, s.trained_sequences),
-    h("td", {}, lossOf(s)), h("td", {}, fmt(s.step_seconds, 1)), h("td", {}, scorerNote(s) || "–")));
+    h("td", {}, lossOf(s)), h("td", {}, fmt(s.step_seconds, 1)), h("td", {}, scorerNote(s) || "–"),
+    h("td", { class: s.failure_warning ? "error" : null }, failedNote(s) || "–")));
 }
 
 function renderJob(job, steps) {
   const sorted = [...steps.values()].sort((a, b) => a.step - b.step);
   const series = (key) => sorted.map((s) => [s.step, s[key]]);
   const failing = [...sorted].reverse().find((s) => s.scorer_errors);
+  // The latest step that lost more than the trainer's share of its episodes.
+  const losing = [...sorted].reverse().find((s) => s.failure_warning);
   const resumed = (job.resumes || []).length > 0;
   show(h("h1", {}, `Job ${job.id}`),
     h("div", { class: "kv" },
@@ -187,7 +199,9 @@ function renderJob(job, steps) {
       resumed ? h("span", {}, "Resumed") : null,
       resumed ? h("span", { id: "job-resumed" }, resumedNote(job.resumes)) : null,
       failing ? h("span", {}, "Scorer errors") : null,
-      failing ? h("span", { id: "scorer-errors", class: "error" }, `step ${failing.step}: ${scorerNote(failing)}`) : null),
+      failing ? h("span", { id: "scorer-errors", class: "error" }, `step ${failing.step}: ${scorerNote(failing)}`) : null,
+      losing ? h("span", {}, "Failed episodes") : null,
+      losing ? h("span", { id: "episode-failures", class: "error" }, `step ${losing.step}: ${losing.failure_warning}`) : null),
     h("div", { class: "charts" },
       chart("chart-reward", "Reward (mean)", series("reward_mean")),
       chart("chart-loss", "Loss", series("loss")),
@@ -196,7 +210,7 @@ function renderJob(job, steps) {
       chart("chart-eval", "Held-out eval: pass@k", (job.evals || []).map((e) => [e.step, e.pass_at_k]))),
     h("h2", {}, "Steps"),
     h("table", { id: "steps" },
-      h("thead", {}, h("tr", {}, ["Step", "Reward", "Trained seqs", "Loss", "Step time", "Scorer errors"].map((t) => h("th", {}, t)))),
+      h("thead", {}, h("tr", {}, ["Step", "Reward", "Trained seqs", "Loss", "Step time", "Scorer errors", "Failed episodes"].map((t) => h("th", {}, t)))),
       h("tbody", {}, stepRows(sorted))),
     h("h2", {}, "Checkpoints"),
     h("table", { id: "checkpoints" },

@@ -25,6 +25,7 @@ from artfleet_trainer import metrics
 from artfleet_trainer.backends import TrainerBackend
 from artfleet_trainer.clients.rollouts import Dispatcher, ScenarioSource
 from artfleet_trainer.jobs import (
+    episode_failures,
     experiment,
     grpo,
     pipeline,
@@ -39,7 +40,6 @@ from artfleet_trainer.jobs.policy_gate import PolicyGate, PolicyProbe
 from artfleet_trainer.jobs.steps import (
     build_groups,
     check_reward_signals,
-    rollout_failure,
     summarize_step,
 )
 from artfleet_trainer.jobs.store import JobStore, TrainedStep
@@ -332,7 +332,7 @@ class JobRunner:
         check_reward_signals(step, gathered.groups)
         groups = build_groups(gathered.groups)
         if not groups:
-            raise RuntimeError(rollout_failure(step, gathered.groups))
+            raise RuntimeError(episode_failures.nothing_trained(job.id, step, gathered.groups))
         metrics.GATHER_CPU_SECONDS.inc(time.process_time() - cpu_start)
         metrics.GATHERED_GROUPS.inc(len(gathered.groups))
         result, rollout_idle_s = await self._train_on(spec, model, steps, step, groups)
@@ -340,6 +340,13 @@ class JobRunner:
         pipeline.record(summary, got, rollout_idle_s)
         summary.policy_wait_seconds = policy_wait_s
         scoring_health.mark(summary, gathered.groups)
+        episode_failures.mark(
+            job.id,
+            summary,
+            gathered.groups,
+            gathered.expected * spec.rollouts_per_group,
+            self._settings.episode_failure_warn_share,
+        )
         job.completed_steps = step
         job.policy = model.get_inference_name()
         job.steps.append(summary)

@@ -49,13 +49,6 @@ def check_reward_signals(step: int, entries: Sequence[batch_pb2.BatchGroup]) -> 
         )
 
 
-def rollout_failure(step: int, entries: Sequence[batch_pb2.BatchGroup]) -> str:
-    """Why a step has nothing to train on when the reward service did not say."""
-    sample = next((e.group.exceptions[0] for e in entries if e.group.exceptions), None)
-    why = f" (e.g. {sample.type}: {sample.message})" if sample is not None else ""
-    return f"step {step}: every rollout failed{why}; see the rollout worker logs"
-
-
 def _turns(trajectory: art.Trajectory) -> float:
     value = trajectory.metrics.get("turns")
     return float(value) if value is not None else 0.0
