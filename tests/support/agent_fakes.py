@@ -61,6 +61,7 @@ class Script:
         *,
         tools: Sequence[Any] | None = None,
         tool_choice: Any = None,
+        max_tokens: int | None = None,
     ) -> PolicyTurn:
         self.tools.append(tools)
         self.tool_choices.append(tool_choice)

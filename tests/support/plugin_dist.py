@@ -56,3 +56,29 @@ def pip_install_examples(target: Path) -> Path:
         capture_output=True,
     )
     return target
+
+
+def pip_install_package(
+    target: Path, module: str, source: str, entry_points: str, *, version: str = "0.1"
+) -> str:
+    """`pip install`s a one-module package (its `pyproject.toml` declaring `entry_points`,
+    the TOML tables of its entry point groups) into `target`, as a user installs a plugin;
+    put `target` on the path to use it. Returns the distribution's name."""
+    name = module.replace("_", "-")
+    package = target.parent / f"{target.name}-{name}"
+    package.mkdir(parents=True)
+    (package / f"{module}.py").write_text(source)
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{name}"\nversion = "{version}"\ndependencies = []\n'
+        f'[tool.setuptools]\npy-modules = ["{module}"]\n{entry_points}'
+    )
+    subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"),
+            *("--no-build-isolation", "--target", str(target), str(package)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return name

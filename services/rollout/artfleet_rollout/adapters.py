@@ -20,7 +20,13 @@ from typing import Any
 import grpc
 import httpx
 import openai.resources  # noqa: F401  (else the SDK imports it at a client's first call, on the loop)
-from openai import APIConnectionError, APIStatusError, AsyncOpenAI, DefaultAsyncHttpxClient
+from openai import (
+    APIConnectionError,
+    APIStatusError,
+    AsyncOpenAI,
+    BadRequestError,
+    DefaultAsyncHttpxClient,
+)
 
 from artfleet.clients.replicas import resolve_urls
 from artfleet.clients.sandbox import (
@@ -38,6 +44,7 @@ from artfleet_rollout import metrics
 from artfleet_rollout.policy_routing import PolicyReplicas, describe_api_error
 from artfleet_rollout.ports import (
     Connections,
+    ContextOverflow,
     EncodedList,
     PolicyTurn,
     SuiteRun,
@@ -109,14 +116,21 @@ class OpenAIPolicy:
         *,
         tools: Sequence[Any] | None = None,
         tool_choice: Any = None,
+        max_tokens: int | None = None,
     ) -> PolicyTurn:
         started = time.perf_counter()
-        body = self._body(messages, tools, tool_choice, self._next_seed())
+        limit = self._max_tokens if max_tokens is None else min(max_tokens, self._max_tokens)
+        body = self._body(messages, tools, tool_choice, self._next_seed(), limit)
         metrics.POLICY_REQUEST_SECONDS.observe(time.perf_counter() - started)
-        # Connection errors and outage statuses on every replica raise PolicyUnavailable.
-        completion = await self._replicas.post(
-            body, episode=self._episode, timeout_s=self._timeout_s
-        )
+        try:
+            # Connection errors and outage statuses on every replica raise PolicyUnavailable.
+            completion = await self._replicas.post(
+                body, episode=self._episode, timeout_s=self._timeout_s
+            )
+        except BadRequestError as exc:
+            if is_context_overflow(exc):
+                raise ContextOverflow(describe_api_error(exc)) from exc
+            raise
         if not completion.choices:
             raise RuntimeError(f"the policy {self._model!r} answered no choice")
         choice = completion.choices[0]
@@ -138,6 +152,7 @@ class OpenAIPolicy:
         tools: Sequence[Any] | None,
         tool_choice: Any,
         seed: int | None = None,
+        max_tokens: int | None = None,
     ) -> bytes:
         """The JSON `chat.completions.create` would send, built without its request
         transform: that walks every message of the history against the SDK's TypedDicts on
@@ -149,16 +164,20 @@ class OpenAIPolicy:
         parts = [b'{"messages":', _json_array(messages)]
         if tools:
             parts += [b',"tools":', _json_array(tools)]
-        rest = encode(self._settings_body(tools, tool_choice, seed))
+        rest = encode(self._settings_body(tools, tool_choice, seed, max_tokens))
         return b"".join([*parts, b",", rest[1:]])  # rest: the other fields, past its "{"
 
     def _settings_body(
-        self, tools: Sequence[Any] | None, tool_choice: Any, seed: int | None
+        self,
+        tools: Sequence[Any] | None,
+        tool_choice: Any,
+        seed: int | None,
+        max_tokens: int | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self._model,
             "logprobs": True,
-            "max_tokens": self._max_tokens,
+            "max_tokens": self._max_tokens if max_tokens is None else max_tokens,
             "temperature": self._temperature,
         }
         if seed is not None:  # OpenAI's field: vLLM and the torch server seed the sampling
@@ -172,6 +191,25 @@ class OpenAIPolicy:
             body["chat_template_kwargs"] = dict(self._template_kwargs)
         body.update(_TOKEN_IDS_BODY)
         return body
+
+
+# How engines word a prompt past the model's context: OpenAI's and the torch server's
+# code, vLLM's messages (0.32: "This model's maximum context length is N tokens. However,
+# your prompt contains ..."; "The decoder prompt (length N) is longer than the maximum
+# model length of M").
+_CONTEXT_CODE = "context_length_exceeded"
+_CONTEXT_WORDS = ("maximum context length", "maximum model length")
+
+
+def is_context_overflow(exc: BadRequestError) -> bool:
+    """A 400 for a conversation that no longer fits the model's context."""
+    body: dict[str, Any] = exc.body if isinstance(exc.body, dict) else {}
+    inner = body.get("error")
+    error: dict[str, Any] = inner if isinstance(inner, dict) else body
+    if exc.code == _CONTEXT_CODE or error.get("code") == _CONTEXT_CODE:
+        return True
+    said = describe_api_error(exc).lower()
+    return any(words in said for words in _CONTEXT_WORDS)
 
 
 def _json_array(values: Sequence[Any]) -> bytes:

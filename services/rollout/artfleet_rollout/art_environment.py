@@ -20,6 +20,13 @@ beside the module that declared it), or a function returning them, as a list or 
 splits follow the loaders' rule (every fifth one is `test`). The rollout function gets the
 scenario object itself. The `art` agent kind (agents/kinds/art.py) runs the episodes.
 
+A rollout that draws its own task (ART's `rollout(model, step, is_validation)`) needs no
+scenarios: the environment then lists `tasks` train slots (`task-0000`, ...) and
+`eval_tasks` test slots (`eval-0000`, ...). A job's step takes `groups_per_step` of the
+slots (its epochs run over them), each a group of `rollouts_per_group` episodes; an
+evaluation runs each test slot `eval_k` times. The function is bound by its signature when
+the environment loads (art_shapes): one it cannot be called in makes it broken.
+
 A rollout reaches the fleet's sandboxes and scorers through `artfleet.clients.episode`
 (`sandbox()`, `score()`), inside the episode the `art` kind runs it in.
 """
@@ -28,39 +35,57 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from artfleet.contracts.art_types import art
 from artfleet.contracts.records import BadRecord, BadRecords
 
+from .art_shapes import ArtEnvironmentError, Rollout, RolloutShape, bind_rollout
 from .environments import SPLITS, Environment, Scenario
 from .environments.loaders import read_records
 
 ART_KIND = "art"
-Rollout = Callable[[art.Model, Any], Awaitable[art.Trajectory]]
 ScenarioSource = Sequence[Any] | str | Path | Callable[[], Any]
 DESCRIBED_CHARS = 2000  # of a scenario, as `envs show` prints it
+SLOT_IDS = {"train": "task-{:04d}", "test": "eval-{:04d}"}  # a self-drawn task's slots
 
 
 @dataclass(frozen=True)
 class ArtTask:
-    """One episode's work: the plugin's rollout function and the user's scenario object."""
+    """One episode's work: the plugin's rollout function, how it is called, and the user's
+    scenario object (None for a slot: the function draws its own task)."""
 
     rollout: Rollout
     scenario: Any
     plugin: str  # the environment's name, for errors
+    shape: RolloutShape
 
 
 @dataclass(frozen=True)
 class ArtEnvironment:
+    """An ART rollout function with its scenarios, or with a count of task slots when it
+    draws its own task (`tasks` train slots, `eval_tasks` test slots; see the module)."""
+
     rollout: Rollout
-    scenarios: ScenarioSource
+    scenarios: ScenarioSource | None = None
     description: str = ""
+    tasks: int | None = None  # train slots without scenarios (default 1)
+    eval_tasks: int | None = None  # test slots without scenarios (default 1)
 
     def environment(self, name: str) -> Environment:
+        shape = bind_rollout(self.rollout, scenarios=self.scenarios is not None, plugin=name)
+        doc = (inspect.getdoc(self.rollout) or "").splitlines()
+        description = self.description or (doc[0] if doc else f"ART rollout {name}")
+        if self.scenarios is None:
+            slots = self._slots(name, shape)
+            return Environment(name, description, slots, agent=ART_KIND)
+        if self.tasks is not None or self.eval_tasks is not None:
+            raise ArtEnvironmentError(
+                f"{name}: tasks/eval_tasks count the slots of a rollout without scenarios; "
+                "this one has scenarios"
+            )
         located, bad = _located(self.scenarios, self.rollout)
         scenarios: list[Scenario] = []
         seen: set[str] = set()
@@ -76,12 +101,28 @@ class ArtEnvironment:
                     split=_split(item, split, position),
                     title=scenario_id,
                     instruction=_describe(item),
-                    payload=ArtTask(self.rollout, item, name),
+                    payload=ArtTask(self.rollout, item, name, shape),
                 )
             )
-        doc = (inspect.getdoc(self.rollout) or "").splitlines()
-        description = self.description or (doc[0] if doc else f"ART rollout {name}")
         return Environment(name, description, scenarios, agent=ART_KIND, bad_records=bad)
+
+    def _slots(self, name: str, shape: RolloutShape) -> list[Scenario]:
+        counts = {"train": self.tasks, "test": self.eval_tasks}
+        slots: list[Scenario] = []
+        for split, count in counts.items():
+            if count is None:
+                count = 1
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                field = "tasks" if split == "train" else "eval_tasks"
+                raise ArtEnvironmentError(f"{name}: {field} must be a count >= 0, not {count!r}")
+            for i in range(count):
+                slot = SLOT_IDS[split].format(i)
+                what = f"{shape.text} draws its own task ({split} slot {i})"
+                payload = ArtTask(self.rollout, None, name, shape)
+                slots.append(Scenario(slot, split, slot, what, payload=payload))
+        if not any(s.split == "train" for s in slots):
+            raise ArtEnvironmentError(f"{name}: tasks must be at least 1 (the train slots)")
+        return slots
 
 
 Located = tuple[str, str, Any]  # (where, split given by the source or "", scenario)

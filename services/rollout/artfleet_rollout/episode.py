@@ -12,8 +12,9 @@ from artfleet_rollout import metrics
 from artfleet_rollout.agents.context import AgentRun, EpisodeContext
 from artfleet_rollout.agents.kinds import agent_kinds, agent_runner
 from artfleet_rollout.environments import environment_sources
+from artfleet_rollout.ports import ContextOverflow
 
-__all__ = ["AgentRun", "EpisodeContext", "run_episode"]
+__all__ = ["AgentRun", "EpisodeContext", "context_overflow", "run_episode"]
 
 
 async def run_episode(ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, pb.Episode]:
@@ -35,10 +36,31 @@ async def run_episode(ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, 
         if source is not None and not source.bundled:
             trajectory.metadata[key] = str(source)
     episode = pb.Episode(agent=ctx.agent)
-    await agent_runner(ctx.agent)(ctx, trajectory, episode)
+    try:
+        await agent_runner(ctx.agent)(ctx, trajectory, episode)
+    except Exception as exc:
+        refused = context_overflow(exc)
+        if refused is None:
+            raise
+        # The policy refused a conversation past the model's context: the budget's end,
+        # as the kind's own check would have ended it; the turns so far are kept.
+        episode.finish = "context"
+        trajectory.logs.append(f"the policy refused: {refused}")
     episode.turns = sum(isinstance(item, Choice) for item in trajectory.messages_and_choices)
     trajectory.metrics.update(turns=episode.turns, check_passed=episode.check_passed)
     metrics.EPISODES.labels(episode.finish).inc()
     metrics.AGENT_EPISODES.labels(ctx.agent, episode.finish).inc()
     metrics.TURNS.observe(episode.turns)
     return trajectory.finish(), episode
+
+
+def context_overflow(exc: BaseException) -> ContextOverflow | None:
+    """The ContextOverflow an episode ended with, also from inside the exception groups of
+    an MCP session's task group; None for any other exception."""
+    if isinstance(exc, ContextOverflow):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        match, _ = exc.split(ContextOverflow)
+        if match is not None:
+            return context_overflow(match.exceptions[0])
+    return None

@@ -72,7 +72,9 @@ class EncodedList(list[Any]):
 class Policy(Protocol):
     """The model being trained, with the task's sampling settings bound. `tool_choice` is
     OpenAI's (`auto`, `none`, `required`, `{"type": "function", ...}`); None = not sent.
-    `messages` and `tools` may be EncodedLists (their JSON made once, by the caller)."""
+    `messages` and `tools` may be EncodedLists (their JSON made once, by the caller).
+    `max_tokens` is a call's own completion limit, at most the task's (a plugin's
+    `max_completion_tokens`); callers pass it only when they have one."""
 
     def for_episode(self, key: str, seed: int | None = None) -> Policy:
         """The same policy for one episode (`key`, unique in the fleet): its calls go to
@@ -87,7 +89,15 @@ class Policy(Protocol):
         *,
         tools: Sequence[Any] | None = None,
         tool_choice: Any = None,
+        max_tokens: int | None = None,
     ) -> PolicyTurn: ...
+
+
+class ContextOverflow(ValueError):
+    """The policy refused the call because the conversation no longer fits the model's
+    context (vLLM's and the torch server's 400). Not a failure of the episode: it ends
+    there with finish `context`, as an agent's own budget check ends it
+    (`artfleet_rollout.episode`, `agents.kinds.art`)."""
 
 
 class PolicyUnavailable(ConnectionError):

@@ -18,6 +18,15 @@ session's REPL: a shell whose working directory and variables carry from call to
 The last `run_tests` of an episode is its test record: the `tests` scorer reads it, here
 and in the job's own `reward:`.
 
+`rollout_context()` says which episode this is: the job's step, the split, whether it is
+an evaluation's (ART's `is_validation`), the rollout's index and seed; whatever shape the
+rollout function has (`rollout(model, scenario)` gets no step).
+
+A policy call past the episode's budget (the job's `max_turns` calls, or a conversation
+that no longer fits `max_context_tokens`) raises `BudgetExhausted` out of
+`chat.completions.create`: the episode ends there (finish `max_turns` or `context`) and
+keeps its conversation as far as it went, scored as any other.
+
 `score()` asks the reward service, with the scorers a job's `reward:` names (`tests`,
 `judge`, `ruler`, `answer_check`, a package's own; `name` or `{name, weight, params, ...}`),
 and scores the trajectories given as one group (RULER ranks them against each other). It
@@ -75,6 +84,31 @@ class Score:
     dropped: bool = False  # a scorer's drop_trajectory (or drop_group) failure policy
 
 
+@dataclass(frozen=True)
+class RolloutContext:
+    """The episode a rollout function runs in (`rollout_context()`)."""
+
+    job_id: str
+    step: int  # the job's step the group samples for (an evaluation: the policy's step)
+    split: str  # the scenario's split: "train" or "test"
+    is_validation: bool  # an evaluation's episode (the job's eval_every_steps), never trained
+    scenario_id: str
+    rollout_index: int  # the episode's place in its group
+    seed: int  # the rollout's seed (artfleet.contracts.seeds): draw a task from it to repeat it
+
+
+class BudgetExhausted(BaseException):
+    """The episode's budget is spent: raised by the policy client's `create()` for a call
+    past the job's `max_turns` or one whose conversation no longer fits its context. A
+    BaseException, as asyncio's CancelledError: an `except Exception` (ART's `@art.retry`)
+    does not take it for a failure to retry, and `finally` blocks still run. The `art`
+    kind ends the episode with `finish` and keeps its conversation so far."""
+
+    def __init__(self, finish: str, why: str) -> None:
+        super().__init__(why)
+        self.finish = finish  # "max_turns" or "context"
+
+
 class ScoringFailed(RuntimeError):
     """A scorer's failure policy failed the job (`on_error: fail_job`); the reason says why."""
 
@@ -108,6 +142,11 @@ class EpisodeServices(Protocol):
         self, trajectories: Sequence[art.Trajectory], spec: pb.RewardSpec
     ) -> list[Score]: ...
 
+    @property
+    def rollout(self) -> RolloutContext:
+        """The episode's step, split and place (`rollout_context()`)."""
+        ...
+
 
 # Set by the `art` kind around the rollout function: the task (and its children) see it.
 CURRENT: ContextVar[EpisodeServices | None] = ContextVar("artfleet_episode", default=None)
@@ -118,6 +157,11 @@ def _current(what: str) -> EpisodeServices:
     if services is None:
         raise RuntimeError(f"{what} works inside a fleet episode: call it in a rollout")
     return services
+
+
+def rollout_context() -> RolloutContext:
+    """The current episode's job step, split, validation flag, index and seed."""
+    return _current("rollout_context()").rollout
 
 
 def _text(value: str | bytes) -> str:

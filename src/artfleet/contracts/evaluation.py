@@ -17,6 +17,18 @@ from artfleet.contracts.checkpoint_layout import ModelRefError, parse_model_name
 from artfleet.v1 import common_pb2 as pb
 
 SUCCESS_METRIC = "check_passed"
+# An evaluation's groups run under the job id `<job>-eval` (the trainer's jobs/evals.py),
+# so they never mix with a step's batch; a rollout reads it as ART's `is_validation`.
+EVAL_JOB_SUFFIX = "-eval"
+
+
+def eval_job_id(job_id: str) -> str:
+    return f"{job_id}{EVAL_JOB_SUFFIX}"
+
+
+def is_eval_job(job_id: str) -> bool:
+    """Whether a group task's job id is an evaluation's (`eval_job_id`)."""
+    return job_id.endswith(EVAL_JOB_SUFFIX)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -65,6 +65,7 @@ class ScriptedPolicy:
         self.calls: list[list[Any]] = []
         self.tools: list[Any] = []
         self.tool_choices: list[Any] = []
+        self.max_tokens: list[int | None] = []  # each call's own limit (None: the task's)
         self._prompt_len: int | None = None
 
     def for_episode(self, key: str, seed: int | None = None) -> ScriptedPolicy:
@@ -76,8 +77,10 @@ class ScriptedPolicy:
         *,
         tools: Sequence[Any] | None = None,
         tool_choice: Any = None,
+        max_tokens: int | None = None,
     ) -> PolicyTurn:
         self.calls.append(list(messages))
+        self.max_tokens.append(max_tokens)
         self.tools.append(tools)
         self.tool_choices.append(tool_choice)
         if self._prompt_len is None:

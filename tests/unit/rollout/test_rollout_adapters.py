@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, BadRequestError
 from openai.resources.chat.completions import completions as completions_module
 from pydantic import SecretStr
 
@@ -19,7 +19,7 @@ from artfleet.contracts.art_types import art
 from artfleet.v1 import rollout_pb2
 from artfleet_rollout.adapters import OpenAIClients, OpenAIPolicy, check_policy
 from artfleet_rollout.agents.turns import Conversation
-from artfleet_rollout.ports import EncodedList, Usage
+from artfleet_rollout.ports import ContextOverflow, EncodedList, Usage
 from artfleet_rollout.settings import RolloutSettings
 
 ANSWER = {
@@ -220,3 +220,56 @@ async def test_policy_probes_share_one_tls_context(monkeypatch: pytest.MonkeyPat
         answer = await check_policy("http://127.0.0.1:9/v1", "agent@1", "k", timeout_s=2)
         assert not answer.reachable and answer.error
     assert len(made) <= 1
+
+
+def _answering(status: int, body: dict[str, Any], seen: list[dict[str, Any]]) -> AsyncOpenAI:
+    def endpoint(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(status, json=body)
+
+    return AsyncOpenAI(
+        base_url="http://policy/v1",
+        api_key="k",
+        max_retries=0,
+        http_client=httpx.AsyncClient(transport=httpx.MockTransport(endpoint)),
+    )
+
+
+# vLLM 0.32's words (renderers/params.py, v1/engine/input_processor.py), and OpenAI's code.
+VLLM_CONTEXT = "This model's maximum context length is 2048 tokens. However, your prompt contains"
+VLLM_MODEL_LEN = "The decoder prompt (length 2100) is longer than the maximum model length of 2048."
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"message": VLLM_CONTEXT, "type": "BadRequestError", "code": 400},
+        {"message": VLLM_MODEL_LEN, "type": "BadRequestError", "code": 400},
+        {"message": "too long", "type": "invalid_request_error", "code": "context_length_exceeded"},
+    ],
+)
+async def test_a_prompt_past_the_context_is_a_context_overflow(error: dict[str, Any]) -> None:
+    seen: list[dict[str, Any]] = []
+    client = _answering(400, {"error": error}, seen)
+    policy = OpenAIPolicy(client, model="agent@1", temperature=0.7, max_tokens=32, timeout_s=5)
+    with pytest.raises(ContextOverflow, match="HTTP 400"):
+        await policy.complete([{"role": "user", "content": "x"}])
+    await client.close()
+
+
+async def test_another_400_stays_an_error() -> None:
+    client = _answering(400, {"error": {"message": "bad tool_choice"}}, [])
+    policy = OpenAIPolicy(client, model="agent@1", temperature=0.7, max_tokens=32, timeout_s=5)
+    with pytest.raises(BadRequestError):
+        await policy.complete([{"role": "user", "content": "x"}])
+    await client.close()
+
+
+async def test_a_calls_own_completion_limit_is_sent_up_to_the_tasks() -> None:
+    seen: list[dict[str, Any]] = []
+    client = _answering(200, ANSWER, seen)
+    policy = OpenAIPolicy(client, model="agent@1", temperature=0.7, max_tokens=32, timeout_s=5)
+    for asked in (None, 8, 500):
+        await policy.complete([{"role": "user", "content": "x"}], max_tokens=asked)
+    await client.close()
+    assert [body["max_tokens"] for body in seen] == [32, 8, 32]

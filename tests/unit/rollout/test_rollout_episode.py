@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 from openai.types.chat.chat_completion import Choice
 from pydantic import SecretStr
@@ -12,7 +15,7 @@ from artfleet.v1 import rollout_pb2
 from artfleet_rollout.agents.terminal import FORMAT_HELP, build_initial_messages
 from artfleet_rollout.environments import get_environment
 from artfleet_rollout.episode import EpisodeContext, run_episode
-from artfleet_rollout.ports import Usage
+from artfleet_rollout.ports import ContextOverflow, PolicyTurn, Usage
 from artfleet_rollout.settings import RolloutSettings
 
 SCENARIO = get_environment("shell-tasks").get("create-hello-file")
@@ -127,3 +130,36 @@ async def test_workspace_is_closed_when_the_policy_fails() -> None:
     with pytest.raises(RuntimeError, match="policy endpoint broke"):
         await run_episode(_ctx(ScriptedPolicy([bash("ls")], fail_on_turn=1), workspaces), 0)
     assert workspaces.opened[0].closed and workspaces.opened[0].checks == []
+
+
+class _RefusesTurn(ScriptedPolicy):
+    """Refuses call `refused` (0-based) as vLLM refuses a prompt past the model's context."""
+
+    def __init__(self, script: Sequence[str], refused: int) -> None:
+        super().__init__(script)
+        self.refused = refused
+
+    async def complete(self, messages: Sequence[Any], **kwargs: Any) -> PolicyTurn:
+        if len(self.calls) == self.refused:
+            self.calls.append(list(messages))
+            raise ContextOverflow("HTTP 400: This model's maximum context length is 2048 tokens")
+        return await super().complete(messages, **kwargs)
+
+
+async def test_a_turn_the_policy_refuses_for_its_context_ends_the_episode_kept() -> None:
+    policy = _RefusesTurn([bash("ls")], refused=1)
+    workspaces = FakeWorkspaces()
+    trajectory, episode = await run_episode(_ctx(policy, workspaces), 0)
+    assert (episode.finish, episode.turns) == ("context", 1)  # not a failed episode
+    assert episode.check_ran  # the check still says whether the task got done
+    assert len(trajectory.messages_and_choices) == PROMPT + 2  # the turn and its observation
+
+
+async def test_a_single_answer_refused_for_its_context_ends_the_episode() -> None:
+    scenario = get_environment("math-single").scenarios()[0]
+    task = _task(environment="math-single", scenario_id=scenario.id)
+    policy = _RefusesTurn(["4"], refused=0)
+    ctx = EpisodeContext(task, scenario, policy, FakeWorkspaces(), SETTINGS, agent="single")
+    trajectory, episode = await run_episode(ctx, 0)
+    assert (episode.finish, episode.turns) == ("context", 0)
+    assert "maximum context length" in trajectory.logs[-1]

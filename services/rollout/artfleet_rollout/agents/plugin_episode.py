@@ -1,12 +1,12 @@
 """The worker's side of `artfleet.clients.episode` for one episode of the `art` kind: the
 sandbox sessions a rollout opens (the episode's router, with the worker's owner lease),
-its test record, and the reward service's scorers."""
+its test record, the reward service's scorers, and which episode it is (`rollout`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from artfleet.clients.episode import Score, ScoringFailed, TestRun
+from artfleet.clients.episode import RolloutContext, Score, ScoringFailed, TestRun
 from artfleet.contracts import codec
 from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2 as pb
@@ -17,10 +17,17 @@ from artfleet_rollout.scoring import dropped_indices
 
 
 class FleetEpisode:
-    def __init__(self, ctx: EpisodeContext, episode: pb.Episode, plugin: str) -> None:
+    def __init__(
+        self, ctx: EpisodeContext, episode: pb.Episode, plugin: str, rollout: RolloutContext
+    ) -> None:
         self._ctx = ctx
         self._episode = episode
         self._plugin = plugin
+        self._rollout = rollout
+
+    @property
+    def rollout(self) -> RolloutContext:
+        return self._rollout
 
     async def open_session(
         self, files: Mapping[str, str], *, image: str, network: bool

@@ -16,7 +16,7 @@ from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout import metrics
 from artfleet_rollout.agents.context import EpisodeContext
 from artfleet_rollout.agents.terminal import Action, step_event, truncate_middle
-from artfleet_rollout.ports import Policy, Toolbox, ToolResult
+from artfleet_rollout.ports import ContextOverflow, Policy, Toolbox, ToolResult
 
 from .toolcalls import RequestedCall, requested_calls
 from .turns import Budget, Conversation, ask_policy
@@ -71,14 +71,17 @@ async def run_tool_loop(
     for turn in range(1, options.max_turns + 1):
         if budget.exhausted():
             return "context"
-        choice = await ask_policy(
-            policy,
-            trajectory,
-            budget,
-            tool_choice=options.tool_choice,
-            default_version=options.policy_version,
-            conversation=conversation,
-        )
+        try:
+            choice = await ask_policy(
+                policy,
+                trajectory,
+                budget,
+                tool_choice=options.tool_choice,
+                default_version=options.policy_version,
+                conversation=conversation,
+            )
+        except ContextOverflow:  # the policy counted a prompt past the context
+            return "context"
         trajectory.messages_and_choices.append(choice)
         calls = requested_calls(choice, turn)
         if not calls:

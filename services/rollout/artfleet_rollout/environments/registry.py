@@ -76,12 +76,15 @@ def _plugin_factory(name: str) -> Callable[[], Environment] | None:
     def build() -> Environment:
         # An ART rollout function with its scenarios (imported here: it imports us).
         from artfleet_rollout.art_environment import ArtEnvironment
+        from artfleet_rollout.art_shapes import ArtEnvironmentError
 
         try:
             if isinstance(made, ArtEnvironment):
                 environment = made.environment(name)
             else:
                 environment = made() if callable(made) else made
+        except ArtEnvironmentError as exc:  # its own words say it all; no traceback
+            error = str(exc)
         except Exception:
             error = error_tail()
         else:

@@ -1,127 +1,51 @@
 """The `art` kind: an ART rollout function (art_environment.ArtEnvironment) runs as written.
 
-The function gets an `art.Model` bound to the job's policy: `model.name` is the job's
-model, `model.get_inference_name()` the served `name@step`, and `model.openai_client()` a
-client whose `chat.completions.create` goes through the episode's policy port, like every
-bundled kind's turns. So each choice it returns carries the prompt and completion token
-ids and logprobs (the trainer trains exactly what was sampled), the job's sampling
-settings apply, and a policy outage holds the group as for any kind. What the function
-returns becomes the episode's trajectory: its messages and choices, tools, reward
-(`rollout_reward`, this kind's default scorer), metrics and metadata.
+The function is called in the shape it was written in (art_shapes: `rollout(model,
+scenario)`, `rollout(model, step, is_validation)`, ...), with an `art.Model` bound to the
+job's policy: `model.name` is the job's model, `model.get_inference_name()` the served
+`name@step`, and `model.openai_client()` a client whose `chat.completions.create` goes
+through the episode's policy port, like every bundled kind's turns, inside the job's
+budget (agents/art_client.py). So each choice it returns carries the prompt and
+completion token ids and logprobs (the trainer trains exactly what was sampled), the
+job's sampling settings apply, and a policy outage holds the group as for any kind. What
+the function returns becomes the episode's trajectory: its messages and choices, tools,
+reward (`rollout_reward`, this kind's default scorer), metrics and metadata. When the
+budget ends it first, the episode keeps the conversation as far as it went (finish
+`max_turns` or `context`) and is scored as any other.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Sequence
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
-from openai import AsyncOpenAI
-from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion import Choice
-from openai.types.completion_usage import CompletionUsage
 
-from artfleet.clients.episode import CURRENT
+from artfleet.clients.episode import CURRENT, BudgetExhausted, RolloutContext
+from artfleet.contracts import evaluation, seeds
 from artfleet.contracts.art_types import art
 from artfleet.v1 import common_pb2 as pb
-from artfleet_rollout import metrics
+from artfleet_rollout.agents.art_client import PluginFailure, PolicySession, bound_model
 from artfleet_rollout.agents.context import EpisodeContext
 from artfleet_rollout.agents.plugin_episode import FleetEpisode
 from artfleet_rollout.art_environment import ART_KIND, ArtTask
-from artfleet_rollout.ports import Policy
+from artfleet_rollout.art_shapes import IS_VALIDATION, MODEL, SCENARIO, STEP
 
 KIND = ART_KIND
+__all__ = ["KIND", "PluginFailure", "run_art"]
 
 
-class PluginFailure(RuntimeError):
-    """The plugin's rollout broke the contract (what it returned, the model it named)."""
-
-
-class _Session:
-    """One episode's calls: the policy, the names it answers to, the choices it sampled."""
-
-    def __init__(self, ctx: EpisodeContext, plugin: str) -> None:
-        self.policy: Policy = ctx.policy
-        self.served = ctx.task.policy  # name@step
-        self.model_name = self.served.rpartition("@")[0] or self.served
-        self.plugin = plugin
-        self.default_version = ctx.task.policy_version
-        self.sampled: set[int] = set()  # id() of each Choice handed out
-        self.versions: list[int | None] = []
-
-    def check_model(self, model: str) -> None:
-        if model not in (self.served, self.model_name):
-            raise PluginFailure(
-                f"{self.plugin}: the rollout asked for model {model!r}; this job serves "
-                f"{self.served!r} (use model.get_inference_name() or model.name)"
-            )
-
-
-class _Completions:
-    def __init__(self, session: _Session) -> None:
-        self._session = session
-
-    async def create(
-        self,
-        *,
-        model: str,
-        messages: Sequence[Any],
-        tools: Sequence[Any] | None = None,
-        tool_choice: Any = None,
-        stream: bool = False,
-        **ignored: Any,  # temperature, max_tokens, ...: the job's sampling settings apply
-    ) -> ChatCompletion:
-        session = self._session
-        session.check_model(model)
-        if stream:
-            raise PluginFailure(
-                f"{session.plugin}: stream=True is not served to rollouts (the trainer needs "
-                "each turn's sampled tokens): call create() without stream"
-            )
-        start = time.perf_counter()
-        turn = await session.policy.complete(list(messages), tools=tools, tool_choice=tool_choice)
-        metrics.MODEL_SECONDS.observe(time.perf_counter() - start)
-        session.sampled.add(id(turn.choice))
-        session.versions.append(turn.policy_version)
-        usage = turn.usage
-        return ChatCompletion.model_construct(  # the same Choice object, token ids and all
-            id=f"artfleet-{len(session.sampled)}",
-            object="chat.completion",
-            created=int(time.time()),
-            model=session.served,
-            choices=[turn.choice],
-            usage=CompletionUsage(
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                total_tokens=usage.prompt_tokens + usage.completion_tokens,
-            )
-            if usage
-            else None,
-        )
-
-
-class PolicyClient:
-    """What `model.openai_client()` returns inside the fleet: `chat.completions.create`."""
-
-    def __init__(self, session: _Session) -> None:
-        self.chat = SimpleNamespace(completions=_Completions(session))
-
-    def with_options(self, **_: Any) -> PolicyClient:
-        return self
-
-
-def bound_model(ctx: EpisodeContext, session: _Session) -> art.Model[Any, Any]:
-    model: art.Model[Any, Any] = art.Model(
-        name=session.model_name,
-        project="artfleet",
-        inference_model_name=session.served,
-        inference_base_url=ctx.task.model_base_url,
+def rollout_context(ctx: EpisodeContext, index: int) -> RolloutContext:
+    task = ctx.task
+    return RolloutContext(
+        job_id=task.job_id,
+        step=task.step,
+        split=ctx.scenario.split,
+        is_validation=evaluation.is_eval_job(task.job_id),
+        scenario_id=ctx.scenario.id,
+        rollout_index=index,
+        seed=seeds.rollout_seed(task.seed, index),
     )
-    # ART's openai_client() returns this once set (art.Model keeps its client there).
-    model._openai_client = cast(AsyncOpenAI, PolicyClient(session))
-    return model
 
 
 async def run_art(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.Episode) -> None:
@@ -131,20 +55,54 @@ async def run_art(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.E
             f"scenario {ctx.scenario.id!r} has no ART rollout: the `art` kind runs the "
             "environments an ArtEnvironment declares"
         )
-    session = _Session(ctx, task.plugin)
-    timeout_s = ctx.settings.plugin_timeout_s
-    services = CURRENT.set(FleetEpisode(ctx, episode, task.plugin))
+    session = PolicySession(ctx, task.plugin)
+    info = rollout_context(ctx, int(trajectory.metadata.get("rollout_index") or 0))
+    values = {
+        MODEL: bound_model(ctx, session),
+        SCENARIO: task.scenario,
+        STEP: info.step,
+        IS_VALIDATION: info.is_validation,
+    }
+    services = CURRENT.set(FleetEpisode(ctx, episode, task.plugin, info))
     try:
-        rollout = task.rollout(bound_model(ctx, session), task.scenario)
-        result = await asyncio.wait_for(rollout, timeout_s)
+        result = await _rollout(task, values, session, ctx.settings.plugin_timeout_s)
+    finally:
+        CURRENT.reset(services)
+    if result is None:  # the budget ended it: the conversation as far as it went
+        assert session.ended is not None
+        trajectory.messages_and_choices = session.kept()
+        trajectory.tools = session.ended.tools
+        trajectory.logs.append(str(session.ended.stop))
+    else:
+        _check(result, session)
+        _take(trajectory, result)
+    _record(trajectory, session)
+    episode.finish = session.ended.stop.finish if session.ended else "rollout"
+
+
+async def _rollout(
+    task: ArtTask, values: dict[str, Any], session: PolicySession, timeout_s: float
+) -> art.Trajectory | None:
+    """What the rollout returned; None when the budget ended it (BudgetExhausted, or an
+    error of its own raised after it: the stop came first)."""
+    try:
+        return await asyncio.wait_for(task.shape.call(task.rollout, values), timeout_s)
     except TimeoutError:
         raise PluginFailure(
             f"{task.plugin}: the rollout did not return within {timeout_s:g}s "
             "(ARTFLEET_PLUGIN_TIMEOUT_S)"
         ) from None
-    finally:
-        CURRENT.reset(services)
-    _check(result, session)
+    except BudgetExhausted as stop:
+        if session.ended is None:  # never let a BaseException of the plugin's own escape
+            raise PluginFailure(f"{task.plugin}: the rollout raised BudgetExhausted") from stop
+        return None
+    except Exception:
+        if session.ended is None:
+            raise
+        return None
+
+
+def _take(trajectory: art.Trajectory, result: art.Trajectory) -> None:
     trajectory.messages_and_choices = list(result.messages_and_choices)
     trajectory.tools = result.tools
     trajectory.reward = result.reward
@@ -152,12 +110,20 @@ async def run_art(ctx: EpisodeContext, trajectory: art.Trajectory, episode: pb.E
     for key, value in result.metadata.items():
         trajectory.metadata.setdefault(key, value)  # the fleet's keys win
     trajectory.logs.extend(result.logs)
+
+
+def _record(trajectory: art.Trajectory, session: PolicySession) -> None:
+    """The policy versions that answered, and the completion limits the calls ran with
+    (the smaller of the call's own and the job's `max_tokens`)."""
     versions = [v if v is not None else session.default_version for v in session.versions]
-    trajectory.initial_policy_version, trajectory.final_policy_version = versions[0], versions[-1]
-    episode.finish = "rollout"
+    first, last = (versions[0], versions[-1]) if versions else (session.default_version,) * 2
+    trajectory.initial_policy_version, trajectory.final_policy_version = first, last
+    trajectory.metadata["max_tokens"] = max(session.limits, default=session.max_tokens)
+    if session.asked:
+        trajectory.metadata["max_tokens_asked"] = max(session.asked)
 
 
-def _check(result: Any, session: _Session) -> None:
+def _check(result: Any, session: PolicySession) -> None:
     if not isinstance(result, art.Trajectory):
         raise PluginFailure(
             f"{session.plugin}: the rollout returned {type(result).__name__}, not an art.Trajectory"
@@ -169,7 +135,7 @@ def _check(result: Any, session: _Session) -> None:
             f"({len(result.messages_and_choices)} messages, no choice): append each "
             "completion's choice to messages_and_choices"
         )
-    foreign = sum(id(choice) not in session.sampled for choice in choices)
+    foreign = sum(not session.sampled(choice) for choice in choices)
     if foreign:
         raise PluginFailure(
             f"{session.plugin}: {foreign} of {len(choices)} choices in the trajectory were not "

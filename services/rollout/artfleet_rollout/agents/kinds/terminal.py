@@ -19,7 +19,7 @@ from artfleet_rollout.agents.terminal import (
     step_event,
 )
 from artfleet_rollout.agents.turns import Budget, Conversation, ask_policy
-from artfleet_rollout.ports import Workspace, WorkspaceSpec
+from artfleet_rollout.ports import ContextOverflow, Workspace, WorkspaceSpec
 from artfleet_rollout.repo_episode import finish_repo_task, repo_source
 
 KIND = "terminal"
@@ -66,13 +66,16 @@ async def _agent_loop(
     for turn in range(1, ctx.task.max_turns + 1):
         if budget.exhausted():
             return "context"
-        choice = await ask_policy(
-            ctx.policy,
-            trajectory,
-            budget,
-            default_version=ctx.task.policy_version,
-            conversation=conversation,
-        )
+        try:
+            choice = await ask_policy(
+                ctx.policy,
+                trajectory,
+                budget,
+                default_version=ctx.task.policy_version,
+                conversation=conversation,
+            )
+        except ContextOverflow:  # the policy counted a prompt past the context
+            return "context"
         trajectory.messages_and_choices.append(choice)
         action = parse_action(choice.message.content or "")
         if action.kind == "submit":
