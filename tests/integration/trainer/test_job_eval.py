@@ -16,10 +16,10 @@ from trainer_fakes import FakeBackend, scored
 from artfleet.contracts.art_types import art
 from artfleet.contracts.batches import StepBatches
 from artfleet.contracts.checkpoint_layout import marked_best
+from artfleet.contracts.evaluation import eval_job_id
 from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
-from artfleet_trainer.jobs.evals import eval_job_id
 from artfleet_trainer.jobs.runner import JobRunner
 from artfleet_trainer.jobs.store import JobStore
 

@@ -31,10 +31,6 @@ from artfleet_trainer.jobs.store import JobStore
 log = logging.getLogger(__name__)
 
 
-def eval_job_id(job_id: str) -> str:
-    return f"{job_id}-eval"
-
-
 def due(spec: JobSpecModel, job: pb.Job, step: int) -> bool:
     """Evaluate the policy at `step` (0 = before training)? Once per step, also on resume."""
     if spec.eval_every_steps <= 0 or any(e.step == step for e in job.evals):
@@ -107,7 +103,7 @@ class Evaluator:
             scenarios = scenarios[: spec.eval_max_tasks]
         tasks = self._tasks(job, spec, model, step, scenarios, inference_url)
         scenario_of = {t.group_id: t.scenario_id for t in tasks}
-        owner = eval_job_id(job.id)
+        owner = evaluation.eval_job_id(job.id)
         kept = await self._batches.restart(owner, step)
         await self._dispatcher.enqueue(tasks, skip=kept)
         gathered = await self._batches.gather(
@@ -145,7 +141,7 @@ class Evaluator:
     ) -> list[rollout_pb2.GroupTask]:
         return scheduling.group_tasks(
             spec,
-            owner=eval_job_id(job.id),
+            owner=evaluation.eval_job_id(job.id),
             step=step,
             scenarios=scenarios,
             rollouts=spec.eval_k,
