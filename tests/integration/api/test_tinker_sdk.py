@@ -44,8 +44,10 @@ def test_the_tinker_sdk_trains_saves_and_samples_beside_a_job(
         text=True,
         check=True,
     )
-    runs = [m for m in json.loads(listed.stdout) if m["experiment"] == "tinker"]
-    assert model_id.replace(":", "-") in [m["name"] for m in runs], runs
+    runs = {m["name"]: m for m in json.loads(listed.stdout) if m["experiment"] == "tinker"}
+    run = runs[model_id.replace(":", "-")]
+    assert run["tinker_run"] == {"training_run_id": model_id, "lora_rank": 8}, run
+    assert run["base_model"] == SMOLLM2 and not run["job_id"], run
 
 
 def test_no_refused_call_leaves_the_sdk_waiting(api_fleet: LocalFleet) -> None:

@@ -83,5 +83,6 @@ def test_json_listings(target: str) -> None:
     assert jobs[0]["id"] == JOB_ID and jobs[0]["state"] == "JOB_STATE_RUNNING"
     models = json.loads(_cli("models", "list", "--json", "--target", target))
     assert models[0]["name"] == MODEL and models[0]["checkpoints"][0]["best"] is True
+    assert models[1]["tinker_run"] == {"training_run_id": TINKER_RUN, "lora_rank": 8}
     envs = json.loads(_cli("envs", "list", "--json"))
     assert "shell-tasks" in {e["name"] for e in envs["environments"]}
