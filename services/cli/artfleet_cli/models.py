@@ -36,8 +36,8 @@ def list_models(
     rows = [
         [
             m.name,
-            m.job_id,
-            render.state_name(m.job_state),
+            *_origin(m),
+            m.base_model or "-",
             m.experiment,
             m.config_hash or "-",
             ", ".join(f"{c.step}{'*' if c.best else ''}" for c in m.checkpoints) or "-",
@@ -45,8 +45,16 @@ def list_models(
         ]
         for m in reply.models
     ]
-    headers = ("model", "job", "state", "experiment", "config", "checkpoints", "size")
+    headers = ("model", "job", "state", "base", "experiment", "config", "checkpoints", "size")
     render.listing(headers, rows, ("model", "job"))
+
+
+def _origin(m: trainer_pb2.ModelInfo) -> tuple[str, str]:
+    """(job, state): a job's id and state; a Tinker run's id, and its kind and rank."""
+    if m.HasField("tinker_run"):
+        run = m.tinker_run
+        return run.training_run_id, f"tinker run, rank {run.lora_rank}"
+    return m.job_id, render.state_name(m.job_state)
 
 
 @app.command()
@@ -54,8 +62,10 @@ def show(model: str, target: str = TargetOpt, token: str = TokenOpt) -> None:
     """One model: its job, base model, path and checkpoints (* = best by the job's metric)."""
     with trainer(target, token) as stub:
         m = stub.ModelsGet(trainer_pb2.ModelsGetRequest(model=model))
+    job, state = _origin(m)
     render.console.print(
-        f"{m.name}: job {m.job_id} ({render.state_name(m.job_state)}), base {m.base_model}, "
+        f"{m.name}: {'tinker run' if m.HasField('tinker_run') else 'job'} {job} ({state}), "
+        f"base {m.base_model}, "
         f"experiment {m.experiment}, config {m.config_hash or '-'}\npath {m.path}",
         markup=False,
     )

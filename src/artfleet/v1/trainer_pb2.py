@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from artfleet.v1 import common_pb2 as artfleet_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61rtfleet/v1/trainer.proto\x12\x0b\x61rtfleet.v1\x1a\x18\x61rtfleet/v1/common.proto\"<\n\x0fModelCheckpoint\x12\x0c\n\x04step\x18\x01 \x01(\x05\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\x12\x0c\n\x04\x62\x65st\x18\x03 \x01(\x08\"\xf7\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07project\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12(\n\tjob_state\x18\x04 \x01(\x0e\x32\x15.artfleet.v1.JobState\x12\x12\n\nexperiment\x18\x05 \x01(\t\x12\x13\n\x0b\x63onfig_hash\x18\x06 \x01(\t\x12\x12\n\nbase_model\x18\x07 \x01(\t\x12\x31\n\x0b\x63heckpoints\x18\x08 \x03(\x0b\x32\x1c.artfleet.v1.ModelCheckpoint\x12\x13\n\x0blatest_step\x18\t \x01(\x05\x12\x0c\n\x04path\x18\n \x01(\t\"\'\n\x11ModelsListRequest\x12\x12\n\nexperiment\x18\x01 \x01(\t\"<\n\x12ModelsListResponse\x12&\n\x06models\x18\x01 \x03(\x0b\x32\x16.artfleet.v1.ModelInfo\"!\n\x10ModelsGetRequest\x12\r\n\x05model\x18\x01 \x01(\t\"$\n\x13ModelsDeleteRequest\x12\r\n\x05model\x18\x01 \x01(\t\"-\n\x14ModelsDeleteResponse\x12\x15\n\rdeleted_steps\x18\x01 \x03(\x05\"B\n\x12ModelsPruneRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04keep\x18\x02 \x01(\x05\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"?\n\x10PrunedCheckpoint\x12\x0c\n\x04step\x18\x01 \x01(\x05\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x92\x01\n\x13ModelsPruneResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12+\n\x04kept\x18\x02 \x03(\x0b\x32\x1d.artfleet.v1.PrunedCheckpoint\x12.\n\x07\x64\x65leted\x18\x03 \x03(\x0b\x32\x1d.artfleet.v1.PrunedCheckpoint\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"$\n\x13ModelsExportRequest\x12\r\n\x05model\x18\x01 \x01(\t\"=\n\x11ModelsExportChunk\x12\x0c\n\x04\x66ile\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04step\x18\x03 \x01(\x05\"O\n\x10SubmitJobRequest\x12\"\n\x04spec\x18\x01 \x01(\x0b\x32\x14.artfleet.v1.JobSpec\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"4\n\x0fListJobsRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\x12\x12\n\nexperiment\x18\x32 \x01(\t\"2\n\x10ListJobsResponse\x12\x1e\n\x04jobs\x18\x01 \x03(\x0b\x32\x10.artfleet.v1.Job\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\"\n\x10ResumeJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"3\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x66rom_seq\x18\x02 \x01(\x03\"\x18\n\x16\x44\x65scribeTrainerRequest\"M\n\x0bTrainerInfo\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\t\x12\x18\n\x10wandb_configured\x18\x02 \x01(\x08\x12\x13\n\x0b\x62\x61se_models\x18\x03 \x03(\t2\xe5\x06\n\x07Trainer\x12<\n\tSubmitJob\x12\x1d.artfleet.v1.SubmitJobRequest\x1a\x10.artfleet.v1.Job\x12\x36\n\x06GetJob\x12\x1a.artfleet.v1.GetJobRequest\x1a\x10.artfleet.v1.Job\x12G\n\x08ListJobs\x12\x1c.artfleet.v1.ListJobsRequest\x1a\x1d.artfleet.v1.ListJobsResponse\x12<\n\tCancelJob\x12\x1d.artfleet.v1.CancelJobRequest\x1a\x10.artfleet.v1.Job\x12<\n\tResumeJob\x12\x1d.artfleet.v1.ResumeJobRequest\x1a\x10.artfleet.v1.Job\x12\x46\n\x08WatchJob\x12\x1c.artfleet.v1.WatchJobRequest\x1a\x1a.artfleet.v1.ProgressEvent0\x01\x12M\n\nModelsList\x12\x1e.artfleet.v1.ModelsListRequest\x1a\x1f.artfleet.v1.ModelsListResponse\x12\x42\n\tModelsGet\x12\x1d.artfleet.v1.ModelsGetRequest\x1a\x16.artfleet.v1.ModelInfo\x12S\n\x0cModelsDelete\x12 .artfleet.v1.ModelsDeleteRequest\x1a!.artfleet.v1.ModelsDeleteResponse\x12P\n\x0bModelsPrune\x12\x1f.artfleet.v1.ModelsPruneRequest\x1a .artfleet.v1.ModelsPruneResponse\x12R\n\x0cModelsExport\x12 .artfleet.v1.ModelsExportRequest\x1a\x1e.artfleet.v1.ModelsExportChunk0\x01\x12I\n\x08\x44\x65scribe\x12#.artfleet.v1.DescribeTrainerRequest\x1a\x18.artfleet.v1.TrainerInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61rtfleet/v1/trainer.proto\x12\x0b\x61rtfleet.v1\x1a\x18\x61rtfleet/v1/common.proto\"<\n\x0fModelCheckpoint\x12\x0c\n\x04step\x18\x01 \x01(\x05\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\x12\x0c\n\x04\x62\x65st\x18\x03 \x01(\x08\"\xa3\x02\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07project\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12(\n\tjob_state\x18\x04 \x01(\x0e\x32\x15.artfleet.v1.JobState\x12\x12\n\nexperiment\x18\x05 \x01(\t\x12\x13\n\x0b\x63onfig_hash\x18\x06 \x01(\t\x12\x12\n\nbase_model\x18\x07 \x01(\t\x12\x31\n\x0b\x63heckpoints\x18\x08 \x03(\x0b\x32\x1c.artfleet.v1.ModelCheckpoint\x12\x13\n\x0blatest_step\x18\t \x01(\x05\x12\x0c\n\x04path\x18\n \x01(\t\x12*\n\ntinker_run\x18\x0b \x01(\x0b\x32\x16.artfleet.v1.TinkerRun\"7\n\tTinkerRun\x12\x17\n\x0ftraining_run_id\x18\x01 \x01(\t\x12\x11\n\tlora_rank\x18\x02 \x01(\x05\"\'\n\x11ModelsListRequest\x12\x12\n\nexperiment\x18\x01 \x01(\t\"<\n\x12ModelsListResponse\x12&\n\x06models\x18\x01 \x03(\x0b\x32\x16.artfleet.v1.ModelInfo\"!\n\x10ModelsGetRequest\x12\r\n\x05model\x18\x01 \x01(\t\"$\n\x13ModelsDeleteRequest\x12\r\n\x05model\x18\x01 \x01(\t\"-\n\x14ModelsDeleteResponse\x12\x15\n\rdeleted_steps\x18\x01 \x03(\x05\"B\n\x12ModelsPruneRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04keep\x18\x02 \x01(\x05\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"?\n\x10PrunedCheckpoint\x12\x0c\n\x04step\x18\x01 \x01(\x05\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x92\x01\n\x13ModelsPruneResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12+\n\x04kept\x18\x02 \x03(\x0b\x32\x1d.artfleet.v1.PrunedCheckpoint\x12.\n\x07\x64\x65leted\x18\x03 \x03(\x0b\x32\x1d.artfleet.v1.PrunedCheckpoint\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"$\n\x13ModelsExportRequest\x12\r\n\x05model\x18\x01 \x01(\t\"=\n\x11ModelsExportChunk\x12\x0c\n\x04\x66ile\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04step\x18\x03 \x01(\x05\"O\n\x10SubmitJobRequest\x12\"\n\x04spec\x18\x01 \x01(\x0b\x32\x14.artfleet.v1.JobSpec\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"4\n\x0fListJobsRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\x12\x12\n\nexperiment\x18\x32 \x01(\t\"2\n\x10ListJobsResponse\x12\x1e\n\x04jobs\x18\x01 \x03(\x0b\x32\x10.artfleet.v1.Job\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\"\n\x10ResumeJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"3\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x66rom_seq\x18\x02 \x01(\x03\"\x18\n\x16\x44\x65scribeTrainerRequest\"M\n\x0bTrainerInfo\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\t\x12\x18\n\x10wandb_configured\x18\x02 \x01(\x08\x12\x13\n\x0b\x62\x61se_models\x18\x03 \x03(\t2\xe5\x06\n\x07Trainer\x12<\n\tSubmitJob\x12\x1d.artfleet.v1.SubmitJobRequest\x1a\x10.artfleet.v1.Job\x12\x36\n\x06GetJob\x12\x1a.artfleet.v1.GetJobRequest\x1a\x10.artfleet.v1.Job\x12G\n\x08ListJobs\x12\x1c.artfleet.v1.ListJobsRequest\x1a\x1d.artfleet.v1.ListJobsResponse\x12<\n\tCancelJob\x12\x1d.artfleet.v1.CancelJobRequest\x1a\x10.artfleet.v1.Job\x12<\n\tResumeJob\x12\x1d.artfleet.v1.ResumeJobRequest\x1a\x10.artfleet.v1.Job\x12\x46\n\x08WatchJob\x12\x1c.artfleet.v1.WatchJobRequest\x1a\x1a.artfleet.v1.ProgressEvent0\x01\x12M\n\nModelsList\x12\x1e.artfleet.v1.ModelsListRequest\x1a\x1f.artfleet.v1.ModelsListResponse\x12\x42\n\tModelsGet\x12\x1d.artfleet.v1.ModelsGetRequest\x1a\x16.artfleet.v1.ModelInfo\x12S\n\x0cModelsDelete\x12 .artfleet.v1.ModelsDeleteRequest\x1a!.artfleet.v1.ModelsDeleteResponse\x12P\n\x0bModelsPrune\x12\x1f.artfleet.v1.ModelsPruneRequest\x1a .artfleet.v1.ModelsPruneResponse\x12R\n\x0cModelsExport\x12 .artfleet.v1.ModelsExportRequest\x1a\x1e.artfleet.v1.ModelsExportChunk0\x01\x12I\n\x08\x44\x65scribe\x12#.artfleet.v1.DescribeTrainerRequest\x1a\x18.artfleet.v1.TrainerInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,45 +35,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODELCHECKPOINT']._serialized_start=68
   _globals['_MODELCHECKPOINT']._serialized_end=128
   _globals['_MODELINFO']._serialized_start=131
-  _globals['_MODELINFO']._serialized_end=378
-  _globals['_MODELSLISTREQUEST']._serialized_start=380
-  _globals['_MODELSLISTREQUEST']._serialized_end=419
-  _globals['_MODELSLISTRESPONSE']._serialized_start=421
-  _globals['_MODELSLISTRESPONSE']._serialized_end=481
-  _globals['_MODELSGETREQUEST']._serialized_start=483
-  _globals['_MODELSGETREQUEST']._serialized_end=516
-  _globals['_MODELSDELETEREQUEST']._serialized_start=518
-  _globals['_MODELSDELETEREQUEST']._serialized_end=554
-  _globals['_MODELSDELETERESPONSE']._serialized_start=556
-  _globals['_MODELSDELETERESPONSE']._serialized_end=601
-  _globals['_MODELSPRUNEREQUEST']._serialized_start=603
-  _globals['_MODELSPRUNEREQUEST']._serialized_end=669
-  _globals['_PRUNEDCHECKPOINT']._serialized_start=671
-  _globals['_PRUNEDCHECKPOINT']._serialized_end=734
-  _globals['_MODELSPRUNERESPONSE']._serialized_start=737
-  _globals['_MODELSPRUNERESPONSE']._serialized_end=883
-  _globals['_MODELSEXPORTREQUEST']._serialized_start=885
-  _globals['_MODELSEXPORTREQUEST']._serialized_end=921
-  _globals['_MODELSEXPORTCHUNK']._serialized_start=923
-  _globals['_MODELSEXPORTCHUNK']._serialized_end=984
-  _globals['_SUBMITJOBREQUEST']._serialized_start=986
-  _globals['_SUBMITJOBREQUEST']._serialized_end=1065
-  _globals['_GETJOBREQUEST']._serialized_start=1067
-  _globals['_GETJOBREQUEST']._serialized_end=1098
-  _globals['_LISTJOBSREQUEST']._serialized_start=1100
-  _globals['_LISTJOBSREQUEST']._serialized_end=1152
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1154
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1204
-  _globals['_CANCELJOBREQUEST']._serialized_start=1206
-  _globals['_CANCELJOBREQUEST']._serialized_end=1240
-  _globals['_RESUMEJOBREQUEST']._serialized_start=1242
-  _globals['_RESUMEJOBREQUEST']._serialized_end=1276
-  _globals['_WATCHJOBREQUEST']._serialized_start=1278
-  _globals['_WATCHJOBREQUEST']._serialized_end=1329
-  _globals['_DESCRIBETRAINERREQUEST']._serialized_start=1331
-  _globals['_DESCRIBETRAINERREQUEST']._serialized_end=1355
-  _globals['_TRAINERINFO']._serialized_start=1357
-  _globals['_TRAINERINFO']._serialized_end=1434
-  _globals['_TRAINER']._serialized_start=1437
-  _globals['_TRAINER']._serialized_end=2306
+  _globals['_MODELINFO']._serialized_end=422
+  _globals['_TINKERRUN']._serialized_start=424
+  _globals['_TINKERRUN']._serialized_end=479
+  _globals['_MODELSLISTREQUEST']._serialized_start=481
+  _globals['_MODELSLISTREQUEST']._serialized_end=520
+  _globals['_MODELSLISTRESPONSE']._serialized_start=522
+  _globals['_MODELSLISTRESPONSE']._serialized_end=582
+  _globals['_MODELSGETREQUEST']._serialized_start=584
+  _globals['_MODELSGETREQUEST']._serialized_end=617
+  _globals['_MODELSDELETEREQUEST']._serialized_start=619
+  _globals['_MODELSDELETEREQUEST']._serialized_end=655
+  _globals['_MODELSDELETERESPONSE']._serialized_start=657
+  _globals['_MODELSDELETERESPONSE']._serialized_end=702
+  _globals['_MODELSPRUNEREQUEST']._serialized_start=704
+  _globals['_MODELSPRUNEREQUEST']._serialized_end=770
+  _globals['_PRUNEDCHECKPOINT']._serialized_start=772
+  _globals['_PRUNEDCHECKPOINT']._serialized_end=835
+  _globals['_MODELSPRUNERESPONSE']._serialized_start=838
+  _globals['_MODELSPRUNERESPONSE']._serialized_end=984
+  _globals['_MODELSEXPORTREQUEST']._serialized_start=986
+  _globals['_MODELSEXPORTREQUEST']._serialized_end=1022
+  _globals['_MODELSEXPORTCHUNK']._serialized_start=1024
+  _globals['_MODELSEXPORTCHUNK']._serialized_end=1085
+  _globals['_SUBMITJOBREQUEST']._serialized_start=1087
+  _globals['_SUBMITJOBREQUEST']._serialized_end=1166
+  _globals['_GETJOBREQUEST']._serialized_start=1168
+  _globals['_GETJOBREQUEST']._serialized_end=1199
+  _globals['_LISTJOBSREQUEST']._serialized_start=1201
+  _globals['_LISTJOBSREQUEST']._serialized_end=1253
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1255
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1305
+  _globals['_CANCELJOBREQUEST']._serialized_start=1307
+  _globals['_CANCELJOBREQUEST']._serialized_end=1341
+  _globals['_RESUMEJOBREQUEST']._serialized_start=1343
+  _globals['_RESUMEJOBREQUEST']._serialized_end=1377
+  _globals['_WATCHJOBREQUEST']._serialized_start=1379
+  _globals['_WATCHJOBREQUEST']._serialized_end=1430
+  _globals['_DESCRIBETRAINERREQUEST']._serialized_start=1432
+  _globals['_DESCRIBETRAINERREQUEST']._serialized_end=1456
+  _globals['_TRAINERINFO']._serialized_start=1458
+  _globals['_TRAINERINFO']._serialized_end=1535
+  _globals['_TRAINER']._serialized_start=1538
+  _globals['_TRAINER']._serialized_end=2407
 # @@protoc_insertion_point(module_scope)

@@ -18,7 +18,7 @@ class ModelCheckpoint(_message.Message):
     def __init__(self, step: _Optional[int] = ..., bytes: _Optional[int] = ..., best: _Optional[bool] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "project", "job_id", "job_state", "experiment", "config_hash", "base_model", "checkpoints", "latest_step", "path")
+    __slots__ = ("name", "project", "job_id", "job_state", "experiment", "config_hash", "base_model", "checkpoints", "latest_step", "path", "tinker_run")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class ModelInfo(_message.Message):
     CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     LATEST_STEP_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    TINKER_RUN_FIELD_NUMBER: _ClassVar[int]
     name: str
     project: str
     job_id: str
@@ -39,7 +40,16 @@ class ModelInfo(_message.Message):
     checkpoints: _containers.RepeatedCompositeFieldContainer[ModelCheckpoint]
     latest_step: int
     path: str
-    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., job_id: _Optional[str] = ..., job_state: _Optional[_Union[_common_pb2.JobState, str]] = ..., experiment: _Optional[str] = ..., config_hash: _Optional[str] = ..., base_model: _Optional[str] = ..., checkpoints: _Optional[_Iterable[_Union[ModelCheckpoint, _Mapping]]] = ..., latest_step: _Optional[int] = ..., path: _Optional[str] = ...) -> None: ...
+    tinker_run: TinkerRun
+    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., job_id: _Optional[str] = ..., job_state: _Optional[_Union[_common_pb2.JobState, str]] = ..., experiment: _Optional[str] = ..., config_hash: _Optional[str] = ..., base_model: _Optional[str] = ..., checkpoints: _Optional[_Iterable[_Union[ModelCheckpoint, _Mapping]]] = ..., latest_step: _Optional[int] = ..., path: _Optional[str] = ..., tinker_run: _Optional[_Union[TinkerRun, _Mapping]] = ...) -> None: ...
+
+class TinkerRun(_message.Message):
+    __slots__ = ("training_run_id", "lora_rank")
+    TRAINING_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    LORA_RANK_FIELD_NUMBER: _ClassVar[int]
+    training_run_id: str
+    lora_rank: int
+    def __init__(self, training_run_id: _Optional[str] = ..., lora_rank: _Optional[int] = ...) -> None: ...
 
 class ModelsListRequest(_message.Message):
     __slots__ = ("experiment",)

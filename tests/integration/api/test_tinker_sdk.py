@@ -44,8 +44,10 @@ def test_the_tinker_sdk_trains_saves_and_samples_beside_a_job(
         text=True,
         check=True,
     )
-    runs = [m for m in json.loads(listed.stdout) if m["experiment"] == "tinker"]
-    assert model_id.replace(":", "-") in [m["name"] for m in runs], runs
+    runs = {m["name"]: m for m in json.loads(listed.stdout) if m["experiment"] == "tinker"}
+    run = runs[model_id.replace(":", "-")]
+    assert run["tinker_run"] == {"training_run_id": model_id, "lora_rank": 8}, run
+    assert run["base_model"] == SMOLLM2 and not run["job_id"], run
 
 
 def test_no_refused_call_leaves_the_sdk_waiting(api_fleet: LocalFleet) -> None:
@@ -54,6 +56,7 @@ def test_no_refused_call_leaves_the_sdk_waiting(api_fleet: LocalFleet) -> None:
     out = run_driver(REFUSALS, api_fleet.api_url, api_fleet.token, SMOLLM2)
     print("tinker SDK refusals:", json.dumps(out))
     assert out.pop("optim_step_after") is True
+    assert out.pop("context") == 8192  # SmolLM2's, on the torch engine: train and sample
     for name, refusal in out.items():
         assert refusal["refused"], (name, refusal)
         assert refusal["status"] == 400, (name, refusal)
@@ -61,6 +64,9 @@ def test_no_refused_call_leaves_the_sdk_waiting(api_fleet: LocalFleet) -> None:
     assert "data[0].loss_fn_inputs.target_tokens" in out["target_outside_vocab"]["error"]
     assert "data[0].model_input" in out["input_outside_vocab"]["error"]
     assert "sampling_params.max_tokens" in out["sample_max_tokens_0"]["error"]
+    # past the context: refused at the request (a 400 naming the field), not in its future
+    assert "sampling_params.max_tokens" in out["sample_past_context"]["error"]
+    assert "at most 8180" in out["sample_past_context"]["error"]
 
 
 def _poll_future(client: httpx.Client, request_id: str) -> httpx.Response:

@@ -29,8 +29,9 @@ def good() -> list[Any]:
     return [datum(ROW[:-1], ROW[1:])]
 
 
-def refused_calls(training: Any, sampler: Any) -> dict[str, Any]:
-    """Each bad call, as the SDK sends it (a future whose result raises)."""
+def refused_calls(training: Any, sampler: Any, context: int) -> dict[str, Any]:
+    """Each bad call, as the SDK sends it (a future whose result raises). `context`: the
+    base model's, as get_server_capabilities reports it."""
     params = types.SamplingParams
     return {
         "lengths_differ": lambda: training.forward_backward(
@@ -54,15 +55,20 @@ def refused_calls(training: Any, sampler: Any) -> dict[str, Any]:
         "sample_max_tokens_negative": lambda: sampler.sample(
             types.ModelInput.from_ints(ROW), 1, params(max_tokens=-4)
         ),
+        "sample_past_context": lambda: sampler.sample(
+            types.ModelInput.from_ints(ROW), 1, params(max_tokens=context - len(ROW) + 1)
+        ),
     }
 
 
 def main() -> None:
     service = tinker.ServiceClient()
+    models = service.get_server_capabilities().supported_models
+    context = next(m.max_context_length for m in models if m.model_name == BASE_MODEL)
     training = service.create_lora_training_client(base_model=BASE_MODEL, rank=4, seed=0)
     sampler = service.create_sampling_client(base_model=BASE_MODEL)
-    out: dict[str, Any] = {}
-    for name, call in refused_calls(training, sampler).items():
+    out: dict[str, Any] = {"context": context}
+    for name, call in refused_calls(training, sampler, context).items():
         try:
             call().result(timeout=WAIT_S)
             refusal: dict[str, Any] = {"refused": False}

@@ -1,20 +1,9 @@
 """SmolLM2-135M-Instruct for tinker-cookbook (0.3 under ART, 0.6.1), imported by the
-client drivers beside it, inside a client's own virtualenv.
+client drivers beside it, inside a client's own virtualenv: the renderer and tokenizer
+registration the product ships (`artfleet.tinker_renderers`, found in this checkout's
+`src/` as a user would `pip install --no-deps` it), and SmolLM2's own chat template.
 
-Tokenizer: the cookbook builds an HF tokenizer from the model's hub name
-(`tokenizer_utils.get_tokenizer`) and there is no hub here, so `register` maps the name to
-a local folder (the fleet's embedded copy) with the cookbook's own `register_tokenizer`.
-
-Renderer: SmolLM2 speaks ChatML (`<|im_start|>role\\n...<|im_end|>\\n`), which the
-cookbook's `qwen3_instruct` renders token for token, but SmolLM2's template also opens
-every conversation without a system message with its default one ("You are a helpful AI
-assistant named SmolLM, trained by Hugging Face"), as the fleet's own tokenizer does for
-ART's jobs and its chat completions. `qwen3_instruct` adds none, so SmolLM2 would be
-trained and sampled on prompts it never sees elsewhere. The renderer registered here is
-`qwen3_instruct` plus that default system message, as the cookbook's Kimi K2 renderer
-adds Kimi's (its `_ensure_system_message`).
-
-Run as a script (`smollm2.py FOLDER [CONVERSATIONS.jsonl]`) it checks that claim: every
+Run as a script (`smollm2.py FOLDER [CONVERSATIONS.jsonl]`) it checks the renderer: every
 conversation of the file (the cookbook's example_data by default), as a supervised example
 and as a generation prompt before each assistant turn, against the tokenizer's chat
 template; prints one JSON line.
@@ -22,15 +11,17 @@ template; prints one JSON line.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
-RENDERER = "artfleet/smollm2"
-DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
+
+from artfleet.tinker_renderers import RENDERER, SMOLLM2, register
+
+__all__ = ["RENDERER", "SMOLLM2", "SMOLLM2_TEMPLATE", "check", "register"]
+
 # SmolLM2-135M-Instruct's own chat template (its GGUF's; the trainer's
 # CHATML_TEMPLATE, which a test holds equal to this copy). The fleet's
 # tokenizer folder carries an extension of it that adds tools and renders the same without.
@@ -41,35 +32,6 @@ SMOLLM2_TEMPLATE = (
     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-
-
-def register(tokenizer_folder: str, model_name: str = SMOLLM2) -> None:
-    """Make `get_tokenizer(model_name)` read `tokenizer_folder` and `get_renderer(RENDERER)`
-    render SmolLM2's chat format."""
-    from tinker_cookbook import renderers, tokenizer_utils
-    from tinker_cookbook.renderers.qwen3 import Qwen3InstructRenderer
-    from transformers import AutoTokenizer
-
-    @functools.cache
-    def tokenizer() -> Any:
-        return AutoTokenizer.from_pretrained(tokenizer_folder)
-
-    class SmolLM2Renderer(Qwen3InstructRenderer):
-        """ChatML, with SmolLM2's default system message when a conversation has none."""
-
-        def _with_system(self, messages: list[Any]) -> list[Any]:
-            if messages and messages[0]["role"] == "system":
-                return messages
-            return [{"role": "system", "content": DEFAULT_SYSTEM}, *messages]
-
-        def build_generation_prompt(self, messages: list[Any], *args: Any, **kw: Any) -> Any:
-            return super().build_generation_prompt(self._with_system(messages), *args, **kw)
-
-        def build_supervised_example(self, messages: list[Any], *args: Any, **kw: Any) -> Any:
-            return super().build_supervised_example(self._with_system(messages), *args, **kw)
-
-    tokenizer_utils.register_tokenizer(model_name, tokenizer)
-    renderers.register_renderer(RENDERER, lambda tok, _images=None: SmolLM2Renderer(tok))
 
 
 def check(tokenizer_folder: str, conversations: Path) -> dict[str, object]:

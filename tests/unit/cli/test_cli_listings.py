@@ -20,6 +20,7 @@ from artfleet_cli.main import app
 
 JOB_ID = "0f3a9c1e2b7d4e8f9a0b1c2d3e4f5a6b-long-job-id"
 MODEL = f"agent-{JOB_ID}"
+TINKER_RUN, TINKER_MODEL, BASE = "5e1f:train:0", "5e1f-train-0", "/models/smollm2"
 
 
 class ListingTrainer(trainer_pb2_grpc.TrainerServicer):
@@ -31,7 +32,9 @@ class ListingTrainer(trainer_pb2_grpc.TrainerServicer):
     def ModelsList(self, request: object, context: object) -> trainer_pb2.ModelsListResponse:
         model = trainer_pb2.ModelInfo(name=MODEL, job_id=JOB_ID, experiment="exp1")
         model.checkpoints.add(step=2, bytes=1000, best=True)
-        return trainer_pb2.ModelsListResponse(models=[model])
+        run = trainer_pb2.ModelInfo(name=TINKER_MODEL, experiment="tinker", base_model=BASE)
+        run.tinker_run.training_run_id, run.tinker_run.lora_rank = TINKER_RUN, 8
+        return trainer_pb2.ModelsListResponse(models=[model, run])
 
 
 @pytest.fixture
@@ -55,8 +58,15 @@ def test_piped_listings_are_tab_separated_with_whole_ids(
     target: str, command: tuple[str, ...]
 ) -> None:
     lines = _cli(*command, "--target", target).splitlines()
-    assert len(lines) == 2 and "\t" in lines[0]
+    assert len(lines) >= 2 and "\t" in lines[0]
     assert JOB_ID in lines[1].split("\t")
+
+
+def test_models_list_shows_a_tinker_run_as_one(target: str) -> None:
+    header, _job, run = _cli("models", "list", "--target", target).splitlines()
+    row = dict(zip(header.split("\t"), run.split("\t"), strict=True))
+    assert row["model"] == TINKER_MODEL and row["job"] == TINKER_RUN
+    assert row["state"] == "tinker run, rank 8" and row["base"] == BASE
 
 
 @pytest.mark.parametrize("width", [40, 120, 250])
@@ -73,5 +83,6 @@ def test_json_listings(target: str) -> None:
     assert jobs[0]["id"] == JOB_ID and jobs[0]["state"] == "JOB_STATE_RUNNING"
     models = json.loads(_cli("models", "list", "--json", "--target", target))
     assert models[0]["name"] == MODEL and models[0]["checkpoints"][0]["best"] is True
+    assert models[1]["tinker_run"] == {"training_run_id": TINKER_RUN, "lora_rank": 8}
     envs = json.loads(_cli("envs", "list", "--json"))
     assert "shell-tasks" in {e["name"] for e in envs["environments"]}

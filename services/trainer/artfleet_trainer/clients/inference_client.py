@@ -126,7 +126,11 @@ class InferenceClient:
         """The context the service's vLLM takes (its `max_model_len`, from GET /v1/models);
         None when the listing names none. InferenceUnavailable when it does not answer,
         InferenceRefused when it refuses (a 4xx: the token)."""
-        return listed_max_model_len(await self._call("GET", "/v1/models", None, timeout_s))
+        return listed_max_model_len(await self.models(timeout_s))
+
+    async def models(self, timeout_s: float = 10.0) -> dict[str, Any]:
+        """GET /v1/models: the base model first, then each policy, with vLLM's context."""
+        return await self._call("GET", "/v1/models", None, timeout_s)
 
     async def healthy(self) -> bool:
         try:

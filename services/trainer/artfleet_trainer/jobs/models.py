@@ -79,6 +79,9 @@ class ModelCatalog:
             project=TINKER_EXPERIMENT,
             experiment=TINKER_EXPERIMENT,
             base_model=run.base_model,
+            tinker_run=trainer_pb2.TinkerRun(
+                training_run_id=run.training_run_id, lora_rank=run.lora_rank
+            ),
         )
         return _with_checkpoints(info, self._runs.model_dir(run.training_run_id))
 

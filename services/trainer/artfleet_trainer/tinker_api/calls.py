@@ -13,6 +13,7 @@ from artfleet_trainer import metrics
 from artfleet_trainer.torch_backend import checkpoints, datum_training
 from artfleet_trainer.torch_backend.training_clients import AdamParams, TrainingClients
 
+from .engine import Base
 from .runs import RunRecord, Runs, SavedWeights, run_name, tinker_path
 from .sessions import Sampler, Sessions
 
@@ -107,7 +108,8 @@ class Calls:
         sampler_id = f"{session.session_id}:sample:{op.sampling_session_seq_id}"
         record = self.runs.get(model_id)
         served = f"{run_name(model_id)}@{step}"
-        session.samplers[sampler_id] = Sampler(sampler_id, record.base_model, "", served)
+        context = self.clients.info(run_name(model_id)).max_context
+        session.samplers[sampler_id] = Sampler(sampler_id, record.base_model, "", served, context)
         await self.retain(model_id, record)
         return pb.RetrieveResponse(save=pb.SaveResult(sampling_session_id=sampler_id))
 
@@ -134,14 +136,16 @@ class Calls:
         return pb.RetrieveResponse(load=pb.LoadResult(model_id=model_id, path=op.path))
 
     async def create(
-        self, session_id: str, model_id: str, base_model: str, op: pb.CreateModelOp
+        self, session_id: str, model_id: str, base: Base, op: pb.CreateModelOp
     ) -> pb.RetrieveResponse:
+        """`op.base_model` as the client names it (its tokenizer's name, what the run
+        lists); `base`: what the trainer loads for it."""
         seed = op.seed if op.HasField("seed") else None
-        await self.clients.create(run_name(model_id), base_model, op.rank, seed)
+        await self.clients.create(run_name(model_id), base.name, op.rank, seed, base.context)
         try:
             record = self.runs.get(model_id)  # a client created again (after a restart)
         except NotFound:
-            record = RunRecord(model_id, base_model, op.rank, dict(op.user_metadata))
+            record = RunRecord(model_id, op.base_model, op.rank, dict(op.user_metadata))
         self.runs.write(record)
         self.sessions.get(session_id).clients.add(model_id)
         return pb.RetrieveResponse(create_model=pb.CreateModelResult(model_id=model_id))

@@ -6,14 +6,13 @@ from __future__ import annotations
 import math
 import shutil
 
-from artfleet.contracts import base_models as base_model_names
 from artfleet.contracts import checkpoint_layout
 from artfleet.contracts.errors import InvalidArgument, NotFound
 from artfleet.v1 import tinker_api_pb2 as pb
-from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.torch_backend.training_clients import TrainingClients
 
 from .runs import KINDS, RunRecord, Runs, SavedWeights, run_name, tinker_path
+from .sampler import DEFAULT_MAX_TOKENS
 from .sessions import Sampler
 
 MAX_RANK = 256
@@ -48,6 +47,30 @@ def check_sample(op: pb.SampleOp) -> None:
             raise InvalidArgument(
                 f"{field} must be a finite number >= 0", f"sampling_params.{field}"
             )
+
+
+def fit_sample(op: pb.SampleOp, context: int) -> pb.SampleOp:
+    """`op` within the context (0: not known), checked here rather than by the engine
+    inside the future: a prompt that fills it, or a `max_tokens` that runs past it, is
+    refused naming the field. Without `max_tokens` the default is cut to the room left."""
+    prompt = len(op.prompt)
+    room = context - prompt
+    if context <= 0 or (op.params.max_tokens == 0 and room >= DEFAULT_MAX_TOKENS):
+        return op
+    limit = f"the context of {context} tokens (get_server_capabilities' max_context_length)"
+    if room < 1:
+        raise InvalidArgument(f"{prompt} tokens leave no room to sample in {limit}", "prompt")
+    asked = op.params.max_tokens
+    if asked > room:
+        raise InvalidArgument(
+            f"{asked} past {limit}: the prompt's {prompt} tokens and {asked} more; at most "
+            f"{room} here",
+            "sampling_params.max_tokens",
+        )
+    fitted = pb.SampleOp()
+    fitted.CopyFrom(op)
+    fitted.params.max_tokens = asked or room
+    return fitted
 
 
 def sampling_session(found: Sampler) -> pb.SamplingSession:
@@ -106,14 +129,3 @@ async def delete_checkpoint(
         return
     shutil.rmtree(runs.checkpoint_dir(training_run_id, saved.step), ignore_errors=True)
     await clients.retire(name, saved.step)
-
-
-def base_models(settings: TrainerSettings) -> list[str]:
-    return base_model_names.known_base_models(settings.art_path, settings.base_model_map)
-
-
-def check_base_model(settings: TrainerSettings, base_model: str) -> str:
-    """The name the trainer loads for `base_model` (InvalidArgument naming it if none)."""
-    resolved = base_model_names.resolve(base_model, settings.base_model_map)
-    base_model_names.check_base_model(resolved, settings.art_path, settings.base_model_map)
-    return resolved

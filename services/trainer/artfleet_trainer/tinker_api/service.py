@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from artfleet.clients.replicas import split_urls
 from artfleet.contracts.errors import (
     ArtfleetError,
     FailedPrecondition,
@@ -26,12 +27,15 @@ from artfleet.contracts.errors import (
 from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet.v1 import tinker_api_pb2_grpc
 from artfleet_trainer import metrics
+from artfleet_trainer.clients.inference_client import InferenceClient
+from artfleet_trainer.serving.inference_service import InferenceServiceServing
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.torch_backend import datum_training
 from artfleet_trainer.torch_backend.training_clients import TrainingClients
 
 from . import catalog
 from .calls import Calls, datums_of
+from .engine import BaseModels
 from .futures import Futures
 from .ordering import ClientQueue
 from .runs import Runs, run_name
@@ -55,14 +59,14 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         settings: TrainerSettings,
         clients: TrainingClients,
         sampler: CompletionsSampler,
-        check_base_model: Callable[[str], str],
+        bases: BaseModels,
     ) -> None:
-        """`check_base_model` maps a requested base model to the name the trainer loads,
-        raising InvalidArgument naming `base_model` when it loads no such model."""
+        """`bases` maps a requested base model to the one the trainer loads and its
+        context, raising InvalidArgument naming `base_model` when there is none."""
         self._settings = settings
         self._clients = clients
         self._sampler = sampler
-        self._check_base_model = check_base_model
+        self._bases = bases
         self.runs = Runs(settings.art_path)
         self.sessions = Sessions(settings.tinker_api_idle_s)
         self.futures = Futures(settings.tinker_api_max_queued_calls)
@@ -75,11 +79,16 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
     @classmethod
     def on(cls, settings: TrainerSettings, backend: TorchBackend) -> TinkerApiService:
         """The service of a torch backend's training clients, sampling where it serves."""
+        listing = None
+        if isinstance(backend.serving, InferenceServiceServing):
+            # every replica serves the one base model with one context: any one answers
+            url = split_urls(settings.inference_url)[0]
+            listing = InferenceClient(url, settings.api_token.get_secret_value()).models
         return cls(
             settings,
             backend.training_clients,
             CompletionsSampler(backend.sampling_endpoint),
-            lambda name: catalog.check_base_model(settings, name),
+            BaseModels(settings, listing),
         )
 
     def start(self) -> None:
@@ -152,7 +161,7 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         if op is None:
             raise InvalidArgument("the call names no operation", "op")
         if op == "sample":
-            return self._submit_sample(request.sample)
+            return await self._submit_sample(request.sample)
         if op == "create_model" or (
             op == "load_weights" and request.load_weights.HasField("model_seq_id")
         ):
@@ -225,7 +234,7 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         model_id = f"{session.session_id}:train:{number}"
         if model_id in self._creates:
             return pb.Promise(request_id=self._creates[model_id], model_id=model_id)
-        run = self._create_call(call, op, session.session_id, model_id)
+        run = await self._create_call(call, op, session.session_id, model_id)
         self._check_room(call.create_model.rank if op == "create_model" else 0)
         request_id = self.futures.new()
         self._creates[model_id] = request_id
@@ -258,22 +267,23 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
                 "end a session or release its clients first, or set a number"
             )
 
-    def _create_call(
+    async def _create_call(
         self, call: pb.TrainingCall, op: str, session_id: str, model_id: str
     ) -> Callable[[], Awaitable[pb.RetrieveResponse]]:
         if op == "create_model":
             create = call.create_model
             catalog.check_lora(create)
-            base = self._check_base_model(create.base_model)
+            base = await self._bases.base(create.base_model)
             return lambda: self._calls.create(session_id, model_id, base, create)
         load = call.load_weights
         record, _, _ = self.runs.resolve(load.path)
         create = pb.CreateModelOp(
             model_seq_id=load.model_seq_id, base_model=record.base_model, rank=record.lora_rank
         )
+        base = await self._bases.base(record.base_model)
 
         async def create_then_load() -> pb.RetrieveResponse:
-            await self._calls.create(session_id, model_id, record.base_model, create)
+            await self._calls.create(session_id, model_id, base, create)
             return await self._calls.load(model_id, load)
 
         return create_then_load
@@ -306,9 +316,10 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
             self._queues.pop(created, None)
             self._creates.pop(created, None)
 
-    def _submit_sample(self, op: pb.SampleOp) -> pb.Promise:
+    async def _submit_sample(self, op: pb.SampleOp) -> pb.Promise:
         sampler = self.sessions.sampler(op.sampling_session_id)
         catalog.check_sample(op)
+        op = catalog.fit_sample(op, sampler.context)
         request_id = self.futures.new()
         served = sampler.served_name
 
@@ -337,10 +348,12 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         self._queue(request.model_id)
         info = self._clients.info(run_name(request.model_id))
         record = self.runs.get(request.model_id)
+        # The base as the client named it: its tokenizer loads by that name (a folder's
+        # works offline).
         return pb.TrainingClientInfo(
             model_id=request.model_id,
-            base_model=info.base_model,
-            tokenizer_id=info.base_model,
+            base_model=record.base_model,
+            tokenizer_id=record.base_model,
             arch=info.arch,
             lora_rank=record.lora_rank,
         )
@@ -353,10 +366,11 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         if request.model_path:
             record, saved, _ = self.runs.resolve(request.model_path)
             served = f"{run_name(record.training_run_id)}@{saved.step}"
-            sampler = Sampler(sampler_id, record.base_model, request.model_path, served)
+            context = (await self._bases.base(record.base_model)).context
+            sampler = Sampler(sampler_id, record.base_model, request.model_path, served, context)
         elif request.base_model:
-            base = self._check_base_model(request.base_model)
-            sampler = Sampler(sampler_id, request.base_model, "", base)
+            base = await self._bases.base(request.base_model)
+            sampler = Sampler(sampler_id, request.base_model, "", base.name, base.context)
         else:
             raise InvalidArgument("name the weights to sample (model_path) or a base_model")
         session.samplers[sampler_id] = sampler
@@ -416,6 +430,7 @@ class TinkerApiService(tinker_api_pb2_grpc.TinkerApiServicer):
         self, request: pb.CapabilitiesRequest, context: grpc.aio.ServicerContext
     ) -> pb.CapabilitiesResponse:
         models = [
-            pb.SupportedModel(model_name=name) for name in catalog.base_models(self._settings)
+            pb.SupportedModel(model_name=base.name, max_context_length=base.context)
+            for base in await self._bases.known()
         ]
         return pb.CapabilitiesResponse(models=models, loss_fns=list(datum_training.LOSSES))

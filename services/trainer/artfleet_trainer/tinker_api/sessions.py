@@ -19,6 +19,7 @@ class Sampler:
     base_model: str
     model_path: str  # tinker://... or "" for the base model
     served_name: str  # what the serving engine calls it: name@step or the base model
+    context: int = 0  # the most tokens of a prompt and its sample (0: not known)
 
 
 @dataclass

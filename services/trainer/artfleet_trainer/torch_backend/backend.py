@@ -181,7 +181,9 @@ class TorchBackend:
 
     # --- registration and steps -------------------------------------------------------
 
-    async def register(self, model: art.Model) -> None:
+    async def register(self, model: art.Model, *, first_checkpoint: bool = True) -> None:
+        """`first_checkpoint`: a new model's initial weights are saved (and served) as
+        step 0; a Tinker client's are not, its first checkpoint is its first save."""
         model.base_path = self._path
         output_dir = checkpoints.model_dir(self._path, model)
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -194,9 +196,10 @@ class TorchBackend:
                 raise ValueError(f"a model named {model.name!r} is already registered")
             existing.model = model
             return
-        state = await self._worker.run(self._load_state, model, output_dir)
+        state = await self._worker.run(self._load_state, model, output_dir, first_checkpoint)
         self._states[model.name] = state
-        await self._publish(state, state.step)
+        if state.step >= 0:
+            await self._publish(state, state.step)
 
     async def unregister(self, name: str) -> None:
         """Forget the model `name` (its weights leave memory; its checkpoints stay)."""
@@ -228,7 +231,9 @@ class TorchBackend:
         peft_args = (model._internal_config or {}).get("peft_args") or {}
         return int(peft_args.get("r", self.lora_rank))
 
-    def _load_state(self, model: art.TrainableModel, output_dir: Path) -> _ModelState:
+    def _load_state(
+        self, model: art.TrainableModel, output_dir: Path, first_checkpoint: bool = True
+    ) -> _ModelState:
         """Torch thread: the model as a tenant of its base (loaded once, whatever the
         number of tenants) with the latest adapter and optimizer state, if any."""
         step = checkpoints.latest_step(output_dir)
@@ -246,8 +251,10 @@ class TorchBackend:
         optimizer_state = checkpoints.load_optimizer_state(latest) if resume else None
         if optimizer_state is not None:
             optimizer.load_state_dict(optimizer_state)
-        if not resume:  # step 0 on disk too, so `name@0` can be reloaded like any other step
+        if not resume and first_checkpoint:  # step 0 on disk, reloaded as any other step
             checkpoints.save_checkpoint(tenant, output_dir, 0)
+        elif not resume:
+            step = -1  # the live weights are no saved step
         log.info(
             "registered %s at step %d (%s; tenants of %s: %d)",
             model.name,

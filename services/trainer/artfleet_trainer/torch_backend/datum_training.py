@@ -145,7 +145,11 @@ def _check_datum(index: int, datum: Datum, spec: LossSpec, loss_fn: str, limit: 
     if length == 0:
         raise InvalidArgument("the model input is empty", where)
     if length > limit:
-        raise InvalidArgument(f"{length} tokens; the model's context is {limit}", where)
+        raise InvalidArgument(
+            f"{length} tokens; the context is {limit} (get_server_capabilities' "
+            "max_context_length: what the serving engine can sample)",
+            where,
+        )
     if len(datum.targets) != length:
         raise InvalidArgument(
             f"target_tokens has {len(datum.targets)} positions, the input {length}", where

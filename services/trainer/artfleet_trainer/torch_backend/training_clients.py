@@ -61,13 +61,18 @@ class TrainingClients:
     def __init__(self, backend: TorchBackend) -> None:
         self._backend = backend
         self._dirty: set[str] = set()  # trained since their last save
+        self._contexts: dict[str, int] = {}  # what the engine that samples them takes
 
     def model_dir(self, name: str) -> Path:
         return Path(self._backend.path) / PROJECT / "models" / name
 
-    async def create(self, name: str, base_model: str, rank: int, seed: int | None) -> ClientInfo:
+    async def create(
+        self, name: str, base_model: str, rank: int, seed: int | None, max_context: int = 0
+    ) -> ClientInfo:
         """Load `base_model` with a fresh LoRA of `rank` (its init drawn from `seed`), or
-        the client's latest checkpoint when one is on disk (a trainer restart)."""
+        the client's latest checkpoint when one is on disk (a trainer restart). Nothing is
+        written before the client's first save. `max_context` (0: the model's): the
+        longest datum, as long as the engine that samples the client takes."""
         peft_args = art.dev.PeftArgs(r=rank, lora_alpha=2 * rank)
         if seed is not None:  # drawn on the torch thread, around the adapter's creation
             peft_args["random_state"] = seed
@@ -77,7 +82,9 @@ class TrainingClients:
             base_model=base_model,
             _internal_config=art.dev.InternalModelConfig(peft_args=peft_args),
         )
-        await self._backend.register(model)
+        await self._backend.register(model, first_checkpoint=False)
+        if max_context > 0:
+            self._contexts[name] = max_context
         return self.info(name)
 
     def info(self, name: str) -> ClientInfo:
@@ -86,7 +93,7 @@ class TrainingClients:
         return ClientInfo(
             name,
             state.model.base_model,
-            state.max_context,
+            min(state.max_context, self._contexts.get(name, state.max_context)),
             str(getattr(config, "model_type", "") or ""),
             state.output_dir,
         )
@@ -123,7 +130,8 @@ class TrainingClients:
         (InvalidArgument naming what does not)."""
         state = self._state(name)
         vocab = int(state.peft_model.get_input_embeddings().num_embeddings)
-        return datum_training.check(datums, loss_fn, config, state.max_context, vocab)
+        context = self.info(name).max_context
+        return datum_training.check(datums, loss_fn, config, context, vocab)
 
     async def forward_backward(
         self,
@@ -246,6 +254,7 @@ class TrainingClients:
         """Drop the client from memory; its checkpoints stay on disk."""
         await self._backend.unregister(name)
         self._dirty.discard(name)
+        self._contexts.pop(name, None)
 
 
 def _mismatched_shapes(saved: Mapping[str, Any], live: Mapping[str, Any]) -> str:

@@ -22,7 +22,9 @@ from artfleet.contracts.errors import (
 )
 from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet_trainer.settings import TrainerSettings
+from artfleet_trainer.tinker_api.engine import BaseModels
 from artfleet_trainer.tinker_api.futures import Futures
+from artfleet_trainer.tinker_api.sampler import CompletionsSampler
 from artfleet_trainer.tinker_api.service import TinkerApiService
 from artfleet_trainer.torch_backend import TorchBackend
 
@@ -344,7 +346,7 @@ async def test_ephemeral_sampler_saves_are_pruned_and_named_saves_kept(
         for old in [k for k in live if not k.endswith(f":sample:{step}")]:
             del live[old]
     steps = service.runs.steps_on_disk(model_id)
-    assert steps == [0, 2, 4, 5]  # base, the named save, the last two
+    assert steps == [2, 4, 5]  # the named save, the last two
     run = await service.GetRun(pb.GetRunRequest(training_run_id=model_id), Context)
     assert run.last_checkpoint.checkpoint_id == "weights/keep-me" and run.last_checkpoint.step == 2
 
@@ -354,10 +356,78 @@ async def test_a_session_that_stops_heartbeating_has_its_clients_released(
 ) -> None:
     session = await _session(service)
     model_id = await _client(service, session, 0, model_dir)
+    save = pb.TrainingCall(model_id=model_id, seq_id=1, save_weights=pb.SaveWeightsOp(name="s"))
+    await _result(service, await service.Submit(save, Context))
     service.sessions.idle_s = 0.0  # every session is silent for too long from now
     await service._release_ended()
     with pytest.raises(NotFound):
         await service.GetInfo(pb.GetInfoRequest(model_id=model_id), Context)
     with pytest.raises(FailedPrecondition):  # the SDK stops heartbeating on this (410)
         await service.Heartbeat(pb.SessionHeartbeatRequest(session_id=session), Context)
-    assert service.runs.steps_on_disk(model_id) == [0]  # its weights stay
+    assert service.runs.steps_on_disk(model_id) == [1]  # its saved weights stay
+
+
+async def test_a_client_writes_no_checkpoint_before_its_first_save(
+    service: TinkerApiService, model_dir: Path
+) -> None:
+    session = await _session(service)
+    model_id = await _client(service, session, 0, model_dir)
+    await _loss(service, model_id, 1, train=True)
+    await _step(service, model_id, 2)
+    assert service.runs.steps_on_disk(model_id) == []  # no step 0 of an untrained LoRA
+    save = pb.TrainingCall(model_id=model_id, seq_id=3, save_weights=pb.SaveWeightsOp(name="a"))
+    assert (await _result(service, await service.Submit(save, Context))).save.path
+    assert service.runs.steps_on_disk(model_id) == [1]
+    listed = await service.ListCheckpoints(
+        pb.ListCheckpointsRequest(training_run_id=model_id), Context
+    )
+    assert [(c.checkpoint_id, c.step) for c in listed.checkpoints] == [("weights/a", 1)]
+
+
+ENGINE_CONTEXT = 16
+
+
+@asynccontextmanager
+async def _on_vllm(tmp_path: Path, model_dir: Path) -> AsyncIterator[TinkerApiService]:
+    """The service as on the vLLM engine: the inference service lists `model_dir` as its
+    base with a max_model_len below the model's 8192 positions."""
+
+    async def listing() -> dict[str, Any]:
+        return {"data": [{"id": str(model_dir), "max_model_len": ENGINE_CONTEXT}]}
+
+    trainer = TrainerSettings(art_path=str(tmp_path / "art"), api_token=SecretStr("t"))
+    backend = TorchBackend(path=trainer.art_path, num_threads=1, train_num_threads=1)
+    sampler = CompletionsSampler(backend.sampling_endpoint)
+    api = TinkerApiService(trainer, backend.training_clients, sampler, BaseModels(trainer, listing))
+    try:
+        yield api
+    finally:
+        await api.stop()
+        await backend.close()
+
+
+async def test_training_and_sampling_take_the_engines_context(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    async with _on_vllm(tmp_path, model_dir) as api:
+        capabilities = await api.Capabilities(pb.CapabilitiesRequest(), Context)
+        contexts = {m.model_name: m.max_context_length for m in capabilities.models}
+        assert contexts[str(model_dir)] == ENGINE_CONTEXT
+        session = await _session(api)
+        model_id = await _client(api, session, 0, model_dir)
+        long = pb.ForwardBackwardOp(loss_fn="cross_entropy")
+        tokens = [2 + i for i in range(ENGINE_CONTEXT + 1)]
+        datum = long.data.add(tokens=tokens, target_tokens=tokens)
+        datum.inputs["weights"].values.extend([1.0] * len(tokens))
+        call = pb.TrainingCall(model_id=model_id, seq_id=1, forward_backward=long)
+        with pytest.raises(InvalidArgument, match=r"data\[0\].*context is 16"):
+            await api.Submit(call, Context)
+        assert await _loss(api, model_id, 2, train=True) > 0  # 8 tokens fit
+        request = pb.CreateSamplingSessionRequest(session_id=session, base_model=str(model_dir))
+        sampler = await api.CreateSamplingSession(request, Context)
+        sample = pb.SampleOp(
+            sampling_session_id=sampler.sampling_session_id, prompt=tokens[:10], num_samples=1
+        )
+        sample.params.max_tokens = 7
+        with pytest.raises(InvalidArgument, match=r"sampling_params.max_tokens.*at most 6"):
+            await api.Submit(pb.TrainingCall(sample=sample), Context)
