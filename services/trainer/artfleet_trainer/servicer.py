@@ -30,7 +30,7 @@ from artfleet_trainer.jobs.context_limit import ContextLimits
 from artfleet_trainer.jobs.evals import check_eval_split
 from artfleet_trainer.jobs.images import ImageChecker
 from artfleet_trainer.jobs.models import ModelCatalog, parse_ref
-from artfleet_trainer.jobs.store import JobStore
+from artfleet_trainer.jobs.store import JobStore, check_resumable
 from artfleet_trainer.sft import phase as sft_phase
 
 log = logging.getLogger(__name__)
@@ -148,10 +148,12 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
     async def ResumeJob(
         self, request: trainer_pb2.ResumeJobRequest, context: grpc.aio.ServicerContext
     ) -> pb.Job:
+        job = await self._store.get(_job_id(request.job_id))
+        check_resumable(job)  # an unknown job, or one in another state, is said first
         # The scorers are checked again, as at submit: the reward service may have changed
         # since (a job that failed on its scorers is resumed to try them again).
-        await self._reward.validate((await self._store.get(_job_id(request.job_id))).spec.reward)
-        job = await self._store.resume(_job_id(request.job_id))
+        await self._reward.validate(job.spec.reward)
+        job = await self._store.resume(job.id)
         return await self._store.get_with_position(job.id)
 
     async def WatchJob(

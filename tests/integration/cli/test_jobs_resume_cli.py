@@ -1,5 +1,6 @@
 """`artfleet jobs resume` and `jobs status` against the real trainer servicer (gRPC, Redis):
-a FAILED job is queued again with its reason kept, shown by status; an unknown id, a
+a FAILED job is queued again with its reason kept, shown by status, once the reward
+service has checked its scorers (as at submit); an unknown id, a
 finished job and an empty id are refused with the gRPC status and, in the CLI, exit 2.
 SubmitJob refuses a bad idempotency key before anything else is asked."""
 
@@ -7,14 +8,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from submit_fleet import trainer_server
+from submit_fleet import submit_server
 from typer.testing import CliRunner, Result
 
 from artfleet.runtime.rpc.client import aio_channel
+from artfleet.runtime.service import free_port
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_cli.main import app
@@ -36,21 +39,36 @@ async def cli(target: str, *args: str) -> Result:
 
 
 @pytest.fixture
-async def trainer(redis_url: str) -> AsyncIterator[tuple[str, JobStore]]:
+async def store(redis_url: str) -> AsyncIterator[JobStore]:
     client = aioredis.from_url(redis_url)
     await client.flushdb()
-    store = JobStore(client)
+    yield JobStore(client)
+    await client.aclose()
+
+
+@asynccontextmanager
+async def serving(store: JobStore, reward: str = "") -> AsyncIterator[str]:
+    """The trainer's servicer (with the reward service's beside it, unless `reward` names
+    another address) on a free port; its target."""
+    target = f"127.0.0.1:{free_port()}"
     servicer = TrainerServicer(
         store,
         RolloutClient("127.0.0.1:1", TOKEN),  # not used by the job RPCs here
-        RewardClient("127.0.0.1:1", TOKEN),
+        RewardClient(reward or target, TOKEN),
         lambda backend: "",
     )
-    server = trainer_server(servicer, TOKEN, "trainer-resume-test")
+    server = submit_server(target, TOKEN, servicer, "trainer-resume-test")
     await server.start()
-    yield f"127.0.0.1:{server.port}", store
-    await server.stop(1)
-    await client.aclose()
+    try:
+        yield target
+    finally:
+        await server.stop(1)
+
+
+@pytest.fixture
+async def trainer(store: JobStore) -> AsyncIterator[tuple[str, JobStore]]:
+    async with serving(store) as target:
+        yield target, store
 
 
 async def _job(store: JobStore, state: int, error: str = "") -> pb.Job:
@@ -76,6 +94,17 @@ async def test_resume_queues_a_failed_job_and_status_shows_its_reason(
     assert "QUEUED (queue position 1)" in status.stdout
     assert "after step 1, was FAILED: QuorumNotReached: 1/3 groups answered" in status.stdout
     assert "error:" not in status.stdout  # the resumed run has none yet
+
+
+async def test_resume_checks_the_scorers_first_and_keeps_the_job_failed_when_it_cannot(
+    store: JobStore,
+) -> None:
+    job = await _job(store, pb.JOB_STATE_FAILED, error="ScoringFailed: the judge is down")
+    async with serving(store, reward="127.0.0.1:1") as target:
+        refused = await cli(target, "resume", job.id)
+    assert refused.exit_code == 1, refused.output  # the reward service is unreachable
+    assert "reward service 127.0.0.1:1" in refused.stderr
+    assert (await store.get(job.id)).state == pb.JOB_STATE_FAILED
 
 
 async def test_resume_of_an_unknown_or_finished_job_exits_2_naming_why(

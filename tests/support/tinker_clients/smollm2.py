@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct for tinker-cookbook (0.3 under ART, 0.6.1), imported by the
 client drivers beside it, inside a client's own virtualenv: the renderer and tokenizer
-registration the product ships (`artfleet.tinker_renderers`, found in this checkout's
+registration the product ships (`artfleet.clients.tinker_renderers`, found in this checkout's
 `src/` as a user would `pip install --no-deps` it), and SmolLM2's own chat template.
 
 Run as a script (`smollm2.py FOLDER [CONVERSATIONS.jsonl]`) it checks the renderer: every
@@ -18,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
 
-from artfleet.tinker_renderers import RENDERER, SMOLLM2, register
+from artfleet.clients.tinker_renderers import RENDERER, SMOLLM2, register
 
 __all__ = ["RENDERER", "SMOLLM2", "SMOLLM2_TEMPLATE", "check", "register"]
 

@@ -97,7 +97,7 @@ def _new_job(spec: pb.JobSpec, config_hash: str) -> pb.Job:
     return job
 
 
-def _check_resumable(job: pb.Job) -> None:
+def check_resumable(job: pb.Job) -> None:
     """Only a FAILED or CANCELLED job goes on; any other is refused naming its state (an
     active one is running already, a SUCCEEDED one has nothing left to run)."""
     if job.state in RESUMABLE:
@@ -251,7 +251,7 @@ class JobStore:
                     if raw is None:
                         raise NotFound(f"no job with id {job_id!r}")
                     job = pb.Job.FromString(raw)
-                    _check_resumable(job)
+                    check_resumable(job)
                     resume = _mark_resumed(job)
                     pipe.multi()
                     pipe.set(key, job.SerializeToString())

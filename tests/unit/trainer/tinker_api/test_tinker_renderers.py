@@ -1,4 +1,4 @@
-"""The SmolLM2 renderer ships with the product (artfleet.tinker_renderers) and keeps the
+"""The SmolLM2 renderer ships with the product (artfleet.clients.tinker_renderers) and keeps the
 cookbook optional: importing it without tinker-cookbook registers nothing and fails
 nothing. Its rendering is checked against SmolLM2's template by the cookbook's own
 interpreter (tests/integration/api/test_tinker_cookbook.py)."""
@@ -9,7 +9,7 @@ import importlib
 import subprocess
 import sys
 
-from artfleet import tinker_renderers
+from artfleet.clients import tinker_renderers
 
 
 def test_the_renderer_module_imports_without_the_cookbook() -> None:
@@ -22,7 +22,7 @@ def test_it_needs_nothing_else_of_artfleet() -> None:
     """A client's environment has the cookbook, not the fleet's dependencies: the module
     imports with the standard library alone (`pip install --no-deps`)."""
     code = (
-        "import sys; import artfleet.tinker_renderers as r; "
+        "import sys; import artfleet.clients.tinker_renderers as r; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('pydantic', 'grpc', 'google', 'yaml', 'torch', 'transformers')))"
     )

@@ -5,7 +5,7 @@ it the import does nothing (the cookbook stays an optional dependency, imported 
 here). It needs nothing else of artfleet: `pip install --no-deps` it into a client's own
 environment.
 
-    import artfleet.tinker_renderers  # registers artfleet/smollm2
+    import artfleet.clients.tinker_renderers  # registers artfleet/smollm2
     renderer = renderers.get_renderer("artfleet/smollm2", tokenizer)
 
 SmolLM2 speaks ChatML (`<|im_start|>role\\n...<|im_end|>\\n`), which the cookbook's
