@@ -8,43 +8,13 @@ runner, the product's OpenAI adapter against the torch server on a tiny random L
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-
 import pytest
-import pytest_asyncio
-from art_shapes_plugin import ENTRY_POINTS, PLUGIN
-from plugin_dist import pip_install_package
-from plugin_episodes import CONTEXT, EpisodeFleet, episode_fleet, metadata
+from plugin_episodes import CONTEXT, EpisodeFleet, metadata
 
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import rollout_pb2
-from artfleet_rollout.environments import registry as environments
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("budgets") / "site"
-    pip_install_package(target, "artfleet_test_shapes", PLUGIN, ENTRY_POINTS)
-    return target
-
-
-@pytest.fixture
-def plugin(site: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.delitem(sys.modules, "artfleet_test_shapes", raising=False)
-    environments.reload_plugins()
-    yield
-    environments.reload_plugins()
-
-
-@pytest_asyncio.fixture
-async def fleet(plugin: None) -> AsyncIterator[EpisodeFleet]:
-    async with episode_fleet() as running:
-        yield running
 
 
 def _choices(trajectory: pb.Trajectory) -> list[pb.Choice]:
