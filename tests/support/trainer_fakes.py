@@ -101,7 +101,8 @@ class FakeRollouts:
     def __init__(self, batches: StepBatches, behaviour: Behaviour = scored) -> None:
         self._batches = batches
         self.behaviour = behaviour
-        self.enqueued: list[str] = []
+        self.enqueued: list[str] = []  # group ids, in order
+        self.tasks: list[rollout_pb2.GroupTask] = []  # the same, whole
         self._running: set[asyncio.Task[object]] = set()
 
     async def scenario_ids(self, environment: str, split: str) -> list[str]:
@@ -111,6 +112,7 @@ class FakeRollouts:
         todo = [t for t in tasks if t.group_id not in skip]
         for task in todo:
             self.enqueued.append(task.group_id)
+            self.tasks.append(task)
             work = self._batches.publish(
                 task.job_id, task.step, task.group_id, self.behaviour(task)
             )

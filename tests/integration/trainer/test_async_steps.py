@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 import redis.asyncio as aioredis
 from runner_harness import run_to_end, runner_settings
-from trainer_fakes import FakeBackend, scored
+from trainer_fakes import FakeBackend, FakeRollouts, scored
 
 from artfleet.contracts.art_types import art
 from artfleet.contracts.batches import StepBatches
@@ -37,27 +37,16 @@ def versioned(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
     return response
 
 
-@dataclass
-class Rollouts:
-    batches: StepBatches
-    behaviour: Behaviour = versioned
-    enqueued: list[str] = field(default_factory=list)
-    log: list[str] = field(default_factory=list)  # "enqueue <step>" and "train <step>"
-    running: set[asyncio.Task[object]] = field(default_factory=set)
+class Rollouts(FakeRollouts):
+    """FakeRollouts whose dispatches go in one log with the backend's trainings."""
 
-    async def scenario_ids(self, environment: str, split: str) -> list[str]:
-        return ["s1", "s2", "s3"]
+    def __init__(self, batches: StepBatches, log: list[str]) -> None:
+        super().__init__(batches, versioned)
+        self.log = log  # "enqueue <step>" and "train <step>", in order
 
     async def enqueue(self, tasks: Sequence[rollout_pb2.GroupTask], skip: set[str]) -> int:
-        todo = [t for t in tasks if t.group_id not in skip]
-        for task in todo:
-            self.enqueued.append(task.group_id)
-            self.log.append(f"enqueue {task.step}")
-            work = self.batches.publish(task.job_id, task.step, task.group_id, self.behaviour(task))
-            running = asyncio.create_task(work)
-            self.running.add(running)
-            running.add_done_callback(self.running.discard)
-        return len(todo)
+        self.log.extend(f"enqueue {t.step}" for t in tasks if t.group_id not in skip)
+        return await super().enqueue(tasks, skip)
 
 
 @dataclass
@@ -107,8 +96,7 @@ async def fleet(redis_url: str) -> AsyncIterator[Fleet]:
     await client.flushdb()
     batches = StepBatches(client)
     backend = LoggingBackend()
-    rollouts = Rollouts(batches)
-    rollouts.log = backend.log  # one log: dispatches and trainings in order
+    rollouts = Rollouts(batches, backend.log)
     yield Fleet(JobStore(client), batches, backend, rollouts)
     await client.aclose()
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 from runner_harness import run_to_end, runner_settings
-from trainer_fakes import FakeBackend, scored
+from trainer_fakes import FakeBackend, FakeRollouts, scored
 
 from artfleet.contracts.art_types import art
 from artfleet.contracts.batches import StepBatches
@@ -44,28 +44,6 @@ def answer(task: rollout_pb2.GroupTask, passing: Passing = PASSING) -> rollout_p
     return response
 
 
-class Rollouts:
-    def __init__(self, batches: StepBatches, behaviour: Behaviour = answer) -> None:
-        self._batches = batches
-        self.behaviour = behaviour
-        self.tasks: list[rollout_pb2.GroupTask] = []
-        self._running: set[asyncio.Task[object]] = set()
-
-    async def scenario_ids(self, environment: str, split: str) -> list[str]:
-        return ["s1", "s2", "s3"]
-
-    async def enqueue(self, tasks: Sequence[rollout_pb2.GroupTask], skip: set[str]) -> int:
-        todo = [t for t in tasks if t.group_id not in skip]
-        for task in todo:
-            self.tasks.append(task)
-            response = self.behaviour(task)
-            work = self._batches.publish(task.job_id, task.step, task.group_id, response)
-            running = asyncio.create_task(work)
-            self._running.add(running)
-            running.add_done_callback(self._running.discard)
-        return len(todo)
-
-
 class LoggingBackend(FakeBackend):
     """FakeBackend whose models keep ART's logs under a test directory."""
 
@@ -91,9 +69,9 @@ async def run_job(
     backend: LoggingBackend,
     spec: JobSpecModel,
     behaviour: Behaviour = answer,
-) -> tuple[pb.Job, list[pb.ProgressEvent], Rollouts]:
+) -> tuple[pb.Job, list[pb.ProgressEvent], FakeRollouts]:
     store, batches = JobStore(redis), StepBatches(redis)
-    rollouts = Rollouts(batches, behaviour)
+    rollouts = FakeRollouts(batches, behaviour)
     settings = runner_settings(
         "eval-test-token",
         art_path=str(backend.path),

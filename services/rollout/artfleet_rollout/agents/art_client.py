@@ -34,6 +34,7 @@ from artfleet.clients.episode import BudgetExhausted
 from artfleet.contracts.art_types import art
 from artfleet_rollout import metrics
 from artfleet_rollout.agents.context import EpisodeContext
+from artfleet_rollout.agents.turns import Budget
 from artfleet_rollout.ports import ContextOverflow, Policy, PolicyTurn
 
 
@@ -68,9 +69,10 @@ class PolicySession:
         self.model_name = self.served.rpartition("@")[0] or self.served
         self.plugin = plugin
         self.default_version = task.policy_version
-        self.max_turns, self.max_tokens = task.max_turns, task.max_tokens
-        self.max_context_tokens = task.max_context_tokens
-        self.context_tokens = 0  # the conversation after the last answer, as usage said
+        self.max_turns = task.max_turns
+        # The bundled kinds' budget; its prompt_tokens: the conversation after the last
+        # answer, as usage said.
+        self.budget = Budget(task.max_context_tokens, task.max_tokens)
         self.calls: list[Call] = []
         self.versions: list[int | None] = []
         self.limits: list[int] = []  # each call's completion limit
@@ -92,13 +94,13 @@ class PolicySession:
         it named one."""
         asked = max_completion_tokens if _given(max_completion_tokens) else max_tokens
         if not _given(asked):
-            return self.max_tokens, False
+            return self.budget.max_tokens, False
         if not isinstance(asked, int) or isinstance(asked, bool) or asked <= 0:
             raise PluginFailure(
                 f"{self.plugin}: max_completion_tokens must be a positive integer, not {asked!r}"
             )
         self.asked.append(asked)
-        return min(asked, self.max_tokens), True
+        return min(asked, self.budget.max_tokens), True
 
     def admit(self, messages: Sequence[Any], tools: Any, limit: int) -> None:
         """Raises BudgetExhausted for a call past the budget (and for any call after it)."""
@@ -107,11 +109,11 @@ class PolicySession:
         if len(self.calls) >= self.max_turns:
             why = f"{self.plugin}: the job's max_turns ({self.max_turns}) policy calls are spent"
             raise self.end(BudgetExhausted("max_turns", why), messages, tools)
-        if self.context_tokens + limit > self.max_context_tokens:
+        if self.budget.passed_by(self.budget.prompt_tokens, limit):
             why = (
-                f"{self.plugin}: {self.context_tokens} tokens of conversation plus "
+                f"{self.plugin}: {self.budget.prompt_tokens} tokens of conversation plus "
                 f"{limit} to sample pass the job's max_context_tokens "
-                f"({self.max_context_tokens})"
+                f"({self.budget.max_context_tokens})"
             )
             raise self.end(BudgetExhausted("context", why), messages, tools)
 
@@ -120,10 +122,10 @@ class PolicySession:
         messages since the last answer could not be counted before the call. One that
         passes it ends the episode as the check before the call would have, unkept."""
         prompt = turn.usage.prompt_tokens if turn.usage is not None else 0
-        if prompt + limit > self.max_context_tokens:
+        if self.budget.passed_by(prompt, limit):
             why = (
                 f"{self.plugin}: a prompt of {prompt} tokens plus {limit} to sample pass the "
-                f"job's max_context_tokens ({self.max_context_tokens})"
+                f"job's max_context_tokens ({self.budget.max_context_tokens})"
             )
             raise self.end(BudgetExhausted("context", why), messages, tools)
 
@@ -136,7 +138,7 @@ class PolicySession:
         self.versions.append(turn.policy_version)
         self.limits.append(limit)
         if turn.usage is not None:
-            self.context_tokens = turn.usage.context_tokens
+            self.budget.prompt_tokens = turn.usage.context_tokens
 
     def kept(self) -> list[Any]:
         """The conversation as far as it went (the refused call's messages), each assistant

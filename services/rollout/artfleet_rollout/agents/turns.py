@@ -29,7 +29,11 @@ class Budget:
     prompt_tokens: int = 0
 
     def exhausted(self) -> bool:
-        return self.prompt_tokens + self.max_tokens > self.max_context_tokens
+        return self.passed_by(self.prompt_tokens, self.max_tokens)
+
+    def passed_by(self, prompt_tokens: int, max_tokens: int) -> bool:
+        """Whether a prompt of `prompt_tokens` plus `max_tokens` to sample overflows it."""
+        return prompt_tokens + max_tokens > self.max_context_tokens
 
 
 async def ask_policy(

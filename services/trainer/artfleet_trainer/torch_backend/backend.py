@@ -28,11 +28,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from artfleet.contracts.checkpoint_layout import (
-    ADAPTER_CONFIG,
-    checkpoint_steps,
-    delete_steps_after,
-)
+from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG, delete_steps_after
 from artfleet.contracts.gpu_plan import ModelShape
 from artfleet.contracts.gpu_tenants import tenant_bytes
 from artfleet_trainer.backends.art_compat import art
@@ -42,7 +38,7 @@ from artfleet_trainer.torch_serving.options import TorchServerOptions
 
 from . import checkpoints, precision, sft, training
 from .model_loader import LoadedModel, load_base_model
-from .tenants import BaseLoader, SharedBases, TenantModel, lora_seed
+from .tenants import BaseLoader, SharedBases, TenantModel, lora_seed, peft_args
 from .training_clients import TrainingClients
 from .turn_gate import TurnGate
 from .worker import TorchWorker, training_thread_scope
@@ -228,8 +224,7 @@ class TorchBackend:
 
     def _rank(self, model: art.TrainableModel) -> int:
         """The model's own LoRA rank (ART's `_internal_config.peft_args.r`), else ours."""
-        peft_args = (model._internal_config or {}).get("peft_args") or {}
-        return int(peft_args.get("r", self.lora_rank))
+        return int(peft_args(model).get("r", self.lora_rank))
 
     def _load_state(
         self, model: art.TrainableModel, output_dir: Path, first_checkpoint: bool = True
@@ -332,8 +327,7 @@ class TorchBackend:
         """Checkpoints past `step` are deleted; a model registered here (an in-process
         retry) leaves memory, so that registering it again loads `step`."""
         output_dir = checkpoints.model_dir(self._path, model)
-        later = [s for s in checkpoint_steps(output_dir) if s > step]
-        if later and model.name in self._states:
+        if model.name in self._states and checkpoints.latest_step(output_dir) > step:
             await self.unregister(model.name)
         return await self._worker.run(delete_steps_after, output_dir, step)
 

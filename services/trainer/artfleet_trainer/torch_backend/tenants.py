@@ -93,12 +93,16 @@ class SharedBase:
         return not self.tenants
 
 
+def peft_args(model: Any) -> dict[str, Any]:
+    """ART's `_internal_config.peft_args` of a model ({} when it sets none)."""
+    return dict((getattr(model, "_internal_config", None) or {}).get("peft_args") or {})
+
+
 def lora_seed(model: Any) -> int | None:
-    """The seed of a model's fresh LoRA: ART's `_internal_config.peft_args.random_state`
-    (the LoRA init seed ART's own backend hands unsloth; a job's seed goes there), else
-    None (torch's generators as they stand)."""
-    peft_args = (getattr(model, "_internal_config", None) or {}).get("peft_args") or {}
-    seed = peft_args.get("random_state")
+    """The seed of a model's fresh LoRA: ART's `peft_args.random_state` (the LoRA init
+    seed ART's own backend hands unsloth; a job's seed goes there), else None (torch's
+    generators as they stand)."""
+    seed = peft_args(model).get("random_state")
     return None if seed is None else int(seed)
 
 

@@ -118,7 +118,7 @@ def _record(trajectory: art.Trajectory, session: PolicySession) -> None:
     versions = [v if v is not None else session.default_version for v in session.versions]
     first, last = (versions[0], versions[-1]) if versions else (session.default_version,) * 2
     trajectory.initial_policy_version, trajectory.final_policy_version = first, last
-    trajectory.metadata["max_tokens"] = max(session.limits, default=session.max_tokens)
+    trajectory.metadata["max_tokens"] = max(session.limits, default=session.budget.max_tokens)
     if session.asked:
         trajectory.metadata["max_tokens_asked"] = max(session.asked)
 
