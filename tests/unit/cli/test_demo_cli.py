@@ -3,6 +3,7 @@ settings it would start with, and the figures)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -116,11 +117,17 @@ def test_demo_takes_the_fleets_settings_as_fleet_up_does_and_names_what_it_drops
     assert capsys.readouterr().err == ""  # nothing dropped, nothing said
 
 
-def test_demo_refuses_bad_settings_with_exit_2_before_starting(tmp_path: Path) -> None:
+def test_demo_refuses_bad_settings_with_exit_2_before_starting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
     from artfleet_cli.main import app
 
+    # The demo reads this shell's ARTFLEET_* (CI exports ARTFLEET_ARTIFACTS_DIR): only the
+    # test's own may be there, or the warning names others too.
+    for key in [k for k in os.environ if k.startswith("ARTFLEET_")]:
+        monkeypatch.delenv(key)
     demo = ["demo", "--workdir", str(tmp_path / "w"), "--engine", "torch"]
     cases = [
         (["--set", "ARTFLEET_NOPE=1"], "no service reads ARTFLEET_NOPE"),
