@@ -102,7 +102,8 @@ async def raw(client: aioredis.Redis, groups: dict[str, rollout_pb2.RunGroupResp
 
 @contextmanager
 def redis_server() -> Iterator[str]:
-    from artfleet_cli.fleet import free_port, redis_server_binary
+    from artfleet.runtime.service import free_port
+    from artfleet_cli.fleet import redis_server_binary
 
     port = free_port()
     proc = subprocess.Popen(

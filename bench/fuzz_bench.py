@@ -33,7 +33,8 @@ sys.path[:0] = [str(ROOT / "tests" / "integration" / "fuzz"), str(ROOT / "tests"
 from fuzz_kit import SPECIAL_STRINGS, Verdict, fuzz_service, serving, sweep_fields  # noqa: E402
 from service_fleet import SERVICES, FuzzFleet, live_ids, running_fleet, seeds  # noqa: E402
 
-from artfleet_cli.fleet import free_port, redis_server_binary  # noqa: E402
+from artfleet.runtime.service import free_port  # noqa: E402
+from artfleet_cli.fleet import redis_server_binary  # noqa: E402
 
 
 @contextmanager

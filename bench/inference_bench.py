@@ -46,7 +46,8 @@ from openai import AsyncOpenAI
 sys.path.insert(0, str(Path(__file__).parent))
 from generation_bench import SYSTEM, observation
 
-from artfleet_cli.fleet import free_port, vllm_python
+from artfleet.runtime.service import free_port
+from artfleet_cli.fleet import vllm_python
 
 NAME, PROJECT = "bench", "bench"
 PROMPTS = [f"What is {a} + {b}? Answer with the number." for a in range(8) for b in range(8)]

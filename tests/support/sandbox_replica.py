@@ -17,7 +17,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from waiting import wait_for
 
-from artfleet_cli.fleet import free_port
+from artfleet.runtime.service import free_port
 from artfleet_sandbox.local_backend.stale import OWNER_FILE
 
 TOKEN = "owner-lease-token"

@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import SecretStr
 
-from artfleet_cli.fleet import free_port
+from artfleet.runtime.service import free_port
 
 T = TypeVar("T")
 TOKEN = "fuzz-" + secrets.token_hex(12)

@@ -15,10 +15,10 @@ from pydantic import SecretStr
 
 from artfleet.runtime.config import ServerSettings
 from artfleet.runtime.rpc.server import GrpcServer
+from artfleet.runtime.service import free_port
 from artfleet.v1 import reward_pb2_grpc, rollout_pb2_grpc, trainer_pb2_grpc
 from artfleet_api.app import create_app
 from artfleet_api.settings import ApiSettings
-from artfleet_cli.fleet import free_port
 from artfleet_reward.servicer import RewardServicer
 from artfleet_rollout.group import GroupRunner
 from artfleet_rollout.servicer import RolloutServicer

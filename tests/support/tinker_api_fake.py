@@ -13,12 +13,12 @@ from typing import Any
 import grpc
 import httpx
 
+from artfleet.runtime.service import free_port
 from artfleet.v1 import tinker_api_pb2 as pb
 from artfleet.v1 import tinker_api_pb2_grpc as pb_grpc
 from artfleet_api.app import create_app
 from artfleet_api.server import ApiServer
 from artfleet_api.settings import ApiSettings
-from artfleet_cli.fleet import free_port
 
 TOKEN = "unit-test-token-0123456789"
 BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"

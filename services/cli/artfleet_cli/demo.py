@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from artfleet.contracts import evaluation
-from artfleet.runtime.service import free_port
+from artfleet.runtime.ports import PortHold
 from artfleet.specs.job import JobSpecModel, ScorerModel, spec_to_proto
 from artfleet.specs.scorer_params import ANSWER_CHECK
 from artfleet.v1 import common_pb2 as pb
@@ -142,7 +142,8 @@ def demo_fleet(
         given = read_env_file(env_file) if env_file else {}
         set_values = parse_sets(sets)
         # Planned now: the settings' check builds each service's environment, ports and all.
-        fleet = LocalFleet(workdir, ports=plan_ports(PORT_NAMES, {}, free_port))
+        held = PortHold()
+        fleet = LocalFleet(workdir, ports=plan_ports(PORT_NAMES, {}, held.pick), held=held)
         owned = fleet.owned_keys()
         fleet.settings, ignored = merge_settings(environ, given, set_values, known_keys(), owned)
         warn_unused(ignored, sorted(k for k in environ if k in owned))

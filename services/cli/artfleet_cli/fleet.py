@@ -30,7 +30,7 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from artfleet.runtime.health import probe_policy
-from artfleet.runtime.service import free_port
+from artfleet.runtime.ports import PortHold
 from artfleet_cli.fleet_binaries import VLLM_PYTHON, redis_server_binary, vllm_python
 from artfleet_cli.fleet_config import (
     PREFIX,
@@ -96,6 +96,8 @@ class LocalFleet:
     stopping: threading.Event = field(default_factory=threading.Event)
     # Told "started NAME (pid N; logs/NAME.log)" as each process starts (`fleet up` prints).
     announce: Callable[[str], None] | None = None
+    # Its ports, held from their choice to stop() so no other process takes one first.
+    held: PortHold = field(default_factory=PortHold, repr=False)
 
     @property
     def redis_url(self) -> str:
@@ -229,7 +231,9 @@ class LocalFleet:
         try:
             replicas = self.inference_names[1:]
             names = (*PORT_NAMES, *replicas, *(f"{name}_metrics" for name in replicas))
-            self.ports = plan_ports(names, self.ports, free_port)
+            self.ports = plan_ports(names, self.ports, self.held.pick)
+            for port in self.ports.values():
+                self.held.hold(port)
             self._start_redis()
             # The API first (it needs only Redis): its /health names what is still starting.
             # Then vLLM, which takes longest to be ready.
@@ -310,7 +314,7 @@ class LocalFleet:
         self._wait_redis(time.monotonic() + 30)
 
     def _redis_command(self) -> list[str]:
-        port = self.ports.setdefault("redis", free_port())
+        port = self.ports.setdefault("redis", self.held.pick())
         host = self.address_of("redis")
         data = self.workdir / "redis"
         data.mkdir(exist_ok=True)
@@ -491,4 +495,5 @@ class LocalFleet:
             process.terminate(grace_s)
             codes[process.name] = process.proc.returncode
         self.processes.clear()
+        self.held.release()
         return codes

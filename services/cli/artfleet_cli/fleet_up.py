@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import typer
 
-from artfleet.runtime.service import free_port
+from artfleet.runtime.ports import PortHold
 from artfleet_cli import render
 from artfleet_cli.client import fail
 from artfleet_cli.fleet import PORT_NAMES, LocalFleet, isolation_notice
@@ -206,9 +206,11 @@ def _configured_fleet(
         given = read_env_file(env_file) if env_file else {}
         set_values = parse_sets(sets)
         remembered = None if reset_settings else load_remembered(workdir)
+        held = PortHold()
         fleet = LocalFleet(
             workdir,
-            ports=plan_ports(PORT_NAMES, {} if new_ports else load_ports(workdir), free_port),
+            ports=plan_ports(PORT_NAMES, {} if new_ports else load_ports(workdir), held.pick),
+            held=held,
         )
         fleet.token = read_secret(workdir / "token") or fleet.token
         fleet.redis_password = read_secret(password_path) or fleet.redis_password

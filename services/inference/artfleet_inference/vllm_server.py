@@ -25,7 +25,7 @@ import aiohttp
 
 from artfleet.contracts import gpu_plan
 from artfleet.contracts.gpu_tenants import LoraServing, lora_serving
-from artfleet.runtime.service import free_port
+from artfleet.runtime.ports import PortHold
 from artfleet_inference import cpu_memory, vllm_main, vllm_worker
 from artfleet_inference.engine import MAX_REGISTERED_ADAPTERS
 from artfleet_inference.process_group import spawn_group, stop_group
@@ -339,7 +339,8 @@ class VllmServer:
     def __init__(
         self, settings: InferenceSettings, model_dir: Path, served_name: str, log_path: Path
     ) -> None:
-        self.port = free_port()
+        self._held = PortHold()  # until vLLM listens there: its start takes minutes
+        self.port = self._held.pick()
         self.key = secrets.token_urlsafe(24)  # vLLM's own key: only the front knows it
         self._settings = settings
         self._model_dir = model_dir
@@ -376,6 +377,7 @@ class VllmServer:
         self._launch = vllm_launch(
             self._settings, self._model_dir, self._served_name, self.port, self.key, memory
         )
+        self._held.hold(self.port)  # again, after a stop
         self._spawn()  # in the main thread: PR_SET_PDEATHSIG follows the forking thread
         await self._wait_ready()
 
@@ -418,3 +420,4 @@ class VllmServer:
         proc, self._proc = self._proc, None
         if proc is not None:
             await stop_group(proc, grace_s)
+        self._held.release()

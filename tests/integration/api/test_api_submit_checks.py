@@ -23,12 +23,12 @@ from artfleet.contracts import checkpoint_layout
 from artfleet.runtime.config import ServerSettings
 from artfleet.runtime.rpc.client import aio_channel
 from artfleet.runtime.rpc.server import GrpcServer
+from artfleet.runtime.service import free_port
 from artfleet.specs.job import spec_to_proto, validate_spec
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2_grpc, trainer_pb2, trainer_pb2_grpc
 from artfleet_api.app import create_app
 from artfleet_api.settings import ApiSettings
-from artfleet_cli.fleet import free_port
 from artfleet_reward.servicer import RewardServicer
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import RolloutClient

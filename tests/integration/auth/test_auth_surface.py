@@ -38,9 +38,9 @@ from service_fleet import FuzzFleet, running_fleet
 import artfleet.v1
 from artfleet.runtime.config import ServerSettings
 from artfleet.runtime.rpc.server import GrpcServer
+from artfleet.runtime.service import free_port
 from artfleet_api.app import create_app
 from artfleet_api.settings import ApiSettings
-from artfleet_cli.fleet import free_port
 from artfleet_inference.engine import PolicyEngine
 from artfleet_inference.policies import PolicyTable
 from artfleet_inference.server import Front

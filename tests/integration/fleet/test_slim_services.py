@@ -21,7 +21,7 @@ import pytest
 from repo_paths import ROOT
 
 from artfleet.runtime.healthcheck import check
-from artfleet_cli.fleet import free_port
+from artfleet.runtime.service import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from repo_paths import ROOT
 from waiting import wait_for
 
 from artfleet.clients.replicas import ReplicaChoice
+from artfleet.runtime.service import free_port
 from artfleet.v1 import rollout_pb2
-from artfleet_cli.fleet import free_port
 from artfleet_rollout import metrics
 from artfleet_rollout.adapters import OpenAIClients
 from artfleet_rollout.policy_routing import replica_label

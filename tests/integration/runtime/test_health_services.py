@@ -31,8 +31,8 @@ from repo_paths import ROOT
 from waiting import wait_for
 
 from artfleet.runtime.rpc.client import auth_metadata
+from artfleet.runtime.service import free_port
 from artfleet.v1 import sandbox_pb2, sandbox_pb2_grpc
-from artfleet_cli.fleet import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 TOKEN = "health-" + secrets.token_hex(8)

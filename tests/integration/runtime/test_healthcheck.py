@@ -13,7 +13,7 @@ from pydantic import SecretStr
 
 from artfleet.runtime.config import ServerSettings
 from artfleet.runtime.rpc.server import GrpcServer
-from artfleet_cli.fleet import free_port
+from artfleet.runtime.service import free_port
 
 
 @pytest.fixture

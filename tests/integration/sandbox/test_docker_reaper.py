@@ -15,9 +15,9 @@ from sandbox_docker_kit import TEST_IMAGE, TOKEN, BackendFactory, our_containers
 from waiting import wait_for_async
 
 from artfleet.runtime.rpc.client import aio_channel
+from artfleet.runtime.service import free_port
 from artfleet.v1 import sandbox_pb2 as pb
 from artfleet.v1 import sandbox_pb2_grpc
-from artfleet_cli.fleet import free_port
 from artfleet_sandbox.backend import ExecSpec, SessionSpec
 from artfleet_sandbox.docker_backend.config import (
     LABEL_CREATED_AT,

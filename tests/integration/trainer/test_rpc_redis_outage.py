@@ -21,10 +21,11 @@ from submit_fleet import trainer_server
 from waiting import wait_for_async
 
 from artfleet.runtime.rpc.client import aio_channel
+from artfleet.runtime.service import free_port
 from artfleet.specs.job import config_hash, spec_to_proto, validate_spec
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
-from artfleet_cli.fleet import free_port, redis_server_binary
+from artfleet_cli.fleet import redis_server_binary
 from artfleet_trainer.clients.reward_client import RewardClient
 from artfleet_trainer.clients.rollouts import RolloutClient
 from artfleet_trainer.jobs.store import JobStore

@@ -16,12 +16,12 @@ from fastapi.testclient import TestClient
 from repo_paths import FIXTURES
 from starlette.routing import Mount
 
+from artfleet.runtime.service import free_port
 from artfleet.specs.job import spec_to_proto
 from artfleet_api.app import create_app
 from artfleet_api.mapping import batch_shape, train_spec
 from artfleet_api.models import TrainRequest
 from artfleet_api.settings import ApiSettings
-from artfleet_cli.fleet import free_port
 
 TOKEN = "unit-test-token-0123456789"
 TRAJECTORIES = FIXTURES / "trajectories"

@@ -10,9 +10,9 @@ import time
 import grpc
 import pytest
 
+from artfleet.runtime.service import free_port
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc
-from artfleet_cli.fleet import free_port
 from artfleet_rollout import metrics
 from artfleet_rollout.adapters import GrpcRewardClient
 

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from artfleet_cli.fleet import free_port
+from artfleet.runtime.service import free_port
 from artfleet_trainer.backends.inference_proxy import InferenceProxy
 from artfleet_trainer.torch_serving.server import InferenceServer
 

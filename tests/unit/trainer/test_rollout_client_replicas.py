@@ -13,8 +13,8 @@ import grpc
 import pytest
 
 from artfleet.contracts.errors import Unavailable
+from artfleet.runtime.service import free_port
 from artfleet.v1 import rollout_pb2, rollout_pb2_grpc
-from artfleet_cli.fleet import free_port
 from artfleet_trainer.clients.rollouts import RolloutClient
 
 
