@@ -1,34 +1,48 @@
-"""Learning benchmark: does a training job make its policy better on held-out tasks?
+"""Learning benchmark: does a training job make its policy better on held-out tasks, on
+several seeds, and is that as good as the committed baseline?
 
-    python bench/learning_bench.py [--steps 12] [--groups 8] [--rollouts 8] [--lr 3e-4] ...
+    python bench/learning_bench.py [--n-seeds 3 | --seeds 7,1,2] [--engine vllm|torch]
+        [--baseline-commit SHA] [--steps 4] [--groups 8] [--rollouts 8] [--lr 5e-4] ...
+    python bench/learning_bench.py --seed 7 ...    # one run of one seed (what each run is)
 
-On a real local fleet (redis-server, Celery rollout worker, sandbox, reward, trainer with
-the torch backend and SmolLM2-135M-Instruct) one GRPO job trains on `math-single`'s train
-split (answer_check reward) and evaluates itself on the whole held-out `test` split (50
-problems, 10 per difficulty) with `eval_k` samples per task: before step 1 (the base
-policy) and after the last step (the trained LoRA). Both evaluations are the job's own
-in-training evals: same tasks, same k, same temperature, same sampling seed, same prompt,
-same checker (the scenario's answer check, recorded by the rollout as `check_passed`).
-
-A task's score is its success rate over its k samples. Last lines:
+One run (`--seed`): on a real local fleet (redis-server, Celery rollout worker, sandbox,
+reward, trainer with SmolLM2-135M-Instruct; the policy served by vLLM or the trainer's
+torch server) one GRPO job with that seed trains on `math-single`'s train split
+(answer_check reward) and evaluates itself on the whole held-out `test` split (50
+problems, 10 per difficulty) with `eval_k` samples per task at `eval_temperature` (0 =
+greedy): before step 1 (the base policy) and after the last step (the trained LoRA). Both
+are the job's own in-training evals: same tasks, k, temperature, sampling seeds, prompt
+and checker. A task's score is its success rate over its k samples. Last lines:
 `heldout_base=` / `heldout_trained=` (mean task score, %), `heldout_gain=` (points),
-`heldout_gain_ci95=lo,hi` (paired bootstrap over tasks, points), the sign test, the wall
-time and the settings. Not run by pytest; on 2 shared CPU cores it takes tens of minutes.
+`heldout_gain_ci95=lo,hi` (paired bootstrap over tasks), the sign test, the settings.
 
-Why the base fails (read from sampled completions, 48 tokens, T=0.7): SmolLM2-135M
-explains ("To find 8 + 3, we need to add the numbers ...") and is cut off by the token
-budget before the result, so the checker's last number is an operand or an intermediate
-value; when it answers in one sentence ("1 + 1 is simply 2.") it is often right. What
-GRPO can learn here in a few steps is the answer format: short replies that end with the
-result. The tuning log is in docs/learning.md.
+Several seeds (the default, seeds 1-3): each seed is one run of the above, a subprocess of
+this checkout's own bench file. With `--baseline-commit` that commit is checked out into a
+temporary `git worktree` and its own bench file runs the same seed after each of ours
+(ours seed 1, its seed 1, ours seed 2, ...) so the machine's load falls on both alike; the
+Mann-Whitney U test (exact, two-sided) compares the two commits' per-seed gains. Last
+lines: `learning_gain_seed<S>=` per seed, `learning_gain_mean=`, and
+`learning_vs_baseline=` (the mean over bench/baselines/learning.json's accepted mean).
+Exit 1 when the mean is below the baseline's lower bound (checked only where the setting
+is the baseline's). The defaults are `artfleet demo`'s setting: 4 steps x 8 groups x 8
+rollouts, lr 5e-4, greedy k=1 evaluation on the 50 test problems, vLLM; a seed takes about
+4-5 minutes on 2 quiet CPU cores, so 3 seeds about 15 minutes (twice that with a baseline
+commit). Not run by pytest; its pure part (learning_stats.py) is unit-tested. Why the base
+fails and what is learned: docs/learning.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import learning_runs
+from learning_stats import UsageError, pick_seeds
 
 from artfleet.contracts import evaluation
 from artfleet.runtime.rpc.client import sync_channel
@@ -36,23 +50,37 @@ from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_cli.fleet import LocalFleet
+from artfleet_cli.fleet_up import pick_engine
+
+BASELINE_FILE = Path(__file__).resolve().parent / "baselines" / "learning.json"
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--environment", default="math-single")
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--groups", type=int, default=8, help="groups (train tasks) per step")
-    parser.add_argument("--rollouts", type=int, default=8, help="samples per group")
-    parser.add_argument("--lr", type=float, default=3e-4)
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--eval-k", type=int, default=4)
-    parser.add_argument("--eval-max-tasks", type=int, default=0, help="0 = the whole split")
-    parser.add_argument("--task-prompt", default="", help="'' = the environment's own prompt")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--resamples", type=int, default=10_000)
-    return parser.parse_args()
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--environment", default="math-single")
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--groups", type=int, default=8, help="groups (train tasks) per step")
+    p.add_argument("--rollouts", type=int, default=8, help="samples per group")
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--temperature", type=float, default=0.7, help="of training samples")
+    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--eval-k", type=int, default=1)
+    p.add_argument("--eval-temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--eval-max-tasks", type=int, default=0, help="0 = the whole split")
+    p.add_argument("--task-prompt", default="", help="'' = the environment's own prompt")
+    p.add_argument("--engine", default="vllm", help="vllm, torch or auto: who serves the policy")
+    p.add_argument("--resamples", type=int, default=10_000)
+    p.add_argument("--seed", type=int, default=None, help="one run of this seed")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds (default 1,2,3)")
+    p.add_argument("--n-seeds", type=int, default=None, help="seeds 1..N (default 3)")
+    p.add_argument("--baseline-commit", default=None, help="also run this commit's bench")
+    p.add_argument("--baseline-file", type=Path, default=BASELINE_FILE)
+    p.add_argument(
+        "--write-baseline",
+        action="store_true",
+        help="accept this run's figures into --baseline-file (the old ones kept as earlier)",
+    )
+    return p
 
 
 def job_spec(args: argparse.Namespace) -> JobSpecModel:
@@ -75,6 +103,7 @@ def job_spec(args: argparse.Namespace) -> JobSpecModel:
             eval_every_steps=args.steps,
             eval_split="test",
             eval_k=args.eval_k,
+            eval_temperature=args.eval_temperature,
             eval_max_tasks=args.eval_max_tasks,
             gather_timeout_s=3600,
         )
@@ -126,7 +155,7 @@ def report(job: pb.Job, args: argparse.Namespace, wall_s: float) -> None:
     print(f"heldout_trained_pass_at_k={100 * trained.pass_at_k:.1f}")
     print(f"heldout_wins={result.wins} heldout_losses={result.losses} heldout_ties={result.ties}")
     print(f"heldout_sign_p={result.sign_p:.4f}")
-    print(f"settings={settings_line(args)}")
+    print(f"settings={learning_runs.settings_line(args)},seed={args.seed}")
     print(f"wall_seconds={wall_s:.0f}")
     print(f"heldout_base={100 * base.success_rate:.1f}")
     print(f"heldout_trained={100 * trained.success_rate:.1f}")
@@ -134,21 +163,14 @@ def report(job: pb.Job, args: argparse.Namespace, wall_s: float) -> None:
     print(f"heldout_gain_ci95={100 * low:+.1f},{100 * high:+.1f}")
 
 
-def settings_line(args: argparse.Namespace) -> str:
-    return (
-        f"env={args.environment},steps={args.steps},groups={args.groups},"
-        f"rollouts={args.rollouts},lr={args.lr:g},temperature={args.temperature:g},"
-        f"max_tokens={args.max_tokens},eval_k={args.eval_k},seed={args.seed},"
-        f"task_prompt={args.task_prompt or '(environment)'!r}"
-    )
-
-
-def main() -> None:
-    args = parse_args()
+def run_one(args: argparse.Namespace) -> None:
+    """One job of one seed on a fleet of its own."""
     start = time.monotonic()
-    fleet = LocalFleet(Path(tempfile.mkdtemp(prefix="learning-bench-")), api=False)
-    print(f"settings={settings_line(args)} workdir={fleet.workdir}", flush=True)
-    fleet.start()
+    workdir = Path(tempfile.mkdtemp(prefix="learning-bench-"))
+    fleet = LocalFleet(workdir, api=False, engine=pick_engine(args.engine))
+    line = learning_runs.settings_line(args)
+    print(f"settings={line},seed={args.seed} workdir={fleet.workdir}", flush=True)
+    fleet.start(fleet.own_settings().fleet_start_timeout_s)  # vLLM's start when loaded
     try:
         channel = sync_channel(fleet.trainer_target, fleet.token)
         job = run_job(trainer_pb2_grpc.TrainerStub(channel), job_spec(args))
@@ -156,6 +178,24 @@ def main() -> None:
     finally:
         fleet.stop()
     report(job, args, time.monotonic() - start)
+
+
+def main() -> None:
+    p = parser()
+    args = p.parse_args()
+    if args.seed is not None:
+        if args.seeds is not None or args.n_seeds is not None or args.baseline_commit:
+            p.error("--seed is one run: not with --seeds, --n-seeds or --baseline-commit")
+        run_one(args)
+        return
+    try:
+        seeds = pick_seeds(args.seeds, args.n_seeds)
+    except UsageError as exc:
+        p.error(str(exc))
+    if args.write_baseline and len(seeds) < 2:
+        p.error("--write-baseline: a baseline needs at least 2 seeds")
+    args.engine = pick_engine(args.engine)  # the setting names the engine that ran
+    raise SystemExit(learning_runs.run_seeds(args, seeds))
 
 
 if __name__ == "__main__":
