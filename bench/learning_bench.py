@@ -76,6 +76,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline-commit", default=None, help="also run this commit's bench")
     p.add_argument("--baseline-file", type=Path, default=BASELINE_FILE)
     p.add_argument(
+        "--runner",
+        choices=("bench", "demo"),
+        default="bench",
+        help="what runs a seed on each side: this bench file, or `artfleet demo` (the same "
+        "job; for a --baseline-commit older than the multi-seed bench)",
+    )
+    p.add_argument(
         "--write-baseline",
         action="store_true",
         help="accept this run's figures into --baseline-file (the old ones kept as earlier)",

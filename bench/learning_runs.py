@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -24,6 +25,8 @@ from learning_stats import (
     Record,
     Verdict,
     check,
+    demo_gain_from_output,
+    demo_unfit,
     gain_from_output,
     interleave,
     load_baseline,
@@ -76,10 +79,45 @@ def usage_exit(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def demo_args(args: argparse.Namespace, seed: int, workdir: Path) -> list[str]:
+    """`artfleet demo`'s options for the setting (learning_stats.DEMO_FIXED: what it fixes)."""
+    values = {
+        "steps": args.steps,
+        "groups-per-step": args.groups,
+        "rollouts-per-group": args.rollouts,
+        "learning-rate": args.lr,
+        "eval-k": args.eval_k,
+        "eval-temperature": args.eval_temperature,
+        "seed": seed,
+        "engine": args.engine,
+        "workdir": workdir,
+    }
+    return [part for key, value in values.items() for part in (f"--{key}", str(value))]
+
+
 def run_seed(root: Path, label: str, seed: int, args: argparse.Namespace) -> float:
-    """One run of `root`'s own bench on `seed`, its output passed through with a prefix;
-    returns its `heldout_gain=` (points)."""
-    command = [sys.executable, str(root / BENCH), *child_args(args, seed)]
+    """One run of `root`'s own bench (or its `artfleet demo`, --runner demo) on `seed`, its
+    output passed through with a prefix; returns its gain (points)."""
+    with tempfile.TemporaryDirectory(prefix="learning-bench-demo-") as workdir:
+        if args.runner == "demo":
+            command = [sys.executable, "-m", "artfleet_cli.main", "demo"]
+            command += demo_args(args, seed, Path(workdir))
+        else:
+            command = [sys.executable, str(root / BENCH), *child_args(args, seed)]
+        output = stream(command, root, f"[{label} seed={seed}] ")
+    if output.returncode != 0:
+        raise SystemExit(f"{label} seed {seed}: the run exited {output.returncode} (above)")
+    parse = demo_gain_from_output if args.runner == "demo" else gain_from_output
+    return parse(output.text)
+
+
+@dataclass
+class Output:
+    returncode: int
+    text: str
+
+
+def stream(command: list[str], root: Path, prefix: str) -> Output:
     env = {**os.environ, "PYTHONPATH": pythonpath(root)}
     lines = []
     with subprocess.Popen(
@@ -87,11 +125,9 @@ def run_seed(root: Path, label: str, seed: int, args: argparse.Namespace) -> flo
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:
-            print(f"[{label} seed={seed}] {line}", end="", flush=True)
+            print(prefix + line, end="", flush=True)
             lines.append(line)
-    if process.returncode != 0:
-        raise SystemExit(f"{label} seed {seed}: the run exited {process.returncode} (above)")
-    return gain_from_output("".join(lines))
+    return Output(process.returncode, "".join(lines))
 
 
 def git(*command: str) -> str:
@@ -145,13 +181,16 @@ def run_seeds(args: argparse.Namespace, seeds: list[int]) -> int:
         baseline = load_baseline(args.baseline_file)
     except (OSError, ValueError) as exc:
         usage_exit(f"--baseline-file: {args.baseline_file}: {exc}")
+    if args.runner == "demo" and (unfit := demo_unfit(setting(args))):
+        usage_exit(f"--runner demo: artfleet demo fixes {unfit} (its own values differ)")
     print(f"settings={settings_line(args)} seeds={','.join(map(str, seeds))}", flush=True)
     gains: dict[str, dict[int, float]] = {"main": {}, "baseline": {}}
     with contextlib.ExitStack() as stack:
         roots = {"main": ROOT}
         if args.baseline_commit:
             tree, sha = stack.enter_context(baseline_tree(args.baseline_commit))
-            require_options(tree, args)
+            if args.runner == "bench":
+                require_options(tree, args)
             roots["baseline"] = tree
             print(f"baseline_commit={sha} worktree={tree}", flush=True)
         for side, seed in interleave(seeds, "baseline" in roots):

@@ -66,6 +66,34 @@ def interleave(seeds: Sequence[int], with_baseline: bool) -> list[tuple[str, int
     return [(side, seed) for seed in seeds for side in sides]
 
 
+# `artfleet demo`'s last line (every commit since the demo evaluates before and after).
+_DEMO_GAIN_LINE = re.compile(
+    r"^held-out success: .* -> .*: ([+-]?\d+(?:\.\d+)?) points", re.MULTILINE
+)
+# What `artfleet demo` fixes rather than takes as an option: a setting that differs from
+# these cannot run through it.
+DEMO_FIXED = {
+    "environment": "math-single",
+    "temperature": 0.7,
+    "max_tokens": 48,
+    "eval_max_tasks": 0,
+    "task_prompt": "",
+}
+
+
+def demo_gain_from_output(text: str) -> float:
+    """The gain (points) `artfleet demo` prints on its `held-out success:` line."""
+    found = _DEMO_GAIN_LINE.findall(text)
+    if not found:
+        raise ValueError("no 'held-out success:' line in the demo's output")
+    return float(found[-1])
+
+
+def demo_unfit(setting: Mapping[str, object]) -> dict[str, object]:
+    """The setting's values `artfleet demo` cannot take (it fixes them): {} when it fits."""
+    return {k: setting[k] for k, v in DEMO_FIXED.items() if setting.get(k) != v}
+
+
 def gain_from_output(text: str) -> float:
     """The `heldout_gain=` figure (points) of one single-seed run's output: its last one."""
     found = _GAIN_LINE.findall(text)

@@ -206,3 +206,31 @@ def test_committed_baseline_is_the_bench_default_setting() -> None:
     again = bench.parser().parse_args(runs.child_args(args, 7))
     assert runs.setting(again) == runs.setting(args)
     assert again.seed == 7
+
+
+def test_the_demo_runner_reads_the_demos_own_gain_line() -> None:
+    out = (
+        "demo wall time: 251s\n"
+        "held-out success: 14.0% before (step 0) -> 48.0% after (step 4): +34.0 points "
+        "(95% CI +22.0 .. +46.0, paired bootstrap over 50 tasks)\n"
+    )
+    assert stats.demo_gain_from_output(out) == 34.0
+    with pytest.raises(ValueError, match="held-out success"):
+        stats.demo_gain_from_output("error: the job failed\n")
+
+
+def test_the_demo_runner_refuses_a_setting_the_demo_fixes_otherwise() -> None:
+    demo_setting = {**stats.DEMO_FIXED, "steps": 4, "lr": 5e-4}
+    assert stats.demo_unfit(demo_setting) == {}
+    assert stats.demo_unfit({**demo_setting, "max_tokens": 96}) == {"max_tokens": 96}
+
+
+def test_the_demo_runner_gives_the_demo_every_option_of_the_setting() -> None:
+    bench = _load("learning_bench")
+    runs = sys.modules["learning_runs"]
+    args = bench.parser().parse_args([])
+    assert stats.demo_unfit(runs.setting(args)) == {}  # the bench's default is the demo's
+    options = runs.demo_args(args, 3, Path("/tmp/w"))
+    given = dict(zip(options[::2], options[1::2], strict=True))
+    assert given["--seed"] == "3" and given["--engine"] == args.engine
+    assert given["--learning-rate"] == str(args.lr) and given["--steps"] == str(args.steps)
