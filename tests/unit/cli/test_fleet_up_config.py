@@ -301,6 +301,10 @@ def test_a_restart_reuses_the_workdirs_token_and_new_ports_picks_again(tmp_path:
         first.token,
         first.redis_url,
     )
+    # Held from their choice (no other process takes one before its service listens) ...
+    assert first.held.held() == set(first.ports.values())
+    for fleet in (first, again):  # ... until their stop() lets them go
+        fleet.held.release()
     with socket.socket() as held:
         held.bind(("127.0.0.1", first.ports["trainer"]))
         held.listen()
@@ -308,6 +312,7 @@ def test_a_restart_reuses_the_workdirs_token_and_new_ports_picks_again(tmp_path:
             _configured_fleet(tmp_path, "torch", None, [], new_ports=False)
         assert caught.value.code == 1
         moved = _configured_fleet(tmp_path, "torch", None, [], new_ports=True)
+        moved.held.release()
     assert moved.ports["trainer"] != first.ports["trainer"] and moved.token == first.token
     assert load_ports(tmp_path) == moved.ports
 
