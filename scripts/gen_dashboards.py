@@ -475,6 +475,49 @@ TRAINER = [
         id=202,
     ),
     panel(
+        "Sampler/trainer mismatch: KL and |Δ logprob|",
+        [
+            q('max by (engine) (artfleet_trainer_mismatch{figure="k3"})', "k3 {{engine}}"),
+            q(
+                'max by (engine) (artfleet_trainer_mismatch{figure="abs_delta_mean"})',
+                "mean |Δ| {{engine}}",
+            ),
+            q(
+                'max by (engine) (artfleet_trainer_mismatch{figure="abs_delta_p99"})',
+                "p99 |Δ| {{engine}}",
+            ),
+        ],
+        description=f"{needs('trained')} Last step, over its trained tokens with a sampler "
+        "logprob: k3 = KL(sampler || trainer) per token, and |trainer - sampler logprob|, by the "
+        "engine that sampled (torch backend; series appear once a step trained such tokens). "
+        "Read with the policy staleness panel: an off-policy step's lag adds to it.",
+        id=203,
+    ),
+    panel(
+        "Sampler/trainer mismatch: importance ratio",
+        [
+            *[
+                q(
+                    f'max by (engine) (artfleet_trainer_mismatch{{figure="ratio_{p}"}})',
+                    f"{p} {{{{engine}}}}",
+                )
+                for p in ("p1", "p50", "p99")
+            ],
+            q(
+                'max by (engine) (artfleet_trainer_mismatch{figure="outside_0_5_2"})',
+                "share outside [0.5, 2] {{engine}}",
+            ),
+            q(
+                f"sum by (engine) (increase(artfleet_trainer_mismatch_warnings_total{W}))",
+                "warnings {{engine}}",
+            ),
+        ],
+        description=f"{needs('trained')} Last step's trainer/sampler probability ratio per "
+        "token: quantiles, the share outside [0.5, 2] (a warning past "
+        "ARTFLEET_MISMATCH_WARN_OUTSIDE_SHARE), and steps that warned.",
+        id=204,
+    ),
+    panel(
         "SFT loss",
         [q("max(artfleet_sft_loss)", "loss (last batch)")],
         description="A job's SFT warm-start (spec `sft:`): mean cross-entropy per assistant "

@@ -66,6 +66,24 @@ class JobSubmit(Body):
     spec: JobSpecModel
 
 
+class MismatchOut(BaseModel):
+    """The sampler's logprobs against the trainer's over a step's trained tokens (with
+    r = trainer - sampler logprob per token; the ratio exp(r) is the loss's importance
+    ratio)."""
+
+    engine: str = Field(description="what sampled the trajectories: vllm or torch")
+    tokens: int = Field(description="trained tokens that carried a sampler logprob")
+    abs_delta_mean: float = Field(description="mean |r|")
+    abs_delta_p99: float = Field(description="p99 of |r|")
+    k3: float = Field(description="mean(exp(r) - 1 - r): KL(sampler || trainer) per token")
+    ratio_p1: float
+    ratio_p50: float
+    ratio_p99: float
+    outside_0_9_1_1: float = Field(description="share of tokens with a ratio outside [0.9, 1.1]")
+    outside_0_5_2: float = Field(description="share of tokens with a ratio outside [0.5, 2.0]")
+    warning: str = Field(default="", description="set when the step is past a bound")
+
+
 class StepOut(BaseModel):
     """One finished training step."""
 
@@ -102,6 +120,17 @@ class StepOut(BaseModel):
         description="set when more than the trainer's share of the episodes failed: "
         "how many, by type, and the first failure with where the user's code raised it",
     )
+    mismatch: MismatchOut | None = Field(
+        default=None,
+        description="sampler/trainer logprob mismatch; null when not measured (no sampler "
+        "logprobs, nothing trained, or the art backend); its policy lag: staleness_*",
+    )
+    staleness_mean: float = Field(
+        default=0.0,
+        description="policy lag of the trained trajectories: versions between the policy that "
+        "sampled one and the model trained on it, their mean",
+    )
+    staleness_max: int = Field(default=0, description="... and their most")
 
 
 class EvalOut(BaseModel):

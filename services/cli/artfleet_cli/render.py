@@ -53,15 +53,31 @@ def failed_episodes(s: pb.StepSummary, what: str = "") -> str:
     return f"{s.episodes_failed}/{s.episodes}{what} ({kinds})"
 
 
+def mismatch_note(s: pb.StepSummary) -> str:
+    """The step's sampler/trainer mismatch in short ("" when not measured): the KL
+    estimate, the importance ratio's p1-p99 and its share outside [0.5, 2], the engine
+    that sampled and, when off-policy, the policy lag."""
+    if not s.HasField("mismatch"):
+        return ""
+    m = s.mismatch
+    lag = f", lag {s.staleness_mean:.2g}" if s.staleness_max else ""
+    return (
+        f"mismatch k3 {m.k3:.2g}, ratio {m.ratio_p1:.2f}-{m.ratio_p99:.2f}, "
+        f"{m.outside_0_5_2:.1%} outside [0.5, 2] ({m.engine}{lag})"
+    )
+
+
 def step_line(s: pb.StepSummary) -> str:
     note = scoring_note(s)
     failed = failed_episodes(s, " episodes failed")
+    mismatch = mismatch_note(s)
     return (
         f"step {s.step}: reward {s.reward_mean:+.3f} ± {s.reward_std:.3f} · "
         f"turns {s.turns_mean:.1f} · {s.trajectories} trajectories · "
         + (f"{failed} · " if failed else "")
         + f"loss {_loss(s)} · {s.step_seconds:.0f}s "
         f"(rollouts {s.rollout_seconds:.0f}s, train {s.train_seconds:.0f}s)"
+        + (f" · {mismatch}" if mismatch else "")
         + (f" · {note}" if note else "")
         + (
             f" · waited {s.policy_wait_seconds:.0f}s for the policy"
@@ -156,6 +172,8 @@ def summary_table(job: pb.Job) -> Table:
         "step time",
         "failed episodes",
         "scorer errors",
+        "mismatch k3",
+        "ratio ∉ [0.5, 2]",
         title=f"job {job.id}: {state_name(job.state)}",
     )
     for s in job.steps:
@@ -171,8 +189,15 @@ def summary_table(job: pb.Job) -> Table:
             f"{s.step_seconds:.0f}s",
             escape(failed_episodes(s) or "-"),
             errors if s.scorer_errors else "-",
+            *_mismatch_cells(s),
         )
     return table
+
+
+def _mismatch_cells(s: pb.StepSummary) -> tuple[str, str]:
+    if not s.HasField("mismatch"):
+        return "-", "-"
+    return f"{s.mismatch.k3:.2g}", f"{s.mismatch.outside_0_5_2:.1%}"
 
 
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
@@ -247,6 +272,10 @@ def job_details(job: pb.Job) -> None:
     losing = next((s for s in reversed(job.steps) if s.failure_warning), None)
     if losing is not None:
         console.print(f"[yellow]warning:[/yellow] {escape(failure_warning_line(losing))}")
+    drifting = next((s for s in reversed(job.steps) if s.mismatch.warning), None)
+    if drifting is not None:
+        line = f"step {drifting.step}: {drifting.mismatch.warning}"
+        console.print(f"[yellow]warning:[/yellow] {escape(line)}")
     if job.evals:
         console.print(evals_table(job.evals))
     if job.HasField("sft"):

@@ -9,6 +9,9 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram
 
 from artfleet.v1 import common_pb2 as pb
+from artfleet_trainer.jobs.mismatch import FIGURES
+
+MISMATCH_FIGURES = FIGURES[1:]  # all but the token count
 
 JOBS_RUNNING = Gauge("artfleet_trainer_jobs_running", "Jobs being trained now")
 JOBS_FINISHED = Counter(
@@ -127,6 +130,25 @@ IDLE_SECONDS = Histogram(
     buckets=(0.1, 1, 5, 15, 30, 60, 120, 300, 600, 1800),
 )
 
+# Sampler/trainer logprob mismatch (artfleet_trainer.jobs.mismatch; StepSummary.mismatch).
+MISMATCH = Gauge(
+    "artfleet_trainer_mismatch",
+    "Last step's trainer-vs-sampler logprob figures over its trained tokens, by the engine"
+    " that sampled (figure: abs_delta_mean, abs_delta_p99, k3, ratio_p1, ratio_p50,"
+    " ratio_p99, outside_0_9_1_1, outside_0_5_2)",
+    ["engine", "figure"],
+)
+MISMATCH_TOKENS = Counter(
+    "artfleet_trainer_mismatch_tokens_total",
+    "Trained tokens with a sampler logprob, compared with the trainer's",
+    ["engine"],
+)
+MISMATCH_WARNINGS = Counter(
+    "artfleet_trainer_mismatch_warnings_total",
+    "Steps whose mismatch was past ARTFLEET_MISMATCH_WARN_OUTSIDE_SHARE or _K3",
+    ["engine"],
+)
+
 
 def observe_step(summary: pb.StepSummary) -> None:
     CURRENT_STEP.set(summary.step)
@@ -134,6 +156,16 @@ def observe_step(summary: pb.StepSummary) -> None:
     STEP_LOSS.set(summary.loss)
     STEP_SECONDS.observe(summary.step_seconds)
     TRAJECTORIES.inc(summary.trajectories)
+    if summary.HasField("mismatch"):
+        observe_mismatch(summary.mismatch)
+
+
+def observe_mismatch(m: pb.SamplerMismatch) -> None:
+    for figure in MISMATCH_FIGURES:
+        MISMATCH.labels(m.engine, figure).set(getattr(m, figure))
+    MISMATCH_TOKENS.labels(m.engine).inc(m.tokens)
+    if m.warning:
+        MISMATCH_WARNINGS.labels(m.engine).inc()
 
 
 def observe_train(train_metrics: Mapping[str, Any], learning_rate: float, seconds: float) -> None:

@@ -104,6 +104,20 @@ class TrainerSettings(ServerSettings):
         description="a step whose failed episodes are more than this share of its episodes "
         "(groups x rollouts) says so: its summary's failure_warning, shown by jobs watch",
     )
+    mismatch_warn_outside_share: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="torch backend: a step whose trained tokens' importance ratio "
+        "(trainer/sampler) is outside [0.5, 2.0] for more than this share says so: its "
+        "summary's mismatch.warning and a LOG event of the job (0: never)",
+    )
+    mismatch_warn_k3: float = Field(
+        default=0.02,
+        ge=0.0,
+        description="torch backend: likewise for a step whose KL(sampler || trainer) "
+        "estimate (k3, per token) is above this (0: never)",
+    )
     tinker_api_max_clients: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
         default="auto",
         description="training clients of the Tinker-compatible API loaded at once, each a "

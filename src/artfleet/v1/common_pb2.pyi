@@ -632,8 +632,34 @@ class EvalSummary(_message.Message):
     served_policy: str
     def __init__(self, step: _Optional[int] = ..., split: _Optional[str] = ..., k: _Optional[int] = ..., tasks: _Optional[int] = ..., reward_mean: _Optional[float] = ..., success_rate: _Optional[float] = ..., avg_at_k: _Optional[float] = ..., pass_at_k: _Optional[float] = ..., seconds: _Optional[float] = ..., results: _Optional[_Iterable[_Union[EvalTaskResult, _Mapping]]] = ..., policy: _Optional[str] = ..., served_policy: _Optional[str] = ...) -> None: ...
 
+class SamplerMismatch(_message.Message):
+    __slots__ = ("engine", "tokens", "abs_delta_mean", "abs_delta_p99", "k3", "ratio_p1", "ratio_p50", "ratio_p99", "outside_0_9_1_1", "outside_0_5_2", "warning")
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ABS_DELTA_MEAN_FIELD_NUMBER: _ClassVar[int]
+    ABS_DELTA_P99_FIELD_NUMBER: _ClassVar[int]
+    K3_FIELD_NUMBER: _ClassVar[int]
+    RATIO_P1_FIELD_NUMBER: _ClassVar[int]
+    RATIO_P50_FIELD_NUMBER: _ClassVar[int]
+    RATIO_P99_FIELD_NUMBER: _ClassVar[int]
+    OUTSIDE_0_9_1_1_FIELD_NUMBER: _ClassVar[int]
+    OUTSIDE_0_5_2_FIELD_NUMBER: _ClassVar[int]
+    WARNING_FIELD_NUMBER: _ClassVar[int]
+    engine: str
+    tokens: int
+    abs_delta_mean: float
+    abs_delta_p99: float
+    k3: float
+    ratio_p1: float
+    ratio_p50: float
+    ratio_p99: float
+    outside_0_9_1_1: float
+    outside_0_5_2: float
+    warning: str
+    def __init__(self, engine: _Optional[str] = ..., tokens: _Optional[int] = ..., abs_delta_mean: _Optional[float] = ..., abs_delta_p99: _Optional[float] = ..., k3: _Optional[float] = ..., ratio_p1: _Optional[float] = ..., ratio_p50: _Optional[float] = ..., ratio_p99: _Optional[float] = ..., outside_0_9_1_1: _Optional[float] = ..., outside_0_5_2: _Optional[float] = ..., warning: _Optional[str] = ...) -> None: ...
+
 class StepSummary(_message.Message):
-    __slots__ = ("step", "reward_mean", "reward_std", "turns_mean", "step_seconds", "trajectories", "groups", "loss", "trained_sequences", "rollout_seconds", "train_seconds", "staleness_mean", "staleness_max", "stale_groups_rerun", "trainer_idle_seconds", "rollout_idle_seconds", "scorer_errors", "scorer_error", "scoring_failed", "policy_wait_seconds", "episode_failures", "episodes_failed", "episodes", "failure_warning")
+    __slots__ = ("step", "reward_mean", "reward_std", "turns_mean", "step_seconds", "trajectories", "groups", "loss", "trained_sequences", "rollout_seconds", "train_seconds", "staleness_mean", "staleness_max", "stale_groups_rerun", "trainer_idle_seconds", "rollout_idle_seconds", "scorer_errors", "scorer_error", "scoring_failed", "policy_wait_seconds", "episode_failures", "episodes_failed", "episodes", "failure_warning", "mismatch")
     class EpisodeFailuresEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -665,6 +691,7 @@ class StepSummary(_message.Message):
     EPISODES_FAILED_FIELD_NUMBER: _ClassVar[int]
     EPISODES_FIELD_NUMBER: _ClassVar[int]
     FAILURE_WARNING_FIELD_NUMBER: _ClassVar[int]
+    MISMATCH_FIELD_NUMBER: _ClassVar[int]
     step: int
     reward_mean: float
     reward_std: float
@@ -689,7 +716,8 @@ class StepSummary(_message.Message):
     episodes_failed: int
     episodes: int
     failure_warning: str
-    def __init__(self, step: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., turns_mean: _Optional[float] = ..., step_seconds: _Optional[float] = ..., trajectories: _Optional[int] = ..., groups: _Optional[int] = ..., loss: _Optional[float] = ..., trained_sequences: _Optional[int] = ..., rollout_seconds: _Optional[float] = ..., train_seconds: _Optional[float] = ..., staleness_mean: _Optional[float] = ..., staleness_max: _Optional[int] = ..., stale_groups_rerun: _Optional[int] = ..., trainer_idle_seconds: _Optional[float] = ..., rollout_idle_seconds: _Optional[float] = ..., scorer_errors: _Optional[int] = ..., scorer_error: _Optional[str] = ..., scoring_failed: _Optional[bool] = ..., policy_wait_seconds: _Optional[float] = ..., episode_failures: _Optional[_Mapping[str, int]] = ..., episodes_failed: _Optional[int] = ..., episodes: _Optional[int] = ..., failure_warning: _Optional[str] = ...) -> None: ...
+    mismatch: SamplerMismatch
+    def __init__(self, step: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_std: _Optional[float] = ..., turns_mean: _Optional[float] = ..., step_seconds: _Optional[float] = ..., trajectories: _Optional[int] = ..., groups: _Optional[int] = ..., loss: _Optional[float] = ..., trained_sequences: _Optional[int] = ..., rollout_seconds: _Optional[float] = ..., train_seconds: _Optional[float] = ..., staleness_mean: _Optional[float] = ..., staleness_max: _Optional[int] = ..., stale_groups_rerun: _Optional[int] = ..., trainer_idle_seconds: _Optional[float] = ..., rollout_idle_seconds: _Optional[float] = ..., scorer_errors: _Optional[int] = ..., scorer_error: _Optional[str] = ..., scoring_failed: _Optional[bool] = ..., policy_wait_seconds: _Optional[float] = ..., episode_failures: _Optional[_Mapping[str, int]] = ..., episodes_failed: _Optional[int] = ..., episodes: _Optional[int] = ..., failure_warning: _Optional[str] = ..., mismatch: _Optional[_Union[SamplerMismatch, _Mapping]] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "spec", "state", "completed_steps", "error", "created_at", "updated_at", "steps", "policy", "config_hash", "queue_position", "evals", "sft", "resumes", "trained_nothing")

@@ -2,7 +2,8 @@
 bodies served by a stub (Playwright answers every request: no fleet, a few seconds): a
 model column in the list, only the checkpoints the trainer has on disk, `–` for the loss
 of a step that trained nothing, a step's scorer errors with their message, and its failed
-episodes by type with the warning of a step that lost too many."""
+episodes by type with the warning of a step that lost too many, and its sampler/trainer
+mismatch."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ STATIC = ROOT / "services" / "api" / "artfleet_api" / "static"
 ORIGIN = "http://console.test"
 SCORER_ERROR = "ruler: invalid_output: ContextWindowExceededError: maximum context length is 2048"
 FAILURE_WARNING = "6/8 episodes failed (more than 25%): 5 AssertionError, 1 KeyError; first: ..."
+MISMATCH_WARNING = "sampler/trainer mismatch (vllm, policy lag mean 1 max 1): 8.0% of ..."
 
 
 def _job() -> tuple[pb.Job, dict[str, Any]]:
@@ -44,6 +46,11 @@ def _job() -> tuple[pb.Job, dict[str, Any]]:
             scoring_failed=True,
         )
     job.steps[0].episodes, job.steps[0].episodes_failed = 8, 1
+    job.steps[0].staleness_mean, job.steps[0].staleness_max = 1.0, 1
+    job.steps[0].mismatch.CopyFrom(
+        pb.SamplerMismatch(engine="vllm", tokens=200, k3=0.0123, outside_0_5_2=0.08,
+                           warning=MISMATCH_WARNING)
+    )  # fmt: skip
     job.steps[0].episode_failures["KeyError"] = 1
     lossy = job.steps[2]
     lossy.episodes, lossy.episodes_failed, lossy.failure_warning = 8, 6, FAILURE_WARNING
@@ -146,3 +153,18 @@ def test_the_job_page_shows_failed_episodes_by_type_and_the_latest_warning(page:
         ["3", "6/8 (5 AssertionError, 1 KeyError)", "error"],  # past the share: it warned
     ]
     assert page.inner_text("#episode-failures") == f"step 3: {FAILURE_WARNING}"
+
+
+def test_the_job_page_shows_the_sampler_trainer_mismatch(page: Any) -> None:
+    page.click("#jobs tbody tr[data-job]")
+    page.wait_for_selector("#mismatch-warning")
+    rows = page.locator("#steps tbody tr").evaluate_all(
+        "rows => rows.map(r => [r.dataset.step, r.cells[7].innerText, r.cells[7].className])"
+    )
+    assert rows == [
+        ["1", "k3 0.012 · 8.0% ∉ [0.5, 2] (vllm, lag 1.00)", "error"],
+        ["2", "–", ""],  # nothing trained: not measured
+        ["3", "–", ""],
+    ]
+    assert page.inner_text("#mismatch-warning") == f"step 1: {MISMATCH_WARNING}"
+    assert page.get_attribute("[data-testid=chart-mismatch]", "data-points") == "1"

@@ -178,7 +178,16 @@ function stepRows(sorted) {
   return sorted.map((s) => h("tr", { "data-step": s.step, class: s.scoring_failed ? "error" : null },
     h("td", {}, s.step), h("td", {}, fmt(s.reward_mean)), h("td", {}, s.trained_sequences),
     h("td", {}, lossOf(s)), h("td", {}, fmt(s.step_seconds, 1)), h("td", {}, scorerNote(s) || "–"),
-    h("td", { class: s.failure_warning ? "error" : null }, failedNote(s) || "–")));
+    h("td", { class: s.failure_warning ? "error" : null }, failedNote(s) || "–"),
+    h("td", { class: s.mismatch && s.mismatch.warning ? "error" : null }, mismatchNote(s) || "–")));
+}
+
+// The sampler's logprobs against the trainer's (StepOut.mismatch), in short.
+function mismatchNote(s) {
+  const m = s.mismatch;
+  if (!m) return "";
+  const lag = s.staleness_max ? `, lag ${fmt(s.staleness_mean, 2)}` : "";
+  return `k3 ${m.k3.toPrecision(2)} · ${(100 * m.outside_0_5_2).toFixed(1)}% ∉ [0.5, 2] (${m.engine}${lag})`;
 }
 
 function renderJob(job, steps) {
@@ -187,6 +196,8 @@ function renderJob(job, steps) {
   const failing = [...sorted].reverse().find((s) => s.scorer_errors);
   // The latest step that lost more than the trainer's share of its episodes.
   const losing = [...sorted].reverse().find((s) => s.failure_warning);
+  // The latest step whose sampler/trainer mismatch was past a bound.
+  const drifting = [...sorted].reverse().find((s) => s.mismatch && s.mismatch.warning);
   const resumed = (job.resumes || []).length > 0;
   show(h("h1", {}, `Job ${job.id}`),
     h("div", { class: "kv" },
@@ -201,16 +212,19 @@ function renderJob(job, steps) {
       failing ? h("span", {}, "Scorer errors") : null,
       failing ? h("span", { id: "scorer-errors", class: "error" }, `step ${failing.step}: ${scorerNote(failing)}`) : null,
       losing ? h("span", {}, "Failed episodes") : null,
-      losing ? h("span", { id: "episode-failures", class: "error" }, `step ${losing.step}: ${losing.failure_warning}`) : null),
+      losing ? h("span", { id: "episode-failures", class: "error" }, `step ${losing.step}: ${losing.failure_warning}`) : null,
+      drifting ? h("span", {}, "Mismatch") : null,
+      drifting ? h("span", { id: "mismatch-warning", class: "error" }, `step ${drifting.step}: ${drifting.mismatch.warning}`) : null),
     h("div", { class: "charts" },
       chart("chart-reward", "Reward (mean)", series("reward_mean")),
       chart("chart-loss", "Loss", series("loss")),
       chart("chart-step-time", "Step time (s)", series("step_seconds")),
       chart("chart-turns", "Turns per episode (mean)", series("turns_mean")),
-      chart("chart-eval", "Held-out eval: pass@k", (job.evals || []).map((e) => [e.step, e.pass_at_k]))),
+      chart("chart-eval", "Held-out eval: pass@k", (job.evals || []).map((e) => [e.step, e.pass_at_k])),
+      chart("chart-mismatch", "Sampler/trainer mismatch: k3", sorted.filter((s) => s.mismatch).map((s) => [s.step, s.mismatch.k3]))),
     h("h2", {}, "Steps"),
     h("table", { id: "steps" },
-      h("thead", {}, h("tr", {}, ["Step", "Reward", "Trained seqs", "Loss", "Step time", "Scorer errors", "Failed episodes"].map((t) => h("th", {}, t)))),
+      h("thead", {}, h("tr", {}, ["Step", "Reward", "Trained seqs", "Loss", "Step time", "Scorer errors", "Failed episodes", "Mismatch"].map((t) => h("th", {}, t)))),
       h("tbody", {}, stepRows(sorted))),
     h("h2", {}, "Checkpoints"),
     h("table", { id: "checkpoints" },

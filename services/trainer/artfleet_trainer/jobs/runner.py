@@ -28,6 +28,7 @@ from artfleet_trainer.jobs import (
     episode_failures,
     experiment,
     grpo,
+    mismatch,
     pipeline,
     retention,
     samples,
@@ -347,6 +348,7 @@ class JobRunner:
             gathered.expected * spec.rollouts_per_group,
             self._settings.episode_failure_warn_share,
         )
+        mismatch_warning = self._mark_mismatch(job, summary, result)
         job.completed_steps = step
         job.policy = model.get_inference_name()
         job.steps.append(summary)
@@ -357,6 +359,11 @@ class JobRunner:
             job, trained_entry(step, gathered, groups), step_event(step, spec.steps, summary)
         )
         metrics.STEPS_TRAINED.inc()
+        if mismatch_warning:
+            message = f"warning: step {step}: {mismatch_warning}"
+            await self._store.emit(
+                job.id, pb.ProgressEvent(kind=pb.EVENT_KIND_LOG, step=step, message=message)
+            )
         await self._batches.close(job.id, step)  # its checkpoint is saved: the batch is done
         steps.done(step)
         metrics.observe_step(summary)
@@ -369,6 +376,18 @@ class JobRunner:
         )
         # After the step is recorded and its samples written: they show what failed.
         scoring_health.check(job, self._settings.max_scoring_failed_steps)
+
+    def _mark_mismatch(self, job: pb.Job, summary: pb.StepSummary, result: Any) -> str:
+        """The step's sampler/trainer mismatch into its summary; its warning, if any."""
+        settings = self._settings
+        return mismatch.mark(
+            job.id,
+            summary,
+            dict(getattr(result, "metrics", {}) or {}),
+            mismatch.sampling_engine(settings.backend, settings.inference_engine),
+            outside_share=settings.mismatch_warn_outside_share,
+            k3=settings.mismatch_warn_k3,
+        )
 
     async def _train_on(
         self,

@@ -31,7 +31,7 @@ from peft import LoraConfig
 from torch.utils.checkpoint import checkpoint
 
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend import activation_memory, exact_tokens
+from artfleet_trainer.torch_backend import activation_memory, exact_tokens, mismatch
 from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
 
 log = logging.getLogger(__name__)
@@ -232,6 +232,8 @@ class StepStats:
     kls: list[float] = field(default_factory=list)
     grad_norms: list[float] = field(default_factory=list)
     checkpointed_layers: list[int] = field(default_factory=list)  # per row
+    # Per row, trainer - sampler logprob of its counted tokens (mismatch.py).
+    log_ratios: list[torch.Tensor] = field(default_factory=list)
 
     def summary(self) -> dict[str, float]:
         out = {
@@ -244,6 +246,9 @@ class StepStats:
         }
         if self.kls:
             out["kl_policy_ref"] = _mean(self.kls)
+        figures = mismatch.figures(self.log_ratios)
+        if figures is not None:
+            out.update(figures.metrics())
         return out
 
 
@@ -338,7 +343,9 @@ class GrpoRows:
             yield Row(int(inputs["tokens"].numel()), partial(self._loss, inputs))
 
     def _loss(self, inputs: Any, model: Any, checkpoint_logits: bool) -> torch.Tensor:
-        loss = _row_loss(model, inputs, self._config, self._dev_config, checkpoint_logits)
+        loss = _row_loss(
+            model, inputs, self._config, self._dev_config, checkpoint_logits, self._stats
+        )
         _record_loss(self._stats, loss)
         return loss.policy_loss
 
@@ -423,12 +430,16 @@ def _row_loss(
     config: art.types.TrainConfig,
     dev_config: art.dev.TrainConfig,
     checkpoint_chunks: bool,
+    stats: StepStats,
 ) -> art.loss.Loss:
     chunk = dev_config.get("logprob_calculation_chunk_size", DEFAULT_CHUNK_SIZE)
     args = (inputs["tokens"], inputs["input_pos"], inputs["group_ids"], inputs["parent_ids"])
     new_logprobs, entropies = compute_logprobs(
         model, *args, chunk_size=chunk, checkpoint_chunks=checkpoint_chunks
     )
+    # The mismatch is read off the loss's own forward (no extra pass): for the rows before
+    # the step's first optimizer step that is the policy the sampler served (on-policy).
+    stats.log_ratios.append(mismatch.token_log_ratios(new_logprobs, inputs))
     ref_logprobs = None
     if config.kl_penalty_coef > 0:
         # The reference policy is the base model: the same forward with LoRA disabled.
