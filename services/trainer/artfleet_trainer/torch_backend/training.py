@@ -437,9 +437,11 @@ def _row_loss(
     new_logprobs, entropies = compute_logprobs(
         model, *args, chunk_size=chunk, checkpoint_chunks=checkpoint_chunks
     )
-    # The mismatch is read off the loss's own forward (no extra pass): for the rows before
-    # the step's first optimizer step that is the policy the sampler served (on-policy).
-    stats.log_ratios.append(mismatch.token_log_ratios(new_logprobs, inputs))
+    # Read off the loss's own forward (no extra pass), only before the step's first
+    # optimizer step: later rows are scored by weights this step already moved, and that
+    # drift is learning, not a sampler that disagrees with the trainer.
+    if not stats.grad_norms:
+        stats.log_ratios.append(mismatch.token_log_ratios(new_logprobs, inputs))
     ref_logprobs = None
     if config.kl_penalty_coef > 0:
         # The reference policy is the base model: the same forward with LoRA disabled.

@@ -155,3 +155,15 @@ def test_a_step_without_sampler_logprobs_reports_no_mismatch() -> None:
     optimizer = training.make_optimizer([p for p in model.parameters() if p.requires_grad])
     stats = training.train_on_packed(model, optimizer, packed, config, dev).summary()
     assert not [k for k in stats if k.startswith("mismatch/")]
+
+
+def test_rows_after_the_steps_first_update_are_not_counted() -> None:
+    """One row per optimizer step: the second row is scored by weights the step moved,
+    its difference from the sampler is learning, not a sampler that disagrees."""
+    model, packed = _lora_model(), _packed()
+    _as_sampled(model, packed)
+    config, dev = training.build_train_configs(1e-2, {"grad_accumulation_sequences": 1})
+    optimizer = training.make_optimizer([p for p in model.parameters() if p.requires_grad])
+    stats = training.train_on_packed(model, optimizer, packed, config, dev).summary()
+    assert stats["mismatch/tokens"] == int(packed["assistant_mask"][0, 1:].sum())
+    assert stats["mismatch/ratio_p1"] == 1.0 and stats["mismatch/ratio_p99"] == 1.0
