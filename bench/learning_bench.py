@@ -162,12 +162,30 @@ def report(job: pb.Job, args: argparse.Namespace, wall_s: float) -> None:
     print(f"heldout_trained_pass_at_k={100 * trained.pass_at_k:.1f}")
     print(f"heldout_wins={result.wins} heldout_losses={result.losses} heldout_ties={result.ties}")
     print(f"heldout_sign_p={result.sign_p:.4f}")
+    mismatch_lines(job)
     print(f"settings={learning_runs.settings_line(args)},seed={args.seed}")
     print(f"wall_seconds={wall_s:.0f}")
     print(f"heldout_base={100 * base.success_rate:.1f}")
     print(f"heldout_trained={100 * trained.success_rate:.1f}")
     print(f"heldout_gain={100 * result.mean_delta:+.1f}")
     print(f"heldout_gain_ci95={100 * low:+.1f},{100 * high:+.1f}")
+
+
+def mismatch_lines(job: pb.Job) -> None:
+    """The sampler/trainer mismatch (docs/training.md), token-weighted over the job's steps:
+    what the engine served against what the trainer scored."""
+    steps = [s.mismatch for s in job.steps if s.HasField("mismatch") and s.mismatch.tokens]
+    if not steps:
+        print("mismatch=none (no step recorded sampler logprobs)")
+        return
+    tokens = sum(m.tokens for m in steps)
+    print(f"mismatch_engine={steps[0].engine} mismatch_tokens={tokens}")
+    for name in ("abs_delta_mean", "k3", "outside_0_9_1_1", "outside_0_5_2"):
+        value = sum(getattr(m, name) * m.tokens for m in steps) / tokens
+        print(f"mismatch_{name}={value:.6f}")
+    print(f"mismatch_ratio_p1_min={min(m.ratio_p1 for m in steps):.4f}")
+    print(f"mismatch_ratio_p99_max={max(m.ratio_p99 for m in steps):.4f}")
+    print(f"mismatch_abs_delta_p99_max={max(m.abs_delta_p99 for m in steps):.6f}")
 
 
 def run_one(args: argparse.Namespace) -> None:
