@@ -31,7 +31,7 @@ from peft import LoraConfig
 from torch.utils.checkpoint import checkpoint
 
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend import activation_memory, exact_tokens
+from artfleet_trainer.torch_backend import activation_memory, correction, exact_tokens
 from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
 
 log = logging.getLogger(__name__)
@@ -232,6 +232,13 @@ class StepStats:
     kls: list[float] = field(default_factory=list)
     grad_norms: list[float] = field(default_factory=list)
     checkpointed_layers: list[int] = field(default_factory=list)  # per row
+    masked_sequences: int | None = None  # by the sequence_mask correction; None: not on
+
+    @classmethod
+    def for_step(cls, dev_config: art.dev.TrainConfig) -> StepStats:
+        """A step's stats: with the sequence_mask correction on, its count starts at 0 (a
+        step with nothing to train reports it too)."""
+        return cls(masked_sequences=0 if correction.band_of(dev_config) is not None else None)
 
     def summary(self) -> dict[str, float]:
         out = {
@@ -244,6 +251,8 @@ class StepStats:
         }
         if self.kls:
             out["kl_policy_ref"] = _mean(self.kls)
+        if self.masked_sequences is not None:
+            out["masked_sequences"] = float(self.masked_sequences)
         return out
 
 
@@ -338,7 +347,9 @@ class GrpoRows:
             yield Row(int(inputs["tokens"].numel()), partial(self._loss, inputs))
 
     def _loss(self, inputs: Any, model: Any, checkpoint_logits: bool) -> torch.Tensor:
-        loss = _row_loss(model, inputs, self._config, self._dev_config, checkpoint_logits)
+        loss = _row_loss(
+            model, inputs, self._config, self._dev_config, checkpoint_logits, self._stats
+        )
         _record_loss(self._stats, loss)
         return loss.policy_loss
 
@@ -378,7 +389,7 @@ def train_on_packed(
     Each row keeps at most `activation_budget_bytes` of activations for the backward
     pass (estimated; 0: recompute every layer and the logits; None: the device's budget,
     measured at the start of the step within `memory_fraction` of a GPU when set)."""
-    stats = StepStats()
+    stats = StepStats.for_step(dev_config)
     memory = StepMemory.measure(model, dev_config, activation_budget_bytes, memory_fraction)
     optimizer.zero_grad(set_to_none=True)
     try:
@@ -423,12 +434,18 @@ def _row_loss(
     config: art.types.TrainConfig,
     dev_config: art.dev.TrainConfig,
     checkpoint_chunks: bool,
+    stats: StepStats | None = None,
 ) -> art.loss.Loss:
     chunk = dev_config.get("logprob_calculation_chunk_size", DEFAULT_CHUNK_SIZE)
     args = (inputs["tokens"], inputs["input_pos"], inputs["group_ids"], inputs["parent_ids"])
     new_logprobs, entropies = compute_logprobs(
         model, *args, chunk_size=chunk, checkpoint_chunks=checkpoint_chunks
     )
+    band = correction.band_of(dev_config)
+    if band is not None:  # the sequence_mask correction (ART's loss has none)
+        inputs, masked = correction.mask_sequences(inputs, new_logprobs, band)
+        if stats is not None:
+            stats.masked_sequences = (stats.masked_sequences or 0) + masked
     ref_logprobs = None
     if config.kl_penalty_coef > 0:
         # The reference policy is the base model: the same forward with LoRA disabled.
@@ -484,6 +501,7 @@ def build_train_configs(
     if options.pop("normalize_advantages", True) is False:
         options["scale_rewards"] = False
     grad_accumulation = options.pop("grad_accumulation_sequences", None)
+    sequence_mask_band = options.pop("sequence_mask_band", None)  # ours: correction.py
     unknown = set(options) - _CONFIG_KWARGS - _IGNORED_KWARGS
     if unknown:
         raise TypeError(f"TorchBackend.train() got unsupported arguments: {sorted(unknown)}")
@@ -493,4 +511,6 @@ def build_train_configs(
     )
     if grad_accumulation is not None:
         config = config.model_copy(update={"grad_accumulation_sequences": grad_accumulation})
+    if sequence_mask_band is not None:
+        correction.set_band(dev_config, sequence_mask_band)
     return config, dev_config
