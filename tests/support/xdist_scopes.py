@@ -24,6 +24,7 @@ SHARED_FLEET_FOLDERS = {"tests/integration/api/": "api-fleet"}
 TORCH_FLEET = "torch-fleet"
 SHARED_FLEET_MODULES = {
     "tests/integration/agents/test_agent_kinds_fleet_slow.py": TORCH_FLEET,
+    "tests/integration/fleet/test_fleet_correction.py": TORCH_FLEET,
     "tests/integration/fleet/test_fleet_job.py": TORCH_FLEET,
     "tests/integration/fleet/test_fleet_sft.py": TORCH_FLEET,
 }

@@ -12,7 +12,14 @@ import typer
 import yaml
 
 from artfleet.contracts.errors import InvalidArgument
-from artfleet.specs.job import GrpoModel, JobSpecModel, SftModel, spec_to_proto, validate_spec
+from artfleet.specs.job import (
+    CorrectionModel,
+    GrpoModel,
+    JobSpecModel,
+    SftModel,
+    spec_to_proto,
+    validate_spec,
+)
 from artfleet.specs.yaml_text import DuplicateKey, load_yaml
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2
@@ -67,13 +74,20 @@ FLAG_NAMES = {
     "experiment": ("experiment", "experiment-name"),
     "sft.data_path": ("offline-data", "sft-data"),  # the terminal agent's train.py flag
 }
-# Every scalar field of the job spec, of its `grpo:` block and of its `sft:` block (as
-# --sft-<key>) is a flag of its own.
+# Every scalar field of the job spec, of its `grpo:` block, of its `sft:` block (as
+# --sft-<key>) and of its `off_policy_correction:` block (as --correction-<key>) is a flag
+# of its own.
 DERIVED_FLAGS = (
     derive_flags(JobSpecModel, what="job spec", names=FLAG_NAMES)
     + derive_flags(GrpoModel, what="GRPO: ART's backend.train option", prefix="grpo.")
     + derive_flags(
         SftModel, what="SFT warm-start", prefix="sft.", flag_prefix="sft-", names=FLAG_NAMES
+    )
+    + derive_flags(
+        CorrectionModel,
+        what="off-policy correction",
+        prefix="off_policy_correction.",
+        flag_prefix="correction-",
     )
 )
 

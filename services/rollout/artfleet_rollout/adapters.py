@@ -37,6 +37,7 @@ from artfleet.clients.sandbox import (
     is_session_gone,
 )
 from artfleet.contracts import seeds
+from artfleet.contracts.sampling import Sampling
 from artfleet.runtime.rpc.client import aio_channel
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import reward_pb2, reward_pb2_grpc, rollout_pb2, sandbox_pb2
@@ -91,7 +92,8 @@ class OpenAIPolicy:
         self._replicas = replicas
         self._episode = episode
         self._model = model
-        self._temperature = temperature
+        # The full distribution at the job's temperature, explicitly (contracts/sampling.py).
+        self._sampling = Sampling(temperature=temperature)
         self._max_tokens = max_tokens
         self._timeout_s = timeout_s
         self._template_kwargs = dict(chat_template_kwargs or {})
@@ -178,7 +180,7 @@ class OpenAIPolicy:
             "model": self._model,
             "logprobs": True,
             "max_tokens": self._max_tokens if max_tokens is None else max_tokens,
-            "temperature": self._temperature,
+            **self._sampling.request_fields(),
         }
         if seed is not None:  # OpenAI's field: vLLM and the torch server seed the sampling
             body["seed"] = seed

@@ -7,6 +7,7 @@ from __future__ import annotations
 from openai.types.chat.chat_completion import Choice
 
 from artfleet.contracts.art_types import art
+from artfleet.contracts.sampling import Sampling
 from artfleet.v1 import common_pb2 as pb
 from artfleet_rollout import metrics
 from artfleet_rollout.agents.context import AgentRun, EpisodeContext
@@ -26,6 +27,8 @@ async def run_episode(ctx: EpisodeContext, index: int) -> tuple[art.Trajectory, 
             "policy": ctx.task.policy,
             "step": ctx.task.step,
             "agent": ctx.agent,
+            # What sampled it (the policy sends these with every call): contracts/sampling.py.
+            **Sampling(temperature=ctx.task.temperature).to_metadata(),
         },
     )
     # Which installed package produced it, for a plugin's episodes ("name version").

@@ -23,7 +23,13 @@ from pydantic import (
     model_validator,
 )
 
-from artfleet.specs.base import InvalidSpec, field_of, nested_error, spec_error
+from artfleet.specs.base import FieldError, InvalidSpec, field_of, nested_error, spec_error
+from artfleet.specs.correction import (
+    CorrectionModel,
+    correction_data_from_proto,
+    correction_to_proto,
+    effective,
+)
 from artfleet.specs.grpo import GrpoModel, grpo_data_from_proto
 from artfleet.specs.hud_config import (
     ENVIRONMENTS_KEY,
@@ -51,6 +57,7 @@ from artfleet.v1 import common_pb2 as pb
 __all__ = [
     "DEFAULT_BASE_MODEL",
     "NAME_PATTERN",
+    "CorrectionModel",
     "GateModel",
     "GrpoModel",
     "JobSpecModel",
@@ -142,6 +149,9 @@ class JobSpecModel(BaseModel):
         le=MAX_STEPS_OFF_POLICY,
         description="asynchronous steps: roll out up to k steps ahead of training (0 = sync)",
     )
+    # How the loss corrects for off-policy samples (artfleet.specs.correction); None = none
+    # (or the grpo block's truncated_importance_sampling): `correction`.
+    off_policy_correction: CorrectionModel | None = None
     # Experiment identity (the training scripts' --experiment-name); `jobs list --experiment`
     # filters on it.
     experiment: str = Field(default="default", description="experiment name")
@@ -207,6 +217,24 @@ class JobSpecModel(BaseModel):
         except ValidationError as exc:
             raise nested_error(exc, "max_turns") from None
 
+    @model_validator(mode="after")
+    def _one_tis_cap(self) -> JobSpecModel:
+        if self.off_policy_correction is not None and (
+            self.grpo.truncated_importance_sampling is not None
+        ):
+            raise FieldError(
+                ("grpo", "truncated_importance_sampling"),
+                "set the correction once: off_policy_correction (mode tis, cap) replaces it",
+            )
+        return self
+
+    @property
+    def correction(self) -> CorrectionModel:
+        """The off-policy correction the job trains with (its default when unset)."""
+        return effective(
+            self.off_policy_correction, grpo_tis=self.grpo.truncated_importance_sampling
+        )
+
     @field_validator("name", "project", "experiment")
     @classmethod
     def _slug(cls, value: str) -> str:
@@ -264,7 +292,7 @@ def config_hash(spec: JobSpecModel) -> str:
     (defaults filled in, keys sorted) without NOT_TRAINING_FIELDS; 12 hex digits."""
     data = spec.model_dump(mode="json", exclude=set(NOT_TRAINING_FIELDS))
     # Specs without these keep the hash they had.
-    for key in ("sft", "mcp_config", "enable_thinking"):
+    for key in ("sft", "mcp_config", "enable_thinking", "off_policy_correction"):
         if data.get(key) is None:
             data.pop(key, None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -274,7 +302,9 @@ def config_hash(spec: JobSpecModel) -> str:
 def spec_to_proto(spec: JobSpecModel) -> pb.JobSpec:
     """A spec without a `reward` key goes with no scorers: the trainer fills in the defaults
     of the environment's agent kind (`with_default_reward`)."""
-    data = spec.model_dump(exclude={SPEC_FIELD, CLIP_FIELD, "grpo", "sft", "mcp_config"})
+    data = spec.model_dump(
+        exclude={SPEC_FIELD, CLIP_FIELD, "grpo", "sft", "mcp_config", "off_policy_correction"}
+    )
     reward = reward_to_proto(spec.reward_spec)
     if SPEC_FIELD not in spec.model_fields_set:
         del reward.scorers[:]
@@ -286,6 +316,8 @@ def spec_to_proto(spec: JobSpecModel) -> pb.JobSpec:
     )
     if spec.sft is not None:
         message.sft.CopyFrom(sft_to_proto(spec.sft))
+    if spec.off_policy_correction is not None:
+        message.off_policy_correction.CopyFrom(correction_to_proto(spec.off_policy_correction))
     return message
 
 
@@ -318,6 +350,9 @@ def spec_from_proto(message: pb.JobSpec) -> JobSpecModel:
             continue
         if field.name == "mcp_config":
             data["mcp_config"] = _mcp_config_from_json(value)
+            continue
+        if field.name == "off_policy_correction":
+            data["off_policy_correction"] = correction_data_from_proto(value)
             continue
         data[field.name] = value
     data.update(reward_data_from_proto(message.reward))

@@ -388,7 +388,7 @@ class RewardSpec(_message.Message):
     def __init__(self, scorers: _Optional[_Iterable[_Union[ScorerSpec, _Mapping]]] = ..., clip: _Optional[_Union[Range, _Mapping]] = ..., policy: _Optional[_Union[PolicyEndpoint, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "enable_thinking", "skip_bad_records", "max_concurrent", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "max_steps_off_policy", "priority", "experiment", "grpo", "eval_every_steps", "eval_split", "eval_k", "eval_max_tasks", "eval_temperature", "keep_last", "keep_best_metric", "log_sample_rate", "dataset_size", "num_epochs", "sft", "mcp_config")
+    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "enable_thinking", "skip_bad_records", "max_concurrent", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "max_steps_off_policy", "priority", "off_policy_correction", "experiment", "grpo", "eval_every_steps", "eval_split", "eval_k", "eval_max_tasks", "eval_temperature", "keep_last", "keep_best_metric", "log_sample_rate", "dataset_size", "num_epochs", "sft", "mcp_config")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -416,6 +416,7 @@ class JobSpec(_message.Message):
     TASK_PROMPT_FIELD_NUMBER: _ClassVar[int]
     MAX_STEPS_OFF_POLICY_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    OFF_POLICY_CORRECTION_FIELD_NUMBER: _ClassVar[int]
     EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
     GRPO_FIELD_NUMBER: _ClassVar[int]
     EVAL_EVERY_STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -457,6 +458,7 @@ class JobSpec(_message.Message):
     task_prompt: str
     max_steps_off_policy: int
     priority: int
+    off_policy_correction: OffPolicyCorrection
     experiment: str
     grpo: GrpoSpec
     eval_every_steps: int
@@ -471,7 +473,7 @@ class JobSpec(_message.Message):
     num_epochs: int
     sft: SftSpec
     mcp_config: str
-    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., enable_thinking: _Optional[bool] = ..., skip_bad_records: _Optional[bool] = ..., max_concurrent: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., max_steps_off_policy: _Optional[int] = ..., priority: _Optional[int] = ..., experiment: _Optional[str] = ..., grpo: _Optional[_Union[GrpoSpec, _Mapping]] = ..., eval_every_steps: _Optional[int] = ..., eval_split: _Optional[str] = ..., eval_k: _Optional[int] = ..., eval_max_tasks: _Optional[int] = ..., eval_temperature: _Optional[float] = ..., keep_last: _Optional[int] = ..., keep_best_metric: _Optional[str] = ..., log_sample_rate: _Optional[float] = ..., dataset_size: _Optional[int] = ..., num_epochs: _Optional[int] = ..., sft: _Optional[_Union[SftSpec, _Mapping]] = ..., mcp_config: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., enable_thinking: _Optional[bool] = ..., skip_bad_records: _Optional[bool] = ..., max_concurrent: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., max_steps_off_policy: _Optional[int] = ..., priority: _Optional[int] = ..., off_policy_correction: _Optional[_Union[OffPolicyCorrection, _Mapping]] = ..., experiment: _Optional[str] = ..., grpo: _Optional[_Union[GrpoSpec, _Mapping]] = ..., eval_every_steps: _Optional[int] = ..., eval_split: _Optional[str] = ..., eval_k: _Optional[int] = ..., eval_max_tasks: _Optional[int] = ..., eval_temperature: _Optional[float] = ..., keep_last: _Optional[int] = ..., keep_best_metric: _Optional[str] = ..., log_sample_rate: _Optional[float] = ..., dataset_size: _Optional[int] = ..., num_epochs: _Optional[int] = ..., sft: _Optional[_Union[SftSpec, _Mapping]] = ..., mcp_config: _Optional[str] = ...) -> None: ...
 
 class SftSpec(_message.Message):
     __slots__ = ("data_path", "format", "min_score", "epochs", "learning_rate", "batch_size", "max_samples", "max_length", "shuffle")
@@ -547,6 +549,18 @@ class SftStatus(_message.Message):
     epoch_losses: _containers.RepeatedScalarFieldContainer[float]
     seconds: float
     def __init__(self, started: _Optional[bool] = ..., done: _Optional[bool] = ..., base_step: _Optional[int] = ..., checkpoint_step: _Optional[int] = ..., samples: _Optional[int] = ..., skipped: _Optional[_Mapping[str, int]] = ..., batches: _Optional[int] = ..., epoch_losses: _Optional[_Iterable[float]] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class OffPolicyCorrection(_message.Message):
+    __slots__ = ("mode", "cap", "band_low", "band_high")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    CAP_FIELD_NUMBER: _ClassVar[int]
+    BAND_LOW_FIELD_NUMBER: _ClassVar[int]
+    BAND_HIGH_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    cap: float
+    band_low: float
+    band_high: float
+    def __init__(self, mode: _Optional[str] = ..., cap: _Optional[float] = ..., band_low: _Optional[float] = ..., band_high: _Optional[float] = ...) -> None: ...
 
 class GrpoSpec(_message.Message):
     __slots__ = ("loss_fn", "normalize_advantages", "scale_rewards", "advantage_balance", "epsilon", "epsilon_high", "kl_penalty_coef", "kl_penalty_reference_step", "importance_sampling_level", "max_negative_advantage_importance_sampling_weight", "mask_prob_ratio", "kimi_k2_tau", "truncated_importance_sampling", "scale_learning_rate_by_reward_std_dev", "num_trajectories_learning_rate_multiplier_power", "packed_sequence_length", "logprob_calculation_chunk_size", "allow_training_without_logprobs", "precalculate_logprobs", "grad_accumulation_sequences")

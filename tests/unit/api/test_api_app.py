@@ -188,6 +188,16 @@ BAD_MESSAGES = [
         ("/train", {"spec": {"steps": -1}}, "spec.steps"),
         ("/train", {"spec": {"bogus": 1}}, "spec.bogus"),
         ("/train", {"spec": {"reward": [{"name": "ruler"}]}}, "spec.reward[0]"),
+        (
+            "/train",
+            {"spec": {"off_policy_correction": {"mode": "tis", "cap": 0.5}}},
+            "spec.off_policy_correction.cap",
+        ),
+        (
+            "/train",
+            {"spec": {"off_policy_correction": {"mode": "sequence_mask", "band_low": 3}}},
+            "spec.off_policy_correction.band_low",
+        ),
         ("/rollout", {"model_name": "m", "project": "p", "num_rollouts": 0}, "num_rollouts"),
         ("/rollout", {"project": "p"}, "model_name"),
         ("/evaluate", {"trajectories": []}, "trajectories"),

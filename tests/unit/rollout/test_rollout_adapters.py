@@ -66,6 +66,9 @@ async def test_asks_for_logprobs_and_token_ids_and_keeps_them_on_the_choice() ->
     assert body["model"] == "agent@1" and body["logprobs"] is True
     assert body["return_token_ids"] is True
     assert (body["temperature"], body["max_tokens"]) == (0.7, 32)
+    # The full distribution, explicitly: vLLM would fill what is left out from the model's
+    # generation_config.json (Qwen3's top_p 0.95, top_k 20).
+    assert (body["top_p"], body["top_k"], body["min_p"]) == (1.0, 0, 0.0)
     assert "tools" not in body
     extra = turn.choice.model_extra or {}
     assert extra["token_ids"] == [7] and extra["prompt_token_ids"] == [1, 2, 3]
@@ -153,10 +156,11 @@ async def test_sends_what_the_sdks_create_sends_for_a_tool_history() -> None:
         model="agent@1",
         messages=history,
         temperature=0.7,
+        top_p=1.0,
         max_tokens=32,
         logprobs=True,
         timeout=5,
-        extra_body={"return_token_ids": True},
+        extra_body={"return_token_ids": True, "top_k": 0, "min_p": 0.0},
         tools=TOOLS,
         tool_choice="required",
     )

@@ -17,7 +17,7 @@ from repo_paths import ROOT
 
 from artfleet.runtime.service import free_port
 from artfleet.specs.grpo import GrpoModel
-from artfleet.specs.job import JobSpecModel
+from artfleet.specs.job import CorrectionModel, JobSpecModel
 from artfleet.specs.reward import RewardSpecModel
 from artfleet.specs.sft import SftModel
 from artfleet.v1 import common_pb2 as pb
@@ -59,7 +59,12 @@ def test_every_scalar_spec_key_is_a_submit_flag_that_defaults_through_the_model(
 def test_a_derived_flag_states_the_models_default() -> None:
     for flag in jobs.DERIVED_FLAGS:
         head, _, key = flag.key.rpartition(".")
-        models: dict[str, type[BaseModel]] = {"": JobSpecModel, "grpo": GrpoModel, "sft": SftModel}
+        models: dict[str, type[BaseModel]] = {
+            "": JobSpecModel,
+            "grpo": GrpoModel,
+            "sft": SftModel,
+            "off_policy_correction": CorrectionModel,
+        }
         model = models[head]
         field = model.model_fields[key]
         unset = field.default is None or field.is_required()  # sft.data_path: unset until given

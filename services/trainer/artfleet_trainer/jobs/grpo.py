@@ -1,5 +1,6 @@
-"""The job spec's GRPO knobs → `backend.train` keyword arguments, and which backend
-honours which (checked at submit, so a job never fails at step 1 for a knob).
+"""The job spec's GRPO knobs and off-policy correction → `backend.train` keyword arguments,
+and which backend honours which (checked at submit, so a job never fails at step 1 for a
+knob).
 
 No torch here: the servicer imports this module.
 """
@@ -25,6 +26,11 @@ ART_UNSUPPORTED = {
 }
 
 
+# The torch backend's own train() argument for `sequence_mask` (its loss masks the
+# sequences: torch_backend/correction.py); ART's LocalBackend has no such option.
+SEQUENCE_MASK_KWARG = "sequence_mask_band"
+
+
 def unsupported(backend: str) -> dict[str, str]:
     return TORCH_UNSUPPORTED if backend == "torch" else ART_UNSUPPORTED
 
@@ -37,8 +43,21 @@ def check_backend(spec: JobSpecModel) -> None:
             raise InvalidArgument(
                 f"not supported by the {spec.backend} backend: {refused[name]}", f"grpo.{name}"
             )
+    if spec.backend != "torch" and spec.correction.mode == "sequence_mask":
+        raise InvalidArgument(
+            f"sequence_mask is the torch backend's own (ART's {spec.backend} backend has no"
+            " such option); use mode tis or none",
+            "off_policy_correction.mode",
+        )
 
 
 def train_kwargs(spec: JobSpecModel) -> dict[str, Any]:
-    """The knobs a person set, as `backend.train(..., **kwargs)` takes them."""
-    return spec.grpo.set_fields()
+    """The knobs a person set and the job's off-policy correction (its default when unset:
+    `JobSpecModel.correction`), as `backend.train(..., **kwargs)` takes them."""
+    kwargs = spec.grpo.set_fields()
+    correction = spec.correction
+    if correction.mode == "tis":
+        kwargs["truncated_importance_sampling"] = correction.tis_cap
+    elif correction.mode == "sequence_mask":
+        kwargs[SEQUENCE_MASK_KWARG] = correction.band
+    return kwargs

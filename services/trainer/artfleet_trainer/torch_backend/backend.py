@@ -371,7 +371,9 @@ class TorchBackend:
         """One GRPO step on `trajectory_groups`; saves checkpoint step+1 and serves it.
 
         Accepts LocalBackend's loss options (loss_fn, kl_penalty_coef, epsilon, ...,
-        packed_sequence_length, grad_accumulation_sequences); others raise TypeError.
+        packed_sequence_length, grad_accumulation_sequences) and `sequence_mask_band` (the
+        sequence_mask off-policy correction, torch_backend/correction.py); others raise
+        TypeError.
         """
         if learning_rate is None:  # optional only in ART's Backend signature: no second default
             raise TypeError("train() needs learning_rate (the job spec's)")
@@ -396,7 +398,7 @@ class TorchBackend:
         batch = training.pack_trajectory_groups(
             state.tokenizer, groups, dev_config, max_context=max_context
         )
-        stats = training.StepStats()
+        stats = training.StepStats.for_step(dev_config)
         if batch is not None:
             with training_thread_scope(self.device, self.train_num_threads):
                 stats = training.train_on_packed(

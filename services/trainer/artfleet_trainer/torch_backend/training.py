@@ -31,7 +31,12 @@ from peft import LoraConfig
 from torch.utils.checkpoint import checkpoint
 
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend import activation_memory, exact_tokens, mismatch
+from artfleet_trainer.torch_backend import (
+    activation_memory,
+    correction,
+    exact_tokens,
+    mismatch,
+)
 from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
 
 log = logging.getLogger(__name__)
@@ -234,6 +239,13 @@ class StepStats:
     checkpointed_layers: list[int] = field(default_factory=list)  # per row
     # Per row, trainer - sampler logprob of its counted tokens (mismatch.py).
     log_ratios: list[torch.Tensor] = field(default_factory=list)
+    masked_sequences: int | None = None  # by the sequence_mask correction; None: not on
+
+    @classmethod
+    def for_step(cls, dev_config: art.dev.TrainConfig) -> StepStats:
+        """A step's stats: with the sequence_mask correction on, its count starts at 0 (a
+        step with nothing to train reports it too)."""
+        return cls(masked_sequences=0 if correction.band_of(dev_config) is not None else None)
 
     def summary(self) -> dict[str, float]:
         out = {
@@ -249,6 +261,8 @@ class StepStats:
         figures = mismatch.figures(self.log_ratios)
         if figures is not None:
             out.update(figures.metrics())
+        if self.masked_sequences is not None:
+            out["masked_sequences"] = float(self.masked_sequences)
         return out
 
 
@@ -385,7 +399,7 @@ def train_on_packed(
     Each row keeps at most `activation_budget_bytes` of activations for the backward
     pass (estimated; 0: recompute every layer and the logits; None: the device's budget,
     measured at the start of the step within `memory_fraction` of a GPU when set)."""
-    stats = StepStats()
+    stats = StepStats.for_step(dev_config)
     memory = StepMemory.measure(model, dev_config, activation_budget_bytes, memory_fraction)
     optimizer.zero_grad(set_to_none=True)
     try:
@@ -442,6 +456,10 @@ def _row_loss(
     # drift is learning, not a sampler that disagrees with the trainer.
     if not stats.grad_norms:
         stats.log_ratios.append(mismatch.token_log_ratios(new_logprobs, inputs))
+    band = correction.band_of(dev_config)
+    if band is not None:  # the sequence_mask correction (ART's loss has none)
+        inputs, masked = correction.mask_sequences(inputs, new_logprobs, band)
+        stats.masked_sequences = (stats.masked_sequences or 0) + masked
     ref_logprobs = None
     if config.kl_penalty_coef > 0:
         # The reference policy is the base model: the same forward with LoRA disabled.
@@ -497,6 +515,7 @@ def build_train_configs(
     if options.pop("normalize_advantages", True) is False:
         options["scale_rewards"] = False
     grad_accumulation = options.pop("grad_accumulation_sequences", None)
+    sequence_mask_band = options.pop("sequence_mask_band", None)  # ours: correction.py
     unknown = set(options) - _CONFIG_KWARGS - _IGNORED_KWARGS
     if unknown:
         raise TypeError(f"TorchBackend.train() got unsupported arguments: {sorted(unknown)}")
@@ -506,4 +525,6 @@ def build_train_configs(
     )
     if grad_accumulation is not None:
         config = config.model_copy(update={"grad_accumulation_sequences": grad_accumulation})
+    if sequence_mask_band is not None:
+        correction.set_band(dev_config, sequence_mask_band)
     return config, dev_config
