@@ -33,7 +33,13 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFa
 from artfleet.contracts.embedded_model import ensure_chat_template_and_pad
 from artfleet.contracts.gpu_plan import QWEN3, QWEN3_TINY, ModelShape
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend import TorchBackend, checkpoints, precision, training
+from artfleet_trainer.torch_backend import (
+    TorchBackend,
+    checkpoints,
+    precision,
+    train_config,
+    training,
+)
 from artfleet_trainer.torch_backend.model_loader import LoadedModel
 from artfleet_trainer.torch_serving import generation
 
@@ -196,7 +202,7 @@ async def measure(
 ) -> dict[str, Any]:
     device = spec["device"]
     peft_model, tokenizer = backend.peft_model_of(model), backend.tokenizer_of(model)
-    cfg, dev = training.build_train_configs(LEARNING_RATE, {})
+    cfg, dev = train_config.build_train_configs(LEARNING_RATE, {})
     batch = training.pack_trajectory_groups(tokenizer, groups, dev, max_context=8192)
     assert batch is not None, "the fixed groups have nothing to train on"
     packed = batch.tensors

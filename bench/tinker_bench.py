@@ -46,7 +46,7 @@ from artfleet_api.settings import ApiSettings
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.settings import TrainerSettings
 from artfleet_trainer.tinker_api.service import TinkerApiService
-from artfleet_trainer.torch_backend import TorchBackend, training
+from artfleet_trainer.torch_backend import TorchBackend, train_config, training
 from artfleet_trainer.torch_backend.model_loader import DEFAULT_MODEL_NAME
 
 TOKEN = "bench-token"
@@ -62,7 +62,7 @@ def free_port() -> int:
 def datums(tokenizer: Any, groups: list[Any]) -> list[dict[str, Any]]:
     """The batch's tokenized trajectories as Tinker datums (JSON): position i predicts
     token i+1; the sampled tokens carry their logprobs and advantage, the rest zeros."""
-    _, dev_config = training.build_train_configs(RATE, {})
+    _, dev_config = train_config.build_train_configs(RATE, {})
     out = []
     for result in training.tokenize_groups(tokenizer, groups, dev_config):
         ids, mask = list(result.token_ids), list(result.assistant_mask)

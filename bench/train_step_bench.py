@@ -38,7 +38,7 @@ from peft import get_peft_model
 from peft.utils import set_peft_model_state_dict
 
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend import TorchBackend, training
+from artfleet_trainer.torch_backend import TorchBackend, train_config, training
 from artfleet_trainer.torch_backend.model_loader import DEFAULT_MODEL_NAME, load_base_model
 
 TASK = "Task: list the files in /work/app, find the failing test and fix the code."
@@ -149,7 +149,7 @@ async def run(args: argparse.Namespace) -> None:
     for group in optimizer.param_groups:
         group["lr"] = 1e-5
     groups = fixed_groups(loaded.tokenizer, args.groups, args.rollouts, args.tokens)
-    _, dev_config = training.build_train_configs(1e-5, {})
+    _, dev_config = train_config.build_train_configs(1e-5, {})
     batch = training.pack_trajectory_groups(loaded.tokenizer, groups, dev_config, max_context=8192)
     assert batch is not None, "the fixed batch has nothing to train on"
     packed = batch.tensors

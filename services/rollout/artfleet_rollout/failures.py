@@ -39,6 +39,7 @@ _FLEET = frozenset({"artfleet", "artfleet_rollout"})
 _NOT_USERS = _FLEET | frozenset(
     {
         "art",
+        "nest_asyncio",  # ART patches asyncio with it on import: its frames wrap the loop's
         "openai",
         "httpx",
         "httpcore",

@@ -11,6 +11,7 @@ import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from prometheus_client import start_http_server
 from repo_paths import ROOT
 from waiting import wait_for
 
-from artfleet.runtime.service import free_port
+from artfleet.runtime.ports import PortHold
 from artfleet.v1 import common_pb2 as pb
 from artfleet_trainer import metrics
 
@@ -71,7 +72,8 @@ def test_the_mismatch_panels_have_data_per_engine(
         ],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    web = f"127.0.0.1:{free_port()}"
+    held = PortHold()  # until Prometheus listens there
+    web = f"127.0.0.1:{held.pick()}"
     prometheus = subprocess.Popen(
         [
             binary,
@@ -84,10 +86,11 @@ def test_the_mismatch_panels_have_data_per_engine(
     )
     try:
         for expr in _queries():
-            found = wait_for(f"data for {expr}", lambda e=expr: _finite(f"http://{web}", e), 120)
+            found = wait_for(f"data for {expr}", partial(_finite, f"http://{web}", expr), 120)
             assert {r["metric"].get("engine") for r in found} == {"torch", "vllm"}, expr
     finally:
         prometheus.terminate()
         prometheus.wait(30)
+        held.release()
         server.shutdown()
         thread.join(10)

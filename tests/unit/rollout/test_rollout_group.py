@@ -69,10 +69,17 @@ async def test_connections_are_opened_once_and_reused_across_groups(fleet: FakeF
 
 
 def test_run_on_another_loop_is_refused(fleet: FakeFleet) -> None:
+    # Loops of its own, not asyncio.run: where ART was imported into this process,
+    # nest_asyncio's asyncio.run reuses one loop.
     runner = _runner(fleet)
-    asyncio.run(runner.start())
-    with pytest.raises(RuntimeError, match="another event loop"):
-        asyncio.run(runner.run(group_task()))
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        first.run_until_complete(runner.start())
+        with pytest.raises(RuntimeError, match="another event loop"):
+            second.run_until_complete(runner.run(group_task()))
+    finally:
+        first.close()
+        second.close()
 
 
 async def test_policy_key_is_the_fleet_token_or_the_named_variable(fleet: FakeFleet) -> None:

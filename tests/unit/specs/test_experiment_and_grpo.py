@@ -105,7 +105,7 @@ def test_every_knob_is_honoured_or_refused_by_each_backend() -> None:
 
     from art.local import LocalBackend
 
-    from artfleet_trainer.torch_backend import training
+    from artfleet_trainer.torch_backend import train_config
 
     art_params = set(inspect.signature(LocalBackend.train).parameters)
     for name in GrpoModel.model_fields:
@@ -132,7 +132,7 @@ def test_every_knob_is_honoured_or_refused_by_each_backend() -> None:
     assert set(honoured) | set(grpo.TORCH_UNSUPPORTED) == set(GrpoModel.model_fields)
     spec = validate_spec({"grpo": honoured})
     grpo.check_backend(spec)
-    config, dev_config = training.build_train_configs(1e-5, grpo.train_kwargs(spec))
+    config, dev_config = train_config.build_train_configs(1e-5, grpo.train_kwargs(spec))
     assert dev_config["ppo"] is True
     assert dev_config["scale_rewards"] is False  # normalize_advantages: false wins, as in ART
     assert dev_config["importance_sampling_level"] == "sequence"

@@ -36,7 +36,7 @@ from artfleet_trainer.serving import PolicyServing
 from artfleet_trainer.settings import DtypeName
 from artfleet_trainer.torch_serving.options import TorchServerOptions
 
-from . import checkpoints, precision, sft, training
+from . import checkpoints, precision, sft, train_config, training
 from .model_loader import LoadedModel, load_base_model
 from .tenants import BaseLoader, SharedBases, TenantModel, lora_seed, peft_args
 from .training_clients import TrainingClients
@@ -379,7 +379,7 @@ class TorchBackend:
             raise TypeError("train() needs learning_rate (the job spec's)")
         state = self._state_of(model)
         groups = list(trajectory_groups)
-        config, dev_config = training.build_train_configs(learning_rate, kwargs)
+        config, dev_config = train_config.build_train_configs(learning_rate, kwargs)
         async with self._gate.turn(state.priority):
             result = await self._worker.run(self._train_sync, state, groups, config, dev_config)
             await self._publish(state, result.step)

@@ -28,7 +28,7 @@ from artfleet.contracts import base_models, embedded_model, seeds
 from artfleet.contracts.chat_template import CHATML_TEMPLATE, TOOLS_CHATML_TEMPLATE
 from artfleet.contracts.checkpoint_layout import BEST_FILE, write_best
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend import model_loader, training
+from artfleet_trainer.torch_backend import model_loader, train_config, training
 from artfleet_trainer.torch_backend.backend import TorchBackend
 from artfleet_trainer.torch_serving.service import TorchServing
 
@@ -239,7 +239,7 @@ async def _groups(fleet: Fleet, rewards: list[float]) -> list[art.TrajectoryGrou
 async def test_old_logprobs_equal_new_before_any_update(fleet: Fleet) -> None:
     groups = await _groups(fleet, [0.0, 1.0, 0.5, 0.2])
     state = fleet.backend._states["agent"]
-    _, dev_config = training.build_train_configs(5e-6, {})
+    _, dev_config = train_config.build_train_configs(5e-6, {})
     batch = training.pack_trajectory_groups(state.tokenizer, groups, dev_config, max_context=8192)
     assert batch is not None and batch.num_results == 8
     packed = batch.tensors

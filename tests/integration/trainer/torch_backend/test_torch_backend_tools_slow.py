@@ -13,7 +13,7 @@ import pytest_asyncio
 from openai import AsyncOpenAI
 
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend import training
+from artfleet_trainer.torch_backend import train_config, training
 from artfleet_trainer.torch_backend.backend import TorchBackend
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -72,7 +72,7 @@ async def test_required_calls_are_valid_and_train_on_their_tokens(
         for i, choice in enumerate(response.choices)
     ]
     state = backend._states["tools"]
-    _, dev_config = training.build_train_configs(5e-6, {})
+    _, dev_config = train_config.build_train_configs(5e-6, {})
     batch = training.pack_trajectory_groups(
         state.tokenizer, [art.TrajectoryGroup(trajectories)], dev_config, max_context=8192
     )

@@ -14,7 +14,7 @@ from peft import get_peft_model
 from tiny_llama import tiny_llama
 
 from artfleet_trainer.jobs.mismatch import FIGURES
-from artfleet_trainer.torch_backend import mismatch, training
+from artfleet_trainer.torch_backend import mismatch, train_config, training
 
 LN2 = math.log(2.0)
 
@@ -117,7 +117,7 @@ def _as_sampled(model: Any, packed: Any) -> None:
 
 def _step(model: Any, packed: Any) -> dict[str, float]:
     # Both rows before the one optimizer step: each is scored by the sampling policy.
-    config, dev = training.build_train_configs(1e-3, {"grad_accumulation_sequences": 2})
+    config, dev = train_config.build_train_configs(1e-3, {"grad_accumulation_sequences": 2})
     optimizer = training.make_optimizer([p for p in model.parameters() if p.requires_grad])
     return training.train_on_packed(model, optimizer, packed, config, dev).summary()
 
@@ -149,7 +149,7 @@ def test_a_sampler_off_by_a_constant_shows_it() -> None:
 
 def test_a_step_without_sampler_logprobs_reports_no_mismatch() -> None:
     model, packed = _lora_model(), _packed()
-    config, dev = training.build_train_configs(
+    config, dev = train_config.build_train_configs(
         1e-3, {"allow_training_without_logprobs": True, "grad_accumulation_sequences": 2}
     )
     optimizer = training.make_optimizer([p for p in model.parameters() if p.requires_grad])
@@ -162,7 +162,7 @@ def test_rows_after_the_steps_first_update_are_not_counted() -> None:
     its difference from the sampler is learning, not a sampler that disagrees."""
     model, packed = _lora_model(), _packed()
     _as_sampled(model, packed)
-    config, dev = training.build_train_configs(1e-2, {"grad_accumulation_sequences": 1})
+    config, dev = train_config.build_train_configs(1e-2, {"grad_accumulation_sequences": 1})
     optimizer = training.make_optimizer([p for p in model.parameters() if p.requires_grad])
     stats = training.train_on_packed(model, optimizer, packed, config, dev).summary()
     assert stats["mismatch/tokens"] == int(packed["assistant_mask"][0, 1:].sum())

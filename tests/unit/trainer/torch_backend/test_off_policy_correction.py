@@ -16,7 +16,7 @@ from tiny_llama import tiny_llama
 from artfleet.specs.job import validate_spec
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.jobs import grpo
-from artfleet_trainer.torch_backend import correction, training
+from artfleet_trainer.torch_backend import correction, train_config, training
 
 NAN = float("nan")
 
@@ -24,7 +24,7 @@ NAN = float("nan")
 def _configs(spec: dict[str, Any]) -> tuple[Any, Any]:
     job = validate_spec(spec)
     grpo.check_backend(job)
-    return training.build_train_configs(1e-5, grpo.train_kwargs(job))
+    return train_config.build_train_configs(1e-5, grpo.train_kwargs(job))
 
 
 def _unshift(shifted: torch.Tensor, pad: float) -> torch.Tensor:

@@ -11,7 +11,7 @@ import torch
 from peft import get_peft_model
 from tiny_llama import tiny_llama
 
-from artfleet_trainer.torch_backend import activation_memory, training
+from artfleet_trainer.torch_backend import activation_memory, train_config, training
 from artfleet_trainer.torch_backend.activation_memory import ActivationSizes, RowPlan
 
 SIZES = ActivationSizes(layers=4, full_layer=100, checkpointed_layer=10, logits=50)
@@ -131,7 +131,7 @@ def _packed() -> Any:
 
 def test_a_train_step_is_the_same_under_any_budget() -> None:
     packed = _packed()
-    config, dev = training.build_train_configs(1e-3, {})
+    config, dev = train_config.build_train_configs(1e-3, {})
     # Everything kept; everything recomputed; one of the two layers checkpointed.
     partial = ActivationSizes.of(tiny_llama(64).config).row_bytes(14, RowPlan(1, False))
     results = []
@@ -174,7 +174,7 @@ def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None
 def test_a_grpo_step_is_its_composition_from_the_primitives() -> None:
     """train_on_packed == forward_backward + optim_step per batch of rows, to the bit."""
     packed = _packed()
-    config, dev = training.build_train_configs(1e-3, {})
+    config, dev = train_config.build_train_configs(1e-3, {})
     grpo, grpo_lora = _trained(
         lambda model, opt: training.train_on_packed(model, opt, packed, config, dev)
     )
@@ -196,7 +196,7 @@ def test_a_grpo_step_is_its_composition_from_the_primitives() -> None:
 
 def test_gradients_accumulate_across_forward_backward_calls_until_optim_step() -> None:
     packed = _packed()
-    config, dev = training.build_train_configs(1e-3, {})
+    config, dev = train_config.build_train_configs(1e-3, {})
 
     def step(calls: list[list[int]]) -> Callable[[Any, torch.optim.Optimizer], Any]:
         def run(model: Any, optimizer: torch.optim.Optimizer) -> training.StepStats:

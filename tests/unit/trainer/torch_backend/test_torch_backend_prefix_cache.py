@@ -285,7 +285,7 @@ def test_metrics_count_hits_and_tokens(model: Model, tokenizer: Tok) -> None:
 def test_the_backend_wires_the_cache_and_a_training_step_invalidates_it(
     tmp_path: Path, tokenizer: Tok
 ) -> None:
-    from artfleet_trainer.torch_backend import training
+    from artfleet_trainer.torch_backend import train_config, training
     from artfleet_trainer.torch_backend.backend import TorchBackend, _ModelState
     from artfleet_trainer.torch_backend.model_loader import LoadedModel
     from artfleet_trainer.torch_backend.tenants import SharedBase
@@ -322,7 +322,7 @@ def test_the_backend_wires_the_cache_and_a_training_step_invalidates_it(
             policy.max_context,
             0,
         )
-        config, dev_config = training.build_train_configs(5e-6, {})
+        config, dev_config = train_config.build_train_configs(5e-6, {})
         result = backend._train_sync(state, [], config, dev_config)  # nothing to train
         assert result.step == 1 and policy.step == 1
         assert engine.weights_version == 1

@@ -10,7 +10,7 @@ from peft import get_peft_model
 from tiny_llama import tiny_llama
 from transformers import LlamaForCausalLM
 
-from artfleet_trainer.torch_backend import checkpoints, training
+from artfleet_trainer.torch_backend import checkpoints, train_config, training
 from artfleet_trainer.torch_backend.worker import (
     available_cores,
     cores_busy_elsewhere,
@@ -147,18 +147,18 @@ def test_lora_defaults_follow_art() -> None:
 
 
 def test_train_configs_from_local_backend_kwargs() -> None:
-    config, dev = training.build_train_configs(1e-5, {"loss_fn": "ppo", "epsilon": 0.1})
+    config, dev = train_config.build_train_configs(1e-5, {"loss_fn": "ppo", "epsilon": 0.1})
     assert config.learning_rate == 1e-5
     assert dev["ppo"] is True and dev["epsilon"] == 0.1
-    config, dev = training.build_train_configs(
+    config, dev = train_config.build_train_configs(
         1e-5, {"normalize_advantages": False, "grad_accumulation_sequences": 4, "verbose": True}
     )
     assert dev["scale_rewards"] is False
     assert config.grad_accumulation_sequences == 4
     with pytest.raises(TypeError, match="unsupported"):
-        training.build_train_configs(1e-5, {"learning_rat": 1.0})
+        train_config.build_train_configs(1e-5, {"learning_rat": 1.0})
     with pytest.raises(ValueError):
-        training.build_train_configs(1e-5, {"loss_fn": "dpo"})
+        train_config.build_train_configs(1e-5, {"loss_fn": "dpo"})
 
 
 def test_top_p_keeps_the_smallest_head_reaching_p() -> None:
