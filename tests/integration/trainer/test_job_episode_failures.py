@@ -7,12 +7,10 @@ code raised it, the job and the request id of the rollout log lines."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import failing_plugin
 import pytest
-import redis.asyncio as aioredis
 from rich.console import Console
 from runner_harness import run_to_end, runner_settings
 from trainer_fakes import FakeBackend, FakeRollouts, scored
@@ -45,14 +43,6 @@ def six_of_eight(task: rollout_pb2.GroupTask) -> rollout_pb2.RunGroupResponse:
     return group_result(task, ["asked", "missing"])
 
 
-@pytest.fixture
-async def store(redis_url: str) -> AsyncIterator[tuple[JobStore, StepBatches]]:
-    client = aioredis.from_url(redis_url)
-    await client.flushdb()
-    yield JobStore(client), StepBatches(client)
-    await client.aclose()
-
-
 async def _run(
     stores: tuple[JobStore, StepBatches], behaviour: Any, **settings: Any
 ) -> tuple[pb.Job, list[pb.ProgressEvent]]:
@@ -74,9 +64,9 @@ async def _run(
 
 
 async def test_a_step_counts_failed_episodes_by_type_and_watch_and_status_warn(
-    store: tuple[JobStore, StepBatches], monkeypatch: pytest.MonkeyPatch
+    job_stores: tuple[JobStore, StepBatches], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job, events = await _run(store, six_of_eight)
+    job, events = await _run(job_stores, six_of_eight)
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
     [summary] = job.steps
     assert dict(summary.episode_failures) == {"AssertionError": 5, "KeyError": 1}
@@ -101,9 +91,9 @@ async def test_a_step_counts_failed_episodes_by_type_and_watch_and_status_warn(
 
 
 async def test_the_share_that_warns_is_the_trainers_setting(
-    store: tuple[JobStore, StepBatches],
+    job_stores: tuple[JobStore, StepBatches],
 ) -> None:
-    job, events = await _run(store, six_of_eight, episode_failure_warn_share=0.75)
+    job, events = await _run(job_stores, six_of_eight, episode_failure_warn_share=0.75)
     [summary] = job.steps
     assert summary.episodes_failed == 6 and summary.failure_warning == ""  # 6/8 is not > 75%
     with render.console.capture() as captured:
@@ -112,9 +102,9 @@ async def test_the_share_that_warns_is_the_trainers_setting(
 
 
 async def test_a_step_whose_rollouts_all_failed_names_the_users_frames_job_and_request(
-    store: tuple[JobStore, StepBatches],
+    job_stores: tuple[JobStore, StepBatches],
 ) -> None:
-    job, _ = await _run(store, lambda task: group_result(task, ["asked"] * ROLLOUTS))
+    job, _ = await _run(job_stores, lambda task: group_result(task, ["asked"] * ROLLOUTS))
     assert job.state == pb.JOB_STATE_FAILED and not job.steps
     assert job.error == (
         f"RuntimeError: step 1: every rollout failed (8 AssertionError); first, in group "

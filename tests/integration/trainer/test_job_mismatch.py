@@ -5,11 +5,10 @@ them with the engine that sampled, and a step past a bound warns in the job's ev
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from runner_harness import run_to_end, runner_settings
 from trainer_fakes import FakeBackend, FakeRollouts, scored
 
@@ -49,14 +48,6 @@ class MeasuringBackend(FakeBackend):
         return result
 
 
-@pytest.fixture
-async def store(redis_url: str) -> AsyncIterator[tuple[JobStore, StepBatches]]:
-    client = aioredis.from_url(redis_url)
-    await client.flushdb()
-    yield JobStore(client), StepBatches(client)
-    await client.aclose()
-
-
 async def _run(
     stores: tuple[JobStore, StepBatches], **settings: Any
 ) -> tuple[pb.Job, list[pb.ProgressEvent]]:
@@ -78,9 +69,9 @@ async def _run(
 
 
 async def test_each_step_records_the_mismatch_and_warns_past_the_share(
-    store: tuple[JobStore, StepBatches],
+    job_stores: tuple[JobStore, StepBatches],
 ) -> None:
-    job, events = await _run(store, inference_engine="torch")
+    job, events = await _run(job_stores, inference_engine="torch")
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
     for summary in job.steps:
         m = summary.mismatch
@@ -93,8 +84,10 @@ async def test_each_step_records_the_mismatch_and_warns_past_the_share(
     assert kinds.index((pb.EVENT_KIND_STEP_DONE, 1)) < kinds.index((pb.EVENT_KIND_LOG, 1))
 
 
-async def test_the_bounds_are_the_trainers_settings(store: tuple[JobStore, StepBatches]) -> None:
-    job, events = await _run(store, mismatch_warn_outside_share=0.2)
+async def test_the_bounds_are_the_trainers_settings(
+    job_stores: tuple[JobStore, StepBatches],
+) -> None:
+    job, events = await _run(job_stores, mismatch_warn_outside_share=0.2)
     assert [s.mismatch.engine for s in job.steps] == ["vllm", "vllm"]  # the default engine
     assert [s.mismatch.warning for s in job.steps] == ["", ""]  # 10% <= 20%, k3 0.01 <= 0.02
     assert not [e for e in events if e.kind == pb.EVENT_KIND_LOG]
