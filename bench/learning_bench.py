@@ -50,6 +50,7 @@ from artfleet.specs.job import JobSpecModel, spec_to_proto
 from artfleet.v1 import common_pb2 as pb
 from artfleet.v1 import trainer_pb2, trainer_pb2_grpc
 from artfleet_cli.fleet import LocalFleet
+from artfleet_cli.fleet_config import ConfigError, parse_sets
 from artfleet_cli.fleet_up import pick_engine
 
 BASELINE_FILE = Path(__file__).resolve().parent / "baselines" / "learning.json"
@@ -70,6 +71,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task-prompt", default="", help="'' = the environment's own prompt")
     p.add_argument("--engine", default="vllm", help="vllm, torch or auto: who serves the policy")
     p.add_argument("--resamples", type=int, default=10_000)
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a fleet setting, as `artfleet demo --set` (ARTFLEET_INFERENCE_POLICY_MODE=lora)",
+    )
     p.add_argument("--seed", type=int, default=None, help="one run of this seed")
     p.add_argument("--seeds", default=None, help="comma-separated seeds (default 1,2,3)")
     p.add_argument("--n-seeds", type=int, default=None, help="seeds 1..N (default 3)")
@@ -193,8 +201,10 @@ def run_one(args: argparse.Namespace) -> None:
     start = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="learning-bench-"))
     fleet = LocalFleet(workdir, api=False, engine=pick_engine(args.engine))
+    fleet.settings = parse_sets(args.set)
     line = learning_runs.settings_line(args)
-    print(f"settings={line},seed={args.seed} workdir={fleet.workdir}", flush=True)
+    sets = " ".join(args.set)
+    print(f"settings={line},seed={args.seed} sets={sets!r} workdir={fleet.workdir}", flush=True)
     fleet.start(fleet.own_settings().fleet_start_timeout_s)  # vLLM's start when loaded
     try:
         channel = sync_channel(fleet.trainer_target, fleet.token)
@@ -208,6 +218,10 @@ def run_one(args: argparse.Namespace) -> None:
 def main() -> None:
     p = parser()
     args = p.parse_args()
+    try:
+        parse_sets(args.set)
+    except ConfigError as exc:
+        p.error(str(exc))
     if args.seed is not None:
         if args.seeds is not None or args.n_seeds is not None or args.baseline_commit:
             p.error("--seed is one run: not with --seeds, --n-seeds or --baseline-commit")

@@ -71,7 +71,8 @@ def flag(key: str) -> str:
 def child_args(args: argparse.Namespace, seed: int) -> list[str]:
     """One run's command-line options: the setting, the seed, the bootstrap's resamples."""
     values = {**setting(args), "seed": seed, "resamples": args.resamples}
-    return [part for key, value in values.items() for part in (flag(key), str(value))]
+    given = [part for key, value in values.items() for part in (flag(key), str(value))]
+    return given + [part for item in args.set for part in ("--set", item)]
 
 
 def usage_exit(message: str) -> NoReturn:
@@ -92,7 +93,8 @@ def demo_args(args: argparse.Namespace, seed: int, workdir: Path) -> list[str]:
         "engine": args.engine,
         "workdir": workdir,
     }
-    return [part for key, value in values.items() for part in (f"--{key}", str(value))]
+    given = [part for key, value in values.items() for part in (f"--{key}", str(value))]
+    return given + [part for item in args.set for part in ("--set", item)]
 
 
 def run_seed(root: Path, label: str, seed: int, args: argparse.Namespace) -> float:
