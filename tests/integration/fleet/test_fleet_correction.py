@@ -1,6 +1,7 @@
 """A job with an off-policy correction through the real fleet (the session's shared torch
 fleet, `torch_fleet`): the sequence_mask correction runs inside the real GRPO step on
-SmolLM2 and the step's train metrics count the sequences it dropped."""
+SmolLM2 and the step's train metrics count the sequences it dropped; a tis job trains with
+ART's truncated importance sampling, its step measuring the ratio it weighs by."""
 
 from __future__ import annotations
 
@@ -44,3 +45,31 @@ def test_a_sequence_mask_job_succeeds_and_reports_what_it_masked(
     # Sampled by the torch server from the same weights the trainer scores (both fp32 on
     # a CPU): no sequence's ratio is anywhere near the band's edges.
     assert masked == [0], [sorted(h) for h in history]
+
+
+def test_a_tis_job_succeeds_and_its_step_records_the_mismatch(
+    torch_trainer: trainer_pb2_grpc.TrainerStub,
+) -> None:
+    spec = JobSpecModel.model_validate(
+        dict(
+            name="truncated-is",
+            steps=1,
+            groups_per_step=2,
+            rollouts_per_group=2,
+            max_turns=2,
+            max_tokens=32,
+            learning_rate=1e-4,
+            off_policy_correction={"mode": "tis", "cap": 2.0},
+        )
+    )
+    job = torch_trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+    assert (job.spec.off_policy_correction.mode, job.spec.off_policy_correction.cap) == ("tis", 2)
+    job = wait_ended(torch_trainer, job.id, timeout_s=1500)
+    assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
+    (step,) = job.steps
+    # What the correction weighs by, measured on the same step when it trained (a tiny
+    # job's groups may all score alike: nothing to train, nothing measured): the torch
+    # server sampled from the weights the trainer scores, so every ratio is 1 to fp32.
+    if step.mismatch.tokens:
+        assert step.mismatch.engine == "torch", step
+        assert abs(step.mismatch.ratio_p1 - 1) < 1e-3 and abs(step.mismatch.ratio_p99 - 1) < 1e-3
