@@ -19,24 +19,32 @@ from artfleet_cli.fleet import LocalFleet
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_a_sequence_mask_job_succeeds_and_reports_what_it_masked(
-    torch_fleet: LocalFleet, torch_trainer: trainer_pb2_grpc.TrainerStub
-) -> None:
+def _one_step_job(
+    trainer: trainer_pb2_grpc.TrainerStub, name: str, correction: dict[str, object]
+) -> pb.Job:
+    """A one-step job with `correction`, submitted (its block kept as given) and ended."""
     spec = JobSpecModel.model_validate(
         dict(
-            name="masked",
+            name=name,
             steps=1,
             groups_per_step=2,
             rollouts_per_group=2,
             max_turns=2,
             max_tokens=32,
             learning_rate=1e-4,
-            off_policy_correction={"mode": "sequence_mask", "band_low": 0.8, "band_high": 1.25},
+            off_policy_correction=correction,
         )
     )
-    job = torch_trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
-    assert job.spec.off_policy_correction.mode == "sequence_mask"
-    job = wait_ended(torch_trainer, job.id, timeout_s=1500)
+    job = trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
+    assert job.spec.off_policy_correction.mode == correction["mode"]
+    return wait_ended(trainer, job.id, timeout_s=1500)
+
+
+def test_a_sequence_mask_job_succeeds_and_reports_what_it_masked(
+    torch_fleet: LocalFleet, torch_trainer: trainer_pb2_grpc.TrainerStub
+) -> None:
+    correction = {"mode": "sequence_mask", "band_low": 0.8, "band_high": 1.25}
+    job = _one_step_job(torch_trainer, "masked", correction)
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
     assert [s.step for s in job.steps] == [1]
     model_dir = checkpoint_dir(torch_fleet, job, 1).parent.parent
@@ -50,21 +58,8 @@ def test_a_sequence_mask_job_succeeds_and_reports_what_it_masked(
 def test_a_tis_job_succeeds_and_its_step_records_the_mismatch(
     torch_trainer: trainer_pb2_grpc.TrainerStub,
 ) -> None:
-    spec = JobSpecModel.model_validate(
-        dict(
-            name="truncated-is",
-            steps=1,
-            groups_per_step=2,
-            rollouts_per_group=2,
-            max_turns=2,
-            max_tokens=32,
-            learning_rate=1e-4,
-            off_policy_correction={"mode": "tis", "cap": 2.0},
-        )
-    )
-    job = torch_trainer.SubmitJob(trainer_pb2.SubmitJobRequest(spec=spec_to_proto(spec)))
-    assert (job.spec.off_policy_correction.mode, job.spec.off_policy_correction.cap) == ("tis", 2)
-    job = wait_ended(torch_trainer, job.id, timeout_s=1500)
+    job = _one_step_job(torch_trainer, "truncated-is", {"mode": "tis", "cap": 2.0})
+    assert job.spec.off_policy_correction.cap == 2.0
     assert job.state == pb.JOB_STATE_SUCCEEDED, job.error
     (step,) = job.steps
     # What the correction weighs by, measured on the same step when it trained (a tiny
