@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from artfleet.runtime.config import NameMap, ServerSettings
 from artfleet_trainer.torch_serving.options import DEFAULT_PREFIX_CACHE_BYTES
@@ -76,6 +76,32 @@ class TrainerSettings(ServerSettings):
         description="torch backend on a CPU: threads a training step uses; unset: all cores "
         "when the others are idle at the step's start, else all but one",
     )
+    train_world: int = Field(
+        default=1,
+        ge=1,
+        description="torch backend: training ranks in all, over all nodes (one per GPU; "
+        "above 1 the trainer runs under torchrun, the base sharded with FSDP2: "
+        "docs/training.md#several-gpus-and-nodes)",
+    )
+    train_nodes: int = Field(default=1, ge=1, description="nodes the ranks span")
+    train_node_rank: int = Field(
+        default=0, ge=0, description="this node's index; node 0 runs rank 0, the service"
+    )
+    train_master_addr: str = Field(
+        default="127.0.0.1", description="node 0's address, reachable from every node"
+    )
+    train_master_port: int = Field(
+        default=29500, ge=1, le=65535, description="torchrun's store on node 0"
+    )
+    train_collective_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="a collective of the model work waiting longer than this fails its "
+        "step (a rank died); torchrun then restarts the group",
+    )
+    train_max_restarts: int = Field(
+        default=3, ge=0, description="times torchrun restarts the group after a rank fails"
+    )
     rollout_target: str = Field(default="127.0.0.1:50052", description="Rollout gRPC address")
     reward_target: str = Field(default="127.0.0.1:50054", description="Reward gRPC address")
     sandbox_target: str = Field(
@@ -141,3 +167,22 @@ class TrainerSettings(ServerSettings):
         description="a session silent this long (no heartbeat) has its training clients "
         "released from memory; their saved weights stay",
     )
+
+    @model_validator(mode="after")
+    def _ranks_fit(self) -> Self:
+        if self.train_world % self.train_nodes:
+            raise ValueError(
+                f"train_world ({self.train_world}) must be a multiple of train_nodes "
+                f"({self.train_nodes}): each node runs as many ranks"
+            )
+        if self.train_node_rank >= self.train_nodes:
+            raise ValueError(
+                f"train_node_rank ({self.train_node_rank}) must be below train_nodes "
+                f"({self.train_nodes})"
+            )
+        if self.train_world > 1 and (self.backend != "torch" or self.inference_engine != "vllm"):
+            raise ValueError(
+                "train_world above 1 needs the torch backend with the inference service "
+                "serving its policies (ARTFLEET_BACKEND=torch, ARTFLEET_INFERENCE_ENGINE=vllm)"
+            )
+        return self

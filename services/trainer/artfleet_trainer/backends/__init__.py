@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from artfleet_trainer.settings import TrainerSettings
 
@@ -92,21 +92,7 @@ def check_cuda(device: str) -> None:
 
 def make_backend(kind: str, settings: TrainerSettings) -> TrainerBackend:
     if kind == "torch":
-        check_cuda(settings.device)
-        from artfleet_trainer.serving import make_serving
-        from artfleet_trainer.torch_backend import TorchBackend
-
-        return TorchBackend(
-            path=settings.art_path,
-            device=settings.device,
-            api_key=settings.api_token.get_secret_value(),
-            cache_dir=settings.model_cache_dir or None,
-            dtype=settings.dtype,
-            train_num_threads=settings.train_num_threads,
-            activation_budget_bytes=settings.train_activation_budget_bytes,
-            memory_fraction=settings.train_memory_fraction,
-            serving=make_serving(settings),
-        )
+        return make_torch_backend(settings)
     if kind == "art":
         # vLLM is not importable here: ART 0.5.18 runs it from its own managed runtime (a
         # separate environment, art.vllm_runtime), so Unsloth is what marks the GPU image.
@@ -120,3 +106,34 @@ def make_backend(kind: str, settings: TrainerSettings) -> TrainerBackend:
 
         return make_art_backend(settings)
     raise ValueError(f"unknown backend {kind!r} (torch, art)")
+
+
+def make_torch_backend(settings: TrainerSettings) -> Any:
+    """The torch backend the settings describe; under torchrun, this rank's: it joins the
+    group first (torch_backend/ranks.py), and a follower rank serves nothing."""
+    check_cuda(settings.device)
+    from artfleet_trainer.torch_backend import TorchBackend
+    from artfleet_trainer.torch_backend.rank_follower import NoServing
+    from artfleet_trainer.torch_backend.ranks import RankGroup
+
+    ranks = RankGroup.from_env(settings.train_collective_timeout_s)
+    if ranks is not None:
+        ranks.start(ranks.device(settings.device))
+    if ranks is not None and not ranks.leader:
+        serving: Any = NoServing()
+    else:
+        from artfleet_trainer.serving import make_serving
+
+        serving = make_serving(settings)
+    return TorchBackend(
+        path=settings.art_path,
+        device=settings.device,
+        api_key=settings.api_token.get_secret_value(),
+        cache_dir=settings.model_cache_dir or None,
+        dtype=settings.dtype,
+        train_num_threads=settings.train_num_threads,
+        activation_budget_bytes=settings.train_activation_budget_bytes,
+        memory_fraction=settings.train_memory_fraction,
+        serving=serving,
+        ranks=ranks,
+    )

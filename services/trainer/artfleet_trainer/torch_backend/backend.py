@@ -38,6 +38,7 @@ from artfleet_trainer.torch_serving.options import TorchServerOptions
 
 from . import checkpoints, precision, sft, train_config, training
 from .model_loader import LoadedModel, load_base_model
+from .ranks import RankGroup, RankOp
 from .tenants import BaseLoader, SharedBases, TenantModel, lora_seed, peft_args
 from .training_clients import TrainingClients
 from .turn_gate import TurnGate
@@ -84,6 +85,7 @@ class TorchBackend:
         memory_fraction: float = 0.0,
         serving: PolicyServing | TorchServerOptions | None = None,
         loader: BaseLoader | None = None,
+        ranks: RankGroup | None = None,
     ) -> None:
         """`api_key` guards the trainer's own server (a random one when None;
         `_prepare_backend_for_training` returns it).
@@ -101,8 +103,24 @@ class TorchBackend:
         inference service, to which every saved checkpoint is published), or the options
         of the trainer's own server on the live weights (the default).
         `loader`: how a base model is loaded (default: `load_base_model` from the embedded
-        default or a local folder; the device check builds random-init models instead)."""
+        default or a local folder; the device check builds random-init models instead).
+        `ranks`: the process group this backend's model work runs on (ranks.py; started),
+        data parallel with the base sharded; rank 0 is the backend that serves and saves,
+        the others follow it (rank_follower.py). None: this process alone."""
         self._path = path
+        self.ranks = ranks
+        self.leads = ranks is None or ranks.leader  # writes checkpoints, publishes
+        if ranks is not None:
+            device = ranks.device(device)
+            if not precision.is_cuda(device):  # the ranks of a node split its cores
+                num_threads = num_threads or ranks.cpu_threads()
+                train_num_threads = train_num_threads or ranks.cpu_threads()
+            if serving is None or isinstance(serving, TorchServerOptions):
+                raise ValueError(
+                    "a trainer on several ranks serves its policies through the inference "
+                    "service (ARTFLEET_INFERENCE_ENGINE=vllm): its own server would need "
+                    "every rank for each generated token"
+                )
         self.device = device
         self.dtype = precision.resolve_dtype(dtype, device)
         self.memory_fraction = memory_fraction
@@ -137,9 +155,17 @@ class TorchBackend:
         await self.close()
 
     def _load_base(self, base_model: str) -> LoadedModel:
-        return load_base_model(
+        loaded = load_base_model(
             base_model, cache_dir=self.cache_dir, device=self.device, dtype=self.dtype
         )
+        if self.ranks is not None:
+            self.ranks.shard(loaded.model)
+        return loaded
+
+    def _announce(self, op: str, *args: Any) -> None:
+        """Torch thread, rank 0: the followers run `op` too, next (ranks.py)."""
+        if self.ranks is not None and self.ranks.leader:
+            self.ranks.announce(RankOp(op, args))
 
     def _own_server(self, options: TorchServerOptions) -> PolicyServing:
         from artfleet_trainer.torch_serving.service import TorchServing
@@ -169,6 +195,8 @@ class TorchBackend:
 
     async def close(self) -> None:
         await self.serving.stop()
+        if self.ranks is not None:
+            await self._worker.run(self.ranks.stop)
         self._worker.shutdown()
 
     async def run_on_torch_thread(self, fn: Callable[..., T], *args: Any) -> T:
@@ -203,13 +231,26 @@ class TorchBackend:
         if state is not None:
             await self.serving.detach(name)
             async with self._gate:  # no step or generation slice uses the adapter now
-                await self._worker.run(self.bases.release, name, state.model.base_model)
+                await self._worker.run(self.release_tenant, name, state.model.base_model)
             await self._worker.run(precision.release_cached_memory, self.device)
 
     async def _publish(self, state: _ModelState, step: int) -> None:
         """The saved checkpoint `step` is the policy the engine serves from now on."""
         checkpoint = checkpoints.checkpoint_dir(state.output_dir.absolute(), step)
         await self.serving.publish(state.model.name, step, checkpoint, state.model.base_model)
+
+    def follow_tenant(self, model: art.TrainableModel, output_dir: Path, first: bool) -> None:
+        """Torch thread of a follower rank: rank 0's new tenant here too (rank_follower.py)."""
+        self._states[model.name] = self._load_state(model, output_dir, first)
+
+    def state_named(self, name: str) -> _ModelState:
+        return self._states[name]
+
+    def release_tenant(self, name: str, base_model: str) -> None:
+        """Torch thread: the tenant's adapter leaves the base (on every rank)."""
+        self._announce("release", name, base_model)
+        self._states.pop(name, None)
+        self.bases.release(name, base_model)
 
     def _weights_changing(self, state: _ModelState) -> object | None:
         """Torch thread, before the weights change (see PolicyServing.weights_changing);
@@ -231,9 +272,11 @@ class TorchBackend:
     ) -> _ModelState:
         """Torch thread: the model as a tenant of its base (loaded once, whatever the
         number of tenants) with the latest adapter and optimizer state, if any."""
+        self._announce("tenant", model, output_dir, first_checkpoint)
         step = checkpoints.latest_step(output_dir)
         latest = checkpoints.checkpoint_dir(output_dir, step)
-        resume = (latest / ADAPTER_CONFIG).is_file()  # a restarted trainer goes on from it
+        # a restarted trainer goes on from it (rank 0 reads it, the other ranks receive it)
+        resume = self.leads and (latest / ADAPTER_CONFIG).is_file()
         with training.quiet_peft_wrap():
             tenant, base, load_seconds = self.bases.tenant(
                 model.name,
@@ -244,9 +287,15 @@ class TorchBackend:
             )
         optimizer = training.make_optimizer(list(tenant.parameters()))
         optimizer_state = checkpoints.load_optimizer_state(latest) if resume else None
+        if self.ranks is not None:
+            optimizer_state = self.ranks.sync_from_leader(
+                optimizer.param_groups[0]["params"], optimizer_state
+            )
         if optimizer_state is not None:
             optimizer.load_state_dict(optimizer_state)
-        if not resume and first_checkpoint:  # step 0 on disk, reloaded as any other step
+        if not self.leads:
+            step = -1
+        elif not resume and first_checkpoint:  # step 0 on disk, reloaded as any other step
             checkpoints.save_checkpoint(tenant, output_dir, 0)
         elif not resume:
             step = -1  # the live weights are no saved step
@@ -400,16 +449,7 @@ class TorchBackend:
         )
         stats = training.StepStats.for_step(dev_config)
         if batch is not None:
-            with training_thread_scope(self.device, self.train_num_threads):
-                stats = training.train_on_packed(
-                    state.peft_model,
-                    state.optimizer,
-                    batch.tensors,
-                    config,
-                    dev_config,
-                    activation_budget_bytes=self.activation_budget_bytes,
-                    memory_fraction=self.memory_fraction,
-                )
+            stats = self.train_packed(state, batch.tensors, config, dev_config)
             log.info(
                 "trained %d rows of %s tokens; decoder layers checkpointed per row: %s",
                 batch.tensors["tokens"].shape[0],
@@ -434,6 +474,27 @@ class TorchBackend:
             "train_seconds": time.monotonic() - started,
         }
         return art.types.LocalTrainResult(step=new_step, metrics=metrics, checkpoint_path=str(path))
+
+    def train_packed(
+        self,
+        state: _ModelState,
+        tensors: training.PackedTensors,
+        config: art.types.TrainConfig,
+        dev_config: art.dev.TrainConfig,
+    ) -> training.StepStats:
+        """Torch thread: the GRPO step's model work on packed rows (on every rank)."""
+        self._announce("train", state.model.name, tensors, config, dev_config)
+        with training_thread_scope(self.device, self.train_num_threads):
+            return training.train_on_packed(
+                state.peft_model,
+                state.optimizer,
+                tensors,
+                config,
+                dev_config,
+                activation_budget_bytes=self.activation_budget_bytes,
+                memory_fraction=self.memory_fraction,
+                ranks=self.ranks,
+            )
 
     async def _train_sft(
         self,
@@ -465,17 +526,19 @@ class TorchBackend:
             old = await self._worker.run(self._weights_changing, state)
             for i, batch in enumerate(batches):
                 rate = rates[i] if isinstance(rates, list) else rates
-                metrics = await self._worker.run(self._sft_batch, state, batch, float(rate))
+                metrics = await self._worker.run(self.sft_batch, state, batch, float(rate))
                 yield {**metrics, "data/step_num_dropped_trajectories": float(dropped)}
             step = await self._worker.run(self._save_after_sft, state, old)
             await self._publish(state, step)
         if verbose:
             log.info("SFT on %s: %d batches, checkpoint %d", model.name, len(batches), step)
 
-    def _sft_batch(
+    def sft_batch(
         self, state: _ModelState, batch: list[sft.SftRow], rate: float
     ) -> dict[str, float]:
-        # the tenant is active: _weights_changing made it so under the same gate
+        """Torch thread: one SFT batch's optimizer step (on every rank)."""
+        self._announce("sft", state.model.name, batch, rate)
+        state.peft_model.activate()
         with training_thread_scope(self.device, self.train_num_threads):
             return sft.train_batch(
                 state.peft_model,
@@ -484,7 +547,14 @@ class TorchBackend:
                 rate,
                 activation_budget_bytes=self.activation_budget_bytes,
                 memory_fraction=self.memory_fraction,
+                ranks=self.ranks,
             )
+
+    def sft_mean_loss(self, state: _ModelState, rows: list[sft.SftRow]) -> float:
+        """Torch thread: the mean SFT loss of `rows`, no update (on every rank)."""
+        self._announce("sft_loss", state.model.name, rows)
+        state.peft_model.activate()
+        return sft.mean_loss(state.peft_model, rows, self.ranks)
 
     def _save_after_sft(self, state: _ModelState, old: object | None) -> int:
         new_step = max(state.step, checkpoints.latest_step(state.output_dir)) + 1
@@ -521,7 +591,7 @@ class TorchBackend:
             _tokenize_all, state.tokenizer, trajectories, state.max_context
         )
         async with self._gate:
-            return await self._worker.run(sft.mean_loss, state.peft_model, rows)
+            return await self._worker.run(self.sft_mean_loss, state, rows)
 
     # --- for tests and the job runner ------------------------------------------------------
 

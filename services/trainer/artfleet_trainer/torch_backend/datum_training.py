@@ -22,6 +22,7 @@ import torch
 
 from artfleet.contracts.errors import InvalidArgument
 
+from .ranks import RankGroup, Share
 from .training import (
     DEFAULT_PACKED_LENGTH,
     Row,
@@ -286,16 +287,28 @@ class DatumRows:
         self._logprobs: dict[int, list[float]] = {}
         self._loss_sum = 0.0
 
-    def rows(self) -> Iterator[Row]:
-        for units_in_row in self._packs:
+    def rows(self, ranks: RankGroup | None = None) -> Iterator[Row]:
+        """Every packed row, or this rank's share of them (ranks.py)."""
+        count = len(self._packs)
+        shares = [Share(i) for i in range(count)] if ranks is None else ranks.share(count)
+        for share in shares:
+            units_in_row = self._packs[share.index]
             size = sum(unit.size(self._datums) for unit in units_in_row)
-            yield Row(size, partial(self._loss, units_in_row))
+            yield Row(size, partial(self._loss, units_in_row, share.counts))
 
-    def outputs(self) -> DatumOutputs:
-        ordered = [self._logprobs[i] for i in range(len(self._datums))]
-        return DatumOutputs(ordered, self._loss_sum)
+    def outputs(self, ranks: RankGroup | None = None) -> DatumOutputs:
+        """Every datum's outputs (with `ranks`: gathered from all of them, on each)."""
+        logprobs, loss_sum = self._logprobs, self._loss_sum
+        if ranks is not None:
+            parts = ranks.gather((logprobs, loss_sum))
+            logprobs = {i: lp for part, _ in parts for i, lp in part.items()}
+            loss_sum = sum(total for _, total in parts)
+        ordered = [logprobs[i] for i in range(len(self._datums))]
+        return DatumOutputs(ordered, loss_sum)
 
-    def _loss(self, row: list[Unit], model: Any, checkpoint_logits: bool) -> torch.Tensor:
+    def _loss(
+        self, row: list[Unit], counts: bool, model: Any, checkpoint_logits: bool
+    ) -> torch.Tensor:
         layout = _Layout.of(row, self._datums)
 
         def tensor(values: list[int]) -> torch.Tensor:
@@ -320,7 +333,10 @@ class DatumRows:
                 for k, v in datum.inputs.items()
             }
             total = total + self._spec.fn(lp, inputs, self._config)
-            self._logprobs[index] = lp.detach().float().cpu().tolist()
+            if counts:
+                self._logprobs[index] = lp.detach().float().cpu().tolist()
+        if not counts:  # run only to keep the ranks in step
+            return total * 0.0
         self._loss_sum += float(total.detach())
         return total
 
@@ -331,15 +347,17 @@ def run(
     spec: LossSpec,
     config: Mapping[str, float],
     memory: StepMemory | None,
+    ranks: RankGroup | None = None,
 ) -> DatumOutputs:
     """Forward over `datums`, packed, and backward (adding to the gradients) within the
-    step's `memory` plan; without one, forward only."""
+    step's `memory` plan; without one, forward only. With `ranks`, each runs its share of
+    the packed rows; the gradients are summed at the optimizer step (training.optim_step)."""
     device = next(p for p in model.parameters() if p.requires_grad).device
     batch = DatumRows(datums, spec, config, device)
     if memory is None:
         with torch.no_grad():
-            for row in batch.rows():
+            for row in batch.rows(ranks):
                 row.loss(model, False)
     else:
-        forward_backward(model, batch.rows(), memory, StepStats())
-    return batch.outputs()
+        forward_backward(model, batch.rows(ranks), memory, StepStats())
+    return batch.outputs(ranks)

@@ -20,6 +20,7 @@ import torch
 
 from artfleet_trainer.backends.art_compat import art
 
+from .ranks import RankGroup, Share
 from .training import Row, StepMemory, StepStats, compute_logprobs, forward_backward, optim_step
 
 SFT_MAX_GRAD_NORM = 1.0  # ART's Unsloth SFT clips at 1.0 (GRPO at 0.1)
@@ -114,30 +115,37 @@ def train_batch(
     *,
     activation_budget_bytes: int | None = None,
     memory_fraction: float = 0.0,
+    ranks: RankGroup | None = None,
 ) -> dict[str, float]:
     """One optimizer step on `rows`: mean cross-entropy per assistant token of the batch
     (rows one at a time, gradients accumulated: no padding, one row's activations at once).
     Each row is planned like a GRPO row (activation_memory.py): within the budget, or the
-    device's (None) measured once per batch."""
+    device's (None) measured once per batch. With `ranks`, each runs its share of the rows
+    (ranks.py) and every rank returns the batch's figures."""
     device = next(p for p in model.parameters() if p.requires_grad).device
     total = max(sum(sum(r.trainable[1:]) for r in rows), 1)  # labels scored (see above)
     memory = StepMemory.measure(model, {}, activation_budget_bytes, memory_fraction)
     stats = StepStats()
     sums: list[float] = []
 
-    def loss(row: SftRow, model: Any, checkpoint_logits: bool) -> torch.Tensor:
+    def loss(row: SftRow, counts: bool, model: Any, checkpoint_logits: bool) -> torch.Tensor:
         nll, _ = row_loss_sum(model, row, device, checkpoint_logits)
+        if not counts:  # run only to keep the ranks in step
+            return nll * 0.0
         sums.append(float(nll.detach()))
         return nll
 
     try:
         optimizer.zero_grad(set_to_none=True)
-        batch = (Row(len(row.token_ids), partial(loss, row)) for row in rows)
+        batch = (
+            Row(len(rows[s.index].token_ids), partial(loss, rows[s.index], s.counts))
+            for s in _shares(len(rows), ranks)
+        )
         forward_backward(model, batch, memory, stats, scale=1 / total)
-        optim_step(optimizer, learning_rate, stats, max_grad_norm=SFT_MAX_GRAD_NORM)
+        optim_step(optimizer, learning_rate, stats, max_grad_norm=SFT_MAX_GRAD_NORM, ranks=ranks)
     finally:
         optimizer.zero_grad(set_to_none=True)
-    loss_sum = sum(sums)
+    loss_sum = sum(sums) if ranks is None else sum(ranks.gather(sum(sums)))
     norm = stats.grad_norms[-1]
     return {
         "loss/train": loss_sum / total,
@@ -148,12 +156,19 @@ def train_batch(
 
 
 @torch.no_grad()
-def mean_loss(model: Any, rows: list[SftRow]) -> float:
+def mean_loss(model: Any, rows: list[SftRow], ranks: RankGroup | None = None) -> float:
     """Mean cross-entropy per assistant token over `rows` (no update): tests and reports."""
     device = next(model.parameters()).device
     total, count = 0.0, 0
-    for row in rows:
-        nll, n = row_loss_sum(model, row, device)
-        total += float(nll)
-        count += n
+    for share in _shares(len(rows), ranks):
+        nll, n = row_loss_sum(model, rows[share.index], device)
+        if share.counts:
+            total += float(nll)
+            count += n
+    if ranks is not None:
+        total, count = (sum(v) for v in zip(*ranks.gather((total, count)), strict=True))
     return total / max(count, 1)
+
+
+def _shares(count: int, ranks: RankGroup | None) -> list[Share]:
+    return [Share(i) for i in range(count)] if ranks is None else ranks.share(count)

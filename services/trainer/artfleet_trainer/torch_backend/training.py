@@ -37,6 +37,7 @@ from artfleet_trainer.torch_backend import (
     exact_tokens,
     mismatch,
 )
+from artfleet_trainer.torch_backend.ranks import RankGroup, Share
 from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
 
 log = logging.getLogger(__name__)
@@ -242,6 +243,22 @@ class StepStats:
     masked_sequences: int | None = None  # by the sequence_mask correction; None: not on
 
     @classmethod
+    def merged(cls, parts: Sequence[StepStats]) -> StepStats:
+        """The stats of one step run on several ranks (in rank order): each rank's rows'
+        figures; the gradient norms are every rank's (the same step), taken from rank 0."""
+        masked = [p.masked_sequences for p in parts if p.masked_sequences is not None]
+        return cls(
+            losses=[v for p in parts for v in p.losses],
+            entropies=[v for p in parts for v in p.entropies],
+            probs_corrs=[v for p in parts for v in p.probs_corrs],
+            kls=[v for p in parts for v in p.kls],
+            grad_norms=list(parts[0].grad_norms),
+            checkpointed_layers=[v for p in parts for v in p.checkpointed_layers],
+            log_ratios=[v for p in parts for v in p.log_ratios],
+            masked_sequences=sum(masked) if masked else None,
+        )
+
+    @classmethod
     def for_step(cls, dev_config: art.dev.TrainConfig) -> StepStats:
         """A step's stats: with the sequence_mask correction on, its count starts at 0 (a
         step with nothing to train reports it too)."""
@@ -324,8 +341,7 @@ def forward_backward(
 
 class GrpoRows:
     """The packed rows of a GRPO step as `Row`s: ART's policy loss on exactly the sampled
-    tokens. `multiplier` is the learning-rate multiplier of the last row made (ART's
-    per-trajectory power)."""
+    tokens."""
 
     def __init__(
         self,
@@ -343,24 +359,31 @@ class GrpoRows:
             stats,
         )
         self._power = float(dev_config.get("num_trajectories_learning_rate_multiplier_power", 0.0))
-        self.multiplier = 1.0
 
-    def rows(self, indices: Sequence[int]) -> Iterator[Row]:
-        for index in indices:
-            inputs = art.preprocessing.inputs.create_train_inputs(
-                self._packed, index, self._config, self._dev_config, warmup=False
-            )
-            # Rows are computed one at a time: each drops its own trailing padding (the last
-            # row of a batch is often short).
-            inputs = _to_device(trim_padding(inputs), self._device)
-            self.multiplier = _rate_multiplier(inputs, self._power)
-            yield Row(int(inputs["tokens"].numel()), partial(self._loss, inputs))
+    def rows(self, shares: Sequence[Share]) -> Iterator[Row]:
+        for share in shares:
+            inputs = self._inputs(share.index)
+            yield Row(int(inputs["tokens"].numel()), partial(self._loss, inputs, share.counts))
 
-    def _loss(self, inputs: Any, model: Any, checkpoint_logits: bool) -> torch.Tensor:
-        loss = _row_loss(
-            model, inputs, self._config, self._dev_config, checkpoint_logits, self._stats
+    def multiplier_of(self, index: int) -> float:
+        """The learning-rate multiplier of row `index` (a step's last row sets it)."""
+        return _rate_multiplier(self._inputs(index), self._power)
+
+    def _inputs(self, index: int) -> Any:
+        inputs = art.preprocessing.inputs.create_train_inputs(
+            self._packed, index, self._config, self._dev_config, warmup=False
         )
-        _record_loss(self._stats, loss)
+        # Rows are computed one at a time: each drops its own trailing padding (the last
+        # row of a batch is often short).
+        return _to_device(trim_padding(inputs), self._device)
+
+    def _loss(self, inputs: Any, counts: bool, model: Any, checkpoint_logits: bool) -> torch.Tensor:
+        # a row run only to keep the ranks in step (ranks.py) records nothing, weighs 0
+        stats = self._stats if counts else StepStats.for_step(self._dev_config)
+        loss = _row_loss(model, inputs, self._config, self._dev_config, checkpoint_logits, stats)
+        if not counts:
+            return loss.policy_loss * 0.0
+        _record_loss(stats, loss)
         return loss.policy_loss
 
 
@@ -370,10 +393,14 @@ def optim_step(
     stats: StepStats,
     *,
     max_grad_norm: float = MAX_GRAD_NORM,
+    ranks: RankGroup | None = None,
 ) -> None:
     """The other primitive: clips the accumulated gradients (not when `max_grad_norm` is
-    0), takes one optimizer step at `learning_rate`, and clears the gradients."""
+    0), takes one optimizer step at `learning_rate`, and clears the gradients. With
+    `ranks`, the gradients are first summed over them (each added its rows' share)."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    if ranks is not None:
+        ranks.reduce_gradients(params)
     for group in optimizer.param_groups:
         group["lr"] = learning_rate
     norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)
@@ -392,9 +419,12 @@ def train_on_packed(
     max_grad_norm: float = MAX_GRAD_NORM,
     activation_budget_bytes: int | None = None,
     memory_fraction: float = 0.0,
+    ranks: RankGroup | None = None,
 ) -> StepStats:
     """A GRPO step, composed of the primitives: per `grad_accumulation_sequences` rows, one
     `forward_backward` (each row's loss averaged over the rows) and one `optim_step`.
+    With `ranks`, each rank runs its share of each optimizer step's rows (ranks.py) and
+    every rank returns the stats of all.
 
     Each row keeps at most `activation_budget_bytes` of activations for the backward
     pass (estimated; 0: recompute every layer and the logits; None: the device's budget,
@@ -405,16 +435,25 @@ def train_on_packed(
     try:
         grpo = GrpoRows(model, packed, config, dev_config, stats)
         for rows in _row_batches(packed, config.grad_accumulation_sequences or 1):
-            forward_backward(model, grpo.rows(rows), memory, stats, scale=1 / len(rows))
+            shares = _shares(rows, ranks)
+            forward_backward(model, grpo.rows(shares), memory, stats, scale=1 / len(rows))
             optim_step(
                 optimizer,
-                config.learning_rate * grpo.multiplier,
+                config.learning_rate * grpo.multiplier_of(rows[-1]),
                 stats,
                 max_grad_norm=max_grad_norm,
+                ranks=ranks,
             )
     finally:
         optimizer.zero_grad(set_to_none=True)
-    return stats
+    return stats if ranks is None else StepStats.merged(ranks.gather(stats))
+
+
+def _shares(rows: Sequence[int], ranks: RankGroup | None) -> list[Share]:
+    """The rows this rank runs: all of them alone, else its share (ranks.py)."""
+    if ranks is None:
+        return [Share(row) for row in rows]
+    return [Share(rows[s.index], s.counts) for s in ranks.share(len(rows))]
 
 
 def _rate_multiplier(inputs: Any, power: float) -> float:

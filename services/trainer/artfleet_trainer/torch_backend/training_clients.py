@@ -147,13 +147,13 @@ class TrainingClients:
         backend = self._backend
         async with backend._gate:
             outputs = await backend._worker.run(
-                self._forward_backward_sync, state, datums, spec, config, forward_only
+                self.forward_backward_sync, state, datums, spec, config, forward_only
             )
         if not forward_only:
             self._dirty.add(name)
         return outputs
 
-    def _forward_backward_sync(
+    def forward_backward_sync(
         self,
         state: _ModelState,
         datums: Sequence[datum_training.Datum],
@@ -161,7 +161,9 @@ class TrainingClients:
         config: Mapping[str, float],
         forward_only: bool,
     ) -> datum_training.DatumOutputs:
+        """Torch thread: the call's model work (on every rank)."""
         backend = self._backend
+        backend._announce("datums", state.model.name, datums, spec, config, forward_only)
         state.peft_model.activate()
         memory = None
         if not forward_only:
@@ -169,7 +171,9 @@ class TrainingClients:
                 state.peft_model, {}, backend.activation_budget_bytes, backend.memory_fraction
             )
         with training_thread_scope(backend.device, backend.train_num_threads):
-            outputs = datum_training.run(state.peft_model, datums, spec, config, memory)
+            outputs = datum_training.run(
+                state.peft_model, datums, spec, config, memory, backend.ranks
+            )
         return outputs
 
     async def optim_step(self, name: str, adam: AdamParams) -> dict[str, float]:
@@ -179,11 +183,13 @@ class TrainingClients:
             if not (value >= 0 and value < float("inf")):
                 raise InvalidArgument(f"{key} must be a finite number >= 0", f"adam_params.{key}")
         async with self._backend._gate:
-            metrics = await self._backend._worker.run(self._optim_step_sync, state, adam)
+            metrics = await self._backend._worker.run(self.optim_step_sync, state, adam)
         self._dirty.add(name)
         return metrics
 
-    def _optim_step_sync(self, state: _ModelState, adam: AdamParams) -> dict[str, float]:
+    def optim_step_sync(self, state: _ModelState, adam: AdamParams) -> dict[str, float]:
+        """Torch thread: the client's optimizer step (on every rank)."""
+        self._backend._announce("adam", state.model.name, adam)
         started = time.monotonic()
         # Rows being generated on the live weights finish on them; from now on the live
         # weights are no saved step, so `name@step` is served from its checkpoint.
@@ -193,7 +199,13 @@ class TrainingClients:
             group["eps"] = adam.eps
             group["weight_decay"] = adam.weight_decay
         stats = StepStats()
-        optim_step(state.optimizer, adam.learning_rate, stats, max_grad_norm=adam.grad_clip_norm)
+        optim_step(
+            state.optimizer,
+            adam.learning_rate,
+            stats,
+            max_grad_norm=adam.grad_clip_norm,
+            ranks=self._backend.ranks,
+        )
         self._backend._weights_changed(state, -1, old)
         return {
             "grad_norm:mean": stats.grad_norms[-1],
@@ -248,7 +260,20 @@ class TrainingClients:
                 state.optimizer.state.clear()
             else:
                 state.optimizer.load_state_dict(saved)
+        self.sync_ranks(state, optimizer)
         self._backend._weights_changed(state, -1, old)
+
+    def sync_ranks(self, state: _ModelState, optimizer: bool) -> None:
+        """Torch thread: the other ranks take rank 0's weights (and optimizer state)."""
+        ranks = self._backend.ranks
+        if ranks is None:
+            return
+        self._backend._announce("sync", state.model.name, optimizer)
+        state.peft_model.activate()
+        params = state.optimizer.param_groups[0]["params"]
+        saved = ranks.sync_from_leader(params, state.optimizer.state_dict() if optimizer else None)
+        if saved is not None and not ranks.leader:
+            state.optimizer.load_state_dict(saved)
 
     async def release(self, name: str) -> None:
         """Drop the client from memory; its checkpoints stay on disk."""

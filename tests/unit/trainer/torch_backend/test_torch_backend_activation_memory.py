@@ -13,6 +13,7 @@ from tiny_llama import tiny_llama
 
 from artfleet_trainer.torch_backend import activation_memory, train_config, training
 from artfleet_trainer.torch_backend.activation_memory import ActivationSizes, RowPlan
+from artfleet_trainer.torch_backend.ranks import Share
 
 SIZES = ActivationSizes(layers=4, full_layer=100, checkpointed_layer=10, logits=50)
 
@@ -184,8 +185,8 @@ def test_a_grpo_step_is_its_composition_from_the_primitives() -> None:
         memory = training.StepMemory.measure(model, dev)
         grpo = training.GrpoRows(model, packed, config, dev, stats)
         for row in (0, 1):  # grad_accumulation_sequences=1: a step per row
-            training.forward_backward(model, grpo.rows([row]), memory, stats)
-            training.optim_step(optimizer, config.learning_rate * grpo.multiplier, stats)
+            training.forward_backward(model, grpo.rows([Share(row)]), memory, stats)
+            training.optim_step(optimizer, config.learning_rate * grpo.multiplier_of(row), stats)
         return stats
 
     stats, lora = _trained(composed)
@@ -204,7 +205,9 @@ def test_gradients_accumulate_across_forward_backward_calls_until_optim_step() -
             memory = training.StepMemory.measure(model, dev)
             grpo = training.GrpoRows(model, packed, config, dev, stats)
             for rows in calls:
-                training.forward_backward(model, grpo.rows(rows), memory, stats, scale=0.5)
+                training.forward_backward(
+                    model, grpo.rows([Share(r) for r in rows]), memory, stats, scale=0.5
+                )
             training.optim_step(optimizer, 1e-3, stats)
             return stats
 

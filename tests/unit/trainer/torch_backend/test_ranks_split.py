@@ -1,0 +1,58 @@
+"""How a step's rows are dealt to ranks, and how their figures come back together
+(torch_backend/ranks.py, training.StepStats.merged): pure logic, no process group."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from artfleet_trainer.torch_backend.ranks import RankGroup, Share
+from artfleet_trainer.torch_backend.training import StepStats
+
+
+def _group(rank: int, world: int) -> RankGroup:
+    return RankGroup(rank, world, local_rank=rank, local_world=world, timeout_s=60)
+
+
+@pytest.mark.parametrize(("rows", "world"), [(1, 2), (3, 2), (4, 2), (5, 3), (7, 4), (2, 4)])
+def test_every_row_runs_once_and_every_rank_runs_as_many(rows: int, world: int) -> None:
+    shares = [_group(rank, world).share(rows) for rank in range(world)]
+    counted = sorted(s.index for mine in shares for s in mine if s.counts)
+    assert counted == list(range(rows))
+    assert len({len(mine) for mine in shares}) == 1  # the same number of passes on each
+    padding = [s for mine in shares for s in mine if not s.counts]
+    assert len(padding) == world * len(shares[0]) - rows
+    assert all(s.index == 0 for s in padding)  # a real row, run with weight 0
+
+
+def test_a_rank_with_no_row_of_its_own_still_runs_one() -> None:
+    assert _group(1, 2).share(1) == [Share(0, counts=False)]
+
+
+def test_merged_stats_keep_every_rows_figures_and_one_step_norm() -> None:
+    first = StepStats(losses=[1.0, 2.0], grad_norms=[0.5], masked_sequences=1)
+    first.log_ratios.append(torch.zeros(2))
+    second = StepStats(losses=[3.0], grad_norms=[0.5], masked_sequences=2)
+    merged = StepStats.merged([first, second])
+    assert merged.losses == [1.0, 2.0, 3.0]
+    assert merged.grad_norms == [0.5]
+    assert merged.masked_sequences == 3
+    assert len(merged.log_ratios) == 1
+    assert StepStats.merged([StepStats(), StepStats()]).masked_sequences is None
+
+
+def test_outside_torchrun_there_is_no_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert RankGroup.from_env(60) is None
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert RankGroup.from_env(60) is None  # one rank: today's backend, no group
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    group = RankGroup.from_env(60)
+    assert group is not None and (group.rank, group.world, group.leader) == (3, 4, False)
+    assert group.device("cuda") == "cuda:1" and group.device("cpu") == "cpu"
