@@ -15,15 +15,16 @@ its gradients and AdamW state, and one packed row's activations at a time. With 
 tenants on that one base (`gpu_tenants`), each adds its own adapter state; the plan counts
 how many fit its trainer share (`GpuPlan.tenants`, `plan_tenants`).
 
-`QWEN3` holds the Qwen3 dense models' configs (the config.json values that fix their
-memory), for the docs table and for benchmarks that build random-init models of those
-shapes. `python -m artfleet.contracts.gpu_plan --markdown` prints the docs table;
-`--config <model folder or config.json>` prints one model's plan.
+`QWEN3` (`model_configs`) holds the Qwen3 dense models' configs for the docs table.
+`python -m artfleet.contracts.gpu_plan --markdown` prints the docs table;
+`--config <model folder or config.json>` prints one model's plan. The trainer on several
+GPUs (FSDP2 ranks, vLLM colocated or on GPUs of its own) is `gpus_plan`, from the same
+per-component formulas; `--gpus N` (`--finetune`, `--split`) and `--markdown-multi` print
+its plans.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -38,6 +39,8 @@ from artfleet.contracts.gpu_tenants import (
     tenants_fit,
     vllm_lora_rank,
 )
+from artfleet.contracts.model_configs import QWEN3
+from artfleet.contracts.model_configs import QWEN3_TINY as QWEN3_TINY  # re-exported
 
 MiB = 1024**2
 GiB = 1024**3
@@ -45,68 +48,6 @@ GiB = 1024**3
 # nvidia-smi's memory.total for an H100 80GB (SXM/HBM3): 81559 MiB = 79.6 GiB. vLLM's
 # share is a fraction of this number (cudaMemGetInfo's total), not of 80e9.
 H100_80GB_BYTES = 81559 * MiB
-
-# The config.json values that fix each model's memory (Hugging Face Qwen/Qwen3-*; all
-# four: head_dim 128, 8 KV heads, vocab 151936, max_position_embeddings 40960, bf16).
-_QWEN3_COMMON: dict[str, Any] = {
-    "model_type": "qwen3",
-    "head_dim": 128,
-    "num_key_value_heads": 8,
-    "vocab_size": 151936,
-    "max_position_embeddings": 40960,
-    "rms_norm_eps": 1e-06,
-    "rope_theta": 1000000,
-    "attention_bias": False,
-    "torch_dtype": "bfloat16",
-}
-QWEN3: dict[str, dict[str, Any]] = {
-    "Qwen3-0.6B": {
-        **_QWEN3_COMMON,
-        "hidden_size": 1024,
-        "intermediate_size": 3072,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "tie_word_embeddings": True,
-    },
-    "Qwen3-4B": {
-        **_QWEN3_COMMON,
-        "hidden_size": 2560,
-        "intermediate_size": 9728,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 32,
-        "tie_word_embeddings": True,
-    },
-    "Qwen3-8B": {
-        **_QWEN3_COMMON,
-        "hidden_size": 4096,
-        "intermediate_size": 12288,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 32,
-        "tie_word_embeddings": False,
-    },
-    "Qwen3-14B": {
-        **_QWEN3_COMMON,
-        "hidden_size": 5120,
-        "intermediate_size": 17408,
-        "num_hidden_layers": 40,
-        "num_attention_heads": 40,
-        "tie_word_embeddings": False,
-    },
-}
-# A random-init Qwen3 of the same family small enough for CPU checks (the device check's
-# cpu-tiny preset, unit tests): 2 layers, 4 heads of 16, 2 KV heads.
-QWEN3_TINY: dict[str, Any] = {
-    "model_type": "qwen3",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "vocab_size": 512,
-    "max_position_embeddings": 4096,
-    "tie_word_embeddings": True,
-}
 
 # --- the constants, and why ----------------------------------------------------------------
 # Qwen3's native context: its 40960 positions are 32768 of prompt plus 8192 reserved for
@@ -152,6 +93,13 @@ def _get(config: Mapping[str, Any] | Any, key: str, default: Any = None) -> Any:
     if isinstance(config, Mapping):
         return config.get(key, default)
     return getattr(config, key, default)
+
+
+def _need(config: Mapping[str, Any] | Any, key: str) -> int:
+    value = _get(config, key)
+    if value is None:
+        raise ValueError(f"the model's config has no {key}")
+    return int(value)
 
 
 def dtype_bytes(name: str | None, default: int = 2) -> int:
@@ -223,17 +171,17 @@ class ModelShape:
         text = _get(config, "text_config")
         if _get(config, "hidden_size") is None and text is not None:
             config = text  # a multimodal config keeps the language model's keys here
-        hidden = int(_get(config, "hidden_size"))
-        heads = int(_get(config, "num_attention_heads"))
+        hidden = _need(config, "hidden_size")
+        heads = _need(config, "num_attention_heads")
         model_type = str(_get(config, "model_type", ""))
         return cls(
             hidden=hidden,
-            intermediate=int(_get(config, "intermediate_size")),
-            layers=int(_get(config, "num_hidden_layers")),
+            intermediate=_need(config, "intermediate_size"),
+            layers=_need(config, "num_hidden_layers"),
             heads=heads,
             kv_heads=int(_get(config, "num_key_value_heads") or heads),
             head_dim=int(_get(config, "head_dim") or hidden // heads),
-            vocab=int(_get(config, "vocab_size")),
+            vocab=_need(config, "vocab_size"),
             tied=bool(_get(config, "tie_word_embeddings", False)),
             max_positions=int(_get(config, "max_position_embeddings") or MAX_MODEL_LEN_CAP),
             # Qwen2 has q/k/v biases without saying so; Llama-style configs say so.
@@ -248,22 +196,28 @@ class ModelShape:
         h, i = self.hidden, self.intermediate
         return [(h, attention), (h, kv), (h, kv), (attention, h), (h, i), (h, i), (i, h)]
 
-    def params(self) -> int:
+    def layer_params(self) -> int:
+        """One decoder layer's parameters (FSDP's unit: what one all-gather brings)."""
         per_layer = sum(n_in * n_out for n_in, n_out in self.projections())
         per_layer += 2 * self.hidden  # the two RMSNorms
         if self.qkv_bias:
             per_layer += (self.heads + 2 * self.kv_heads) * self.head_dim
         if self.qk_norm:
             per_layer += 2 * self.head_dim
+        return per_layer
+
+    def params(self) -> int:
         embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
-        return self.layers * per_layer + embeddings + self.hidden  # + the final norm
+        return self.layers * self.layer_params() + embeddings + self.hidden  # + the final norm
 
     def lora_params(self, rank: int) -> int:
         """A rank-`rank` LoRA on all 7 projections of every layer."""
         return self.layers * sum(rank * (n_in + n_out) for n_in, n_out in self.projections())
 
-    def kv_bytes_per_token(self, bytes_per_value: int = 2) -> int:
-        return self.layers * 2 * self.kv_heads * self.head_dim * bytes_per_value
+    def kv_bytes_per_token(self, bytes_per_value: int = 2, tp: int = 1) -> int:
+        """On each of `tp` tensor-parallel GPUs: vLLM splits the KV heads over them (and
+        replicates a head when there are fewer heads than GPUs)."""
+        return self.layers * 2 * -(-self.kv_heads // tp) * self.head_dim * bytes_per_value
 
 
 @dataclass(frozen=True)
@@ -333,16 +287,23 @@ def _gib(n: int) -> str:
 
 
 def vllm_fixed_bytes(
-    shape: ModelShape, limits: VllmLimits, weight_bytes: int, max_loras: int, max_lora_rank: int
+    shape: ModelShape,
+    limits: VllmLimits,
+    weight_bytes: int,
+    max_loras: int,
+    max_lora_rank: int,
+    tp: int = 1,
 ) -> int:
-    """vLLM's memory besides the KV cache."""
-    weights = shape.params() * weight_bytes
+    """vLLM's memory besides the KV cache, on each of `tp` tensor-parallel GPUs: the
+    weights, the LoRA slots and the projections' outputs are split over them; the
+    hidden-size buffers, the sampler, CUDA graphs and the context are on each."""
+    weights = -(-shape.params() * weight_bytes // tp)
     # `--enable-lora` preallocates max_loras slots of max_lora_rank on every projection.
-    lora_slots = max_loras * shape.lora_params(max_lora_rank) * weight_bytes
+    lora_slots = -(-max_loras * shape.lora_params(max_lora_rank) * weight_bytes // tp)
     # The profile run: one forward over max_num_batched_tokens (the MLP's gate/up and its
     # activation, q/k/v, a few hidden-size buffers), then the sampler over max_num_seqs rows.
-    widest = 3 * shape.intermediate + 4 * shape.hidden
-    widest += (shape.heads + 2 * shape.kv_heads) * shape.head_dim
+    split = 3 * shape.intermediate + (shape.heads + 2 * shape.kv_heads) * shape.head_dim
+    widest = -(-split // tp) + 4 * shape.hidden
     forward = limits.max_num_batched_tokens * widest * weight_bytes
     sampler = limits.max_num_seqs * shape.vocab * SAMPLER_BYTES_PER_LOGIT
     overhead = VLLM_NON_TORCH_BYTES + VLLM_CUDA_GRAPH_BYTES
@@ -353,8 +314,14 @@ def trainer_fixed_bytes(shape: ModelShape, lora_rank: int, base_bytes: int = 2) 
     """The trainer's memory besides a row's activations and mask."""
     weights = shape.params() * base_bytes
     lora = tenant_bytes(shape, lora_rank)  # one tenant
+    return weights + lora + trainer_overhead_bytes(shape)
+
+
+def trainer_overhead_bytes(shape: ModelShape) -> int:
+    """What the trainer holds besides weights, their state and a row: a logits chunk and
+    the CUDA context."""
     chunk = LOGPROB_CHUNK_TOKENS * shape.vocab * LOGPROB_CHUNK_BYTES_PER_LOGIT
-    return weights + lora + chunk + TRAINER_CONTEXT_BYTES
+    return chunk + TRAINER_CONTEXT_BYTES
 
 
 def trainer_shared_bytes(shape: ModelShape, max_model_len: int, base_bytes: int = 2) -> int:
@@ -364,11 +331,17 @@ def trainer_shared_bytes(shape: ModelShape, max_model_len: int, base_bytes: int 
     return fixed + trainer_row_bytes(shape, max_model_len, base_bytes)
 
 
-def trainer_row_bytes(shape: ModelShape, tokens: int, base_bytes: int = 2) -> int:
+def trainer_row_bytes(
+    shape: ModelShape,
+    tokens: int,
+    base_bytes: int = 2,
+    adapter_bytes: int | None = ADAPTER_BYTES,
+) -> int:
     """The least a packed row of `tokens` needs: every layer recomputed (each keeps its
     input, one layer at a time is recomputed whole), the final hidden states and their
-    gradient, and the attention mask (larger while it is built)."""
-    sizes = LayerActivations.of(_shape_config(shape), base_bytes, ADAPTER_BYTES)
+    gradient, and the attention mask (larger while it is built). `adapter_bytes`: the
+    LoRA adapter's dtype (None: no adapter, every weight trains)."""
+    sizes = LayerActivations.of(_shape_config(shape), base_bytes, adapter_bytes)
     per_token = sizes.layers * sizes.checkpointed_layer + sizes.full_layer
     per_token += 2 * shape.hidden * base_bytes
     training = tokens * per_token + tokens * tokens * MASK_BYTES_PER_ENTRY
@@ -554,23 +527,10 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m artfleet.contracts.gpu_plan")
-    parser.add_argument(
-        "--markdown",
-        action="store_true",
-        help="the Qwen3 table, as in docs/deployment.md (the default)",
-    )
-    parser.add_argument("--config", type=Path, help="a model folder or its config.json")
-    parser.add_argument(
-        "--gpu-mib", type=int, default=H100_80GB_BYTES // MiB, help="the GPU's memory.total"
-    )
-    args = parser.parse_args(argv)
-    total = args.gpu_mib * MiB
-    if args.config is not None:
-        print(json.dumps(plan_gpu(read_config(args.config), total).as_dict(), indent=2))
-    else:
-        print(markdown_table(QWEN3, total))
-    return 0
+    """The CLI (`gpu_plan_cli`), here so that `python -m artfleet.contracts.gpu_plan` runs it."""
+    from artfleet.contracts.gpu_plan_cli import main as cli  # it imports this module
+
+    return cli(argv)
 
 
 if __name__ == "__main__":
