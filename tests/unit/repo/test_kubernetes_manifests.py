@@ -124,7 +124,9 @@ def test_no_secret_is_committed_and_the_rendered_one_is_the_operators(
     for name in files:
         if name.endswith((".yaml", ".yml")):
             for doc in yaml.safe_load_all((ROOT / name).read_text()):
-                assert not (doc and doc.get("kind") == "Secret"), f"{name} holds a Secret"
+                assert not (isinstance(doc, dict) and doc.get("kind") == "Secret"), (
+                    f"{name} holds a Secret"
+                )
     example = (KUBE / "base" / "secrets.env.example").read_text()
     assert set(SECRETS) == {
         line.split("=", 1)[0] for line in example.splitlines() if line and line[0] != "#"
