@@ -121,6 +121,65 @@ def test_gpu_trainer_and_inference_share_the_gpu_and_the_cpu_override_drops_it()
     assert text.count("deploy: !reset {}") == 2
 
 
+def _compose_v2() -> list[str] | None:
+    """Compose v2: the docker CLI's plugin, or the binary tests/e2e/run.sh fetches."""
+    if shutil.which("docker"):
+        done = subprocess.run(["docker", "compose", "version"], capture_output=True, check=False)
+        if done.returncode == 0:
+            return ["docker", "compose"]
+    plugin = ROOT / ".artfleet" / "docker" / "cli-plugins" / "docker-compose"
+    return [str(plugin)] if plugin.is_file() else None
+
+
+def test_the_gpu_trainer_runs_one_rank_per_gpu_it_reserves() -> None:
+    trainer = compose()["services"]["trainer"]
+    assert trainer["environment"]["ARTFLEET_TRAIN_WORLD"] == "${ARTFLEET_TRAIN_WORLD:-1}"
+    device = trainer["deploy"]["resources"]["reservations"]["devices"][0]
+    assert device["count"] == "${ARTFLEET_TRAIN_GPUS:-${ARTFLEET_TRAIN_WORLD:-1}}"
+    example = (ROOT / ".env.example").read_text()
+    deployment = (ROOT / "docs" / "deployment.md").read_text()
+    for name in ("ARTFLEET_TRAIN_WORLD", "ARTFLEET_TRAIN_GPUS"):
+        assert f"# {name}=" in example and f"| `{name}`" in deployment, name
+
+
+@pytest.mark.parametrize(
+    ("env", "world", "gpus"),
+    [
+        ({}, "1", 1),
+        ({"ARTFLEET_TRAIN_WORLD": "8"}, "8", 8),
+        ({"ARTFLEET_TRAIN_WORLD": "8", "ARTFLEET_TRAIN_GPUS": "8"}, "8", 8),
+    ],
+)
+def test_compose_renders_the_trainers_world_and_its_gpus(
+    tmp_path: Path, env: dict[str, str], world: str, gpus: int
+) -> None:
+    """What `ARTFLEET_TRAIN_WORLD=8 docker compose up` runs, as compose itself renders it."""
+    command = _compose_v2()
+    if command is None:
+        pytest.skip("no Compose v2 (tests/e2e/run.sh fetches one into .artfleet/docker)")
+    secrets = "ARTFLEET_API_TOKEN=t\nREDIS_PASSWORD=r\nGRAFANA_ADMIN_PASSWORD=g\nDOCKER_GID=999\n"
+    (tmp_path / ".env").write_text(secrets)
+    outer = {k: v for k, v in os.environ.items() if not k.startswith("ARTFLEET_TRAIN_")}
+
+    def render(*files: str) -> dict[str, Any]:
+        args = [a for f in files for a in ("-f", str(ROOT / f))]
+        done = subprocess.run(
+            [*command, "--env-file", str(tmp_path / ".env"), *args, "config", "--format", "json"],
+            env={**outer, **env}, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout)["services"]["trainer"])
+
+    trainer = render("docker-compose.yml")
+    assert trainer["environment"]["ARTFLEET_TRAIN_WORLD"] == world
+    devices = trainer["deploy"]["resources"]["reservations"]["devices"]
+    assert [(d["driver"], d["count"]) for d in devices] == [("nvidia", gpus)]
+    assert int(trainer["shm_size"]) >= 16 * 2**30  # NCCL between the ranks and the data loaders
+    # The CPU override keeps the world (one rank there by default) and reserves no GPU.
+    cpu = render("docker-compose.yml", "docker-compose.cpu.yml")
+    assert cpu["environment"]["ARTFLEET_TRAIN_WORLD"] == world and "deploy" not in cpu
+
+
 def test_model_maps_and_the_judge_key_come_from_env_with_empty_defaults(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

