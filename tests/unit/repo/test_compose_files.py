@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,12 +152,17 @@ def test_the_gpu_trainer_runs_one_rank_per_gpu_it_reserves() -> None:
     ],
 )
 def test_compose_renders_the_trainers_world_and_its_gpus(
-    tmp_path: Path, env: dict[str, str], world: str, gpus: int
+    tmp_path: Path,
+    env: dict[str, str],
+    world: str,
+    gpus: int,
+    require_infra: Callable[[bool, str], None],
 ) -> None:
-    """What `ARTFLEET_TRAIN_WORLD=8 docker compose up` runs, as compose itself renders it."""
+    """What `ARTFLEET_TRAIN_WORLD=8 docker compose up` runs, as compose itself renders it.
+    In CI, `make check` fetches Compose v2 first (the e2e build, in the background)."""
     command = _compose_v2()
-    if command is None:
-        pytest.skip("no Compose v2 (tests/e2e/run.sh fetches one into .artfleet/docker)")
+    require_infra(command is not None, "no Compose v2 (tests/e2e/run.sh fetches one)")
+    assert command is not None
     secrets = "ARTFLEET_API_TOKEN=t\nREDIS_PASSWORD=r\nGRAFANA_ADMIN_PASSWORD=g\nDOCKER_GID=999\n"
     (tmp_path / ".env").write_text(secrets)
     outer = {k: v for k, v in os.environ.items() if not k.startswith("ARTFLEET_TRAIN_")}
