@@ -77,6 +77,7 @@ bench:
 	$(BIN)/python bench/train_step_bench.py
 	$(BIN)/python bench/tinker_bench.py
 	$(BIN)/python bench/tenants_bench.py
+	$(BIN)/python bench/dist_step_bench.py
 	$(BIN)/python bench/step_bench.py
 	$(BIN)/python bench/chaos_bench.py
 	$(BIN)/python bench/partition_bench.py

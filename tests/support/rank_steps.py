@@ -5,13 +5,18 @@ tenant; rank 0 writes each one's figures and updated adapter under `out`.
 
     python tests/support/rank_steps.py OUT                      # one process
     python -m torch.distributed.run --nproc-per-node 2 tests/support/rank_steps.py OUT
+        [--works grpo,sft,tinker] [--steps N] [--tinker-datums N --tinker-tokens T]
+        [--threads T]
+
+Each rank also writes the bytes of the base's parameters it holds (its FSDP shards plus
+what stays whole: the output head) to `OUT/param_bytes.<rank>`.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -46,14 +51,24 @@ def _adapter(backend: TorchBackend, model: art.Model) -> dict[str, torch.Tensor]
     return {k: v.detach().clone() for k, v in backend.peft_model_of(model).adapter_state().items()}
 
 
-async def grpo(backend: TorchBackend) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+async def grpo(
+    backend: TorchBackend, steps: int = 1
+) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    """`steps` GRPO steps on the frozen batch; the figures are the first step's, the
+    seconds those of each step after the first (the first also warms the allocator)."""
     model = _model("grpo", 11)
     await backend.register(model)
-    started = time.monotonic()
-    result = await backend.train(model, frozen_groups(), learning_rate=1e-3, **TRAIN_ARGS)
-    seconds = time.monotonic() - started
-    figures = {k: result.metrics[k] for k in ("loss", "grad_norm", "probs_corr")}
-    return {**figures, "seconds": seconds}, _adapter(backend, model)
+    figures: dict[str, float] = {}
+    for step in range(steps):
+        started = time.monotonic()
+        result = await backend.train(model, frozen_groups(), learning_rate=1e-3, **TRAIN_ARGS)
+        seconds = time.monotonic() - started
+        if step == 0:
+            figures = {k: result.metrics[k] for k in ("loss", "grad_norm", "probs_corr")}
+            figures["seconds"] = seconds
+        else:
+            figures[f"seconds_{step}"] = seconds
+    return figures, _adapter(backend, model)
 
 
 async def sft(backend: TorchBackend) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
@@ -68,46 +83,88 @@ async def sft(backend: TorchBackend) -> tuple[dict[str, float], dict[str, torch.
     return figures, _adapter(backend, model)
 
 
-async def tinker(backend: TorchBackend) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+async def tinker(
+    backend: TorchBackend, steps: int = 1, count: int = 6, tokens: int = 450
+) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    """`steps` forward_backward + optim_step calls on `count` datums of `tokens` (the
+    default: two packed rows, 4 + 2 datums, one a rank); figures and seconds as grpo's."""
     clients = backend.training_clients
     await clients.create("tinker", DEFAULT_MODEL_NAME, 8, 13)
-    # 6 datums of 450 tokens: two packed rows (4 + 2 datums), one a rank
     datums = [
-        Datum(list(range(10 + i, 460 + i)), list(range(11 + i, 461 + i)), {}) for i in range(6)
+        Datum(list(range(10 + i, 10 + tokens + i)), list(range(11 + i, 11 + tokens + i)), {})
+        for i in range(count)
     ]
-    outputs = await clients.forward_backward("tinker", datums, LOSSES["cross_entropy"], {})
-    metrics = await clients.optim_step("tinker", AdamParams(learning_rate=1e-3))
-    figures = {"loss": outputs.loss_sum, "grad_norm": metrics["grad_norm:mean"]}
-    figures["logprob_0_0"] = outputs.logprobs[0][0]
+    figures: dict[str, float] = {}
+    for step in range(steps):
+        started = time.monotonic()
+        outputs = await clients.forward_backward("tinker", datums, LOSSES["cross_entropy"], {})
+        metrics = await clients.optim_step("tinker", AdamParams(learning_rate=1e-3))
+        seconds = time.monotonic() - started
+        if step == 0:
+            figures = {"loss": outputs.loss_sum, "grad_norm": metrics["grad_norm:mean"]}
+            figures["logprob_0_0"] = outputs.logprobs[0][0]
+        figures["seconds" if step == 0 else f"seconds_{step}"] = seconds
     model: art.Model = art.TrainableModel(
         name="tinker", project="tinker", base_model=DEFAULT_MODEL_NAME
     )
     return figures, _adapter(backend, model)
 
 
-async def lead(backend: TorchBackend, out: Path) -> None:
+def param_bytes(backend: TorchBackend) -> int:
+    """Bytes of the base's parameters this rank holds (a DTensor's local shard)."""
+    total = 0
+    for param in backend.bases.models()[0].parameters():
+        local = param.to_local() if hasattr(param, "to_local") else param
+        total += local.numel() * local.element_size()
+    return total
+
+
+async def lead(backend: TorchBackend, out: Path, args: argparse.Namespace) -> None:
     figures: dict[str, Any] = {}
-    for name, work in (("grpo", grpo), ("sft", sft), ("tinker", tinker)):
-        figures[name], adapter = await work(backend)
+    for name in args.works.split(","):
+        if name == "grpo":
+            figures[name], adapter = await grpo(backend, args.steps)
+        elif name == "tinker":
+            figures[name], adapter = await tinker(
+                backend, args.steps, args.tinker_datums, args.tinker_tokens
+            )
+        else:
+            figures[name], adapter = await sft(backend)
         torch.save(adapter, out / f"{name}.pt")
     (out / "figures.json").write_text(json.dumps(figures, indent=1))
     await backend.close()
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
-    out.mkdir(parents=True, exist_ok=True)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--works", default="grpo,sft,tinker")
+    parser.add_argument("--steps", type=int, default=1, help="of grpo and tinker")
+    parser.add_argument("--tinker-datums", type=int, default=6)
+    parser.add_argument("--tinker-tokens", type=int, default=450)
+    parser.add_argument("--threads", type=int, default=0, help="per rank (0: its share)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
     ranks = RankGroup.from_env(timeout_s=120)
     if ranks is not None:
         ranks.start("cpu")
+    threads = args.threads or None
     backend = TorchBackend(
-        path=str(out / "art"), device="cpu", serving=NoServing(), ranks=ranks, dtype="fp32"
+        path=str(args.out / "art"),
+        device="cpu",
+        serving=NoServing(),
+        ranks=ranks,
+        dtype="fp32",
+        num_threads=threads,
+        train_num_threads=threads,
     )
     if ranks is None or ranks.leader:
-        asyncio.run(lead(backend, out))
+        asyncio.run(lead(backend, args.out, args))
     else:
-        torch.set_num_threads(ranks.cpu_threads())
+        torch.set_num_threads(threads or ranks.cpu_threads())
         follow(backend, ranks)
+    rank = 0 if ranks is None else ranks.rank  # the bases stay loaded after the group ends
+    (args.out / f"param_bytes.{rank}").write_text(str(param_bytes(backend)))
 
 
 if __name__ == "__main__":

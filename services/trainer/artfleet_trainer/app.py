@@ -115,3 +115,5 @@ class TrainerApp:
         await self.server.stop(grace)
         await self.backend.close()
         await self._redis.aclose()
+        if getattr(self.backend, "group_broken", False):
+            raise SystemExit("the trainer's ranks broke: torchrun restarts the group")

@@ -94,11 +94,8 @@ def _result(stub: pb_grpc.TinkerApiStub, promise: pb.Promise) -> pb.RetrieveResp
     raise AssertionError("the call did not finish")
 
 
-def test_a_trainer_of_two_ranks_trains_a_tinker_client_and_stops_cleanly(
-    trainer_on_two_ranks: tuple[Any, Path],
-) -> None:
-    (process, target), log = trainer_on_two_ranks
-    stub = pb_grpc.TinkerApiStub(sync_channel(target, TOKEN))
+def _train_a_client(stub: pb_grpc.TinkerApiStub) -> None:
+    """A new client's forward_backward and optim_step, on every rank."""
     session = stub.CreateSession(pb.CreateTrainingSessionRequest(), timeout=30).session_id
     create = pb.CreateModelOp(
         model_seq_id=0,
@@ -123,8 +120,54 @@ def test_a_trainer_of_two_ranks_trains_a_tinker_client_and_stops_cleanly(
     stepped = _result(stub, stub.Submit(pb.TrainingCall(model_id=model, seq_id=2, optim_step=step)))
     assert stepped.optim_step.metrics["grad_norm:mean"] > 0
 
+
+def _ranks(launcher: subprocess.Popen[bytes]) -> dict[int, int]:
+    """rank -> pid of the launcher's rank processes (torchrun's children)."""
+    found = {}
+    for child in Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split():
+        try:
+            environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue  # it ended meanwhile
+        for item in environ:
+            if item.startswith(b"RANK="):
+                found[int(item[5:])] = int(child)
+    return found
+
+
+def test_a_trainer_of_two_ranks_trains_a_tinker_client_and_stops_cleanly(
+    trainer_on_two_ranks: tuple[Any, Path],
+) -> None:
+    (process, target), log = trainer_on_two_ranks
+    _train_a_client(pb_grpc.TinkerApiStub(sync_channel(target, TOKEN)))
+
     process.send_signal(signal.SIGTERM)  # torchrun's agent passes it to both ranks
     assert process.wait(timeout=STOP_S) == 0  # a stop, not a failure
     text = log.read_text()
     assert "rank 1: rank 0 stopped the group" in text, text[-4000:]
     assert "Traceback" not in text, text[-4000:]
+
+
+def test_a_killed_rank_restarts_the_group_which_trains_again(
+    trainer_on_two_ranks: tuple[Any, Path],
+) -> None:
+    """torchrun sees rank 1 die, ends rank 0 (its graceful stop: jobs go back to the queue
+    by their lease) and starts both again; the restarted service trains."""
+    (process, target), log = trainer_on_two_ranks
+    before = _ranks(process)
+    assert set(before) == {0, 1}, before
+    os.kill(before[1], signal.SIGKILL)
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        now = _ranks(process)
+        if set(now) == {0, 1} and not set(now.values()) & set(before.values()):
+            break
+        assert process.poll() is None, f"the group did not restart:\n{log.read_text()[-4000:]}"
+        time.sleep(0.5)  # polling for the restarted ranks
+    else:
+        raise AssertionError("the ranks were not started again")
+    _wait_serving(target, process, log)
+    _train_a_client(pb_grpc.TinkerApiStub(sync_channel(target, TOKEN)))
+    text = log.read_text()
+    assert "failed (exitcode: -9)" in text  # torchrun saw rank 1 die
+    assert "Traceback" not in text, text[-4000:]  # rank 0 stopped, not crashed

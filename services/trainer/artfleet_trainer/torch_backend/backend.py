@@ -131,7 +131,8 @@ class TorchBackend:
         self.cache_dir = cache_dir
         self.lora_rank = lora_rank
         self.api_key = api_key or secrets.token_urlsafe(24)
-        self._worker = TorchWorker(num_threads)  # every torch op of this backend runs there
+        # every torch op of this backend runs there
+        self._worker = TorchWorker(num_threads, ranks.lost if ranks is not None else None)
         self.train_num_threads = train_num_threads  # None: decided per step, see worker.py
         self.activation_budget_bytes = activation_budget_bytes
         self._states: dict[str, _ModelState] = {}
@@ -192,6 +193,12 @@ class TorchBackend:
     async def start_serving(self) -> None:
         """Serve before any job registers (evaluations of finished jobs' checkpoints)."""
         await self.serving.start()
+
+    @property
+    def group_broken(self) -> bool:
+        """Its ranks' group broke: the process must exit with a failure (torchrun then
+        restarts the group)."""
+        return self.ranks is not None and self.ranks.broken
 
     async def close(self) -> None:
         await self.serving.stop()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import signal
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,12 +37,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from artfleet.contracts.errors import Unavailable
+
 log = logging.getLogger(__name__)
 
 # The command channel waits as long as the service is idle (a trainer with no job for
 # days); the model work's collectives time out after `collective_timeout_s`.
 COMMAND_TIMEOUT = datetime.timedelta(days=365)
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+COLLECTIVE_MARKERS = ("gloo", "NCCL", "Connection closed by peer", "Timed out waiting")
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ class RankGroup:
         self._commands: Any = None
         self.mesh: Any = None
         self._sharded: weakref.WeakSet[Any] = weakref.WeakSet()  # FSDP units (bases go)
+        self.broken = False  # a collective failed: the group must restart (torchrun)
 
     @classmethod
     def from_env(cls, timeout_s: float) -> RankGroup | None:
@@ -123,12 +128,31 @@ class RankGroup:
         log.info("rank %d of %d joined the group (%s)", self.rank, self.world, device)
 
     def stop(self) -> None:
-        """Rank 0 tells the followers to leave, then every rank leaves the group."""
+        """Rank 0 tells the followers to leave, then every rank leaves the group. A rank
+        already gone (torchrun is ending the group because one died) is no error here."""
         if not dist.is_initialized():
             return
-        if self.leader:
-            self.announce(STOP)
+        try:
+            if self.leader:
+                self.announce(STOP)
+        except (RuntimeError, dist.DistBackendError) as exc:
+            log.warning("rank %d leaves a broken group: %s", self.rank, exc)
         dist.destroy_process_group()
+
+    def lost(self, exc: BaseException) -> Unavailable | None:
+        """Rank 0: `exc`, raised by model work, as the error its caller gets when it says
+        the group broke (a rank died or a collective timed out); None when it does not.
+        The group is then marked broken: the trainer stops and exits with a failure, so
+        torchrun restarts every rank, and jobs resume from their last checkpoint (their
+        runner keeps them RUNNING through an `Unavailable`)."""
+        if not is_collective_failure(exc):
+            return None
+        if not self.broken:
+            log.error("the trainer's ranks broke (%s); the group restarts", exc)
+            self.broken = True
+            if self.leader:  # its graceful stop, then a failed exit: torchrun restarts all
+                os.kill(os.getpid(), signal.SIGTERM)
+        return Unavailable(f"the trainer's ranks lost one ({exc}); they restart, retry later")
 
     # --- the command channel ----------------------------------------------------------
 
@@ -210,6 +234,15 @@ class RankGroup:
         out: list[Any] = [None] * self.world
         dist.all_gather_object(out, value)
         return out
+
+
+def is_collective_failure(exc: BaseException) -> bool:
+    """A collective failed: torch's own error for it, or gloo's and NCCL's transport errors
+    (torch 2.13 raises some as plain RuntimeErrors naming their library)."""
+    if isinstance(exc, dist.DistError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(m in text for m in COLLECTIVE_MARKERS)
 
 
 def params_list(params: Iterable[torch.nn.Parameter]) -> list[torch.nn.Parameter]:

@@ -225,6 +225,10 @@ class SharedBases:
         """A loaded base's config (the shape tenants are sized by)."""
         return next(iter(self._bases.values())).loaded.model.config
 
+    def models(self) -> list[Any]:
+        """The loaded base models (benchmarks read their parameters' bytes)."""
+        return [base.loaded.model for base in self._bases.values()]
+
     def tenants_of(self, base_model: str) -> list[str]:
         base = self._bases.get(base_model)
         return list(base.tenants) if base is not None else []

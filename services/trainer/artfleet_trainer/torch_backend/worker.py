@@ -120,18 +120,31 @@ def _init_thread(num_threads: int | None) -> None:
 
 
 class TorchWorker:
-    def __init__(self, num_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        num_threads: int | None = None,
+        translate: Callable[[BaseException], BaseException | None] | None = None,
+    ) -> None:
+        """`translate`: what the caller gets instead of an error the work raised (None:
+        the error itself); the trainer's ranks turn a broken group into `Unavailable`."""
         self._executor = ThreadPoolExecutor(
             max_workers=1,
             thread_name_prefix="artfleet-torch",
             initializer=_init_thread,
             initargs=(num_threads,),
         )
+        self._translate = translate
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(*args)` on the torch thread without blocking the event loop."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+        try:
+            return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+        except Exception as exc:
+            other = self._translate(exc) if self._translate is not None else None
+            if other is None:
+                raise
+            raise other from exc
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import torch
 
+from artfleet.contracts.errors import Unavailable
 from artfleet_trainer.torch_backend.ranks import RankGroup, Share
 from artfleet_trainer.torch_backend.training import StepStats
+from artfleet_trainer.torch_backend.worker import TorchWorker
 
 
 def _group(rank: int, world: int) -> RankGroup:
@@ -56,3 +60,48 @@ def test_outside_torchrun_there_is_no_group(monkeypatch: pytest.MonkeyPatch) -> 
     group = RankGroup.from_env(60)
     assert group is not None and (group.rank, group.world, group.leader) == (3, 4, False)
     assert group.device("cuda") == "cuda:1" and group.device("cpu") == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("error", "broke"),
+    [
+        (RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer"), True),
+        (RuntimeError("NCCL communicator was aborted on rank 1"), True),
+        (torch.distributed.DistBackendError("timed out"), True),
+        (RuntimeError("CUDA out of memory"), False),
+        (ValueError("no trainable SFT trajectory"), False),
+    ],
+)
+def test_only_a_failed_collective_reads_as_a_broken_group(
+    error: Exception, broke: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    signals: list[int] = []
+    monkeypatch.setattr("os.kill", lambda pid, sig: signals.append(sig))
+    group = _group(0, 2)
+    lost = group.lost(error)
+    assert (lost is not None) == broke and group.broken == broke
+    if broke:
+        assert isinstance(lost, Unavailable) and "retry later" in str(lost)
+        assert signals == [signal.SIGTERM]  # rank 0 stops itself; its exit fails
+        group.lost(error)
+        assert signals == [signal.SIGTERM]  # once
+
+
+async def test_the_torch_thread_hands_the_caller_the_translated_error() -> None:
+    group = _group(0, 2)
+    group.broken = True  # already stopping: no signal
+    worker = TorchWorker(1, group.lost)
+
+    def collective() -> None:
+        raise RuntimeError("Connection closed by peer [127.0.0.1]:1234")
+
+    def plain() -> None:
+        raise ValueError("bad datum")
+
+    try:
+        with pytest.raises(Unavailable, match="ranks lost one"):
+            await worker.run(collective)
+        with pytest.raises(ValueError, match="bad datum"):
+            await worker.run(plain)
+    finally:
+        worker.shutdown()
