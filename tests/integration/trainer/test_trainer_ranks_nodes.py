@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 import redis
 from netns_hosts import NetnsHosts, can_make_namespaces
-from test_trainer_ranks_service import STOP_S, TOKEN, _train_a_client, _wait_serving
+from trainer_ranks import STOP_S, TOKEN, kill_launcher, train_a_client, wait_serving
 
 from artfleet.runtime.rpc.client import sync_channel
 from artfleet.v1 import tinker_api_pb2_grpc as pb_grpc
+from artfleet_cli.fleet_binaries import redis_server_binary
 
 pytestmark = pytest.mark.integration
 
@@ -63,8 +64,8 @@ def test_two_nodes_of_one_rank_train_a_tinker_client_and_stop_together(
     node0 = hosts.address("node0")
     started: list[subprocess.Popen[bytes]] = []
     try:
-        redis_cmd = ["redis-server", "--bind", node0, "--port", str(REDIS_PORT), "--save", "",
-                     "--appendonly", "no"]  # fmt: skip
+        redis_cmd = [redis_server_binary(), "--bind", node0, "--port", str(REDIS_PORT)]
+        redis_cmd += ["--save", "", "--appendonly", "no"]
         started.append(_spawn(hosts, "node0", redis_cmd, dict(os.environ), tmp_path / "redis.log"))
         _wait_redis(f"redis://{node0}:{REDIS_PORT}/0")
         launchers = []
@@ -94,8 +95,8 @@ def test_two_nodes_of_one_rank_train_a_tinker_client_and_stop_together(
             launchers.append((launcher, log))
         (first, first_log), (second, second_log) = launchers
         target = f"{node0}:{GRPC_PORT}"
-        _wait_serving(target, first, first_log)
-        _train_a_client(pb_grpc.TinkerApiStub(sync_channel(target, TOKEN)))
+        wait_serving(target, first, first_log)
+        train_a_client(pb_grpc.TinkerApiStub(sync_channel(target, TOKEN)))
 
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=STOP_S) == 0, first_log.read_text()[-4000:]
@@ -103,9 +104,7 @@ def test_two_nodes_of_one_rank_train_a_tinker_client_and_stop_together(
         assert "rank 1: rank 0 stopped the group" in second_log.read_text()
     finally:
         for process in started:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            kill_launcher(process)
 
 
 def _wait_redis(url: str) -> None:

@@ -122,10 +122,32 @@ class RankGroup:
         cuda = device.startswith("cuda")
         if cuda:
             torch.cuda.set_device(self.local_rank)
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=self.timeout)
+        dist.init_process_group(
+            "nccl" if cuda else "gloo",
+            store=self._store(),
+            rank=self.rank,
+            world_size=self.world,
+            timeout=self.timeout,
+        )
         self._commands = dist.new_group(backend="gloo", timeout=COMMAND_TIMEOUT)
         self.mesh = init_device_mesh("cuda" if cuda else "cpu", (self.world,))
         log.info("rank %d of %d joined the group (%s)", self.rank, self.world, device)
+
+    def _store(self) -> Any:
+        """The group's c10d store: torchrun's (its agent on node 0 serves it), under a
+        prefix of this attempt. torchrun's static rendezvous keeps one store across the
+        group's restarts, where the ranks of the attempt before left their addresses:
+        without the prefix a restarted rank could read a dead peer's and fail to connect."""
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            world_size=self.world,
+            is_master=self.leader and not agent,
+            timeout=self.timeout,
+        )
+        return dist.PrefixStore(f"artfleet/attempt-{attempt}", store)
 
     def stop(self) -> None:
         """Rank 0 tells the followers to leave, then every rank leaves the group. A rank
