@@ -36,9 +36,10 @@ from artfleet_trainer.serving import PolicyServing
 from artfleet_trainer.settings import DtypeName
 from artfleet_trainer.torch_serving.options import TorchServerOptions
 
-from . import checkpoints, precision, sft, train_config, training
+from . import checkpoints, precision, train_config, training
 from .model_loader import LoadedModel, load_base_model
 from .ranks import RankGroup, RankOp
+from .sft_runs import SftRuns
 from .tenants import BaseLoader, SharedBases, TenantModel, lora_seed, peft_args
 from .training_clients import TrainingClients
 from .turn_gate import TurnGate
@@ -144,6 +145,7 @@ class TorchBackend:
         self.serving: PolicyServing = serving
         Path(path).mkdir(parents=True, exist_ok=True)
         self.training_clients = TrainingClients(self)  # the Tinker-compatible API's clients
+        self.sft = SftRuns(self)  # SFT batches and losses
 
     @property
     def path(self) -> str:
@@ -513,64 +515,11 @@ class TorchBackend:
         *,
         max_length: int = 0,
     ) -> AsyncIterator[dict[str, float]]:
-        """ART's SFT protocol (what `model.train_sft` drives): masked cross-entropy on the
-        assistant tokens, `config.batch_size` trajectories per optimizer step at
-        `config.learning_rate` (one rate, or one per batch as ART takes it), yielding each
-        batch's metrics; then saves checkpoint step+1 and serves it, as `train` does.
-        Trajectories longer than `max_length` (0 = the context) or without a trainable
-        token are dropped and counted (`data/step_num_dropped_trajectories`)."""
-        state = self._state_of(model)
-        limit = min(max_length or state.max_context, state.max_context)
-        rows, dropped = await self._worker.run(_tokenize_all, state.tokenizer, trajectories, limit)
-        if not rows:
-            raise ValueError(f"no trainable SFT trajectory ({dropped} dropped)")
-        size = config.batch_size if isinstance(config.batch_size, int) else 2
-        batches = [rows[i : i + size] for i in range(0, len(rows), size)]
-        rates = config.learning_rate
-        if isinstance(rates, list) and len(rates) < len(batches):
-            raise ValueError(f"{len(rates)} learning rates for {len(batches)} batches")
-        async with self._gate:
-            old = await self._worker.run(self._weights_changing, state)
-            for i, batch in enumerate(batches):
-                rate = rates[i] if isinstance(rates, list) else rates
-                metrics = await self._worker.run(self.sft_batch, state, batch, float(rate))
-                yield {**metrics, "data/step_num_dropped_trajectories": float(dropped)}
-            step = await self._worker.run(self._save_after_sft, state, old)
-            await self._publish(state, step)
-        if verbose:
-            log.info("SFT on %s: %d batches, checkpoint %d", model.name, len(batches), step)
-
-    def sft_batch(
-        self, state: _ModelState, batch: list[sft.SftRow], rate: float
-    ) -> dict[str, float]:
-        """Torch thread: one SFT batch's optimizer step (on every rank)."""
-        self._announce("sft", state.model.name, batch, rate)
-        state.peft_model.activate()
-        with training_thread_scope(self.device, self.train_num_threads):
-            return sft.train_batch(
-                state.peft_model,
-                state.optimizer,
-                batch,
-                rate,
-                activation_budget_bytes=self.activation_budget_bytes,
-                memory_fraction=self.memory_fraction,
-                ranks=self.ranks,
-            )
-
-    def sft_mean_loss(self, state: _ModelState, rows: list[sft.SftRow]) -> float:
-        """Torch thread: the mean SFT loss of `rows`, no update (on every rank)."""
-        self._announce("sft_loss", state.model.name, rows)
-        state.peft_model.activate()
-        return sft.mean_loss(state.peft_model, rows, self.ranks)
-
-    def _save_after_sft(self, state: _ModelState, old: object | None) -> int:
-        new_step = max(state.step, checkpoints.latest_step(state.output_dir)) + 1
-        checkpoints.save_checkpoint(
-            state.peft_model, state.output_dir, new_step, state.optimizer.state_dict()
-        )
-        precision.release_cached_memory(self.device)
-        self._weights_changed(state, new_step, old)
-        return new_step
+        """ART's SFT protocol (what `model.train_sft` drives): `SftRuns.train`."""
+        async for metrics in self.sft.train(
+            model, trajectories, config, verbose, max_length=max_length
+        ):
+            yield metrics
 
     async def train_sft(
         self,
@@ -583,9 +532,7 @@ class TorchBackend:
     ) -> AsyncIterator[dict[str, float]]:
         """The job runner's SFT call (artfleet_trainer.backends.TrainerBackend)."""
         config = art.types.TrainSFTConfig(learning_rate=learning_rate, batch_size=batch_size)
-        async for metrics in self._train_sft(
-            model, trajectories, config, art.dev.TrainSFTConfig(), max_length=max_length
-        ):
+        async for metrics in self.sft.train(model, trajectories, config, max_length=max_length):
             yield metrics
 
     async def sft_loss(
@@ -593,12 +540,7 @@ class TorchBackend:
     ) -> float:
         """Mean cross-entropy per assistant token of `trajectories` under the current
         weights (no update; tests and reports)."""
-        state = self._state_of(model)
-        rows, _ = await self._worker.run(
-            _tokenize_all, state.tokenizer, trajectories, state.max_context
-        )
-        async with self._gate:
-            return await self._worker.run(self.sft_mean_loss, state, rows)
+        return await self.sft.loss(model, trajectories)
 
     # --- for tests and the job runner ------------------------------------------------------
 
@@ -612,16 +554,3 @@ class TorchBackend:
 
     def served_step(self, model: art.Model) -> int:
         return self._state_of(model).step
-
-
-def _tokenize_all(
-    tokenizer: Any, trajectories: Iterable[art.Trajectory], max_length: int
-) -> tuple[list[sft.SftRow], int]:
-    rows, dropped = [], 0
-    for trajectory in trajectories:
-        try:
-            rows.append(sft.tokenize_sft(tokenizer, trajectory, max_length))
-        except sft.NotTrainable as exc:
-            log.debug("SFT trajectory dropped: %s", exc)
-            dropped += 1
-    return rows, dropped
