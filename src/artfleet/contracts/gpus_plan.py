@@ -61,7 +61,8 @@ GATHERED_LAYERS = 2
 class TrainerRank:
     """One training rank's memory (bytes), by part."""
 
-    base_shard_bytes: int  # its 1/world of the bf16 weights
+    base_shard_bytes: int  # its 1/world of the bf16 weights (LoRA: but the output head)
+    head_bytes: int  # LoRA on several ranks: the output head, whole on every rank
     gathered_layer_bytes: int  # GATHERED_LAYERS decoder layers unsharded, bf16
     optimizer_shard_bytes: int  # full: its 1/world of master, gradients, AdamW; LoRA: 0
     tenant_bytes: int  # LoRA: every tenant's adapter and its state, replicated; full: 0
@@ -87,8 +88,13 @@ def trainer_rank(
 ) -> TrainerRank:
     """A training rank of `world` (FSDP2) with a packed row of `tokens`."""
     full = finetune == "full"
+    # The LoRA trainer keeps the head whole on each rank (its loss reads the head's weight
+    # outside any forward: torch_backend/ranks.py), a copy of its own when tied.
+    head = shape.vocab * shape.hidden if world > 1 and not full else 0
+    sharded = shape.params() - (0 if shape.tied else head)
     return TrainerRank(
-        base_shard_bytes=-(-shape.params() * PARAM_BYTES // world),
+        base_shard_bytes=-(-sharded * PARAM_BYTES // world),
+        head_bytes=head * PARAM_BYTES,
         gathered_layer_bytes=GATHERED_LAYERS * shape.layer_params() * PARAM_BYTES,
         optimizer_shard_bytes=-(-shape.params() * FULL_STATE_BYTES // world) if full else 0,
         tenant_bytes=0 if full else tenants * tenant_bytes(shape, lora_rank),
@@ -364,7 +370,7 @@ def markdown_table(
     rows = [
         "| model | fine-tune | vLLM | max_model_len | GPUs: vLLM / training ranks "
         "| vLLM tp x replicas | vLLM share (GiB a GPU, full-length sequences) "
-        "| rank: base shard / gathered layers / optimizer shard / tenants / activations "
+        "| rank: base shard / head / gathered layers / optimizer shard / tenants / activations "
         "/ logits and context (GiB) | rank: total / room (GiB) | fits |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -382,6 +388,7 @@ def _row(p: GpusPlan) -> str:
     r = p.rank
     parts = (
         r.base_shard_bytes,
+        r.head_bytes,
         r.gathered_layer_bytes,
         r.optimizer_shard_bytes,
         r.tenant_bytes,

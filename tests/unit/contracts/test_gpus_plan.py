@@ -258,3 +258,18 @@ def test_the_plan_and_its_cli_import_no_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_lora_ranks_keep_the_output_head_whole_as_the_trainer_does() -> None:
+    """torch_backend/ranks.py shards the decoder and keeps the head on every rank (a copy
+    of its own when tied): Qwen3-32B's weights a rank halve to 0.51, not 0.50."""
+    untied = ModelShape.from_config(QWEN3_LARGE["Qwen3-32B"])
+    head = untied.vocab * untied.hidden * 2
+    one, two = trainer_rank(untied, 1, 2048, "lora"), trainer_rank(untied, 2, 2048, "lora")
+    assert one.head_bytes == 0 and two.head_bytes == head
+    assert two.base_shard_bytes == -(-(untied.params() * 2 - head) // 2)
+    ratio = (two.base_shard_bytes + two.head_bytes) / one.base_shard_bytes
+    assert 0.51 < ratio < 0.52
+    tied = ModelShape.from_config(QWEN3["Qwen3-4B"])  # the embeddings stay sharded
+    assert trainer_rank(tied, 2, 2048, "lora").base_shard_bytes == -(-tied.params() * 2 // 2)
+    assert trainer_rank(untied, 2, 2048, "full").head_bytes == 0
