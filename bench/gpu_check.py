@@ -2,6 +2,7 @@
 
     python3 bench/gpu_check.py --preset cpu-tiny --out DIR      # CI (a slow test)
     python3 bench/gpu_check.py --preset gpu --out DIR [--wheels DIR] [--deadline-s 450]
+    python3 bench/gpu_check.py --preset gpu --world 8 --out DIR     # every GPU of a machine
 
 `cpu-tiny`: a random-init tiny Qwen3 through `TorchBackend` in fp32, in bf16, and in bf16
 with every layer checkpointed; each must keep the loss finite, change the LoRA by the
@@ -19,6 +20,12 @@ Every run is its own process with what is left of the deadline: an OOM, a crash 
 timeout is a result (`status`), and `DIR/gpu_check.json` is rewritten after each run.
 `--wheels DIR`: the packages a bare torch + transformers + peft machine lacks, unpacked
 into a private site dir first (`make gpu-check` fetches them and prints the command).
+
+`--world N` runs each run on N ranks (torchrun on this machine, one rank a GPU, gloo on a
+CPU: torch_backend/ranks.py), the base sharded and the rows dealt to them: the correctness
+checks as they are, and each measuring run's full step (`TorchBackend.train`) alone. Its
+core and plain sides and the generation rate call the model from rank 0 alone, which a
+sharded model cannot answer.
 
 Last lines (`DIR/gpu_check.log` too), per model: `<model>.train_step_ratio=` (our core step
 / the plain peft step; target <= 1.15), `.tokens_per_s=`, `.mfu=`, `.peak_gib=` (must be <=
@@ -46,8 +53,23 @@ GPU_MODELS = ("Qwen3-0.6B", "Qwen3-4B", "Qwen3-8B")
 BATCH = {"groups": 8, "rollouts": 8, "tokens": 200}  # 64 trajectories, ~8 rows of ~1.9k
 
 
-def preset_runs(preset: str) -> list[dict[str, Any]]:
-    """The runs of a preset, most important first (the deadline cuts the last ones)."""
+def preset_runs(preset: str, world: int = 1) -> list[dict[str, Any]]:
+    """The runs of a preset, most important first (the deadline cuts the last ones); on
+    `world` ranks, what runs there (the module's docstring)."""
+    runs = _preset_runs(preset)
+    if world == 1:
+        return runs
+    ranked = []
+    for run in runs:
+        if run["mode"] == "measure":
+            if "full" not in run["sides"]:
+                continue
+            run = {**run, "sides": ["full"], "generate": 0}
+        ranked.append({**run, "world": world})
+    return ranked
+
+
+def _preset_runs(preset: str) -> list[dict[str, Any]]:
     if preset == "cpu-tiny":
         tiny: dict[str, Any] = {"model": "tiny", "device": "cpu", "mode": "check"}
         tiny |= {"groups": 2, "rollouts": 2, "tokens": 24}
@@ -125,7 +147,11 @@ def child_env(site: Path) -> dict[str, str]:
 def run_one(spec: dict[str, Any], env: dict[str, str], timeout_s: float) -> dict[str, Any]:
     """One run in its own process group; its failure is a result."""
     out = Path(tempfile.mkstemp(prefix="gpu-check-run-", suffix=".json")[1])
-    argv = [sys.executable, str(ROOT / "bench" / "gpu_check_run.py"), json.dumps(spec), str(out)]
+    launcher = [sys.executable]
+    if spec.get("world", 1) > 1:  # torchrun: its c10d store on a free port of this machine
+        launcher += ["-m", "torch.distributed.run", "--standalone"]
+        launcher += [f"--nproc-per-node={spec['world']}"]
+    argv = [*launcher, str(ROOT / "bench" / "gpu_check_run.py"), json.dumps(spec), str(out)]
     started = time.monotonic()
     proc = subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
@@ -223,16 +249,24 @@ def main() -> int:
     parser.add_argument("--wheels", type=Path, default=None)
     parser.add_argument("--deadline-s", type=float, default=450.0)
     parser.add_argument("--only", default="", help="comma-separated run names")
+    parser.add_argument("--world", type=int, default=1, help="ranks a run (one a GPU)")
     args = parser.parse_args()
     deadline = time.monotonic() + args.deadline_s
     args.out.mkdir(parents=True, exist_ok=True)
     site = Path(tempfile.mkdtemp(prefix="gpu-check-site-"))
     prepare_site(args.wheels, site)
     env = child_env(site)
-    report: dict[str, Any] = {"preset": args.preset, "runs": {}, "environment": environment(env)}
+    if args.world < 1:
+        parser.error("--world must be at least 1")
+    report: dict[str, Any] = {
+        "preset": args.preset,
+        "world": args.world,
+        "runs": {},
+        "environment": environment(env),
+    }
     write(args.out, report)
     wanted = set(filter(None, args.only.split(",")))
-    for spec in preset_runs(args.preset):
+    for spec in preset_runs(args.preset, args.world):
         if wanted and spec["name"] not in wanted:
             continue
         left = deadline - time.monotonic()

@@ -41,6 +41,8 @@ from artfleet_trainer.torch_backend import (
     training,
 )
 from artfleet_trainer.torch_backend.model_loader import LoadedModel
+from artfleet_trainer.torch_backend.rank_follower import NoServing, follow
+from artfleet_trainer.torch_backend.ranks import RankGroup
 from artfleet_trainer.torch_serving import generation
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
@@ -147,12 +149,16 @@ def train_flops(config: dict[str, Any], tokens: int, width: int) -> float:
     return tokens * (4 * shape.layers * per_layer + attention + 4 * shape.hidden * shape.vocab)
 
 
-async def run(spec: dict[str, Any]) -> dict[str, Any]:
+def make_backend(spec: dict[str, Any], ranks: RankGroup | None) -> TorchBackend:
+    """The run's backend; on ranks (`--world`), this rank's: the same random-init base on
+    each (the loader seeds it), sharded, and serving nothing."""
     device, dtype_name = spec["device"], spec["dtype"]
+    if ranks is not None:
+        device = ranks.device(device)
     config = QWEN3_TINY if spec["model"] == "tiny" else QWEN3[spec["model"]]
     dtype = precision.resolve_dtype(dtype_name, device)
     workdir = tempfile.mkdtemp(prefix="gpu-check-")
-    backend = TorchBackend(
+    return TorchBackend(
         path=workdir,
         device=device,
         dtype=dtype_name,
@@ -161,7 +167,14 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         activation_budget_bytes=spec.get("activation_budget"),
         memory_fraction=spec.get("memory_fraction", 0.0),
         loader=loader_for(config, device, dtype),
+        serving=NoServing() if ranks is not None else None,
+        ranks=ranks,
     )
+
+
+async def run(backend: TorchBackend, spec: dict[str, Any]) -> dict[str, Any]:
+    device = backend.device
+    config = QWEN3_TINY if spec["model"] == "tiny" else QWEN3[spec["model"]]
     model: art.TrainableModel = art.TrainableModel(
         name="check", project="gpu-check", base_model=spec["model"]
     )
@@ -200,7 +213,7 @@ async def measure(
     config: dict[str, Any],
     spec: dict[str, Any],
 ) -> dict[str, Any]:
-    device = spec["device"]
+    device = backend.device
     peft_model, tokenizer = backend.peft_model_of(model), backend.tokenizer_of(model)
     cfg, dev = train_config.build_train_configs(LEARNING_RATE, {})
     batch = training.pack_trajectory_groups(tokenizer, groups, dev, max_context=8192)
@@ -293,8 +306,15 @@ def _peak_flops(device: str, dtype: str) -> float | None:
 def main() -> None:
     spec = json.loads(sys.argv[1])
     out = Path(sys.argv[2])
-    result = asyncio.run(run(spec))
-    out.write_text(json.dumps(result))
+    ranks = RankGroup.from_env(timeout_s=600)
+    if ranks is not None:
+        ranks.start(ranks.device(spec["device"]))
+    backend = make_backend(spec, ranks)
+    if ranks is not None and not ranks.leader:
+        follow(backend, ranks)  # rank 0's model work, until it closes its backend
+        return
+    result = asyncio.run(run(backend, spec))
+    out.write_text(json.dumps(result | ({"world": ranks.world} if ranks else {})))
 
 
 if __name__ == "__main__":

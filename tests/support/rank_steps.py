@@ -57,7 +57,7 @@ async def grpo(
     """`steps` GRPO steps on the frozen batch; the figures are the first step's, the
     seconds those of each step after the first (the first also warms the allocator)."""
     model = _model("grpo", 11)
-    await backend.register(model)
+    await backend.register_model(model)  # as the job runner does (ART's model.register)
     figures: dict[str, float] = {}
     for step in range(steps):
         started = time.monotonic()
@@ -73,7 +73,7 @@ async def grpo(
 
 async def sft(backend: TorchBackend) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     model = _model("sft", 12)
-    await backend.register(model)
+    await backend.register_model(model)  # as the job runner does (ART's model.register)
     trajectories = [t for g in frozen_groups() for t in g.trajectories]
     batches = [
         m async for m in backend.train_sft(model, trajectories, learning_rate=1e-3, batch_size=5)

@@ -281,7 +281,7 @@ class TorchBackend:
     ) -> _ModelState:
         """Torch thread: the model as a tenant of its base (loaded once, whatever the
         number of tenants) with the latest adapter and optimizer state, if any."""
-        self._announce("tenant", model, output_dir, first_checkpoint)
+        self._announce("tenant", _portable(model), output_dir, first_checkpoint)
         step = checkpoints.latest_step(output_dir)
         latest = checkpoints.checkpoint_dir(output_dir, step)
         # a restarted trainer goes on from it (rank 0 reads it, the other ranks receive it)
@@ -554,3 +554,14 @@ class TorchBackend:
 
     def served_step(self, model: art.Model) -> int:
         return self._state_of(model).step
+
+
+def _portable(model: art.TrainableModel) -> art.TrainableModel:
+    """What a follower rank needs of a model, picklable: a registered model holds its
+    backend (`model.register(backend)`), which holds the process group."""
+    return art.TrainableModel(
+        name=model.name,
+        project=model.project,
+        base_model=model.base_model,
+        _internal_config=getattr(model, "_internal_config", None),
+    )

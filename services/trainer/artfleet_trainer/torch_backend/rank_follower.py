@@ -34,7 +34,7 @@ class NoServing:
         return None
 
     async def endpoint(self) -> tuple[str, str]:
-        raise RuntimeError("a follower rank serves nothing: rank 0's trainer does")
+        return "", ""  # no URL: ART's `model.register` asks, nothing calls it here
 
     async def sampling_endpoint(self) -> tuple[str, str]:
         return await self.endpoint()

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from repo_paths import ROOT
@@ -41,3 +42,32 @@ def test_cpu_tiny_preset_passes_every_check(tmp_path: Path) -> None:
     assert measured["generate_tokens_per_s"] > 0
     log = (tmp_path / "gpu_check.log").read_text().splitlines()
     assert "tiny-bf16.ok=True" in log
+
+
+def test_cpu_tiny_preset_passes_on_two_ranks_as_on_one(tmp_path: Path) -> None:
+    """`--world 2`: each run on 2 gloo ranks (torchrun), the same checks and the same
+    loss as one rank's (the tiny model's init and the groups are seeded)."""
+    only = "tiny-fp32,tiny-bf16-checkpointed,tiny-measure"
+    runs = _check(tmp_path / "two", "--world", "2", "--only", only)
+    alone = _check(tmp_path / "one", "--only", "tiny-fp32")["tiny-fp32"]
+    for name in ("tiny-fp32", "tiny-bf16-checkpointed"):
+        run = runs[name]
+        assert run["status"] == "ok" and run["ok"] and run["world"] == 2, run
+    assert runs["tiny-fp32"]["loss"] == pytest.approx(alone["loss"], rel=1e-4, abs=1e-9)
+    assert runs["tiny-bf16-checkpointed"]["checkpointed_layers"] == 2
+    measured = runs["tiny-measure"]
+    assert measured["status"] == "ok" and measured["full_s"] > 0, measured.get("log_tail")
+    assert "core_s" not in measured  # rank 0 alone cannot run a sharded model's core
+
+
+def _check(out: Path, *options: str) -> dict[str, Any]:
+    check = [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--preset", "cpu-tiny"]
+    done = subprocess.run(
+        [*check, *options, "--out", str(out), "--deadline-s", "800"],
+        capture_output=True,
+        text=True,
+        timeout=880,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    runs: dict[str, Any] = json.loads((out / "gpu_check.json").read_text())["runs"]
+    return runs
