@@ -26,7 +26,7 @@ from learning_guard import frozen_groups
 
 from artfleet.contracts.base_models import DEFAULT_MODEL_NAME
 from artfleet_trainer.backends.art_compat import art
-from artfleet_trainer.torch_backend import TorchBackend
+from artfleet_trainer.torch_backend import TorchBackend, checkpoints
 from artfleet_trainer.torch_backend.datum_training import LOSSES, Datum
 from artfleet_trainer.torch_backend.rank_follower import NoServing, follow
 from artfleet_trainer.torch_backend.ranks import RankGroup
@@ -68,7 +68,14 @@ async def grpo(
             figures["seconds"] = seconds
         else:
             figures[f"seconds_{step}"] = seconds
-    return figures, _adapter(backend, model)
+    trained = _adapter(backend, model)
+    # Released, then registered again: it resumes its checkpoint (rank 0 reads it, the
+    # other ranks receive it), as a restarted trainer does.
+    await backend.unregister(model.name)
+    await backend.register_model(_model("grpo", 11))
+    resumed = _adapter(backend, _model("grpo", 11))
+    figures["resumed_max_diff"] = max(float((trained[k] - resumed[k]).abs().max()) for k in trained)
+    return figures, resumed
 
 
 async def sft(backend: TorchBackend) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
@@ -104,10 +111,22 @@ async def tinker(
             figures = {"loss": outputs.loss_sum, "grad_norm": metrics["grad_norm:mean"]}
             figures["logprob_0_0"] = outputs.logprobs[0][0]
         figures["seconds" if step == 0 else f"seconds_{step}"] = seconds
-    model: art.Model = art.TrainableModel(
-        name="tinker", project="tinker", base_model=DEFAULT_MODEL_NAME
-    )
-    return figures, _adapter(backend, model)
+    # Saved, moved on, then the save loaded back (weights and optimizer state; on ranks,
+    # sent from rank 0): the client is the saved one again.
+    saved_step = await clients.save("tinker")
+    saved = _adapter(backend, _tinker_model())
+    short = [Datum(list(range(10, 30)), list(range(11, 31)), {})]  # moves it, cheaply
+    await clients.forward_backward("tinker", short, LOSSES["cross_entropy"], {})
+    await clients.optim_step("tinker", AdamParams(learning_rate=1e-3))
+    checkpoint = checkpoints.checkpoint_dir(clients.model_dir("tinker"), saved_step)
+    await clients.load("tinker", checkpoint, optimizer=True)
+    loaded = _adapter(backend, _tinker_model())
+    figures["loaded_max_diff"] = max(float((saved[k] - loaded[k]).abs().max()) for k in saved)
+    return figures, _adapter(backend, _tinker_model())
+
+
+def _tinker_model() -> art.Model:
+    return art.TrainableModel(name="tinker", project="tinker", base_model=DEFAULT_MODEL_NAME)
 
 
 def param_bytes(backend: TorchBackend) -> int:
