@@ -75,7 +75,13 @@ async def grpo(
     await backend.register_model(_model("grpo", 11))
     resumed = _adapter(backend, _model("grpo", 11))
     figures["resumed_max_diff"] = max(float((trained[k] - resumed[k]).abs().max()) for k in trained)
-    return figures, resumed
+    # and trains on, every rank's rows counted (a follower's resumed copy trains too)
+    result = await backend.train(
+        _model("grpo", 11), frozen_groups(), learning_rate=1e-3, **TRAIN_ARGS
+    )
+    figures["resumed_step_loss"] = result.metrics["loss"]
+    figures["resumed_step_grad_norm"] = result.metrics["grad_norm"]
+    return figures, _adapter(backend, _model("grpo", 11))
 
 
 async def sft(backend: TorchBackend) -> tuple[dict[str, float], dict[str, torch.Tensor]]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+from peft import LoraConfig
 
 from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG, delete_steps_after
 from artfleet.contracts.gpu_plan import ModelShape
@@ -248,9 +249,12 @@ class TorchBackend:
         checkpoint = checkpoints.checkpoint_dir(state.output_dir.absolute(), step)
         await self.serving.publish(state.model.name, step, checkpoint, state.model.base_model)
 
-    def follow_tenant(self, model: art.TrainableModel, output_dir: Path, first: bool) -> None:
-        """Torch thread of a follower rank: rank 0's new tenant here too (rank_follower.py)."""
-        self._states[model.name] = self._load_state(model, output_dir, first)
+    def follow_tenant(
+        self, model: art.TrainableModel, output_dir: Path, first: bool, lora: LoraConfig
+    ) -> None:
+        """Torch thread of a follower rank: rank 0's new tenant here too, its adapter of
+        rank 0's config (rank_follower.py)."""
+        self._states[model.name] = self._load_state(model, output_dir, first, lora)
 
     def state_named(self, name: str) -> _ModelState:
         return self._states[name]
@@ -277,20 +281,30 @@ class TorchBackend:
         return int(peft_args(model).get("r", self.lora_rank))
 
     def _load_state(
-        self, model: art.TrainableModel, output_dir: Path, first_checkpoint: bool = True
+        self,
+        model: art.TrainableModel,
+        output_dir: Path,
+        first_checkpoint: bool = True,
+        lora: LoraConfig | None = None,
     ) -> _ModelState:
         """Torch thread: the model as a tenant of its base (loaded once, whatever the
-        number of tenants) with the latest adapter and optimizer state, if any."""
-        self._announce("tenant", _portable(model), output_dir, first_checkpoint)
+        number of tenants) with the latest adapter and optimizer state, if any. `lora`: a
+        follower rank's, rank 0's adapter config (a resumed one's is its checkpoint's)."""
         step = checkpoints.latest_step(output_dir)
         latest = checkpoints.checkpoint_dir(output_dir, step)
         # a restarted trainer goes on from it (rank 0 reads it, the other ranks receive it)
         resume = self.leads and (latest / ADAPTER_CONFIG).is_file()
+        if lora is None and resume:
+            lora = LoraConfig.from_pretrained(str(latest))
+            lora.inference_mode = False  # saved as True; trainable, as rank 0 loads it
+        elif lora is None:
+            lora = training.lora_config(self._rank(model))
+        self._announce("tenant", _portable(model), output_dir, first_checkpoint, lora)
         with training.quiet_peft_wrap():
             tenant, base, load_seconds = self.bases.tenant(
                 model.name,
                 model.base_model,
-                training.lora_config(self._rank(model)),
+                lora,
                 latest if resume else None,
                 lora_seed(model),
             )

@@ -64,8 +64,8 @@ class NoServing:
         return None
 
 
-def _tenant(backend: TorchBackend, model: Any, output_dir: Path, first: bool) -> None:
-    backend.follow_tenant(model, output_dir, first)
+def _tenant(backend: TorchBackend, model: Any, output_dir: Path, first: bool, lora: Any) -> None:
+    backend.follow_tenant(model, output_dir, first, lora)
 
 
 def _on_state(method: Callable[..., Any]) -> Callable[..., None]:
