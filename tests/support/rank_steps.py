@@ -97,10 +97,11 @@ async def sft(backend: TorchBackend) -> tuple[dict[str, float], dict[str, torch.
 
 
 async def tinker(
-    backend: TorchBackend, steps: int = 1, count: int = 6, tokens: int = 450
+    backend: TorchBackend, steps: int = 1, count: int = 4, tokens: int = 520
 ) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     """`steps` forward_backward + optim_step calls on `count` datums of `tokens` (the
-    default: two packed rows, 4 + 2 datums, one a rank); figures and seconds as grpo's."""
+    default: two packed rows of at most 2,048 tokens, 3 + 1 datums, one a rank); figures
+    and seconds as grpo's."""
     clients = backend.training_clients
     await clients.create("tinker", DEFAULT_MODEL_NAME, 8, 13)
     datums = [
@@ -165,8 +166,8 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--works", default="grpo,sft,tinker")
     parser.add_argument("--steps", type=int, default=1, help="of grpo and tinker")
-    parser.add_argument("--tinker-datums", type=int, default=6)
-    parser.add_argument("--tinker-tokens", type=int, default=450)
+    parser.add_argument("--tinker-datums", type=int, default=4)
+    parser.add_argument("--tinker-tokens", type=int, default=520)
     parser.add_argument("--threads", type=int, default=0, help="per rank (0: its share)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

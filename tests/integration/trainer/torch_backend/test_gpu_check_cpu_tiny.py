@@ -17,17 +17,15 @@ from repo_paths import ROOT
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-def test_cpu_tiny_preset_passes_every_check(tmp_path: Path) -> None:
-    check = [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--preset", "cpu-tiny"]
-    done = subprocess.run(
-        [*check, "--out", str(tmp_path), "--deadline-s", "800"],
-        capture_output=True,
-        text=True,
-        timeout=880,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    report = json.loads((tmp_path / "gpu_check.json").read_text())
-    runs = report["runs"]
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The whole preset, on one rank."""
+    out = tmp_path_factory.mktemp("one-rank")
+    return out, _check(out)
+
+
+def test_cpu_tiny_preset_passes_every_check(one_rank: tuple[Path, dict[str, Any]]) -> None:
+    out, runs = one_rank
     assert set(runs) == {"tiny-fp32", "tiny-bf16", "tiny-bf16-checkpointed", "tiny-measure"}
     for name in ("tiny-fp32", "tiny-bf16", "tiny-bf16-checkpointed"):
         run = runs[name]
@@ -40,24 +38,8 @@ def test_cpu_tiny_preset_passes_every_check(tmp_path: Path) -> None:
     assert measured["status"] == "ok", measured.get("log_tail")
     assert measured["core_s"] > 0 and measured["plain_s"] > 0 and measured["full_s"] > 0
     assert measured["generate_tokens_per_s"] > 0
-    log = (tmp_path / "gpu_check.log").read_text().splitlines()
+    log = (out / "gpu_check.log").read_text().splitlines()
     assert "tiny-bf16.ok=True" in log
-
-
-def test_cpu_tiny_preset_passes_on_two_ranks_as_on_one(tmp_path: Path) -> None:
-    """`--world 2`: each run on 2 gloo ranks (torchrun), the same checks and the same
-    loss as one rank's (the tiny model's init and the groups are seeded)."""
-    only = "tiny-fp32,tiny-bf16-checkpointed,tiny-measure"
-    runs = _check(tmp_path / "two", "--world", "2", "--only", only)
-    alone = _check(tmp_path / "one", "--only", "tiny-fp32")["tiny-fp32"]
-    for name in ("tiny-fp32", "tiny-bf16-checkpointed"):
-        run = runs[name]
-        assert run["status"] == "ok" and run["ok"] and run["world"] == 2, run
-    assert runs["tiny-fp32"]["loss"] == pytest.approx(alone["loss"], rel=1e-4, abs=1e-9)
-    assert runs["tiny-bf16-checkpointed"]["checkpointed_layers"] == 2
-    measured = runs["tiny-measure"]
-    assert measured["status"] == "ok" and measured["full_s"] > 0, measured.get("log_tail")
-    assert "core_s" not in measured  # rank 0 alone cannot run a sharded model's core
 
 
 def _check(out: Path, *options: str) -> dict[str, Any]:
@@ -68,6 +50,8 @@ def _check(out: Path, *options: str) -> dict[str, Any]:
         text=True,
         timeout=880,
     )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    runs: dict[str, Any] = json.loads((out / "gpu_check.json").read_text())["runs"]
+    report = out / "gpu_check.json"
+    runs: dict[str, Any] = json.loads(report.read_text())["runs"] if report.exists() else {}
+    tails = "".join(f"\n== {name}:\n{run.get('log_tail', '')}" for name, run in runs.items())
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:] + tails[-6000:]
     return runs
