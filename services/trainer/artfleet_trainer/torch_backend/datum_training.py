@@ -22,7 +22,7 @@ import torch
 
 from artfleet.contracts.errors import InvalidArgument
 
-from .ranks import RankGroup, Share
+from .ranks import RankGroup, shares
 from .training import (
     DEFAULT_PACKED_LENGTH,
     Row,
@@ -290,8 +290,7 @@ class DatumRows:
     def rows(self, ranks: RankGroup | None = None) -> Iterator[Row]:
         """Every packed row, or this rank's share of them (ranks.py)."""
         count = len(self._packs)
-        shares = [Share(i) for i in range(count)] if ranks is None else ranks.share(count)
-        for share in shares:
+        for share in shares(count, ranks):
             units_in_row = self._packs[share.index]
             size = sum(unit.size(self._datums) for unit in units_in_row)
             yield Row(size, partial(self._loss, units_in_row, share.counts))

@@ -39,6 +39,8 @@ import torch.distributed as dist
 
 from artfleet.contracts.errors import Unavailable
 
+from .worker import available_cores
+
 log = logging.getLogger(__name__)
 
 # The command channel waits as long as the service is idle (a trainer with no job for
@@ -109,11 +111,7 @@ class RankGroup:
 
     def cpu_threads(self) -> int:
         """A CPU rank's share of the node's cores (ranks on one node split them)."""
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:
-            cores = os.cpu_count() or 1
-        return max(1, cores // self.local_world)
+        return max(1, available_cores() // self.local_world)
 
     def start(self, device: str) -> None:
         """Join the group (blocks until every rank has: torchrun's rendezvous)."""
@@ -256,6 +254,11 @@ class RankGroup:
         out: list[Any] = [None] * self.world
         dist.all_gather_object(out, value)
         return out
+
+
+def shares(count: int, ranks: RankGroup | None) -> list[Share]:
+    """The rows of `count` this process runs: all of them alone, else its rank's share."""
+    return [Share(i) for i in range(count)] if ranks is None else ranks.share(count)
 
 
 def is_collective_failure(exc: BaseException) -> bool:

@@ -20,7 +20,7 @@ import torch
 
 from artfleet_trainer.backends.art_compat import art
 
-from .ranks import RankGroup, Share
+from .ranks import RankGroup, shares
 from .training import Row, StepMemory, StepStats, compute_logprobs, forward_backward, optim_step
 
 SFT_MAX_GRAD_NORM = 1.0  # ART's Unsloth SFT clips at 1.0 (GRPO at 0.1)
@@ -139,7 +139,7 @@ def train_batch(
         optimizer.zero_grad(set_to_none=True)
         batch = (
             Row(len(rows[s.index].token_ids), partial(loss, rows[s.index], s.counts))
-            for s in _shares(len(rows), ranks)
+            for s in shares(len(rows), ranks)
         )
         forward_backward(model, batch, memory, stats, scale=1 / total)
         optim_step(optimizer, learning_rate, stats, max_grad_norm=SFT_MAX_GRAD_NORM, ranks=ranks)
@@ -160,7 +160,7 @@ def mean_loss(model: Any, rows: list[SftRow], ranks: RankGroup | None = None) ->
     """Mean cross-entropy per assistant token over `rows` (no update): tests and reports."""
     device = next(model.parameters()).device
     total, count = 0.0, 0
-    for share in _shares(len(rows), ranks):
+    for share in shares(len(rows), ranks):
         nll, n = row_loss_sum(model, rows[share.index], device)
         if share.counts:
             total += float(nll)
@@ -168,7 +168,3 @@ def mean_loss(model: Any, rows: list[SftRow], ranks: RankGroup | None = None) ->
     if ranks is not None:
         total, count = (sum(v) for v in zip(*ranks.gather((total, count)), strict=True))
     return total / max(count, 1)
-
-
-def _shares(count: int, ranks: RankGroup | None) -> list[Share]:
-    return [Share(i) for i in range(count)] if ranks is None else ranks.share(count)

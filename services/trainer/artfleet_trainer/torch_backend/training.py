@@ -37,7 +37,7 @@ from artfleet_trainer.torch_backend import (
     exact_tokens,
     mismatch,
 )
-from artfleet_trainer.torch_backend.ranks import RankGroup, Share
+from artfleet_trainer.torch_backend.ranks import RankGroup, Share, shares
 from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
 
 log = logging.getLogger(__name__)
@@ -450,10 +450,8 @@ def train_on_packed(
 
 
 def _shares(rows: Sequence[int], ranks: RankGroup | None) -> list[Share]:
-    """The rows this rank runs: all of them alone, else its share (ranks.py)."""
-    if ranks is None:
-        return [Share(row) for row in rows]
-    return [Share(rows[s.index], s.counts) for s in ranks.share(len(rows))]
+    """The rows of `rows` this rank runs (ranks.shares, mapped to their row numbers)."""
+    return [Share(rows[s.index], s.counts) for s in shares(len(rows), ranks)]
 
 
 def _rate_multiplier(inputs: Any, power: float) -> float:
