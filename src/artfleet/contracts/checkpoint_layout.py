@@ -2,9 +2,15 @@
 the inference service serves from it.
 
     <art path>/<project>/models/<name>/checkpoints/<step:04d>/adapter_config.json (+ weights)
+    <art path>/<project>/models/<name>/checkpoints/<step:04d>/config.json (a full fine-tune)
     <art path>/<project>/models/<name>/best.json   {"step": 3, "metric": "pass_at_k", ...}
 
-A step counts once its adapter config is there: the trainer writes a checkpoint into a
+A LoRA checkpoint is a peft adapter folder (+ `optimizer.pt`); a full fine-tune's
+(`finetune: full`) is a whole Hugging Face model folder (`config.json`, `model.safetensors`,
+the tokenizer; loadable by vLLM and transformers as it is) and its optimizer state
+sharded by `torch.distributed.checkpoint` in `optimizer/`.
+
+A step counts once its adapter config (or model config) is there: the trainer writes a checkpoint into a
 hidden folder and renames it into place, so a step folder is whole or absent. `best.json`
 is the checkpoint the job's `keep_best_metric` ranks first (the trainer rewrites it after
 each step), so every reader resolves `name@best` alike.
@@ -24,6 +30,8 @@ from pathlib import Path
 from typing import Literal
 
 ADAPTER_CONFIG = "adapter_config.json"
+MODEL_CONFIG = "config.json"  # a full fine-tune's checkpoint: a whole model folder
+OPTIMIZER_DCP = "optimizer"  # its optimizer state: a torch.distributed.checkpoint folder
 BEST_FILE = "best.json"
 # A model name as served and looked up: no path parts, so a request cannot name a path.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
@@ -82,15 +90,25 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
+def is_full_checkpoint(folder: Path) -> bool:
+    """A full fine-tune's checkpoint (a whole model folder), not a LoRA adapter."""
+    return (folder / MODEL_CONFIG).is_file() and not (folder / ADAPTER_CONFIG).is_file()
+
+
+def is_checkpoint(folder: Path) -> bool:
+    """A whole checkpoint folder: an adapter's, or a full fine-tune's."""
+    return (folder / ADAPTER_CONFIG).is_file() or is_full_checkpoint(folder)
+
+
 def checkpoint_steps(model_dir: Path) -> list[int]:
-    """Steps with a saved adapter, ascending."""
+    """Steps with a saved checkpoint (adapter or full model), ascending."""
     root = model_dir / "checkpoints"
     if not root.is_dir():
         return []
     return sorted(
         int(entry.name)
         for entry in root.iterdir()
-        if entry.name.isdigit() and (entry / ADAPTER_CONFIG).is_file()
+        if entry.name.isdigit() and is_checkpoint(entry)
     )
 
 

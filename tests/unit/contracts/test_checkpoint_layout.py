@@ -13,8 +13,10 @@ from artfleet.contracts.checkpoint_layout import (
     BEST_FILE,
     LATEST,
     ModelRefError,
+    checkpoint_steps,
     describe_missing,
     find_checkpoint,
+    is_full_checkpoint,
     marked_best,
     parse_model_name,
     resolve_step,
@@ -80,3 +82,16 @@ def test_missing_checkpoints_are_described() -> None:
     assert describe_missing("pol", 7) == "model 'pol' has no checkpoint 7"
     assert describe_missing("pol", None) == "model 'pol' has no checkpoint"
     assert "keep_best_metric" in describe_missing("pol", BEST)
+
+
+def test_a_full_fine_tunes_model_folder_is_a_step_and_half_written_folders_are_not(
+    tmp_path: Path,
+) -> None:
+    folder = _model(tmp_path, "agent", [1])
+    full = folder / "checkpoints" / "0002"
+    full.mkdir()
+    (full / "config.json").write_text("{}")
+    (folder / "checkpoints" / "0003" / "optimizer").mkdir(parents=True)  # no config yet
+    assert checkpoint_steps(folder) == [1, 2]
+    assert is_full_checkpoint(full)
+    assert not is_full_checkpoint(folder / "checkpoints" / "0001")
