@@ -1,12 +1,13 @@
 """The same model work alone or on the ranks torchrun started (tests/integration/trainer/
 test_ranks.py, bench/dist_step_bench.py): a GRPO step on the learning guard's frozen
 batch, an SFT batch and a Tinker-compatible forward_backward + optim_step, each on its own
-tenant; rank 0 writes each one's figures and updated adapter under `out`.
+tenant, and a full fine-tune's GRPO step (`full`); rank 0 writes each one's figures and
+updated adapter (or weights) under `out`.
 
     python tests/support/rank_steps.py OUT                      # one process
     python -m torch.distributed.run --nproc-per-node 2 tests/support/rank_steps.py OUT
         [--works grpo,sft,tinker] [--steps N] [--tinker-datums N --tinker-tokens T]
-        [--threads T]
+        [--threads T] [--resume-full OTHER_OUT]
 
 Each rank also writes the bytes of the base's parameters it holds (its FSDP shards plus
 what stays whole: the output head) to `OUT/param_bytes.<rank>`.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from artfleet.contracts.base_models import DEFAULT_MODEL_NAME
 from artfleet_trainer.backends.art_compat import art
 from artfleet_trainer.torch_backend import TorchBackend, checkpoints
 from artfleet_trainer.torch_backend.datum_training import LOSSES, Datum
+from artfleet_trainer.torch_backend.full_model import FullModel
 from artfleet_trainer.torch_backend.rank_follower import NoServing, follow
 from artfleet_trainer.torch_backend.ranks import RankGroup
 from artfleet_trainer.torch_backend.training_clients import AdamParams
@@ -39,11 +42,11 @@ TRAIN_ARGS = {"packed_sequence_length": 96, "grad_accumulation_sequences": 3}
 
 def _model(name: str, seed: int) -> art.TrainableModel:
     peft_args = art.dev.PeftArgs(r=8, lora_alpha=16, random_state=seed)
+    config = art.dev.InternalModelConfig(peft_args=peft_args)
+    if name.startswith("full"):  # finetune: full, as the job runner says it
+        config["init_args"] = art.dev.InitArgs(full_finetuning=True)
     return art.TrainableModel(
-        name=name,
-        project="ranks",
-        base_model=DEFAULT_MODEL_NAME,
-        _internal_config=art.dev.InternalModelConfig(peft_args=peft_args),
+        name=name, project="ranks", base_model=DEFAULT_MODEL_NAME, _internal_config=config
     )
 
 
@@ -51,12 +54,20 @@ def _adapter(backend: TorchBackend, model: art.Model) -> dict[str, torch.Tensor]
     return {k: v.detach().clone() for k, v in backend.peft_model_of(model).adapter_state().items()}
 
 
+async def _weights(backend: TorchBackend, model: art.Model) -> dict[str, torch.Tensor]:
+    """The model's trained weights on the CPU (a full fine-tune's gathered to rank 0)."""
+    if isinstance(backend.peft_model_of(model), FullModel):
+        return await backend.run_on_torch_thread(backend.full_weights, model.name)
+    return _adapter(backend, model)
+
+
 async def grpo(
-    backend: TorchBackend, steps: int = 1
+    backend: TorchBackend, steps: int = 1, name: str = "grpo"
 ) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     """`steps` GRPO steps on the frozen batch; the figures are the first step's, the
-    seconds those of each step after the first (the first also warms the allocator)."""
-    model = _model("grpo", 11)
+    seconds those of each step after the first (the first also warms the allocator).
+    `name` "full": a full fine-tune's (every weight trains)."""
+    model = _model(name, 11)
     await backend.register_model(model)  # as the job runner does (ART's model.register)
     figures: dict[str, float] = {}
     for step in range(steps):
@@ -68,20 +79,33 @@ async def grpo(
             figures["seconds"] = seconds
         else:
             figures[f"seconds_{step}"] = seconds
-    trained = _adapter(backend, model)
+    trained = await _weights(backend, model)
     # Released, then registered again: it resumes its checkpoint (rank 0 reads it, the
-    # other ranks receive it), as a restarted trainer does.
+    # other ranks receive it; a full fine-tune's every rank reads), as a restarted
+    # trainer does.
     await backend.unregister(model.name)
-    await backend.register_model(_model("grpo", 11))
-    resumed = _adapter(backend, _model("grpo", 11))
-    figures["resumed_max_diff"] = max(float((trained[k] - resumed[k]).abs().max()) for k in trained)
+    figures.update(await resume(backend, name, trained))
+    return figures, await _weights(backend, _model(name, 11))
+
+
+async def resume(
+    backend: TorchBackend, name: str, trained: dict[str, torch.Tensor]
+) -> dict[str, float]:
+    """The model `name` registered from its latest checkpoint: how far its weights are
+    from `trained`, and one more GRPO step's figures (they depend on the resumed optimizer
+    state too)."""
+    await backend.register_model(_model(name, 11))
+    resumed = await _weights(backend, _model(name, 11))
+    figures = {
+        "resumed_max_diff": max(float((trained[k] - resumed[k]).abs().max()) for k in trained)
+    }
     # and trains on, every rank's rows counted (a follower's resumed copy trains too)
     result = await backend.train(
-        _model("grpo", 11), frozen_groups(), learning_rate=1e-3, **TRAIN_ARGS
+        _model(name, 11), frozen_groups(), learning_rate=1e-3, **TRAIN_ARGS
     )
     figures["resumed_step_loss"] = result.metrics["loss"]
     figures["resumed_step_grad_norm"] = result.metrics["grad_norm"]
-    return figures, _adapter(backend, _model("grpo", 11))
+    return figures
 
 
 async def sft(backend: TorchBackend) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
@@ -145,11 +169,40 @@ def param_bytes(backend: TorchBackend) -> int:
     return total
 
 
+def write_param_bytes(backend: TorchBackend, out: Path, rank: int) -> None:
+    """`param_bytes.<rank>`: the shared base's bytes here; `full_param_bytes.<rank>`: the
+    full fine-tune's (its shards), when one ran."""
+    if len(backend.bases):
+        (out / f"param_bytes.{rank}").write_text(str(param_bytes(backend)))
+    try:
+        full = backend.state_named("full").peft_model
+    except KeyError:
+        return
+    assert isinstance(full, FullModel)
+    (out / f"full_param_bytes.{rank}").write_text(str(full.param_bytes()))
+
+
+async def resume_elsewhere(backend: TorchBackend, run: Path) -> dict[str, float]:
+    """The full fine-tune's step 1 of another run (another number of ranks: DCP reshards
+    its optimizer state) resumed here as `full-elsewhere`, and trained on."""
+    from safetensors.torch import load_file
+
+    here = checkpoints.model_dir(backend.path, _model("full-elsewhere", 11))
+    source = checkpoints.checkpoint_dir(
+        checkpoints.model_dir(str(run / "art"), _model("full", 11)), 1
+    )
+    shutil.copytree(source, checkpoints.checkpoint_dir(here, 1))
+    saved = {k: v for f in sorted(source.glob("*.safetensors")) for k, v in load_file(f).items()}
+    return await resume(backend, "full-elsewhere", saved)
+
+
 async def lead(backend: TorchBackend, out: Path, args: argparse.Namespace) -> None:
     figures: dict[str, Any] = {}
-    for name in args.works.split(","):
-        if name == "grpo":
-            figures[name], adapter = await grpo(backend, args.steps)
+    if args.resume_full is not None:
+        figures["full_elsewhere"] = await resume_elsewhere(backend, args.resume_full)
+    for name in filter(None, args.works.split(",")):
+        if name in ("grpo", "full"):
+            figures[name], adapter = await grpo(backend, args.steps, name)
         elif name == "tinker":
             figures[name], adapter = await tinker(
                 backend, args.steps, args.tinker_datums, args.tinker_tokens
@@ -168,6 +221,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1, help="of grpo and tinker")
     parser.add_argument("--tinker-datums", type=int, default=4)
     parser.add_argument("--tinker-tokens", type=int, default=520)
+    parser.add_argument(
+        "--resume-full", type=Path, help="another run's OUT: resume its full fine-tune's step 1"
+    )
     parser.add_argument("--threads", type=int, default=0, help="per rank (0: its share)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -190,7 +246,7 @@ def main() -> None:
         torch.set_num_threads(threads or ranks.cpu_threads())
         follow(backend, ranks)
     rank = 0 if ranks is None else ranks.rank  # the bases stay loaded after the group ends
-    (args.out / f"param_bytes.{rank}").write_text(str(param_bytes(backend)))
+    write_param_bytes(backend, args.out, rank)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,11 @@ from typing import Any, TypeVar
 import torch
 from peft import LoraConfig
 
-from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG, delete_steps_after
+from artfleet.contracts.checkpoint_layout import (
+    ADAPTER_CONFIG,
+    delete_steps_after,
+    is_full_checkpoint,
+)
 from artfleet.contracts.gpu_plan import ModelShape
 from artfleet.contracts.gpu_tenants import tenant_bytes
 from artfleet_trainer.backends.art_compat import art
@@ -38,6 +42,7 @@ from artfleet_trainer.settings import DtypeName
 from artfleet_trainer.torch_serving.options import TorchServerOptions
 
 from . import checkpoints, precision, train_config, training
+from .full_model import FullModel, full_finetuning
 from .model_loader import LoadedModel, load_base_model
 from .ranks import RankGroup, RankOp
 from .sft_runs import SftRuns
@@ -59,7 +64,8 @@ class _ModelState:
     """A registered trainable model: its weights, optimizer and the step they are."""
 
     model: art.TrainableModel
-    peft_model: TenantModel  # its adapter on the shared base (tenants.py)
+    # its adapter on the shared base (tenants.py), or a full fine-tune's model (full_model.py)
+    peft_model: TenantModel | FullModel
     tokenizer: Any
     optimizer: torch.optim.AdamW
     output_dir: Path
@@ -129,7 +135,8 @@ class TorchBackend:
         precision.configure_device(device)
         if memory_fraction > 0 and precision.is_cuda(device):
             torch.cuda.set_per_process_memory_fraction(memory_fraction, torch.device(device))
-        self._loader = loader or self._load_base
+        self._load_raw = loader or self._load_from_disk  # the base as it is
+        self._loader = self._load_base  # the base as tenants share it (sharded on ranks)
         self.cache_dir = cache_dir
         self.lora_rank = lora_rank
         self.api_key = api_key or secrets.token_urlsafe(24)
@@ -158,10 +165,13 @@ class TorchBackend:
     async def __aexit__(self, *_: object) -> None:
         await self.close()
 
-    def _load_base(self, base_model: str) -> LoadedModel:
-        loaded = load_base_model(
+    def _load_from_disk(self, base_model: str) -> LoadedModel:
+        return load_base_model(
             base_model, cache_dir=self.cache_dir, device=self.device, dtype=self.dtype
         )
+
+    def _load_base(self, base_model: str) -> LoadedModel:
+        loaded = self._load_raw(base_model)
         if self.ranks is not None:
             self.ranks.shard(loaded.model)
         return loaded
@@ -262,8 +272,9 @@ class TorchBackend:
     def release_tenant(self, name: str, base_model: str) -> None:
         """Torch thread: the tenant's adapter leaves the base (on every rank)."""
         self._announce("release", name, base_model)
-        self._states.pop(name, None)
-        self.bases.release(name, base_model)
+        state = self._states.pop(name, None)
+        if state is None or not isinstance(state.peft_model, FullModel):
+            self.bases.release(name, base_model)
 
     def _weights_changing(self, state: _ModelState) -> object | None:
         """Torch thread, before the weights change (see PolicyServing.weights_changing);
@@ -289,9 +300,18 @@ class TorchBackend:
     ) -> _ModelState:
         """Torch thread: the model as a tenant of its base (loaded once, whatever the
         number of tenants) with the latest adapter and optimizer state, if any. `lora`: a
-        follower rank's, rank 0's adapter config (a resumed one's is its checkpoint's)."""
+        follower rank's, rank 0's adapter config (a resumed one's is its checkpoint's).
+        A full fine-tune (`full_finetuning`) is a model of its own instead."""
         step = checkpoints.latest_step(output_dir)
         latest = checkpoints.checkpoint_dir(output_dir, step)
+        if full_finetuning(model):
+            full = self._load_full(
+                model, output_dir, latest if is_full_checkpoint(latest) else None
+            )
+            if full.step < 0 and first_checkpoint:  # step 0 on disk, as a LoRA's
+                self.save_checkpoint(full, 0)
+                self._weights_changed(full, 0, None)
+            return full
         # a restarted trainer goes on from it (rank 0 reads it, the other ranks receive it)
         resume = self.leads and (latest / ADAPTER_CONFIG).is_file()
         if lora is None and resume:
@@ -334,6 +354,52 @@ class TorchBackend:
         max_context = int(getattr(config, "max_position_embeddings", 0) or 4096)
         self.serving.attach(model.name, tenant, base.tokenizer, step)
         return _ModelState(model, tenant, base.tokenizer, optimizer, output_dir, max_context, step)
+
+    def _load_full(
+        self, model: art.TrainableModel, output_dir: Path, resume: Path | None
+    ) -> _ModelState:
+        """Torch thread (every rank): a full fine-tune's own copy of its base, or of the
+        checkpoint `resume`, with its optimizer state (full_model.py)."""
+        self._announce("full_tenant", _portable(model), output_dir, resume)
+        loaded = self._load_raw(model.base_model)
+        full = FullModel(loaded, self.ranks, resume)
+        optimizer = training.make_optimizer(list(full.parameters()))
+        if resume is not None:
+            full.load_optimizer(optimizer, resume)
+        step = int(resume.name) if resume is not None and self.leads else -1
+        log.info(
+            "registered %s at step %d: a full fine-tune of %s (%.0f MiB of weights here)",
+            model.name,
+            step,
+            model.base_model,
+            full.param_bytes() / MiB,
+        )
+        config = full.get_base_model().config
+        max_context = int(getattr(config, "max_position_embeddings", 0) or 4096)
+        self.serving.attach(model.name, full, loaded.tokenizer, step)
+        return _ModelState(model, full, loaded.tokenizer, optimizer, output_dir, max_context, step)
+
+    def follow_full_tenant(
+        self, model: art.TrainableModel, output_dir: Path, resume: Path | None
+    ) -> None:
+        """Torch thread of a follower rank: rank 0's new full fine-tune here too."""
+        self._states[model.name] = self._load_full(model, output_dir, resume)
+
+    def save_checkpoint(self, state: _ModelState, step: int) -> Path:
+        """Torch thread, rank 0: the live weights as checkpoint `step` (rank 0 writes a
+        LoRA's; a full fine-tune's on ranks is written by every rank, its shard)."""
+        if isinstance(state.peft_model, FullModel):
+            return checkpoints.save_staged(
+                state.output_dir, step, lambda staging: self.save_full(state, staging)
+            )
+        return checkpoints.save_checkpoint(
+            state.peft_model, state.output_dir, step, state.optimizer.state_dict()
+        )
+
+    def save_full(self, state: _ModelState, staging: Path) -> None:
+        """Torch thread (every rank): a full fine-tune's checkpoint into `staging`."""
+        self._announce("save_full", state.model.name, staging)
+        state.peft_model.save(staging, state.optimizer)
 
     # --- tenants --------------------------------------------------------------------------
 
@@ -482,9 +548,7 @@ class TorchBackend:
         else:
             log.info("no trainable data (equal rewards in every group): weights unchanged")
         new_step = max(state.step, checkpoints.latest_step(state.output_dir)) + 1
-        path = checkpoints.save_checkpoint(
-            state.peft_model, state.output_dir, new_step, state.optimizer.state_dict()
-        )
+        path = self.save_checkpoint(state, new_step)
         precision.release_cached_memory(self.device)
         # Saved first: the checkpoint must hold the new weights.
         self._weights_changed(state, new_step, old)
@@ -561,6 +625,15 @@ class TorchBackend:
     def peft_model_of(self, model: art.Model) -> Any:
         """The live peft model (tests compare LoRA weights before and after train())."""
         return self._state_of(model).peft_model
+
+    def full_weights(self, name: str) -> dict[str, torch.Tensor]:
+        """Torch thread: the full fine-tune `name`'s weights on the CPU, gathered to rank 0
+        from every rank's shards ({} on the others)."""
+        self._announce("full_weights", name)
+        full = self.state_named(name).peft_model
+        if not isinstance(full, FullModel):
+            raise ValueError(f"model {name!r} is a LoRA tenant, not a full fine-tune")
+        return full.full_state()
 
     def tokenizer_of(self, model: art.Model) -> Any:
         """The tokenizer the model's trajectories are tokenized with (benchmarks)."""

@@ -1,8 +1,9 @@
 """Checkpoints in ART's layout: `{path}/{project}/models/{name}/checkpoints/{step:04d}/`.
 
-Each holds the peft adapter (`adapter_model.safetensors`, `adapter_config.json`) and
+A LoRA checkpoint holds the peft adapter (`adapter_model.safetensors`, `adapter_config.json`) and
 the optimizer state (`optimizer.pt`, as ART's Unsloth service names it), so a restarted
-trainer resumes where it stopped. A checkpoint is written into a hidden temporary folder
+trainer resumes where it stopped; a full fine-tune's is a whole model folder
+(full_model.py). A checkpoint is written into a hidden temporary folder
 and renamed into place: a crash leaves no half-written step that would look like the
 latest one.
 """
@@ -13,6 +14,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +48,23 @@ def save_checkpoint(
     optimizer_state: dict[str, Any] | None = None,
 ) -> Path:
     """Write the adapter (and optimizer state) as checkpoint `step`, atomically."""
+
+    def write(staging: Path) -> None:
+        peft_model.save_pretrained(str(staging))
+        if optimizer_state is not None:
+            torch.save(optimizer_state, staging / OPTIMIZER_FILE)
+
+    return save_staged(model_output_dir, step, write)
+
+
+def save_staged(model_output_dir: Path, step: int, write: Callable[[Path], None]) -> Path:
+    """Checkpoint `step`, atomically: `write` fills a hidden staging folder, which is then
+    renamed into place."""
     target = checkpoint_dir(model_output_dir, step)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{step:04d}-", dir=target.parent))
     try:
-        peft_model.save_pretrained(str(staging))
-        if optimizer_state is not None:
-            torch.save(optimizer_state, staging / OPTIMIZER_FILE)
+        write(staging)
         staging.chmod(0o755)
         if target.exists():  # a step written before a crash, never served: replace it
             shutil.rmtree(target)

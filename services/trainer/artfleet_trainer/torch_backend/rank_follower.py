@@ -5,8 +5,9 @@ Rank 0 is the trainer service; before each piece of model work its backend annou
 (`TorchBackend._announce`: an op name and picklable arguments, model names for live
 objects) and the follower runs the very method rank 0 runs next, on its own backend, so
 the collectives inside (FSDP's gathers, the summed gradients, the gathered figures) meet.
-A follower serves nothing and writes nothing: rank 0 saves the (replicated) adapters and
-publishes them. An op that fails here ends the process: torchrun then ends and restarts
+A follower serves nothing and publishes nothing: rank 0 saves the (replicated) adapters and
+publishes them; of a full fine-tune's checkpoint, each rank writes its optimizer state's
+shard (full_model.py). An op that fails here ends the process: torchrun then ends and restarts
 the whole group, and rank 0's jobs resume from their last checkpoints.
 """
 
@@ -80,6 +81,11 @@ def _on_state(method: Callable[..., Any]) -> Callable[..., None]:
 # One entry per op rank 0 announces (grep `_announce(` in torch_backend).
 OPS: dict[str, Callable[..., None]] = {
     "tenant": _tenant,
+    "full_tenant": lambda backend, *args: backend.follow_full_tenant(*args),
+    "save_full": _on_state(
+        lambda b, state, staging: state.peft_model.save(staging, state.optimizer)
+    ),
+    "full_weights": lambda backend, name: backend.full_weights(name),
     "release": lambda backend, name, base: backend.release_tenant(name, base),
     "train": _on_state(lambda b, state, *a: b.train_packed(state, *a)),
     "sft": _on_state(lambda b, state, *a: b.sft.batch(state, *a)),

@@ -210,6 +210,24 @@ class RankGroup:
             self._sharded.add(fully_shard(layer, mesh=self.mesh))
         self._sharded.add(fully_shard(model.get_decoder(), mesh=self.mesh))
 
+    def shard_full(self, root: torch.nn.Module, decoder_units: list[torch.nn.Module]) -> None:
+        """FSDP2 over a full fine-tune (full_model.py), every weight trainable: each
+        decoder layer, then `root` (the rest: embeddings, final norm, head). Gradients are
+        summed, not averaged: the loss is already scaled by the step's global row count.
+        On CUDA the weights are kept in fp32 and computed in bf16 (FSDP's mixed precision:
+        gathered in bf16, gradients reduced in fp32)."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        policy = MixedPrecisionPolicy()
+        if self.mesh.device_type == "cuda":
+            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        units = [fully_shard(unit, mesh=self.mesh, mp_policy=policy) for unit in decoder_units]
+        units.append(fully_shard(root, mesh=self.mesh, mp_policy=policy))
+        for unit in units:
+            unit.set_gradient_divide_factor(1.0)  # a sum (gloo has no pre-scaled sum)
+            unit.set_force_sum_reduction_for_comms(True)
+            self._sharded.add(unit)
+
     def reshard(self) -> None:
         """Every sharded unit back to its shard (local, no collective), so each op starts
         from the same state on every rank: FSDP keeps the root gathered after a forward
@@ -226,8 +244,10 @@ class RankGroup:
         return mine + [Share(0, counts=False)] * (most - len(mine))
 
     def reduce_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
-        """Sum the replicated adapter's gradients over the ranks (one flat all-reduce)."""
-        params = params_list(params)
+        """Sum the replicated adapter's gradients over the ranks (one flat all-reduce).
+        Sharded parameters (DTensors: a full fine-tune's) are left out: FSDP has
+        reduce-scattered theirs in the backward pass."""
+        params = [p for p in params if not is_sharded(p)]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         if not grads:
             return
@@ -270,8 +290,11 @@ def is_collective_failure(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(m in text for m in COLLECTIVE_MARKERS)
 
 
-def params_list(params: Iterable[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
-    return params if isinstance(params, list) else list(params)
+def is_sharded(param: torch.Tensor) -> bool:
+    """A parameter FSDP shards (a DTensor)."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(param, DTensor)
 
 
 def decoder_layers(model: Any) -> list[torch.nn.Module]:

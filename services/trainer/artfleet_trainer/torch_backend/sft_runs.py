@@ -88,9 +88,7 @@ class SftRuns:
     def _save(self, state: _ModelState, old: object | None) -> int:
         backend = self._backend
         new_step = max(state.step, checkpoints.latest_step(state.output_dir)) + 1
-        checkpoints.save_checkpoint(
-            state.peft_model, state.output_dir, new_step, state.optimizer.state_dict()
-        )
+        backend.save_checkpoint(state, new_step)
         precision.release_cached_memory(backend.device)
         backend._weights_changed(state, new_step, old)
         return new_step

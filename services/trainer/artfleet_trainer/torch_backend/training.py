@@ -37,6 +37,7 @@ from artfleet_trainer.torch_backend import (
     exact_tokens,
     mismatch,
 )
+from artfleet_trainer.torch_backend.full_model import FullModel
 from artfleet_trainer.torch_backend.ranks import RankGroup, Share, shares
 from artfleet_trainer.torch_backend.tool_history import without_rendered_tool_calls
 
@@ -172,6 +173,22 @@ def shifted_targets(tokens: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.pad(tokens[:, 1:], (0, 1), value=0)
 
 
+def hidden_and_head(
+    model: Any, tokens: torch.Tensor, mask: torch.Tensor | None, input_pos: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decoder's last hidden states and the output head's weight (the logits are
+    their product, chunked). A full fine-tune's model gives both from one forward of its
+    own (full_model.py: its head may be sharded)."""
+    own = getattr(model, "hidden_and_head", None)
+    if own is not None:
+        return own(tokens, mask, input_pos)  # type: ignore[no-any-return]
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = base.get_decoder()(
+        input_ids=tokens, attention_mask=mask, position_ids=input_pos, use_cache=False
+    ).last_hidden_state
+    return hidden, base.get_output_embeddings().weight
+
+
 def compute_logprobs(
     model: Any,
     tokens: torch.Tensor,
@@ -189,14 +206,10 @@ def compute_logprobs(
 
     With `checkpoint_chunks` (and gradients on) each chunk's logits are recomputed in the
     backward pass instead of kept: S x vocab x 4 bytes less, one more lm-head product."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
     mask = None
     if group_ids is not None and parent_ids is not None:
         mask = attention_bias(group_ids, parent_ids, dtype=model_dtype(model))
-    hidden = base.get_decoder()(
-        input_ids=tokens, attention_mask=mask, position_ids=input_pos, use_cache=False
-    ).last_hidden_state
-    weight = base.get_output_embeddings().weight
+    hidden, weight = hidden_and_head(model, tokens, mask, input_pos)
     if targets is None:
         targets = shifted_targets(tokens)
     logprobs, entropies = [], []
@@ -404,7 +417,8 @@ def optim_step(
     for group in optimizer.param_groups:
         group["lr"] = learning_rate
     norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)
-    stats.grad_norms.append(float(norm))
+    full = getattr(norm, "full_tensor", None)  # sharded parameters' norm: a DTensor
+    stats.grad_norms.append(float(full() if full is not None else norm))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
@@ -499,6 +513,11 @@ def _row_loss(
         stats.masked_sequences = (stats.masked_sequences or 0) + masked
     ref_logprobs = None
     if config.kl_penalty_coef > 0:
+        if isinstance(model, FullModel):
+            raise ValueError(
+                "kl_penalty_coef needs the base model as the reference policy, and a full "
+                "fine-tune keeps no copy of it: set kl_penalty_coef to 0, or finetune: lora"
+            )
         # The reference policy is the base model: the same forward with LoRA disabled.
         adapter_off = (
             model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
