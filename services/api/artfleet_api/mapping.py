@@ -75,6 +75,7 @@ def train_spec(request: TrainRequest, settings: ApiSettings, *, agent: str) -> J
         "rollouts_per_group": rollouts,
         "learning_rate": request.learning_rate,
         "task_prompt": request.task_prompt,
+        "finetune": request.finetune,
     }
     if request.use_ruler:
         ruler = ScorerModel(

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from artfleet.specs.base import default_of, field_of
-from artfleet.specs.job import DEFAULT_BASE_MODEL, NAME_PATTERN, JobSpecModel
+from artfleet.specs.job import DEFAULT_BASE_MODEL, NAME_PATTERN, Finetune, JobSpecModel
 
 SLUG = NAME_PATTERN
 Scalar = float | int | str | bool | None
@@ -52,6 +52,7 @@ class TrainRequest(Body):
     max_turns: int | None = _spec("max_turns", default=None)
     max_tokens: int | None = _spec("max_tokens", default=None)
     enable_thinking: bool | None = _spec("enable_thinking")
+    finetune: Finetune = _spec("finetune")
 
 
 # The two forms of a `POST /train` body, as the tags of their union: request validation

@@ -129,11 +129,14 @@ def prune(
 @app.command()
 def export(
     model: str = typer.Argument(..., help="name@step, or name for its latest checkpoint"),
-    out: Path = typer.Option(..., "--out", help="adapter directory to write (peft loads it)"),
+    out: Path = typer.Option(
+        ..., "--out", help="directory to write (peft loads an adapter; vLLM a full model)"
+    ),
     target: str = TargetOpt,
     token: str = TokenOpt,
 ) -> None:
-    """Write the checkpoint's LoRA adapter (adapter_config.json, adapter_model.safetensors)."""
+    """Write the checkpoint's LoRA adapter (adapter_config.json, adapter_model.safetensors),
+    or a full fine-tune's model folder (config.json, model.safetensors, the tokenizer)."""
     if out.exists() and any(out.iterdir()):
         fail(f"--out {out} exists and is not empty")
     written: dict[str, int] = {}

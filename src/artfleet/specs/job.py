@@ -58,6 +58,7 @@ __all__ = [
     "DEFAULT_BASE_MODEL",
     "NAME_PATTERN",
     "CorrectionModel",
+    "Finetune",
     "GateModel",
     "GrpoModel",
     "JobSpecModel",
@@ -79,6 +80,8 @@ MAX_STEPS_OFF_POLICY = 8  # beyond a few versions the importance ratios are most
 # A job, project or experiment name (the HTTP API checks its names with the same pattern).
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 _NAME = re.compile(NAME_PATTERN)
+# What a job trains (`finetune`): a LoRA adapter, or every weight (the HTTP API's body too).
+Finetune = Literal["lora", "full"]
 
 
 class JobSpecModel(BaseModel):
@@ -126,6 +129,12 @@ class JobSpecModel(BaseModel):
         default=0, ge=0, le=100_000, description="episodes of this job at once per rollout worker"
     )
     lora_rank: int = Field(default=8, ge=1, le=512)
+    # What the job trains: a LoRA adapter on the shared base (many jobs per base and per
+    # inference service), or every weight of a model copy of its own (torch backend).
+    finetune: Finetune = Field(
+        default="lora",
+        description="lora | full: a LoRA adapter on the shared base, or every weight",
+    )
     # Jobs side by side on one trainer take its gate in turn; a waiting step gains one for
     # every turn passed over, so a low priority delays a job's steps, never stops them.
     priority: int = Field(
@@ -228,6 +237,15 @@ class JobSpecModel(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _full_needs_torch(self) -> JobSpecModel:
+        # ART's own backend (Unsloth) trains LoRA adapters only, as ArtFleet runs it.
+        if self.finetune == "full" and self.backend == "art":
+            raise FieldError(
+                ("finetune",), "full fine-tuning needs backend torch (the art backend is LoRA)"
+            )
+        return self
+
     @property
     def correction(self) -> CorrectionModel:
         """The off-policy correction the job trains with (its default when unset)."""
@@ -295,6 +313,9 @@ def config_hash(spec: JobSpecModel) -> str:
     for key in ("sft", "mcp_config", "enable_thinking", "off_policy_correction"):
         if data.get(key) is None:
             data.pop(key, None)
+    # `finetune` came later: a LoRA job (its default) keeps the hash it had before.
+    if data.get("finetune") == "lora":
+        data.pop("finetune")
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 

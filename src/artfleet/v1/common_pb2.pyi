@@ -388,7 +388,7 @@ class RewardSpec(_message.Message):
     def __init__(self, scorers: _Optional[_Iterable[_Union[ScorerSpec, _Mapping]]] = ..., clip: _Optional[_Union[Range, _Mapping]] = ..., policy: _Optional[_Union[PolicyEndpoint, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "enable_thinking", "skip_bad_records", "max_concurrent", "lora_rank", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "max_steps_off_policy", "priority", "off_policy_correction", "experiment", "grpo", "eval_every_steps", "eval_split", "eval_k", "eval_max_tasks", "eval_temperature", "keep_last", "keep_best_metric", "log_sample_rate", "dataset_size", "num_epochs", "sft", "mcp_config")
+    __slots__ = ("name", "project", "base_model", "backend", "environment", "split", "steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns", "seed", "temperature", "max_tokens", "max_context_tokens", "enable_thinking", "skip_bad_records", "max_concurrent", "lora_rank", "finetune", "reward", "gather_timeout_s", "min_group_fraction", "max_seq_length", "gpu_memory_utilization", "task_prompt", "max_steps_off_policy", "priority", "off_policy_correction", "experiment", "grpo", "eval_every_steps", "eval_split", "eval_k", "eval_max_tasks", "eval_temperature", "keep_last", "keep_best_metric", "log_sample_rate", "dataset_size", "num_epochs", "sft", "mcp_config")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROJECT_FIELD_NUMBER: _ClassVar[int]
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -408,6 +408,7 @@ class JobSpec(_message.Message):
     SKIP_BAD_RECORDS_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
     LORA_RANK_FIELD_NUMBER: _ClassVar[int]
+    FINETUNE_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
     GATHER_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     MIN_GROUP_FRACTION_FIELD_NUMBER: _ClassVar[int]
@@ -450,6 +451,7 @@ class JobSpec(_message.Message):
     skip_bad_records: bool
     max_concurrent: int
     lora_rank: int
+    finetune: str
     reward: RewardSpec
     gather_timeout_s: float
     min_group_fraction: float
@@ -473,7 +475,7 @@ class JobSpec(_message.Message):
     num_epochs: int
     sft: SftSpec
     mcp_config: str
-    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., enable_thinking: _Optional[bool] = ..., skip_bad_records: _Optional[bool] = ..., max_concurrent: _Optional[int] = ..., lora_rank: _Optional[int] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., max_steps_off_policy: _Optional[int] = ..., priority: _Optional[int] = ..., off_policy_correction: _Optional[_Union[OffPolicyCorrection, _Mapping]] = ..., experiment: _Optional[str] = ..., grpo: _Optional[_Union[GrpoSpec, _Mapping]] = ..., eval_every_steps: _Optional[int] = ..., eval_split: _Optional[str] = ..., eval_k: _Optional[int] = ..., eval_max_tasks: _Optional[int] = ..., eval_temperature: _Optional[float] = ..., keep_last: _Optional[int] = ..., keep_best_metric: _Optional[str] = ..., log_sample_rate: _Optional[float] = ..., dataset_size: _Optional[int] = ..., num_epochs: _Optional[int] = ..., sft: _Optional[_Union[SftSpec, _Mapping]] = ..., mcp_config: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., project: _Optional[str] = ..., base_model: _Optional[str] = ..., backend: _Optional[str] = ..., environment: _Optional[str] = ..., split: _Optional[str] = ..., steps: _Optional[int] = ..., groups_per_step: _Optional[int] = ..., rollouts_per_group: _Optional[int] = ..., learning_rate: _Optional[float] = ..., max_turns: _Optional[int] = ..., seed: _Optional[int] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., enable_thinking: _Optional[bool] = ..., skip_bad_records: _Optional[bool] = ..., max_concurrent: _Optional[int] = ..., lora_rank: _Optional[int] = ..., finetune: _Optional[str] = ..., reward: _Optional[_Union[RewardSpec, _Mapping]] = ..., gather_timeout_s: _Optional[float] = ..., min_group_fraction: _Optional[float] = ..., max_seq_length: _Optional[int] = ..., gpu_memory_utilization: _Optional[float] = ..., task_prompt: _Optional[str] = ..., max_steps_off_policy: _Optional[int] = ..., priority: _Optional[int] = ..., off_policy_correction: _Optional[_Union[OffPolicyCorrection, _Mapping]] = ..., experiment: _Optional[str] = ..., grpo: _Optional[_Union[GrpoSpec, _Mapping]] = ..., eval_every_steps: _Optional[int] = ..., eval_split: _Optional[str] = ..., eval_k: _Optional[int] = ..., eval_max_tasks: _Optional[int] = ..., eval_temperature: _Optional[float] = ..., keep_last: _Optional[int] = ..., keep_best_metric: _Optional[str] = ..., log_sample_rate: _Optional[float] = ..., dataset_size: _Optional[int] = ..., num_epochs: _Optional[int] = ..., sft: _Optional[_Union[SftSpec, _Mapping]] = ..., mcp_config: _Optional[str] = ...) -> None: ...
 
 class SftSpec(_message.Message):
     __slots__ = ("data_path", "format", "min_score", "epochs", "learning_rate", "batch_size", "max_samples", "max_length", "shuffle")

@@ -188,6 +188,8 @@ BAD_MESSAGES = [
         ("/train", {"spec": {"steps": -1}}, "spec.steps"),
         ("/train", {"spec": {"bogus": 1}}, "spec.bogus"),
         ("/train", {"spec": {"reward": [{"name": "ruler"}]}}, "spec.reward[0]"),
+        ("/train", {"model_name": "m", "project": "p", "finetune": "partial"}, "finetune"),
+        ("/train", {"spec": {"finetune": "full", "backend": "art"}}, "spec.finetune"),
         (
             "/train",
             {"spec": {"off_policy_correction": {"mode": "tis", "cap": 0.5}}},
@@ -286,6 +288,9 @@ def test_tinker_api_body_becomes_a_job_spec_with_ruler(tmp_path: Path) -> None:
     assert hosted.reward[2].params["judge"]["api_key_env"] == "OPENAI_API_KEY"
     # The trainer maps and checks the base model (its files): the API passes it on.
     assert spec.base_model == "Qwen/Qwen2.5-7B-Instruct"
+    assert spec.finetune == "lora"  # the job spec's default
+    full = TrainRequest(model_name="m", project="p", use_ruler=False, finetune="full")
+    assert train_spec(full, settings, agent="terminal").finetune == "full"
 
 
 def test_a_body_without_ruler_leaves_the_reward_to_the_trainer(tmp_path: Path) -> None:

@@ -117,12 +117,27 @@ def test_the_flags_scripts_type_set_their_spec_keys(trainer: tuple[str, KeepingT
     assert spec.sft is not None and spec.sft.data_path == "/data/m.jsonl"
 
 
+def test_finetune_full_reaches_the_spec_and_lora_is_the_default(
+    trainer: tuple[str, KeepingTrainer],
+) -> None:
+    target, servicer = trainer
+    code, output = _submit(target, "--finetune", "full")
+    assert code == 0, output
+    assert servicer.specs[-1].finetune == "full"
+    assert spec_from_proto(servicer.specs[-1]).finetune == "full"
+    code, output = _submit(target)
+    assert code == 0, output
+    assert spec_from_proto(servicer.specs[-1]).finetune == "lora"
+
+
 @pytest.mark.parametrize(
     ("args", "key"),
     [
         (["--loss-fn", "sgd"], "grpo.loss_fn"),
         (["--max-concurrent", "-1"], "max_concurrent"),
         (["--max-context-tokens", "10"], "max_context_tokens"),
+        (["--finetune", "partial"], "finetune"),
+        (["--finetune", "full", "--backend", "art"], "finetune"),  # ART's backend is LoRA
     ],
 )
 def test_a_bad_flag_value_is_exit_2_naming_the_key(

@@ -111,6 +111,7 @@ TRAINING_API_SPEC_FIELDS = {
     "learning_rate": "learning_rate",
     "task_prompt": "task_prompt",
     "base_model": "base_model",
+    "finetune": "finetune",
 }
 
 
@@ -133,14 +134,14 @@ def test_a_default_training_api_job_is_the_default_job_spec(tmp_path: Path) -> N
     request = TrainRequest(model_name="agent", project="p", use_ruler=False)
     spec = train_spec(request, settings, agent="terminal")
     same = ("steps", "groups_per_step", "rollouts_per_group", "learning_rate", "max_turns")
-    for key in (*same, "max_tokens", "task_prompt", "base_model", "environment"):
+    for key in (*same, "max_tokens", "task_prompt", "base_model", "environment", "finetune"):
         assert getattr(spec, key) == getattr(DEFAULTS, key), key
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
     [("learning_rate", 2.0), ("num_steps", 0), ("rollouts_per_group", 1), ("max_turns", 201),
-     ("max_tokens", 0), ("task_prompt", "x" * 40_000)],
+     ("max_tokens", 0), ("task_prompt", "x" * 40_000), ("finetune", "partial")],
 )  # fmt: skip
 def test_the_training_api_body_rejects_what_the_job_spec_rejects(field: str, value: Any) -> None:
     key = TRAINING_API_SPEC_FIELDS.get(field, field)

@@ -1,5 +1,5 @@
-"""HUD's GPU memory knobs travel from the job spec into ART's model config, and each
-training step updates the trainer metrics the dashboards read."""
+"""HUD's GPU memory knobs and a full fine-tune's flag travel from the job spec into ART's
+model config, and each training step updates the trainer metrics the dashboards read."""
 
 from __future__ import annotations
 
@@ -38,6 +38,17 @@ def test_set_knobs_become_init_and_engine_args() -> None:
         "init_args": {"max_seq_length": 2048},
         "engine_args": {"gpu_memory_utilization": 0.6},
     }
+
+
+def test_a_full_fine_tune_sets_arts_full_finetuning_beside_the_other_init_args() -> None:
+    full = internal_config(validate_spec({"finetune": "full", "max_seq_length": 2048}))
+    assert full["init_args"] == {"max_seq_length": 2048, "full_finetuning": True}
+    alone = internal_config(validate_spec({"finetune": "full"}))
+    assert alone["init_args"] == {"full_finetuning": True}
+    # A LoRA job (the default) leaves the key out: ART's own default (LoRA).
+    lora = internal_config(validate_spec({"finetune": "lora", "max_seq_length": 2048}))
+    assert lora["init_args"] == {"max_seq_length": 2048}
+    assert "init_args" not in internal_config(validate_spec({}))
 
 
 @pytest.mark.parametrize(

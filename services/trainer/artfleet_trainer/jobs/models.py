@@ -1,5 +1,6 @@
-"""`Models*` RPCs: each job's model (ART name `<spec.name>-<job id>`) and its LoRA
-checkpoints under the trainer's ART path: list, show, delete, prune, export.
+"""`Models*` RPCs: each job's model (ART name `<spec.name>-<job id>`) and its checkpoints
+(LoRA adapters or, `finetune: full`, whole models) under the trainer's ART path: list, show,
+delete, prune, export.
 
 A model whose job is queued, running or cancelling is not deleted (FAILED_PRECONDITION
 saying which job uses it): its runner reads and writes those checkpoints. Pruning is
@@ -25,8 +26,10 @@ from artfleet_trainer.tinker_api.runs import PROJECT as TINKER_EXPERIMENT
 from artfleet_trainer.tinker_api.runs import RunRecord, Runs, run_name
 
 CHUNK_BYTES = 1 << 20
-# Training state, not part of an adapter a person loads.
+# Training state, not part of an adapter or model a person loads: a LoRA checkpoint's
+# optimizer file, a full fine-tune's optimizer folder (sharded by torch.distributed.checkpoint).
 NOT_EXPORTED = frozenset({"optimizer.pt"})
+NOT_EXPORTED_DIRS = frozenset({checkpoint_layout.OPTIMIZER_DCP})
 
 
 def model_name(job: pb.Job) -> str:
@@ -162,12 +165,11 @@ class ModelCatalog:
         chosen = self._step(job, name, step)
         folder = checkpoint_layout.step_dir(self._dir(job), chosen)
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-            if path.name in NOT_EXPORTED:
+            relative = path.relative_to(folder)
+            if path.name in NOT_EXPORTED or relative.parts[0] in NOT_EXPORTED_DIRS:
                 continue
             for data in _chunks(path):
-                yield trainer_pb2.ModelsExportChunk(
-                    file=str(path.relative_to(folder)), data=data, step=chosen
-                )
+                yield trainer_pb2.ModelsExportChunk(file=str(relative), data=data, step=chosen)
 
 
 def _steps_in_use(job: pb.Job, steps: list[int]) -> dict[int, str]:

@@ -464,14 +464,21 @@ def trained_entry(step: int, gathered: Gathered, groups: list[art.TrajectoryGrou
 
 
 def internal_config(spec: JobSpecModel) -> art.dev.InternalModelConfig:
-    """LoRA shape, plus HUD's GPU memory knobs when the spec sets them (art backend)."""
+    """LoRA shape, plus HUD's GPU memory knobs when the spec sets them (art backend), and
+    ART's own `init_args.full_finetuning` for a full fine-tune (the torch backend reads it
+    to build the model's kind)."""
     config = art.dev.InternalModelConfig(
         peft_args=art.dev.PeftArgs(
             r=spec.lora_rank, lora_alpha=2 * spec.lora_rank, random_state=spec.seed
         )
     )
+    init_args = art.dev.InitArgs()
     if spec.max_seq_length is not None:
-        config["init_args"] = art.dev.InitArgs(max_seq_length=spec.max_seq_length)
+        init_args["max_seq_length"] = spec.max_seq_length
+    if spec.finetune == "full":
+        init_args["full_finetuning"] = True
+    if init_args:
+        config["init_args"] = init_args
     if spec.gpu_memory_utilization is not None:
         config["engine_args"] = art.dev.EngineArgs(
             gpu_memory_utilization=spec.gpu_memory_utilization
