@@ -10,10 +10,10 @@ A LoRA checkpoint is a peft adapter folder (+ `optimizer.pt`); a full fine-tune'
 the tokenizer; loadable by vLLM and transformers as it is) and its optimizer state
 sharded by `torch.distributed.checkpoint` in `optimizer/`.
 
-A step counts once its adapter config (or model config) is there: the trainer writes a checkpoint into a
-hidden folder and renames it into place, so a step folder is whole or absent. `best.json`
-is the checkpoint the job's `keep_best_metric` ranks first (the trainer rewrites it after
-each step), so every reader resolves `name@best` alike.
+A step counts once its adapter config (or model config) is there: the trainer writes a
+checkpoint into a hidden folder and renames it into place, so a step folder is whole or
+absent. `best.json` is the checkpoint the job's `keep_best_metric` ranks first (the
+trainer rewrites it after each step), so every reader resolves `name@best` alike.
 
 A model reference is `name` (its latest checkpoint), `name@<step>`, `name@latest` or
 `name@best`; `parse_model_name` and `resolve_step` are the one reading of it.
@@ -106,9 +106,7 @@ def checkpoint_steps(model_dir: Path) -> list[int]:
     if not root.is_dir():
         return []
     return sorted(
-        int(entry.name)
-        for entry in root.iterdir()
-        if entry.name.isdigit() and is_checkpoint(entry)
+        int(entry.name) for entry in root.iterdir() if entry.name.isdigit() and is_checkpoint(entry)
     )
 
 
