@@ -41,3 +41,21 @@ def write_adapter(folder: Path, seed: int, rank: int, alpha: int) -> dict[str, t
     config = {"r": rank, "lora_alpha": alpha, "target_modules": ["q_proj", "down_proj"]}
     (folder / lora_math.ADAPTER_CONFIG).write_text(json.dumps(config))
     return deltas
+
+
+def write_full(folder: Path, seed: int = 5) -> dict[str, torch.Tensor]:
+    """A full fine-tune's checkpoint: a whole model folder (its own weights, config.json)
+    with an `optimizer/` of DCP files beside, which no reader of the weights may read (a
+    stray safetensors file there included); returns its weights."""
+    folder.mkdir(parents=True)
+    torch.manual_seed(seed)
+    weights = {k: torch.randn(*shape) for k, shape in WEIGHTS.items()}
+    weights["model.norm.weight"] = torch.full((5,), 2.0)
+    save_file(weights, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text("{}")
+    (folder / "optimizer").mkdir()
+    (folder / "optimizer" / "__0_0.distcp").write_bytes(b"not weights")
+    save_file(
+        {"exp_avg.model.norm.weight": torch.zeros(5)}, str(folder / "optimizer" / "x.safetensors")
+    )
+    return weights

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import aiohttp
 from prometheus_client import Histogram
 
+from artfleet.contracts.checkpoint_layout import is_full_checkpoint
 from artfleet_inference import lora_math, vllm_worker
 from artfleet_inference.policies import PolicyTable, Route
 
@@ -149,7 +150,8 @@ class PolicyEngine:
 
     async def _reload_merged(self, name: str, step: int, checkpoint: Path) -> None:
         """What vLLM reloads is written (into the slot not in use) while requests go on;
-        only the reload itself holds the weights alone."""
+        only the reload itself holds the weights alone. A full fine-tune's checkpoint is
+        reloaded as it is (prepare_reload), in either mode."""
         slot = (self.table.merged_version + 1) % 2
         rpc = await asyncio.to_thread(
             prepare_reload, self.merge_path, self._base_dir, checkpoint, self._workdir, slot
@@ -230,7 +232,16 @@ def prepare_reload(
 
     memory: the adapter's factors (a few MB); vLLM's worker merges them into the base
     weights itself (vllm_worker.PolicyWeights). disk: the whole merged model folder, for
-    vLLM's `reload_weights(weights_path=...)`."""
+    vLLM's `reload_weights(weights_path=...)`.
+
+    A full fine-tune's checkpoint is already a whole model folder (its top-level
+    `*.safetensors`; its `optimizer/` is not read): nothing is written, vLLM reads it as
+    it is, whichever mode."""
+    if is_full_checkpoint(checkpoint):
+        if merge_path == "memory":
+            kwargs = {"base_dir": str(checkpoint), "factors_path": ""}
+            return {"method": "artfleet_load_policy", "kwargs": kwargs}
+        return {"method": "reload_weights", "kwargs": {"weights_path": str(checkpoint)}}
     adapter = lora_math.read_adapter(checkpoint)
     if merge_path == "memory":
         factors = workdir / f"factors-{slot}.safetensors"

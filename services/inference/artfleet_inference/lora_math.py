@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG
+from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG, is_full_checkpoint
 from artfleet_inference.vllm_worker import merged_weight
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -60,6 +60,8 @@ def import_tensor_libraries() -> None:
 def read_adapter(folder: Path) -> Adapter:
     from safetensors.torch import load_file
 
+    if is_full_checkpoint(folder):  # a whole model: reloaded as it is, never a LoRA
+        raise AdapterError(f"{folder}: a full fine-tune's checkpoint, not a LoRA adapter")
     try:
         config = json.loads((folder / ADAPTER_CONFIG).read_text())
         tensors = load_file(str(folder / ADAPTER_WEIGHTS))

@@ -28,7 +28,12 @@ from aiohttp import web
 from prometheus_client import Counter
 from pydantic import BaseModel
 
-from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG, ModelRefError
+from artfleet.contracts.checkpoint_layout import (
+    ADAPTER_CONFIG,
+    MODEL_CONFIG,
+    ModelRefError,
+    is_checkpoint,
+)
 from artfleet.contracts.model_listing import listed_max_model_len
 from artfleet.contracts.policy_publish import (
     PUBLISH_PATH,
@@ -44,7 +49,7 @@ from artfleet.contracts.policy_publish import (
 )
 from artfleet.runtime.auth import bearer_matches, openai_error
 from artfleet_inference.engine import EngineError, PolicyEngine
-from artfleet_inference.policies import UnknownPolicy
+from artfleet_inference.policies import PublishRefused, UnknownPolicy
 from artfleet_inference.requests import (
     BadRequest,
     check_chat,
@@ -148,7 +153,7 @@ class Front:
         data: list[dict[str, Any]] = [
             {"id": n, "object": "model", "owned_by": "artfleet"} for n in names
         ]
-        # Every policy is the base model or an adapter of it: one context for all.
+        # Every policy is the base model, an adapter of it or a fine-tune of it: one context.
         max_model_len = await self._vllm_max_model_len()
         if max_model_len is not None:
             for entry in data:
@@ -222,18 +227,25 @@ class Front:
         checkpoint = await asyncio.to_thread(self._checkpoint, message.checkpoint)
         try:
             seconds = await self._engine.publish(message.name, message.step, checkpoint)
-        except ValueError as exc:
-            raise BadRequest(str(exc), "step") from None
+        except PublishRefused as exc:
+            raise BadRequest(str(exc), exc.param) from None
+        except ValueError as exc:  # the checkpoint's files (lora_math.AdapterError)
+            raise BadRequest(str(exc), "checkpoint") from None
         reply = PublishReply(model=f"{message.name}@{message.step}", seconds=seconds)
         return web.json_response(reply.model_dump())
 
     def _checkpoint(self, given: str) -> Path:
-        """A checkpoint folder the trainer wrote: under the ART path, with an adapter."""
+        """A checkpoint folder the trainer wrote: under the ART path, a LoRA adapter or a
+        full fine-tune's whole model."""
         checkpoint = Path(given).resolve()
         if not checkpoint.is_relative_to(self._art_path):
             raise BadRequest("'checkpoint' must be a folder under the ART path", "checkpoint")
-        if not (checkpoint / ADAPTER_CONFIG).is_file():
-            raise BadRequest(f"{checkpoint} holds no LoRA adapter", "checkpoint")
+        if not is_checkpoint(checkpoint):
+            raise BadRequest(
+                f"{checkpoint} holds no checkpoint (neither a LoRA adapter's "
+                f"{ADAPTER_CONFIG} nor a full fine-tune's {MODEL_CONFIG})",
+                "checkpoint",
+            )
         return checkpoint
 
     async def _retire(self, request: web.Request) -> web.Response:

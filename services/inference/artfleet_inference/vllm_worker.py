@@ -7,7 +7,8 @@ LoRA factors (A, s·B per base weight name: a few MB) and calls vLLM's dev-mode
 (page-cached, memory-mapped), merges `W + s·B·A` tensor by tensor and hands them to vLLM's
 own `reload_weights(weights_iterator=...)`, so no merged model folder is written to disk
 and read back (what `reload_weights(weights_path=...)` needs). Measured in
-bench/inference_bench.py (docs/inference.md).
+bench/inference_bench.py (docs/inference.md). A full fine-tune's checkpoint is loaded the
+same way, its folder as `base_dir` and no factors.
 
 `merged_weight` is the one formula for a merged weight: lora_math.write_merged uses it too.
 """
@@ -87,8 +88,9 @@ class PolicyWeights:
     """Mixed into vLLM's worker class (vLLM checks that no name collides with its own)."""
 
     def artfleet_load_policy(self, base_dir: str, factors_path: str = "") -> None:
-        """Load the base model's weights with `factors_path`'s LoRA merged in (the base's
-        own weights when empty) through vLLM's in-place reload."""
+        """Load `base_dir`'s weights with `factors_path`'s LoRA merged in (its own weights
+        when empty: the base model's, or a full fine-tune's checkpoint folder, whose
+        top-level `*.safetensors` only are read) through vLLM's in-place reload."""
         base = Path(base_dir)
         factors = load_factors(Path(factors_path)) if factors_path else {}
         check_factors(base, factors)

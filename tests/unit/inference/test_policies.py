@@ -13,19 +13,32 @@ from artfleet.contracts.checkpoint_layout import (
     find_checkpoint,
     write_best,
 )
-from artfleet_inference.policies import PolicyTable, UnknownPolicy
+from artfleet_inference.policies import PolicyTable, PublishRefused, UnknownPolicy
 
 CKPT = Path("/art/p/models/pol/checkpoints")
 
 
-def _table(mode: str = "merged", on_disk: dict[tuple[str, StepRef], int] | None = None):
+FT = Path("/art/p/models/ft/checkpoints")  # models named ft*: full fine-tunes
+
+
+def _table(
+    mode: str = "merged",
+    on_disk: dict[tuple[str, StepRef], int] | None = None,
+    root: Path = CKPT,
+):
     disk = on_disk or {}
 
     def find(name: str, step: StepRef) -> tuple[int, Path] | None:
         found = disk.get((name, step))
-        return None if found is None else (found, CKPT / f"{found:04d}")
+        return None if found is None else (found, root / f"{found:04d}")
 
-    return PolicyTable("base-model", mode, find, base_aliases=frozenset({"Org/Base"}))  # type: ignore[arg-type]
+    return PolicyTable(
+        "base-model",
+        mode,  # type: ignore[arg-type]
+        find,
+        base_aliases=frozenset({"Org/Base"}),
+        is_full=lambda checkpoint: checkpoint.parts[-3].startswith("ft"),
+    )
 
 
 def test_base_is_vllms_own_weights_until_a_policy_is_merged() -> None:
@@ -131,3 +144,72 @@ def test_find_checkpoint_reads_only_the_trainers_layout(tmp_path: Path) -> None:
         0,
         tmp_path / "proj/models/pol/checkpoints/0000",
     )
+
+
+FULL_WHY = (
+    "vLLM's weights are the full fine-tune ft@5; one full fine-tune per inference service "
+    "serves its latest step only"
+)
+
+
+def _full_owns(mode: str) -> PolicyTable:
+    """LoRA policies served (merged mode: one merged), then a full fine-tune published."""
+    table = _table(mode, on_disk={("ft", 4): 4, ("ft", BEST): 5}, root=FT)
+    table.publish("pol", 2, CKPT / "0002")
+    if mode == "merged":
+        table.set_merged("pol", 2, CKPT / "0002")
+    assert table.publish("ft", 5, FT / "0005") is True  # either mode: a reload
+    table.set_merged("ft", 5, FT / "0005")
+    return table
+
+
+@pytest.mark.parametrize("mode", ["merged", "lora"])
+def test_a_full_fine_tune_owns_vllms_weights(mode: str) -> None:
+    table = _full_owns(mode)
+    for requested in ("ft@5", "ft", "ft@latest", "ft@best"):
+        route = table.route(requested)
+        assert (route.vllm_model, route.public, route.needs_adapter) == (
+            "base-model",
+            "ft@5",
+            False,
+        )
+    # Nothing else is a LoRA difference to a full model: refused, with the why.
+    for requested in ("base-model", "Org/Base", "pol", "pol@2", "ft@4", "nope@1"):
+        with pytest.raises(UnknownPolicy, match=FULL_WHY) as refused:
+            table.route(requested)
+        assert f"model {requested!r} is not served here" in refused.value.message
+    assert set(table.latest) == {"ft"}  # the LoRA policies are no longer served
+
+
+@pytest.mark.parametrize("mode", ["merged", "lora"])
+def test_a_lora_publish_is_refused_while_a_full_fine_tune_owns_the_weights(mode: str) -> None:
+    table = _full_owns(mode)
+    with pytest.raises(PublishRefused, match="pol@3 is a LoRA checkpoint") as refused:
+        table.publish("pol", 3, CKPT / "0003")
+    assert FULL_WHY in str(refused.value) and "restart the inference service" in str(refused.value)
+    assert refused.value.param == "checkpoint"
+    assert set(table.latest) == {"ft"}
+    assert table.publish("ft", 6, FT / "0006") is True  # its own next step reloads
+
+
+def test_a_new_full_fine_tune_takes_the_weights_from_the_last() -> None:
+    table = _full_owns("lora")
+    other = FT.parent.parent / "ft2"
+    assert table.publish("ft2", 1, other / "checkpoints" / "0001") is True
+    table.set_merged("ft2", 1, other / "checkpoints" / "0001")
+    assert table.route("ft2").public == "ft2@1"
+    with pytest.raises(UnknownPolicy, match="full fine-tune ft2@1"):
+        table.route("ft@5")
+
+
+@pytest.mark.parametrize("mode", ["merged", "lora"])
+def test_a_full_checkpoint_not_in_the_weights_is_not_served(mode: str) -> None:
+    """Found on disk by name (a finished full job) while the weights are the base's or a
+    LoRA's: a whole model cannot be served as a LoRA."""
+    table = _table(mode, on_disk={("ft", None): 5}, root=FT)
+    with pytest.raises(UnknownPolicy, match="ft@5 is a full fine-tune's checkpoint"):
+        table.route("ft")
+    table.publish("pol", 2, CKPT / "0002")
+    table.set_merged("pol", 2, CKPT / "0002")
+    with pytest.raises(UnknownPolicy, match="served only while it is in vLLM's weights"):
+        table.route("ft")

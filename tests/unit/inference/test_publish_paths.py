@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 import torch
-from lora_files import WEIGHTS, write_adapter, write_base
+from lora_files import WEIGHTS, write_adapter, write_base, write_full
 from safetensors.torch import load_file
 
-from artfleet_inference import vllm_worker
+from artfleet_inference import lora_math, vllm_worker
 from artfleet_inference.engine import PolicyEngine, prepare_reload
-from artfleet_inference.policies import PolicyTable
+from artfleet_inference.policies import PolicyTable, PublishRefused
 from artfleet_inference.settings import InferenceSettings
 
 
@@ -141,3 +141,81 @@ async def test_merged_mode_reloads_then_resets_the_prefix_cache(
     assert rpc["method"] == method
     assert engine.table.merged is not None and engine.table.merged[:2] == ("pol", 1)
     assert engine.table.route("pol@1").vllm_model == "base"  # served by vLLM's own weights
+
+
+@pytest.mark.parametrize("merge_path", ["memory", "disk"])
+def test_a_full_checkpoint_is_reloaded_from_its_own_folder(tmp_path: Path, merge_path: Any) -> None:
+    """Nothing is merged or written: vLLM reads the checkpoint's top-level safetensors."""
+    write_base(tmp_path / "base")
+    ckpt = tmp_path / "full" / "0003"
+    weights = write_full(ckpt)
+    (tmp_path / "work").mkdir()
+    rpc = prepare_reload(merge_path, tmp_path / "base", ckpt, tmp_path / "work", 1)
+    assert (
+        rpc
+        == {
+            "memory": {
+                "method": "artfleet_load_policy",
+                "kwargs": {"base_dir": str(ckpt), "factors_path": ""},
+            },
+            "disk": {"method": "reload_weights", "kwargs": {"weights_path": str(ckpt)}},
+        }[merge_path]
+    )
+    assert list((tmp_path / "work").iterdir()) == []
+    if merge_path == "memory":
+        worker = _Worker()
+        worker.artfleet_load_policy(**rpc["kwargs"])
+        assert set(worker.loaded) == set(weights)  # optimizer/ is not read
+        assert all(torch.equal(worker.loaded[k], w) for k, w in weights.items())
+
+
+def test_an_adapter_reader_refuses_a_full_checkpoint(tmp_path: Path) -> None:
+    write_full(tmp_path / "full")
+    with pytest.raises(lora_math.AdapterError, match="full fine-tune's checkpoint"):
+        lora_math.read_adapter(tmp_path / "full")
+
+
+@pytest.mark.parametrize(
+    ("mode", "merge_path"), [("merged", "memory"), ("merged", "disk"), ("lora", "memory")]
+)
+async def test_a_full_publish_reloads_vllms_weights_in_either_mode(
+    tmp_path: Path, mode: str, merge_path: str
+) -> None:
+    write_base(tmp_path / "base")
+    engine = _Engine(mode, tmp_path, merge_path)
+    engine._workdir.mkdir()
+    await engine.publish("pol", 1, _checkpoint(tmp_path / "c1"))
+    await engine.ensure_adapter(engine.table.route("base"))  # a LoRA in vLLM (merged: a diff)
+    engine.calls.clear()
+    ckpt = tmp_path / "ft" / "0002"
+    write_full(ckpt)
+    await engine.publish("ft", 2, ckpt)
+    (rpc_path, rpc), (reset, _), *unloads = engine.calls
+    assert (rpc_path, reset) == ("/collective_rpc", "/reset_prefix_cache")
+    assert (
+        rpc
+        == {
+            "memory": {
+                "method": "artfleet_load_policy",
+                "kwargs": {"base_dir": str(ckpt), "factors_path": ""},
+            },
+            "disk": {"method": "reload_weights", "kwargs": {"weights_path": str(ckpt)}},
+        }[merge_path]
+    )
+    # Every LoRA registered was a difference to the old weights (or to the base): gone.
+    assert unloads and all(path == "/v1/unload_lora_adapter" for path, _ in unloads)
+    assert engine.table.route("ft").vllm_model == "base"  # vLLM's own weights
+
+
+async def test_a_lora_publish_after_a_full_one_is_refused(tmp_path: Path) -> None:
+    write_base(tmp_path / "base")
+    engine = _Engine("merged", tmp_path)
+    engine._workdir.mkdir()
+    write_full(tmp_path / "ft" / "0005")
+    await engine.publish("ft", 5, tmp_path / "ft" / "0005")
+    engine.calls.clear()
+    with pytest.raises(PublishRefused, match="full fine-tune ft@5") as refused:
+        await engine.publish("pol", 1, _checkpoint(tmp_path / "c1"))
+    assert refused.value.param == "checkpoint"
+    assert engine.calls == []  # vLLM untouched
+    assert set(engine.table.latest) == {"ft"}
