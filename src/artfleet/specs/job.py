@@ -238,11 +238,21 @@ class JobSpecModel(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _full_needs_torch(self) -> JobSpecModel:
+    def _full_fine_tune_fits(self) -> JobSpecModel:
+        if self.finetune != "full":
+            return self
         # ART's own backend (Unsloth) trains LoRA adapters only, as ArtFleet runs it.
-        if self.finetune == "full" and self.backend == "art":
+        if self.backend == "art":
             raise FieldError(
                 ("finetune",), "full fine-tuning needs backend torch (the art backend is LoRA)"
+            )
+        # The KL term's reference is the base model: a LoRA's adapter switched off; a full
+        # fine-tune keeps no copy of the base to score against.
+        if self.grpo.kl_penalty_coef:
+            raise FieldError(
+                ("grpo", "kl_penalty_coef"),
+                "a full fine-tune has no reference model (the base is not kept): "
+                "set it to 0, or finetune: lora",
             )
         return self
 

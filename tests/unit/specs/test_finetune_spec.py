@@ -1,5 +1,5 @@
 """The job spec's `finetune` (lora | full): its default, validation naming the field (full
-needs the torch backend), the proto round trip (an old sender's "" is the default), and the
+needs the torch backend and has no KL reference), the proto round trip (an old sender's "" is the default), and the
 config hash (a LoRA job keeps the hash it had before the key existed)."""
 
 from __future__ import annotations
@@ -29,6 +29,15 @@ def test_a_bad_value_is_refused_naming_the_field(data: dict[str, object], words:
         validate_spec(data)
     assert info.value.field == "finetune"
     assert words in str(info.value)
+
+
+def test_a_full_fine_tune_with_a_kl_penalty_is_refused_naming_the_coefficient() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        validate_spec({"finetune": "full", "grpo": {"kl_penalty_coef": 0.1}})
+    assert info.value.field == "grpo.kl_penalty_coef"
+    assert "no reference model" in str(info.value)
+    assert validate_spec({"finetune": "lora", "grpo": {"kl_penalty_coef": 0.1}})
+    assert validate_spec({"finetune": "full", "grpo": {"kl_penalty_coef": 0.0}})
 
 
 def test_art_takes_lora_jobs() -> None:

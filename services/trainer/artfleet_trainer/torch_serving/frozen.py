@@ -29,7 +29,11 @@ from typing import Any
 from peft import PeftModel, get_peft_model
 
 from artfleet.contracts.base_models import MODEL_ALIASES
-from artfleet.contracts.checkpoint_layout import find_checkpoint, parse_model_name
+from artfleet.contracts.checkpoint_layout import (
+    find_checkpoint,
+    is_full_checkpoint,
+    parse_model_name,
+)
 from artfleet_trainer.torch_backend import training
 from artfleet_trainer.torch_backend.model_loader import LoadedModel
 from artfleet_trainer.torch_backend.worker import TorchWorker
@@ -118,12 +122,18 @@ class FrozenPolicies:
 
     def _load(self, ref: FrozenRef) -> ServedPolicy:
         """Torch thread. The base model gets a fresh LoRA adapter: its B matrices start at
-        zero, so it answers exactly as the base weights do, through the same engine."""
-        loaded = self._loader(ref.base_model)
+        zero, so it answers exactly as the base weights do, through the same engine. A full
+        fine-tune's checkpoint is served as the model it is."""
         model: Any
-        if ref.checkpoint is None:
+        if ref.checkpoint is not None and is_full_checkpoint(ref.checkpoint):
+            # a full fine-tune's checkpoint is a whole model folder: loaded as a base is
+            loaded = self._loader(str(ref.checkpoint))
+            model = loaded.model
+        elif ref.checkpoint is None:
+            loaded = self._loader(ref.base_model)
             model = get_peft_model(loaded.model, training.lora_config(self._lora_rank))
         else:
+            loaded = self._loader(ref.base_model)
             model = PeftModel.from_pretrained(loaded.model, str(ref.checkpoint))
         model.eval()
         log.info("serving %s for evaluation (%.1fs to load)", ref.key, loaded.load_seconds)

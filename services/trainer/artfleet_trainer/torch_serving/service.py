@@ -124,12 +124,15 @@ class TorchServing:
         """Nothing to do: checkpoints are found on disk at each request."""
 
     def _make_policy(self, name: str, peft_model: Any, tokenizer: Any, step: int) -> ServedPolicy:
-        config = peft_model.get_base_model().config
-        max_context = int(getattr(config, "max_position_embeddings", 0) or 4096)
+        # a peft model's (or a full fine-tune's) network; a plain model is its own
+        network = (
+            peft_model.get_base_model() if hasattr(peft_model, "get_base_model") else peft_model
+        )
+        max_context = int(getattr(network.config, "max_position_embeddings", 0) or 4096)
         engine = BatchEngine(
             peft_model,
             tokenizer,
-            stop_token_ids=stop_token_ids_of(peft_model.get_base_model(), tokenizer),
+            stop_token_ids=stop_token_ids_of(network, tokenizer),
             max_context=max_context,
             prefix_cache=PrefixCache(self.options.prefix_cache_bytes),
             step=step,

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +55,15 @@ def _run(out: Path, ranks: int, *args: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def runs(
     tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[Path, Path, dict[str, Any], dict[str, Any]]:
+) -> Iterator[tuple[Path, Path, dict[str, Any], dict[str, Any]]]:
     one, two = tmp_path_factory.mktemp("one-rank"), tmp_path_factory.mktemp("two-ranks")
-    split = _run(two, 2, "--works", ",".join(WORKS))
-    # the one rank also resumes the 2 ranks' full fine-tune
-    return one, two, _run(one, 1, "--works", ",".join(WORKS), "--resume-full", str(two)), split
+    try:
+        split = _run(two, 2, "--works", ",".join(WORKS))
+        # the one rank also resumes the 2 ranks' full fine-tune
+        yield one, two, _run(one, 1, "--works", ",".join(WORKS), "--resume-full", str(two)), split
+    finally:  # a full fine-tune's checkpoints are GBs: not left for pytest's kept tmp dirs
+        shutil.rmtree(one, ignore_errors=True)
+        shutil.rmtree(two, ignore_errors=True)
 
 
 @pytest.mark.parametrize("work", WORKS)

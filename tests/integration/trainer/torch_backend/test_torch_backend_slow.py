@@ -72,9 +72,10 @@ async def _ask(
     temperature: float = 1.0,
     top_logprobs: int | None = None,
     seed: int | None = None,
+    model: str | None = None,
 ) -> ChatCompletion:
     return await fleet.client.chat.completions.create(
-        model=fleet.model.get_inference_name(),
+        model=model or fleet.model.get_inference_name(),
         messages=[{"role": "user", "content": prompt}],
         n=n,
         max_tokens=max_tokens,
@@ -220,10 +221,16 @@ async def test_malformed_body_is_400(fleet: Fleet) -> None:
         assert "error" in await response.json()
 
 
-async def _groups(fleet: Fleet, rewards: list[float]) -> list[art.TrajectoryGroup]:
-    """Real completions as ART trajectories (assistant turns stay `Choice` objects)."""
+async def _groups(
+    fleet: Fleet, rewards: list[float], model: str | None = None
+) -> list[art.TrajectoryGroup]:
+    """Real completions (of `model`, else the fleet's) as ART trajectories (assistant
+    turns stay `Choice` objects)."""
     responses = await asyncio.gather(
-        *[_ask(fleet, p, n=len(rewards), max_tokens=12, temperature=1.0) for p in PROMPTS]
+        *[
+            _ask(fleet, p, n=len(rewards), max_tokens=12, temperature=1.0, model=model)
+            for p in PROMPTS
+        ]
     )
     groups = []
     for prompt, response in zip(PROMPTS, responses, strict=True):
@@ -340,6 +347,38 @@ async def test_a_fresh_backend_resumes_from_the_latest_checkpoint(fleet: Fleet) 
         assert all(torch.equal(trained[n], weights[n]) for n in trained)
     finally:
         await again.close()
+
+
+async def test_a_full_fine_tune_samples_trains_and_serves_its_model_folders(fleet: Fleet) -> None:
+    """`finetune: full` (ART's `init_args.full_finetuning`, as the job runner sets it): a
+    copy of the base of its own beside the LoRA tenant, every weight trained; its
+    checkpoints are whole model folders, an older one served from its folder."""
+    config = art.dev.InternalModelConfig(init_args=art.dev.InitArgs(full_finetuning=True))
+    full: art.TrainableModel[Any, Any] = art.TrainableModel(
+        name="full", project="it", base_model="smollm2-135m-instruct", _internal_config=config
+    )
+    await full.register(fleet.backend)
+    try:
+        assert full.get_inference_name() == "full@0"
+        groups = await _groups(fleet, [0.0, 1.0, 0.5, 0.2], model="full@0")
+        network = fleet.backend.peft_model_of(full).get_base_model()
+        assert network is not fleet.backend.peft_model_of(fleet.model).get_base_model()
+        weight = network.get_decoder().layers[0].mlp.down_proj.weight
+        before = weight.detach().clone()
+        result = await fleet.backend.train(full, groups, learning_rate=1e-5)
+        assert result.step == 1 and result.metrics["trained_sequences"] == 8
+        assert not torch.equal(before, weight.detach())  # a base weight moved
+        checkpoint = fleet.path / "it" / "models" / "full" / "checkpoints" / "0001"
+        assert (checkpoint / "config.json").is_file()
+        assert (checkpoint / "model.safetensors").is_file()
+        assert (checkpoint / "optimizer").is_dir()  # AdamW's state, saved by DCP
+        assert not (checkpoint / "adapter_config.json").exists()
+        assert await _answered_as(fleet, "full") == "full@1"
+        assert await _answered_as(fleet, "full@0") == "full@0"  # from its model folder
+        # the LoRA tenant on the shared base is untouched by it
+        assert await _answered_as(fleet, "agent") == "agent@2"
+    finally:
+        await fleet.backend.unregister(full.name)
 
 
 async def test_the_gguf_carries_smollm2s_chat_template(fleet: Fleet) -> None:
