@@ -1,6 +1,7 @@
 """The job spec's `finetune` (lora | full): its default, validation naming the field (full
-needs the torch backend and has no KL reference), the proto round trip (an old sender's "" is the default), and the
-config hash (a LoRA job keeps the hash it had before the key existed)."""
+needs the torch backend and has no KL reference), the proto round trip (an old sender's ""
+is the default), and the config hash (a LoRA job keeps the hash it had before the key
+existed)."""
 
 from __future__ import annotations
 
