@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -76,7 +76,7 @@ class FullModel:
         if self.lm.dtype != torch.float32:
             # The trained weights are fp32 (the master copy); on CUDA ranks FSDP computes
             # in bf16 (RankGroup.shard_full).
-            self.lm.to(torch.float32)
+            self.lm.float()
         if checkpoint is not None:
             load_weights(self.lm, checkpoint)
         for param in self.lm.parameters():
@@ -94,7 +94,7 @@ class FullModel:
     def hidden_and_head(
         self, tokens: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._root(tokens, mask, positions)  # type: ignore[no-any-return]
+        return self._root(tokens, mask, positions)
 
     def get_base_model(self) -> Any:
         return self.lm
@@ -109,10 +109,10 @@ class FullModel:
         return getattr(self.lm, name)
 
     def named_parameters(self, *_: Any, **__: Any) -> Iterator[tuple[str, torch.nn.Parameter]]:
-        return self.lm.named_parameters()  # type: ignore[no-any-return]
+        return self.lm.named_parameters()
 
     def parameters(self, *_: Any, **__: Any) -> Iterator[torch.nn.Parameter]:
-        return self.lm.parameters()  # type: ignore[no-any-return]
+        return self.lm.parameters()
 
     # --- checkpoints (every rank calls these: they are collectives on ranks) ---------------
 
@@ -127,7 +127,7 @@ class FullModel:
         if self._ranks is None:
             return {k: v.detach().cpu() for k, v in self.lm.state_dict().items()}
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return get_model_state_dict(self.lm, options=options)
+        return cast(dict[str, torch.Tensor], get_model_state_dict(self.lm, options=options))
 
     def save(self, folder: Path, optimizer: torch.optim.Optimizer) -> None:
         """The checkpoint into `folder` (a staging folder every rank sees): rank 0 writes
@@ -185,4 +185,4 @@ def load_weights(lm: Any, checkpoint: Path) -> None:
 
 def _local(param: torch.Tensor) -> torch.Tensor:
     to_local = getattr(param, "to_local", None)
-    return to_local() if to_local is not None else param  # type: ignore[no-any-return]
+    return to_local() if to_local is not None else param

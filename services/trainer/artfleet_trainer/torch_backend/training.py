@@ -181,7 +181,7 @@ def hidden_and_head(
     own (full_model.py: its head may be sharded)."""
     own = getattr(model, "hidden_and_head", None)
     if own is not None:
-        return own(tokens, mask, input_pos)  # type: ignore[no-any-return]
+        return own(tokens, mask, input_pos)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     hidden = base.get_decoder()(
         input_ids=tokens, attention_mask=mask, position_ids=input_pos, use_cache=False
