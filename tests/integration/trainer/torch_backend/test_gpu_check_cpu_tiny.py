@@ -42,6 +42,19 @@ def test_cpu_tiny_preset_passes_every_check(one_rank: tuple[Path, dict[str, Any]
     assert "tiny-bf16.ok=True" in log
 
 
+def test_two_ranks_check_the_step_as_one_rank_does(
+    one_rank: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """`--world 2` (what a machine of several GPUs runs): the fp32 run on 2 gloo ranks
+    (torchrun), the base sharded, passes the same checks with one rank's loss (the tiny
+    model's init, the groups and ART's packing are seeded)."""
+    runs = _check(tmp_path, "--world", "2", "--only", "tiny-fp32")
+    run, alone = runs["tiny-fp32"], one_rank[1]["tiny-fp32"]
+    assert run["status"] == "ok" and run["ok"] and run["world"] == 2, run
+    assert run["checkpoint_equals_live"] and run["optimizer_reloads"], run
+    assert run["loss"] == pytest.approx(alone["loss"], rel=1e-4, abs=1e-9)
+
+
 def _check(out: Path, *options: str) -> dict[str, Any]:
     check = [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--preset", "cpu-tiny"]
     done = subprocess.run(
