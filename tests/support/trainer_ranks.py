@@ -48,8 +48,27 @@ def result(stub: pb_grpc.TinkerApiStub, promise: pb.Promise) -> pb.RetrieveRespo
     raise AssertionError("the call did not finish")
 
 
-def train_a_client(stub: pb_grpc.TinkerApiStub) -> None:
-    """A new client's forward_backward and optim_step, on every rank."""
+def failure_of(stub: pb_grpc.TinkerApiStub, promise: pb.Promise) -> pb.Failure:
+    """The failure a call ends in, waiting through the service's restart: the failure it
+    was given before rank 0 stopped, or (the answer lost with the stopped service) the
+    restarted one's `lost` failure for it."""
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        try:
+            got = stub.Retrieve(
+                pb.RetrieveRequest(request_id=promise.request_id, wait_s=30), timeout=60
+            )
+        except grpc.RpcError:  # the service is stopping or starting again
+            time.sleep(0.5)  # polling for the restarted service
+            continue
+        if got.WhichOneof("outcome") != "pending":
+            assert got.WhichOneof("outcome") == "failure", got
+            return got.failure
+    raise AssertionError("the call neither failed nor was lost")
+
+
+def new_client(stub: pb_grpc.TinkerApiStub) -> str:
+    """A new training client (a LoRA on the base); its model id."""
     session = stub.CreateSession(pb.CreateTrainingSessionRequest(), timeout=30).session_id
     create = pb.CreateModelOp(
         model_seq_id=0,
@@ -60,7 +79,22 @@ def train_a_client(stub: pb_grpc.TinkerApiStub) -> None:
         train_attn=True,
     )
     made = result(stub, stub.Submit(pb.TrainingCall(session_id=session, create_model=create)))
-    model = made.create_model.model_id
+    return made.create_model.model_id
+
+
+def long_forward_backward(stub: pb_grpc.TinkerApiStub, model: str) -> pb.Promise:
+    """A forward_backward of 6 datums of 1,000 tokens (seconds of work on each rank)."""
+    data = [
+        pb.Datum(tokens=list(range(10 + i, 1010 + i)), target_tokens=list(range(11 + i, 1011 + i)))
+        for i in range(6)
+    ]
+    fb = pb.ForwardBackwardOp(data=data, loss_fn="cross_entropy")
+    return stub.Submit(pb.TrainingCall(model_id=model, seq_id=1, forward_backward=fb))
+
+
+def train_a_client(stub: pb_grpc.TinkerApiStub) -> None:
+    """A new client's forward_backward and optim_step, on every rank."""
+    model = new_client(stub)
     data = [
         pb.Datum(tokens=list(range(10 + i, 40 + i)), target_tokens=list(range(11 + i, 41 + i)))
         for i in range(3)

@@ -22,15 +22,21 @@ from trainer_ranks import (
     START_S,
     STOP_S,
     TOKEN,
+    failure_of,
     kill_launcher,
+    long_forward_backward,
+    new_client,
     rank_pids,
     train_a_client,
     wait_serving,
 )
+from waiting import wait_for
 
 from artfleet.runtime.ports import PortHold
 from artfleet.runtime.rpc.client import sync_channel
 from artfleet.v1 import tinker_api_pb2_grpc as pb_grpc
+
+COLLECTIVE_TIMEOUT_S = 300
 
 
 @pytest.fixture
@@ -50,7 +56,7 @@ def trainer_on_two_ranks(redis_url: str, tmp_path: Path) -> Iterator[tuple[Any, 
         "ARTFLEET_INFERENCE_URL": f"http://127.0.0.1:{dead}",  # held: nothing answers
         "ARTFLEET_TRAIN_WORLD": "2",
         "ARTFLEET_TRAIN_MASTER_PORT": str(master),
-        "ARTFLEET_TRAIN_COLLECTIVE_TIMEOUT_S": "300",
+        "ARTFLEET_TRAIN_COLLECTIVE_TIMEOUT_S": str(COLLECTIVE_TIMEOUT_S),
     }
     log = tmp_path / "trainer.log"
     with log.open("wb") as out:
@@ -82,15 +88,25 @@ def test_a_trainer_of_two_ranks_trains_a_tinker_client_and_stops_cleanly(
     assert "Traceback" not in text, text[-4000:]
 
 
-def test_a_killed_rank_restarts_the_group_which_trains_again(
+def test_a_rank_killed_mid_call_fails_the_call_and_the_group_restarts_and_trains(
     trainer_on_two_ranks: tuple[Any, Path],
 ) -> None:
-    """torchrun sees rank 1 die, ends rank 0 (its graceful stop: jobs go back to the queue
-    by their lease) and starts both again; the restarted service trains."""
+    """Rank 1 is SIGKILLed while it runs its share of a forward_backward: the call fails
+    (rank 0's collective raises at the dead peer; nothing waits out the collective
+    timeout), torchrun ends rank 0 (its graceful stop: jobs go back to the queue by their
+    lease) and starts both again; the restarted service trains."""
     (process, target), log = trainer_on_two_ranks
+    stub = pb_grpc.TinkerApiStub(sync_channel(target, TOKEN))
+    model = new_client(stub)
     before = rank_pids(process)
     assert set(before) == {0, 1}, before
+    promise = long_forward_backward(stub, model)
+    wait_for("rank 1 running the call", lambda: "rank 1 runs datums" in log.read_text(), START_S)
+    started = time.monotonic()
     os.kill(before[1], signal.SIGKILL)
+    failure = failure_of(stub, promise)
+    assert failure.category == "server", failure
+    assert time.monotonic() - started < COLLECTIVE_TIMEOUT_S, "it waited out the timeout"
     deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
         now = rank_pids(process)

@@ -105,7 +105,7 @@ def follow(backend: TorchBackend, ranks: RankGroup) -> None:
         run = OPS.get(op.name)
         if run is None:
             raise RuntimeError(f"rank 0 announced an op this rank does not know: {op.name!r}")
-        log.debug("rank %d runs %s", ranks.rank, op.name)
+        log.info("rank %d runs %s", ranks.rank, op.name)
         run(backend, *op.args)
     log.info("rank %d: rank 0 stopped the group", ranks.rank)
     ranks.stop()
