@@ -17,6 +17,8 @@ headless service), or it is a comma-separated list of URLs. Rules:
   nothing) or behind on a policy gets every current policy published again and verified, and is
   back in service. Older checkpoints need nothing: a replica finds them on the shared
   volume by name when asked.
+- A full fine-tune's checkpoint takes the replicas' weights (one full fine-tune an
+  inference service): the policies published before it are no longer current.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from artfleet.clients.replicas import resolve_urls, split_urls
+from artfleet.contracts.checkpoint_layout import is_full_checkpoint
 from artfleet.contracts.policy_publish import PublishPolicy
 from artfleet.runtime.tasks import cancel_and_wait
 from artfleet_trainer.clients.inference_client import (
@@ -112,6 +116,11 @@ class InferenceReplicas:
     async def publish(self, message: PublishPolicy) -> int:
         """Publish to every replica in service and verify each; returns how many serve it.
         InferenceUnavailable when none does; InferenceRefused on a refusal."""
+        if is_full_checkpoint(Path(message.checkpoint)):
+            # A full fine-tune's weights become the replicas' own: no other policy is
+            # served beside it (one a service), so none is kept for the watch loop to
+            # publish again (the replicas would refuse it and be quarantined).
+            self._current = {}
         self._current[message.name] = message
         started = time.monotonic()
         known = await self.replicas()

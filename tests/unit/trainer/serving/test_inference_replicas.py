@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 from local_http import serve_app
 from prometheus_client import REGISTRY
 
+from artfleet.contracts.checkpoint_layout import is_full_checkpoint
 from artfleet.contracts.policy_publish import (
     PUBLISH_PATH,
     RETIRE_PATH,
@@ -38,6 +40,7 @@ class FakeReplica:
     table: dict[str, int] = field(default_factory=dict)
     publishes: list[str] = field(default_factory=list)
     mode: str = "ok"  # ok | down | refuse | mute (publishes, then does not answer the name)
+    full: str = ""  # the full fine-tune whose weights it holds (it serves nothing else)
     runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
@@ -58,6 +61,11 @@ class FakeReplica:
         message = parse(PublishPolicy, await request.json())
         if self.mode == "refuse":
             body = {"error": {"message": "not my base model", "param": "base_model"}}
+            return web.json_response(body, status=400)
+        if is_full_checkpoint(Path(message.checkpoint)):  # its weights displace the others
+            self.table, self.full = {}, message.name
+        elif self.full:
+            body = {"error": {"message": f"the full fine-tune {self.full} owns the weights"}}
             return web.json_response(body, status=400)
         self.table[message.name] = message.step
         self.publishes.append(f"{message.name}@{message.step}")
@@ -234,3 +242,25 @@ async def test_with_none_in_service_a_publish_tries_every_replica(
         fake.mode = "ok"
     assert await pool.publish(_message(1)) == 2  # no watch round needed first
     assert await _states(pool, replicas) == [SERVING, SERVING]
+
+
+async def test_a_full_fine_tune_displaces_the_policies_before_it_without_quarantines(
+    replicas: list[FakeReplica], tmp_path: Path
+) -> None:
+    """Its weights are the replicas' own: the LoRA policy published before it is served
+    no more, so the watch loop does not publish it again (a refusal would quarantine
+    every replica), and a LoRA published after it is refused."""
+    pool = _pool(replicas)
+    await pool.publish(_message(1, "lora"))
+    full = tmp_path / "ft" / "0001"
+    full.mkdir(parents=True)
+    (full / "config.json").write_text("{}")
+    message = PublishPolicy(name="ft", step=1, checkpoint=str(full), base_model="b")
+    assert await pool.publish(message) == 2
+    before = [_quarantines(f.url) for f in replicas]
+    await pool.check_all()
+    assert await _states(pool, replicas) == [SERVING, SERVING]
+    assert [_quarantines(f.url) for f in replicas] == before
+    assert [f.table for f in replicas] == [{"ft": 1}, {"ft": 1}]
+    with pytest.raises(InferenceRefused, match="owns the weights"):
+        await pool.publish(_message(2, "lora"))
