@@ -57,7 +57,7 @@ def _adapter(backend: TorchBackend, model: art.Model) -> dict[str, torch.Tensor]
 async def _weights(backend: TorchBackend, model: art.Model) -> dict[str, torch.Tensor]:
     """The model's trained weights on the CPU (a full fine-tune's gathered to rank 0)."""
     if isinstance(backend.peft_model_of(model), FullModel):
-        return await backend.run_on_torch_thread(backend.full_weights, model.name)
+        return await backend.run_on_torch_thread(backend.full.weights, model.name)
     return _adapter(backend, model)
 
 

@@ -151,22 +151,21 @@ def test_a_full_checkpoint_is_reloaded_from_its_own_folder(tmp_path: Path, merge
     weights = write_full(ckpt)
     (tmp_path / "work").mkdir()
     rpc = prepare_reload(merge_path, tmp_path / "base", ckpt, tmp_path / "work", 1)
-    assert (
-        rpc
-        == {
-            "memory": {
-                "method": "artfleet_load_policy",
-                "kwargs": {"base_dir": str(ckpt), "factors_path": ""},
-            },
-            "disk": {"method": "reload_weights", "kwargs": {"weights_path": str(ckpt)}},
-        }[merge_path]
-    )
+    assert rpc == _full_reload(merge_path, ckpt)
     assert list((tmp_path / "work").iterdir()) == []
     if merge_path == "memory":
         worker = _Worker()
         worker.artfleet_load_policy(**rpc["kwargs"])
         assert set(worker.loaded) == set(weights)  # optimizer/ is not read
         assert all(torch.equal(worker.loaded[k], w) for k, w in weights.items())
+
+
+def _full_reload(merge_path: str, checkpoint: Path) -> dict[str, object]:
+    """The rpc that reloads vLLM's weights from a full checkpoint's own folder."""
+    if merge_path == "memory":
+        kwargs = {"base_dir": str(checkpoint), "factors_path": ""}
+        return {"method": "artfleet_load_policy", "kwargs": kwargs}
+    return {"method": "reload_weights", "kwargs": {"weights_path": str(checkpoint)}}
 
 
 def test_an_adapter_reader_refuses_a_full_checkpoint(tmp_path: Path) -> None:
@@ -192,16 +191,7 @@ async def test_a_full_publish_reloads_vllms_weights_in_either_mode(
     await engine.publish("ft", 2, ckpt)
     (rpc_path, rpc), (reset, _), *unloads = engine.calls
     assert (rpc_path, reset) == ("/collective_rpc", "/reset_prefix_cache")
-    assert (
-        rpc
-        == {
-            "memory": {
-                "method": "artfleet_load_policy",
-                "kwargs": {"base_dir": str(ckpt), "factors_path": ""},
-            },
-            "disk": {"method": "reload_weights", "kwargs": {"weights_path": str(ckpt)}},
-        }[merge_path]
-    )
+    assert rpc == _full_reload(merge_path, ckpt)
     # Every LoRA registered was a difference to the old weights (or to the base): gone.
     assert unloads and all(path == "/v1/unload_lora_adapter" for path, _ in unloads)
     assert engine.table.route("ft").vllm_model == "base"  # vLLM's own weights

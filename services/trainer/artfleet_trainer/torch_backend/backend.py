@@ -22,18 +22,13 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 from peft import LoraConfig
 
-from artfleet.contracts.checkpoint_layout import (
-    ADAPTER_CONFIG,
-    delete_steps_after,
-    is_full_checkpoint,
-)
+from artfleet.contracts.checkpoint_layout import ADAPTER_CONFIG, delete_steps_after
 from artfleet.contracts.gpu_plan import ModelShape
 from artfleet.contracts.gpu_tenants import tenant_bytes
 from artfleet_trainer.backends.art_compat import art
@@ -43,7 +38,10 @@ from artfleet_trainer.torch_serving.options import TorchServerOptions
 
 from . import checkpoints, precision, train_config, training
 from .full_model import FullModel, full_finetuning
+from .full_runs import FullRuns
 from .model_loader import LoadedModel, load_base_model
+from .model_state import ModelState as _ModelState
+from .model_state import portable
 from .ranks import RankGroup, RankOp
 from .sft_runs import SftRuns
 from .tenants import BaseLoader, SharedBases, TenantModel, lora_seed, peft_args
@@ -57,21 +55,6 @@ DEFAULT_STEP_RESERVE_BYTES = 2 * GiB
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-@dataclass(eq=False)
-class _ModelState:
-    """A registered trainable model: its weights, optimizer and the step they are."""
-
-    model: art.TrainableModel
-    # its adapter on the shared base (tenants.py), or a full fine-tune's model (full_model.py)
-    peft_model: TenantModel | FullModel
-    tokenizer: Any
-    optimizer: torch.optim.AdamW
-    output_dir: Path
-    max_context: int
-    step: int  # the saved step the live weights are (-1: changed since the last save)
-    priority: int = 0  # its training steps' turn at the gate (turn_gate.py)
 
 
 class TorchBackend:
@@ -154,6 +137,7 @@ class TorchBackend:
         Path(path).mkdir(parents=True, exist_ok=True)
         self.training_clients = TrainingClients(self)  # the Tinker-compatible API's clients
         self.sft = SftRuns(self)  # SFT batches and losses
+        self.full = FullRuns(self)  # full fine-tunes (finetune: full)
 
     @property
     def path(self) -> str:
@@ -305,13 +289,7 @@ class TorchBackend:
         step = checkpoints.latest_step(output_dir)
         latest = checkpoints.checkpoint_dir(output_dir, step)
         if full_finetuning(model):
-            full = self._load_full(
-                model, output_dir, latest if is_full_checkpoint(latest) else None
-            )
-            if full.step < 0 and first_checkpoint:  # step 0 on disk, as a LoRA's
-                self.save_checkpoint(full, 0)
-                self._weights_changed(full, 0, None)
-            return full
+            return self.full.register(model, output_dir, latest, first_checkpoint)
         # a restarted trainer goes on from it (rank 0 reads it, the other ranks receive it)
         resume = self.leads and (latest / ADAPTER_CONFIG).is_file()
         if lora is None and resume:
@@ -319,7 +297,7 @@ class TorchBackend:
             lora.inference_mode = False  # saved as True; trainable, as rank 0 loads it
         elif lora is None:
             lora = training.lora_config(self._rank(model))
-        self._announce("tenant", _portable(model), output_dir, first_checkpoint, lora)
+        self._announce("tenant", portable(model), output_dir, first_checkpoint, lora)
         with training.quiet_peft_wrap():
             tenant, base, load_seconds = self.bases.tenant(
                 model.name,
@@ -350,56 +328,31 @@ class TorchBackend:
             model.base_model,
             len(base.tenants),
         )
-        config = tenant.get_base_model().config
-        max_context = int(getattr(config, "max_position_embeddings", 0) or 4096)
-        self.serving.attach(model.name, tenant, base.tokenizer, step)
-        return _ModelState(model, tenant, base.tokenizer, optimizer, output_dir, max_context, step)
+        return self._attached(model, tenant, base.tokenizer, optimizer, output_dir, step)
 
-    def _load_full(
-        self, model: art.TrainableModel, output_dir: Path, resume: Path | None
+    def _attached(
+        self,
+        model: art.TrainableModel,
+        trained: TenantModel | FullModel,
+        tokenizer: Any,
+        optimizer: torch.optim.AdamW,
+        output_dir: Path,
+        step: int,
     ) -> _ModelState:
-        """Torch thread (every rank): a full fine-tune's own copy of its base, or of the
-        checkpoint `resume`, with its optimizer state (full_model.py)."""
-        self._announce("full_tenant", _portable(model), output_dir, resume)
-        loaded = self._load_raw(model.base_model)
-        full = FullModel(loaded, self.ranks, resume)
-        optimizer = training.make_optimizer(list(full.parameters()))
-        if resume is not None:
-            full.load_optimizer(optimizer, resume)
-        step = int(resume.name) if resume is not None and self.leads else -1
-        log.info(
-            "registered %s at step %d: a full fine-tune of %s (%.0f MiB of weights here)",
-            model.name,
-            step,
-            model.base_model,
-            full.param_bytes() / MiB,
-        )
-        config = full.get_base_model().config
+        """A loaded model's state, its policy attached to the serving engine."""
+        config = trained.get_base_model().config
         max_context = int(getattr(config, "max_position_embeddings", 0) or 4096)
-        self.serving.attach(model.name, full, loaded.tokenizer, step)
-        return _ModelState(model, full, loaded.tokenizer, optimizer, output_dir, max_context, step)
-
-    def follow_full_tenant(
-        self, model: art.TrainableModel, output_dir: Path, resume: Path | None
-    ) -> None:
-        """Torch thread of a follower rank: rank 0's new full fine-tune here too."""
-        self._states[model.name] = self._load_full(model, output_dir, resume)
+        self.serving.attach(model.name, trained, tokenizer, step)
+        return _ModelState(model, trained, tokenizer, optimizer, output_dir, max_context, step)
 
     def save_checkpoint(self, state: _ModelState, step: int) -> Path:
         """Torch thread, rank 0: the live weights as checkpoint `step` (rank 0 writes a
         LoRA's; a full fine-tune's on ranks is written by every rank, its shard)."""
         if isinstance(state.peft_model, FullModel):
-            return checkpoints.save_staged(
-                state.output_dir, step, lambda staging: self.save_full(state, staging)
-            )
+            return self.full.save(state, step)
         return checkpoints.save_checkpoint(
             state.peft_model, state.output_dir, step, state.optimizer.state_dict()
         )
-
-    def save_full(self, state: _ModelState, staging: Path) -> None:
-        """Torch thread (every rank): a full fine-tune's checkpoint into `staging`."""
-        self._announce("save_full", state.model.name, staging)
-        state.peft_model.save(staging, state.optimizer)
 
     # --- tenants --------------------------------------------------------------------------
 
@@ -626,29 +579,9 @@ class TorchBackend:
         """The live peft model (tests compare LoRA weights before and after train())."""
         return self._state_of(model).peft_model
 
-    def full_weights(self, name: str) -> dict[str, torch.Tensor]:
-        """Torch thread: the full fine-tune `name`'s weights on the CPU, gathered to rank 0
-        from every rank's shards ({} on the others)."""
-        self._announce("full_weights", name)
-        full = self.state_named(name).peft_model
-        if not isinstance(full, FullModel):
-            raise ValueError(f"model {name!r} is a LoRA tenant, not a full fine-tune")
-        return full.full_state()
-
     def tokenizer_of(self, model: art.Model) -> Any:
         """The tokenizer the model's trajectories are tokenized with (benchmarks)."""
         return self._state_of(model).tokenizer
 
     def served_step(self, model: art.Model) -> int:
         return self._state_of(model).step
-
-
-def _portable(model: art.TrainableModel) -> art.TrainableModel:
-    """What a follower rank needs of a model, picklable: a registered model holds its
-    backend (`model.register(backend)`), which holds the process group."""
-    return art.TrainableModel(
-        name=model.name,
-        project=model.project,
-        base_model=model.base_model,
-        _internal_config=getattr(model, "_internal_config", None),
-    )

@@ -81,11 +81,9 @@ def _on_state(method: Callable[..., Any]) -> Callable[..., None]:
 # One entry per op rank 0 announces (grep `_announce(` in torch_backend).
 OPS: dict[str, Callable[..., None]] = {
     "tenant": _tenant,
-    "full_tenant": lambda backend, *args: backend.follow_full_tenant(*args),
-    "save_full": _on_state(
-        lambda b, state, staging: state.peft_model.save(staging, state.optimizer)
-    ),
-    "full_weights": lambda backend, name: backend.full_weights(name),
+    "full_tenant": lambda backend, *args: backend.full.follow(*args),
+    "save_full": _on_state(lambda b, state, staging: b.full.save_into(state, staging)),
+    "full_weights": lambda backend, name: backend.full.weights(name),
     "release": lambda backend, name, base: backend.release_tenant(name, base),
     "train": _on_state(lambda b, state, *a: b.train_packed(state, *a)),
     "sft": _on_state(lambda b, state, *a: b.sft.batch(state, *a)),
