@@ -151,8 +151,15 @@ class TorchBackend:
 
     def _load_from_disk(self, base_model: str) -> LoadedModel:
         return load_base_model(
-            base_model, cache_dir=self.cache_dir, device=self.device, dtype=self.dtype
+            base_model, cache_dir=self.cache_dir, device=self.load_device, dtype=self.dtype
         )
+
+    @property
+    def load_device(self) -> str:
+        """Where a base is read to: CUDA ranks read it into host memory and FSDP moves
+        each unit to the GPU as it shards it, so a GPU never holds more than its shards
+        and one unit whole (a 70B base whole would not fit one 80 GB GPU)."""
+        return "cpu" if self.ranks is not None else self.device
 
     def _load_base(self, base_model: str) -> LoadedModel:
         loaded = self._load_raw(base_model)

@@ -109,6 +109,13 @@ class RankGroup:
         """A rank's device: its own GPU (`cuda:LOCAL_RANK`) when the backend's is CUDA."""
         return f"cuda:{self.local_rank}" if configured.startswith("cuda") else configured
 
+    @property
+    def local_device(self) -> torch.device:
+        """This rank's device (its mesh's): where FSDP moves the units it shards."""
+        if self.mesh.device_type == "cuda":
+            return torch.device("cuda", self.local_rank)
+        return torch.device("cpu")
+
     def cpu_threads(self) -> int:
         """A CPU rank's share of the node's cores (ranks on one node split them)."""
         return max(1, available_cores() // self.local_world)
@@ -209,6 +216,7 @@ class RankGroup:
         for layer in decoder_layers(model):
             self._sharded.add(fully_shard(layer, mesh=self.mesh))
         self._sharded.add(fully_shard(model.get_decoder(), mesh=self.mesh))
+        place_unsharded(model, self.local_device)
 
     def shard_full(self, root: torch.nn.Module, decoder_units: list[torch.nn.Module]) -> None:
         """FSDP2 over a full fine-tune (full_model.py), every weight trainable: each
@@ -223,6 +231,7 @@ class RankGroup:
             policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         units = [fully_shard(unit, mesh=self.mesh, mp_policy=policy) for unit in decoder_units]
         units.append(fully_shard(root, mesh=self.mesh, mp_policy=policy))
+        place_unsharded(root, self.local_device)
         for unit in units:
             unit.set_gradient_divide_factor(1.0)  # a sum (gloo has no pre-scaled sum)
             unit.set_force_sum_reduction_for_comms(True)
@@ -288,6 +297,26 @@ def is_collective_failure(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return isinstance(exc, RuntimeError) and any(m in text for m in COLLECTIVE_MARKERS)
+
+
+def place_unsharded(module: torch.nn.Module, device: torch.device) -> None:
+    """What FSDP left whole (a LoRA base's output head, buffers outside its units) to
+    `device`, as FSDP moved its units' weights there (a base is read into host memory
+    on CUDA ranks: TorchBackend.load_device)."""
+    # old tensor's id -> (it, kept alive so no id is reused; its copy on `device`)
+    moved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    for sub in module.modules():
+        tables: tuple[dict[str, Any], ...] = (sub._parameters, sub._buffers)
+        for table in tables:
+            for name, tensor in table.items():
+                if tensor is None or is_sharded(tensor) or tensor.device == device:
+                    continue
+                if id(tensor) not in moved:  # a tensor two modules share stays shared
+                    on_device = tensor.detach().to(device)
+                    if isinstance(tensor, torch.nn.Parameter):
+                        on_device = torch.nn.Parameter(on_device, tensor.requires_grad)
+                    moved[id(tensor)] = (tensor, on_device)
+                table[name] = moved[id(tensor)][1]
 
 
 def is_sharded(param: torch.Tensor) -> bool:

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import signal
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from artfleet.contracts.errors import Unavailable
-from artfleet_trainer.torch_backend.ranks import RankGroup, Share
+from artfleet_trainer.torch_backend.backend import TorchBackend
+from artfleet_trainer.torch_backend.ranks import RankGroup, Share, place_unsharded
 from artfleet_trainer.torch_backend.training import StepStats
 from artfleet_trainer.torch_backend.worker import TorchWorker
 
@@ -105,3 +107,25 @@ async def test_the_torch_thread_hands_the_caller_the_translated_error() -> None:
             await worker.run(plain)
     finally:
         worker.shutdown()
+
+
+def test_what_fsdp_leaves_whole_is_placed_on_the_ranks_device() -> None:
+    """A LoRA base's whole output head and a buffer outside FSDP's units follow the units
+    to the rank's device (the base is read into host memory on CUDA ranks); "meta"
+    stands in for a GPU here."""
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(3, 2))
+    module[1].weight = module[0].weight  # tied, as a head to its embeddings
+    module[0].weight.requires_grad_(False)
+    module.register_buffer("inv_freq", torch.ones(4))
+    place_unsharded(module, torch.device("meta"))
+    assert {t.device.type for t in [*module.parameters(), *module.buffers()]} == {"meta"}
+    assert module[1].weight is module[0].weight  # still tied
+    assert isinstance(module[0].weight, torch.nn.Parameter)
+    assert not module[0].weight.requires_grad and module[0].bias.requires_grad
+
+
+def test_cuda_ranks_read_a_base_into_host_memory_and_one_process_onto_its_device() -> None:
+    ranks, alone = SimpleNamespace(ranks=object(), device="cuda:3"), SimpleNamespace(ranks=None)
+    assert TorchBackend.load_device.fget(ranks) == "cpu"  # type: ignore[attr-defined]
+    alone.device = "cuda:0"
+    assert TorchBackend.load_device.fget(alone) == "cuda:0"  # type: ignore[attr-defined]
