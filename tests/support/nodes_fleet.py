@@ -40,22 +40,19 @@ class NodesFleet(LocalFleet):
         except BaseException:
             self.net_leftovers = self.hosts.stop()
             raise
-        try:
-            super().start(timeout_s)  # stops what it started if it fails
-        except BaseException:
-            self.net_leftovers = self.hosts.stop()
-            raise
+        super().start(timeout_s)  # stops everything (hosts too) if it fails
 
     def stop(self, grace_s: float = 30.0) -> dict[str, int | None]:
         """Node 0's launcher first (its rank 0 ends the group), then node 1's is given
         `grace_s` to end by itself, as it does once its rank has left, before the rest
         stop as a `LocalFleet`'s do."""
         try:
-            launchers = [p for p in self.processes if p.name in ("trainer", NODE1)]
-            for process in sorted(launchers, key=lambda p: p.name != "trainer"):
+            running = {p.name: p for p in self.processes}
+            if "trainer" in running:
+                running["trainer"].terminate(grace_s)
+            if NODE1 in running:
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.proc.wait(0 if process.name == "trainer" else grace_s)
-                process.terminate(grace_s)
+                    running[NODE1].proc.wait(grace_s)
             return super().stop(grace_s)
         finally:
             self.net_leftovers = self.hosts.stop()
@@ -84,10 +81,6 @@ class NodesFleet(LocalFleet):
             env = self.service_env("trainer")
             env.update(ARTFLEET_TRAIN_NODE_RANK="1", ARTFLEET_HOST=self.hosts.address("node1"))
             self._spawn(NODE1, [sys.executable, "-m", "artfleet_trainer"], env)
-            # Before node 0's launcher: the fleet stops in reverse start order, and node 0's
-            # rank 0 ends the group (node 1's launcher then ends by itself).
-            node1 = self.processes.pop()
-            self.processes.insert(len(self.processes) - 1, node1)
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str], grpc_port: int = 0) -> None:
         host = {"trainer": "node0", NODE1: "node1"}.get(name)

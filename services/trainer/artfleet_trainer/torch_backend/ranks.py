@@ -112,9 +112,7 @@ class RankGroup:
     @property
     def local_device(self) -> torch.device:
         """This rank's device (its mesh's): where FSDP moves the units it shards."""
-        if self.mesh.device_type == "cuda":
-            return torch.device("cuda", self.local_rank)
-        return torch.device("cpu")
+        return torch.device(self.device(self.mesh.device_type))
 
     def cpu_threads(self) -> int:
         """A CPU rank's share of the node's cores (ranks on one node split them)."""
