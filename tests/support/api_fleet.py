@@ -19,7 +19,8 @@ EXAMPLES_BASE_MODEL = "Qwen/Qwen2.5-7B-Instruct"  # what the HTTP training API's
 TRAJECTORIES = FIXTURES / "trajectories"
 
 
-def tiny_model(folder: Path) -> Path:
+def tiny_model(folder: Path, tie_word_embeddings: bool = False) -> Path:
+    """Saved to `folder` with SmolLM2's tokenizer; tied embeddings as SmolLM2's own."""
     from tiny_llama import tiny_llama
     from transformers import AutoTokenizer
 
@@ -27,7 +28,10 @@ def tiny_model(folder: Path) -> Path:
 
     tokenizer = AutoTokenizer.from_pretrained(ensure_embedded_cache())
     model = tiny_llama(
-        len(tokenizer), eos_token_id=tokenizer.eos_token_id, max_position_embeddings=8192
+        len(tokenizer),
+        eos_token_id=tokenizer.eos_token_id,
+        max_position_embeddings=8192,
+        tie_word_embeddings=tie_word_embeddings,
     )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

@@ -7,7 +7,10 @@ updated adapter (or weights) under `out`.
     python tests/support/rank_steps.py OUT                      # one process
     python -m torch.distributed.run --nproc-per-node 2 tests/support/rank_steps.py OUT
         [--works grpo,sft,tinker] [--steps N] [--tinker-datums N --tinker-tokens T]
-        [--threads T] [--resume-full OTHER_OUT]
+        [--threads T] [--resume-full OTHER_OUT] [--base FOLDER]
+
+`--base`: the base model every tenant shares (default: the embedded SmolLM2); the test
+passes a tiny random model's folder, the bench leaves the real one.
 
 Each rank also writes the bytes of the base's parameters it holds (its FSDP shards plus
 what stays whole: the output head) to `OUT/param_bytes.<rank>`.
@@ -38,6 +41,7 @@ from artfleet_trainer.torch_backend.training_clients import AdamParams
 # Rows of about one trajectory each, 3 to an optimizer step: 2 ranks run 2 and 1(+1 of
 # weight 0) of each step's rows, so the split and the padding are both exercised.
 TRAIN_ARGS = {"packed_sequence_length": 96, "grad_accumulation_sequences": 3}
+BASE = DEFAULT_MODEL_NAME  # --base sets it, once, before any work
 
 
 def _model(name: str, seed: int) -> art.TrainableModel:
@@ -45,9 +49,7 @@ def _model(name: str, seed: int) -> art.TrainableModel:
     config = art.dev.InternalModelConfig(peft_args=peft_args)
     if name.startswith("full"):  # finetune: full, as the job runner says it
         config["init_args"] = art.dev.InitArgs(full_finetuning=True)
-    return art.TrainableModel(
-        name=name, project="ranks", base_model=DEFAULT_MODEL_NAME, _internal_config=config
-    )
+    return art.TrainableModel(name=name, project="ranks", base_model=BASE, _internal_config=config)
 
 
 def _adapter(backend: TorchBackend, model: art.Model) -> dict[str, torch.Tensor]:
@@ -127,7 +129,7 @@ async def tinker(
     default: two packed rows of at most 2,048 tokens, 3 + 1 datums, one a rank); figures
     and seconds as grpo's."""
     clients = backend.training_clients
-    await clients.create("tinker", DEFAULT_MODEL_NAME, 8, 13)
+    await clients.create("tinker", BASE, 8, 13)
     datums = [
         Datum(list(range(10 + i, 10 + tokens + i)), list(range(11 + i, 11 + tokens + i)), {})
         for i in range(count)
@@ -157,7 +159,7 @@ async def tinker(
 
 
 def _tinker_model() -> art.Model:
-    return art.TrainableModel(name="tinker", project="tinker", base_model=DEFAULT_MODEL_NAME)
+    return art.TrainableModel(name="tinker", project="tinker", base_model=BASE)
 
 
 def param_bytes(backend: TorchBackend) -> int:
@@ -225,7 +227,10 @@ def main() -> None:
         "--resume-full", type=Path, help="another run's OUT: resume its full fine-tune's step 1"
     )
     parser.add_argument("--threads", type=int, default=0, help="per rank (0: its share)")
+    parser.add_argument("--base", default=DEFAULT_MODEL_NAME, help="a model's name or folder")
     args = parser.parse_args()
+    global BASE
+    BASE = args.base
     args.out.mkdir(parents=True, exist_ok=True)
     ranks = RankGroup.from_env(timeout_s=120)
     if ranks is not None:
