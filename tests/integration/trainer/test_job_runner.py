@@ -342,6 +342,45 @@ async def test_a_failed_job_resumes_after_its_checkpoint_running_its_failed_step
     assert not await fleet.store.resume_pending(job.id)
 
 
+class ReleaseCutShort(JobStore):
+    """A job's own lease release that the runner's stop cancels: it waits forever the
+    first time (a cancel landing right after the job ended, before its release ran)."""
+
+    def __init__(self, redis: aioredis.Redis) -> None:
+        super().__init__(redis)
+        self.releasing = asyncio.Event()
+
+    async def release_lease(self, job_id: str, owner: str) -> None:
+        if not self.releasing.is_set():
+            self.releasing.set()
+            await asyncio.Event().wait()
+        await super().release_lease(job_id, owner)
+
+
+async def test_a_stop_that_cuts_an_ended_jobs_release_short_still_frees_its_lease(
+    fleet: Fleet,
+) -> None:
+    """Another trainer (a resume on a new replica) takes the job at once instead of
+    waiting out the lease."""
+    store = ReleaseCutShort(fleet.redis)
+    runner = JobRunner(
+        runner_settings("runner-test-token"),
+        store,
+        fleet.backend,
+        fleet.rollouts,
+        fleet.rollouts,
+        fleet.batches,
+    )
+    job = await store.create(_spec())
+    runner.start()
+    try:
+        await asyncio.wait_for(store.releasing.wait(), 120)
+    finally:
+        await runner.stop(10)
+    assert (await store.get(job.id)).state == pb.JOB_STATE_SUCCEEDED
+    assert await store.acquire_lease(job.id, "another-trainer", 30)
+
+
 async def test_a_job_cancelled_before_any_step_resumes_from_step_one(fleet: Fleet) -> None:
     job = await fleet.store.create(_spec())
     cancelled = await fleet.store.request_cancel(job.id)

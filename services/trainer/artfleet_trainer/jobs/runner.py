@@ -6,6 +6,7 @@ one job's step trains while another's rollouts run."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from functools import partial
@@ -112,11 +113,18 @@ class JobRunner:
     async def stop(self, grace_s: float) -> None:
         """Interrupts the current steps: the jobs stay RUNNING and resume at those steps."""
         self._stopping.set()
-        tasks = [t for t in (self._task, *self._running.values()) if t is not None]
+        jobs = dict(self._running)
+        tasks = [t for t in (self._task, *jobs.values()) if t is not None]
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
+        # A cancel that lands in a job's own release (its job just ended) cuts it short,
+        # and another trainer would wait out the lease; a job still running keeps its.
+        for job_id, task in jobs.items():
+            if task.done():
+                with contextlib.suppress(*TRANSIENT):
+                    await self._store.release_lease(job_id, self._owner)
 
     async def _loop(self) -> None:
         while not self._stopping.is_set():
