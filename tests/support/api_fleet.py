@@ -20,7 +20,8 @@ TRAJECTORIES = FIXTURES / "trajectories"
 
 
 def tiny_model(folder: Path, tie_word_embeddings: bool = False) -> Path:
-    """Saved to `folder` with SmolLM2's tokenizer; tied embeddings as SmolLM2's own."""
+    """Saved to `folder` with SmolLM2's tokenizer; `tie_word_embeddings`: the head shares
+    the embeddings' weight, as SmolLM2's does."""
     from tiny_llama import tiny_llama
     from transformers import AutoTokenizer
 

@@ -34,14 +34,17 @@ class Fleet:
     backend: FakeBackend
     rollouts: FakeRollouts
 
+    def runner(self) -> JobRunner:
+        """A runner on this fleet's store, backend and rollouts (not started)."""
+        settings = runner_settings("runner-test-token")
+        return JobRunner(
+            settings, self.store, self.backend, self.rollouts, self.rollouts, self.batches
+        )
+
     async def run(self, job: pb.Job, from_seq: int = 0) -> pb.Job:
         """Runs the runner until `job` ends (followed through its event stream from
         `from_seq`: a resumed job's first terminal state is not its end)."""
-        settings = runner_settings("runner-test-token")
-        runner = JobRunner(
-            settings, self.store, self.backend, self.rollouts, self.rollouts, self.batches
-        )
-        done, _ = await run_to_end(runner, self.store, job.id, from_seq)
+        done, _ = await run_to_end(self.runner(), self.store, job.id, from_seq)
         return done
 
 
@@ -362,15 +365,8 @@ async def test_a_stop_that_cuts_an_ended_jobs_release_short_still_frees_its_leas
 ) -> None:
     """Another trainer (a resume on a new replica) takes the job at once instead of
     waiting out the lease."""
-    store = ReleaseCutShort(fleet.redis)
-    runner = JobRunner(
-        runner_settings("runner-test-token"),
-        store,
-        fleet.backend,
-        fleet.rollouts,
-        fleet.rollouts,
-        fleet.batches,
-    )
+    fleet.store = store = ReleaseCutShort(fleet.redis)
+    runner = fleet.runner()
     job = await store.create(_spec())
     runner.start()
     try:
@@ -421,14 +417,7 @@ async def test_a_step_interrupted_in_training_is_trained_again_and_recorded_once
     job = await fleet.store.create(_spec(steps=3))
     name = f"{job.spec.name}-{job.id}"
     discarded = metrics.STEPS_DISCARDED._value.get()
-    runner = JobRunner(
-        runner_settings("runner-test-token"),
-        fleet.store,
-        backend,
-        fleet.rollouts,
-        fleet.rollouts,
-        fleet.batches,
-    )
+    runner = fleet.runner()
     runner.start()
     await asyncio.wait_for(backend.training.wait(), 120)
     await runner.stop(10)  # SIGTERM while step 2 trains

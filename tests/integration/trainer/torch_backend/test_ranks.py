@@ -33,7 +33,7 @@ from safetensors.torch import load_file
 
 REPO = Path(__file__).resolve().parents[4]
 SCRIPT = REPO / "tests" / "support" / "rank_steps.py"
-TIMEOUT_S = 600  # seconds alone; the bound is for a loaded 2-core machine
+TIMEOUT_S = 600  # a run takes about 12 s alone: room for a loaded 2-core machine
 WORKS = ["grpo", "sft", "tinker", "full"]
 
 
