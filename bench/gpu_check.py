@@ -144,14 +144,25 @@ def child_env(site: Path) -> dict[str, str]:
     return env
 
 
-def run_one(spec: dict[str, Any], env: dict[str, str], timeout_s: float) -> dict[str, Any]:
-    """One run in its own process group; its failure is a result."""
-    out = Path(tempfile.mkstemp(prefix="gpu-check-run-", suffix=".json")[1])
+def run_one(
+    spec: dict[str, Any], env: dict[str, str], timeout_s: float, scratch: Path
+) -> dict[str, Any]:
+    """One run in its own process group, its files under `scratch`; its failure is a result."""
+    workdir = scratch / spec["name"]
+    workdir.mkdir()
+    out = workdir / "result.json"
+    out.touch()
     launcher = [sys.executable]
     if spec.get("world", 1) > 1:  # torchrun: its c10d store on a free port of this machine
         launcher += ["-m", "torch.distributed.run", "--standalone"]
         launcher += [f"--nproc-per-node={spec['world']}"]
-    argv = [*launcher, str(ROOT / "bench" / "gpu_check_run.py"), json.dumps(spec), str(out)]
+    argv = [
+        *launcher,
+        str(ROOT / "bench" / "gpu_check_run.py"),
+        json.dumps(spec),
+        str(out),
+        str(workdir),
+    ]
     started = time.monotonic()
     proc = subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
@@ -170,7 +181,6 @@ def run_one(spec: dict[str, Any], env: dict[str, str], timeout_s: float) -> dict
         result |= {"status": "oom", "log_tail": tail}
     else:
         result |= {"status": "error", "returncode": proc.returncode, "log_tail": tail}
-    out.unlink(missing_ok=True)
     return result
 
 
@@ -252,12 +262,25 @@ def main() -> int:
     parser.add_argument("--world", type=int, default=1, help="ranks a run (one a GPU)")
     args = parser.parse_args()
     deadline = time.monotonic() + args.deadline_s
-    args.out.mkdir(parents=True, exist_ok=True)
-    site = Path(tempfile.mkdtemp(prefix="gpu-check-site-"))
-    prepare_site(args.wheels, site)
-    env = child_env(site)
     if args.world < 1:
         parser.error("--world must be at least 1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    # The runs' models, checkpoints and the wheels' site: removed when the check ends
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
+        report = check(args, deadline, Path(scratch))
+    lines = summary(report)
+    (args.out / "gpu_check.log").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    # Correctness decides the exit status; a measuring run's OOM or timeout is a figure.
+    checks = [r for r in report["runs"].values() if r.get("mode") == "check"]
+    return 0 if all(r["status"] == "ok" and r.get("ok") for r in checks) else 1
+
+
+def check(args: argparse.Namespace, deadline: float, scratch: Path) -> dict[str, Any]:
+    """Every run of the preset in turn, the report written after each."""
+    site = scratch / "site"
+    prepare_site(args.wheels, site)
+    env = child_env(site)
     report: dict[str, Any] = {
         "preset": args.preset,
         "world": args.world,
@@ -273,16 +296,11 @@ def main() -> int:
         if left < 10:
             report["runs"][spec["name"]] = {**spec, "status": "skipped: deadline"}
             continue
-        result = run_one(spec, env, left - 5)
+        result = run_one(spec, env, left - 5, scratch)
         report["runs"][spec["name"]] = {**spec, **result}
         print(f"{spec['name']}: {result['status']} ({result['seconds']:.0f}s)", flush=True)
         write(args.out, report)
-    lines = summary(report)
-    (args.out / "gpu_check.log").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    # Correctness decides the exit status; a measuring run's OOM or timeout is a figure.
-    checks = [r for r in report["runs"].values() if r.get("mode") == "check"]
-    return 0 if all(r["status"] == "ok" and r.get("ok") for r in checks) else 1
+    return report
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ import json
 import math
 import random
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -150,17 +149,19 @@ def train_flops(config: dict[str, Any], tokens: int, width: int) -> float:
     return tokens * (4 * shape.layers * per_layer + attention + 4 * shape.hidden * shape.vocab)
 
 
-def make_backend(spec: dict[str, Any], ranks: RankGroup | None) -> TorchBackend:
-    """The run's backend; on ranks (`--world`), this rank's: the same random-init base on
-    each (the loader seeds it), sharded, and serving nothing."""
+def make_backend(spec: dict[str, Any], ranks: RankGroup | None, workdir: Path) -> TorchBackend:
+    """The run's backend, its files under `workdir` (the check removes it); on ranks
+    (`--world`), this rank's: the same random-init base on each (the loader seeds it),
+    sharded, and serving nothing."""
     device, dtype_name = spec["device"], spec["dtype"]
     if ranks is not None:
         device = ranks.device(device)
     config = QWEN3_TINY if spec["model"] == "tiny" else QWEN3[spec["model"]]
     dtype = precision.resolve_dtype(dtype_name, device)
-    workdir = tempfile.mkdtemp(prefix="gpu-check-")
+    if ranks is not None:
+        workdir = workdir / f"rank-{ranks.rank}"
     return TorchBackend(
-        path=workdir,
+        path=str(workdir),
         device=device,
         dtype=dtype_name,
         num_threads=1 if device == "cpu" else None,
@@ -309,11 +310,11 @@ def _peak_flops(device: str, dtype: str) -> float | None:
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
-    out = Path(sys.argv[2])
+    out, workdir = Path(sys.argv[2]), Path(sys.argv[3])
     ranks = RankGroup.from_env(timeout_s=600)
     if ranks is not None:
         ranks.start(ranks.device(spec["device"]))
-    backend = make_backend(spec, ranks)
+    backend = make_backend(spec, ranks, workdir)
     if ranks is not None and not ranks.leader:
         follow(backend, ranks)  # rank 0's model work, until it closes its backend
         return

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 from area_times import AreaTimes, read_budgets
+from module_tmp import module_tmp  # noqa: F401  (a fixture for every module)
 from openai.types.chat.chat_completion import Choice
 from repo_paths import ROOT
 from xdist_scopes import FleetScopesPlugin, order_by_budget

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +42,8 @@ KEY = "agents-test-key"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def policy_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[str, str]]:
-    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), api_key=KEY)
+async def policy_url(module_tmp: Callable[[str], Path]) -> AsyncIterator[tuple[str, str]]:
+    backend = TorchBackend(path=str(module_tmp("art")), api_key=KEY)
     model: art.TrainableModel[Any, Any] = art.TrainableModel(
         name="agents", project="it", base_model="smollm2-135m-instruct"
     )

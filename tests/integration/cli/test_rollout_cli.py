@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -194,12 +195,12 @@ async def test_unreachable_rollout_service_is_exit_1(fleet: Fleet) -> None:
 # ---------------------------------------------------------------- with the real model
 @pytest_asyncio.fixture
 async def model_fleet(
-    sandbox_target: str, reward_target: str, tmp_path_factory: pytest.TempPathFactory
+    sandbox_target: str, reward_target: str, tmp_path: Path
 ) -> AsyncIterator[tuple[Fleet, str]]:
     from artfleet.contracts.art_types import art
     from artfleet_trainer.torch_backend.backend import TorchBackend
 
-    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), api_key=TOKEN)
+    backend = TorchBackend(path=str(tmp_path / "art"), api_key=TOKEN)
     model: art.TrainableModel[Any, Any] = art.TrainableModel(
         name="agent", project="it", base_model="smollm2-135m-instruct"
     )

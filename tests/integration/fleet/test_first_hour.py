@@ -141,12 +141,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
 
 @pytest.fixture(scope="module")
 def tour(
-    tmp_path_factory: pytest.TempPathFactory,
+    module_tmp: Callable[[str], Path],
     require_infra: Callable[[bool, str], None],
     request: pytest.FixtureRequest,
 ) -> Iterator[Tour]:
     require_infra(*_infra_ready())
-    home = tmp_path_factory.mktemp("first-hour")
+    home = module_tmp("first-hour")
     (home / "fleet-settings.env").write_text(
         "# a judge key reaches every service; the judge map the API's /train bodies use\n"
         f"OPENAI_API_KEY={FAKE_JUDGE_KEY}\n"

@@ -5,7 +5,8 @@ running, and the other succeeds with every step on record."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from fleet_jobs import (
@@ -29,9 +30,9 @@ TRAINING = "artfleet_trainer_training"  # steps in `train` now
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
+def fleet(module_tmp: Callable[[str], Path]) -> Iterator[LocalFleet]:
     # The restarted trainer, like every other service, must stop on SIGTERM by itself.
-    with started(LocalFleet(tmp_path_factory.mktemp("restart-fleet"), api=False)) as fleet:
+    with started(LocalFleet(module_tmp("restart-fleet"), api=False)) as fleet:
         yield fleet
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from chaos import ChaosDriver, ChaosPlan, verify
@@ -37,15 +38,13 @@ CI_FAULTS = {"worker_cut": 1, "host_down": 1, "redis_restart": 1, "trainer_cut":
 
 @pytest.fixture(scope="module")
 def fleet(
-    tmp_path_factory: pytest.TempPathFactory, require_infra: Callable[[bool, str], None]
+    module_tmp: Callable[[str], Path], require_infra: Callable[[bool, str], None]
 ) -> Iterator[NetnsFleet]:
     why_not = can_make_namespaces()
     require_infra(not why_not, why_not)
     # One group per worker at a time: the step's two groups go to both worker hosts.
     with subreaper():  # whatever outlives its parent is found after the stop
-        fleet = NetnsFleet(
-            tmp_path_factory.mktemp("netns"), extra_env={"ARTFLEET_GROUPS_CONCURRENCY": "1"}
-        )
+        fleet = NetnsFleet(module_tmp("netns"), extra_env={"ARTFLEET_GROUPS_CONCURRENCY": "1"})
         try:
             fleet.start()
             yield fleet

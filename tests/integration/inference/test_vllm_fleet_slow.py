@@ -67,11 +67,11 @@ class MergePathsFleet(HeldBackFleet):
 
 @pytest.fixture(scope="module")
 def fleet(
-    tmp_path_factory: pytest.TempPathFactory, require_infra: Callable[[bool, str], None]
+    module_tmp: Callable[[str], Path], require_infra: Callable[[bool, str], None]
 ) -> Iterator[HeldBackFleet]:
     require_infra(bool(vllm_python()), "no Python with vLLM (make install builds .venv-vllm)")
     fleet = MergePathsFleet(
-        tmp_path_factory.mktemp("vllm-fleet"),
+        module_tmp("vllm-fleet"),
         engine="vllm",
         api=False,
         inference_replicas=2,

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -55,8 +56,8 @@ class Judge:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def judge(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Judge]:
-    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), api_key=KEY)
+async def judge(module_tmp: Callable[[str], Path]) -> AsyncIterator[Judge]:
+    backend = TorchBackend(path=str(module_tmp("art")), api_key=KEY)
     model: art.TrainableModel[Any, Any] = art.TrainableModel(
         name="judge", project="it", base_model="smollm2-135m-instruct"
     )

@@ -32,9 +32,9 @@ def kustomize(require_infra: Callable[[bool, str], None]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tree(module_tmp: Callable[[str], Path]) -> Path:
     """A copy of deploy/kubernetes with an operator's secrets.env in it."""
-    copy = tmp_path_factory.mktemp("kube") / "kubernetes"
+    copy = module_tmp("kube") / "kubernetes"
     shutil.copytree(KUBE, copy)
     lines = [f"{name}={value}" for name, value in SECRETS.items()]
     (copy / "base" / "secrets.env").write_text("\n".join(lines) + "\n")

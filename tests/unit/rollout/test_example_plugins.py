@@ -4,7 +4,8 @@ fleet trains both on a real one in test_first_hour)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -23,8 +24,8 @@ from artfleet_rollout.settings import RolloutSettings
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    target = pip_install_examples(tmp_path_factory.mktemp("site"))
+def installed(module_tmp: Callable[[str], Path]) -> Iterator[None]:
+    target = pip_install_examples(module_tmp("site"))
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(target))
         kinds.reload_plugins()

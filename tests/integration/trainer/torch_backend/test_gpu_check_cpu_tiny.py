@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def one_rank(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+def one_rank(module_tmp: Callable[[str], Path]) -> tuple[Path, dict[str, Any]]:
     """The whole preset, on one rank."""
-    out = tmp_path_factory.mktemp("one-rank")
+    out = module_tmp("one-rank")
     return out, _check(out)
 
 

@@ -22,7 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +57,10 @@ def _run(out: Path, ranks: int, *args: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def runs(
-    tmp_path_factory: pytest.TempPathFactory,
+    module_tmp: Callable[[str], Path],
 ) -> Iterator[tuple[Path, Path, dict[str, Any], dict[str, Any]]]:
-    one, two = tmp_path_factory.mktemp("one-rank"), tmp_path_factory.mktemp("two-ranks")
-    base = tiny_model(tmp_path_factory.mktemp("base") / "model", tie_word_embeddings=True)
+    one, two = module_tmp("one-rank"), module_tmp("two-ranks")
+    base = tiny_model(module_tmp("base") / "model", tie_word_embeddings=True)
     works = ("--works", ",".join(WORKS), "--base", str(base))
     try:
         split = _run(two, 2, *works)

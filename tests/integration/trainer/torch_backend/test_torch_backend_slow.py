@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -47,8 +47,8 @@ class Fleet:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def fleet(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fleet]:
-    path = tmp_path_factory.mktemp("art")
+async def fleet(module_tmp: Callable[[str], Path]) -> AsyncIterator[Fleet]:
+    path = module_tmp("art")
     backend = TorchBackend(path=str(path), api_key=KEY)
     model: art.TrainableModel[Any, Any] = art.TrainableModel(
         name="agent", project="it", base_model="smollm2-135m-instruct"

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -34,8 +35,8 @@ MESSAGES: Any = [{"role": "user", "content": "Board:\n2 0 0 2\n0 0 0 0\nMerge th
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Any, ...]]:
-    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), api_key=KEY)
+async def served(module_tmp: Callable[[str], Path]) -> AsyncIterator[tuple[Any, ...]]:
+    backend = TorchBackend(path=str(module_tmp("art")), api_key=KEY)
     model: art.TrainableModel[Any, Any] = art.TrainableModel(
         name="tools", project="it", base_model="smollm2-135m-instruct"
     )

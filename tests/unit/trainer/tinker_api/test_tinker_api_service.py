@@ -5,7 +5,7 @@ other's weights; limits and refusals that name what they refuse."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,8 +32,8 @@ Context: Any = None
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+def model_dir(module_tmp: Callable[[str], Path]) -> Path:
+    return tiny_model(module_tmp("tiny") / "model")
 
 
 @asynccontextmanager

@@ -18,6 +18,7 @@ within 1e-5)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,8 +57,8 @@ class Guard:
 
 
 @pytest.fixture(scope="module")
-def guard(tmp_path_factory: pytest.TempPathFactory) -> Guard:
-    base = tiny_model(tmp_path_factory.mktemp("guard") / "model")
+def guard(module_tmp: Callable[[str], Path]) -> Guard:
+    base = tiny_model(module_tmp("guard") / "model")
     groups = frozen_groups()
     reference = lora_model(AutoModelForCausalLM.from_pretrained(base), RANK, SEED)
     with torch.no_grad():
@@ -66,7 +67,7 @@ def guard(tmp_path_factory: pytest.TempPathFactory) -> Guard:
     step = reference_step(reference, AutoTokenizer.from_pretrained(base), groups, LEARNING_RATE)
     with torch.no_grad():
         after = [plain_logprobs(reference, *s) for s in sequences(groups)]
-    work = tmp_path_factory.mktemp("art")
+    work = module_tmp("art")
     return asyncio.run(_trainer_side(base, work, before, after, step, start))
 
 

@@ -5,7 +5,7 @@ adapter. A tiny random Llama stands in for SmolLM2 (no download)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -17,8 +17,8 @@ from artfleet_trainer.torch_backend import TorchBackend
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+def model_dir(module_tmp: Callable[[str], Path]) -> Path:
+    return tiny_model(module_tmp("tiny") / "model")
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ goes down, and the adapter is saved as the next checkpoint and served."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,8 @@ OFFLINE_SAMPLES = FIXTURES / "sft" / "offline_samples.json"
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+def model_dir(module_tmp: Callable[[str], Path]) -> Path:
+    return tiny_model(module_tmp("tiny") / "model")
 
 
 @pytest.fixture

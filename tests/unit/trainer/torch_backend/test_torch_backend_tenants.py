@@ -6,7 +6,7 @@ the base is loaded once and leaves with its last tenant."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -25,8 +25,8 @@ OFFLINE_SAMPLES = FIXTURES / "sft" / "offline_samples.json"
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+def model_dir(module_tmp: Callable[[str], Path]) -> Path:
+    return tiny_model(module_tmp("tiny") / "model")
 
 
 def _model(name: str, base: Path, rank: int) -> art.TrainableModel:
