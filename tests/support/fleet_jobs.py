@@ -82,4 +82,5 @@ def started(fleet: LocalFleet, timeout_s: float = 180.0) -> Iterator[LocalFleet]
         yield fleet
     finally:
         codes = fleet.stop()
-    assert all(code is not None and code >= 0 for code in codes.values()), codes
+    killed = "".join(f"\n--- {name}'s log end:\n{tail}" for name, tail in fleet.killed_logs.items())
+    assert all(code is not None and code >= 0 for code in codes.values()), f"{codes}{killed}"

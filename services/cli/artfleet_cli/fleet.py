@@ -98,6 +98,9 @@ class LocalFleet:
     announce: Callable[[str], None] | None = None
     # Its ports, held from their choice to stop() so no other process takes one first.
     held: PortHold = field(default_factory=PortHold, repr=False)
+    # The last stop's services that outlived their grace: each one's log end, its threads'
+    # stacks in it (FleetProcess.killed_tail)
+    killed_logs: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def redis_url(self) -> str:
@@ -488,12 +491,16 @@ class LocalFleet:
             self._wait_policy(deadline, name)
 
     def stop(self, grace_s: float = 30.0) -> dict[str, int | None]:
-        """SIGTERM in reverse start order, SIGKILL what outlives `grace_s`, then what each
-        left in its process group; returns exit codes."""
+        """SIGTERM in reverse start order, SIGKILL what outlives `grace_s` (its threads'
+        stacks into its log first: `killed_logs`), then what each left in its process
+        group; returns exit codes."""
         codes: dict[str, int | None] = {}
+        self.killed_logs = {}
         for process in reversed(self.processes):
             process.terminate(grace_s)
             codes[process.name] = process.proc.returncode
+            if process.killed_tail:
+                self.killed_logs[process.name] = process.killed_tail
         self.processes.clear()
         self.held.release()
         return codes

@@ -12,10 +12,14 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from artfleet.runtime.service import STACKS_SIGNAL
 from artfleet_cli.logfiles import LogPump
+
+STACKS_WAIT_S = 5.0  # for a stack dump to reach the log
 
 
 class ServiceExited(RuntimeError):
@@ -47,6 +51,7 @@ class FleetProcess:
     pump: LogPump | None = None  # copies its output into log_path (rotated)
     log_offset: int = 0  # the log's size when it started: what came before is not its own
     own_group: bool = False  # started in its own session: its pid is its group's id
+    killed_tail: str = ""  # its log's end when it outlived its grace (its stacks in it)
 
     @property
     def pid(self) -> int:
@@ -75,9 +80,34 @@ class FleetProcess:
             try:
                 self.proc.wait(grace_s)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+                self._kill_with_stacks()
+                return
         self.reap()
+
+    def _kill_with_stacks(self) -> None:
+        """SIGKILL to a process that outlived its grace, its threads' stacks first: our
+        services write them to their log on STACKS_SIGNAL (faulthandler, even with the
+        event loop stuck), so a hang leaves a trace of where it hung; `killed_tail` keeps
+        the log's end for whoever stopped it."""
+        before = self._log_size()
+        self.proc.send_signal(STACKS_SIGNAL)
+        # faulthandler writes the whole dump at once from its signal handler: once its
+        # first bytes reach the log, the rest is in the pipe, and reap() drains it
+        deadline = time.monotonic() + STACKS_WAIT_S
+        while self._log_size() == before and self.proc.poll() is None:
+            if time.monotonic() > deadline:  # not one of ours, or not scheduled in time
+                break
+            time.sleep(0.05)
+        self.proc.kill()
+        self.proc.wait(5)
+        self.reap()  # its output drained into the log
+        self.killed_tail = self.log_tail(8000)
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size if self.log_path is not None else 0
+        except FileNotFoundError:
+            return 0
 
     def _signal_group(self, sig: signal.Signals) -> None:
         # The group outlives its leader while a member lives, and its id is not reused

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import importlib
 import logging
 import signal
@@ -29,6 +30,8 @@ class Lifecycle(Protocol):
 
     async def stop(self) -> None: ...
 
+
+STACKS_SIGNAL = signal.SIGUSR1  # `run`'s services dump their threads' stacks on it
 
 _handed_out: set[int] = set()
 _handed_lock = threading.Lock()
@@ -101,7 +104,10 @@ async def _stop(app: Lifecycle, *, failed: bool) -> None:
 
 def run(app: Lifecycle) -> None:
     """`serve(app)`; then exits with the app's `exit_status` where it set one (non-zero:
-    the app ended itself on a fault, e.g. inference's vLLM died), for its supervisor."""
+    the app ended itself on a fault, e.g. inference's vLLM died), for its supervisor.
+    SIGUSR1 writes every thread's stack to stderr (its log), even with the event loop
+    stuck: a supervisor asks for it before it kills a service that outlived its grace."""
+    faulthandler.register(STACKS_SIGNAL, all_threads=True)
     asyncio.run(serve(app))
     status = getattr(app, "exit_status", 0)
     if status:
