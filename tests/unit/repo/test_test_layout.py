@@ -4,6 +4,8 @@ service or topic; none at the roots, where a newcomer could not tell what it cov
 
 from __future__ import annotations
 
+import ast
+
 from repo_paths import ROOT, TESTS
 
 KERNEL_PARTS = {
@@ -35,3 +37,28 @@ def test_test_module_names_are_unique() -> None:
     # pytest imports test modules by their base name: two alike would shadow each other
     names = [p.name for p in TESTS.rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def _module_fixtures_on_tmp_path_factory() -> list[str]:
+    found = []
+    for path in TESTS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            scopes = [
+                kw.value.value
+                for dec in node.decorator_list
+                if isinstance(dec, ast.Call)
+                for kw in dec.keywords
+                if kw.arg == "scope" and isinstance(kw.value, ast.Constant)
+            ]
+            takes = [a.arg for a in node.args.args]
+            if "module" in scopes and "tmp_path_factory" in takes and node.name != "module_tmp":
+                found.append(f"{path.relative_to(ROOT)}::{node.name}")
+    return found
+
+
+def test_module_fixtures_take_their_folders_from_module_tmp() -> None:
+    # tmp_path_factory's folders stay to the session's end: a CI run's disk filled up with
+    # the fleets and checkpoints of modules long done (docs/testing.md, "The disk")
+    assert _module_fixtures_on_tmp_path_factory() == []
