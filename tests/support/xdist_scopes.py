@@ -3,7 +3,8 @@
 A scope is the unit one worker runs whole: every integration module is one (its
 module-wide fleet starts once, its tests run in order), the modules that share a
 session-wide fleet are one together (`SHARED_FLEET_FOLDERS`, `SHARED_FLEET_MODULES`: the
-fleet starts once, on one worker), and each unit test is its own. The scopes are scheduled
+fleet starts once, on one worker), so are the modules with vLLM fleets (`VLLM_FLEET_MODULES`:
+one at a time, for memory), and each unit test is its own. The scopes are scheduled
 in collection order, which on a worker puts the busiest areas first (`order_by_budget`),
 so the long fleets start early and short tests fill in at the end. (xdist's own
 `--dist loadgroup` relies on rewriting a test's node id, which pytest 9 no longer lets it
@@ -29,11 +30,25 @@ SHARED_FLEET_MODULES = {
     "tests/integration/fleet/test_fleet_sft.py": TORCH_FLEET,
 }
 
+# Modules that start fleets with vLLM: one scope, so that no two run at once. The
+# two-replica fleet beside the two-node trainer's fleet took more memory than the 24 GB
+# machine has: the OOM killer ended the trainer mid-job, twice in fresh-clone runs here.
+VLLM_FLEETS = "vllm-fleets"
+VLLM_FLEET_MODULES = (
+    "tests/integration/fleet/test_first_hour.py",
+    "tests/integration/fleet/test_trainer_nodes_fleet_slow.py",
+    "tests/integration/inference/test_inference_outages_slow.py",
+    "tests/integration/inference/test_vllm_fleet_slow.py",
+    "tests/integration/inference/test_vllm_process_slow.py",
+)
+
 
 def scope_of(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     if path in SHARED_FLEET_MODULES:
         return SHARED_FLEET_MODULES[path]
+    if path in VLLM_FLEET_MODULES:
+        return VLLM_FLEETS
     for folder, scope in SHARED_FLEET_FOLDERS.items():
         if path.startswith(folder):
             return scope

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 from area_times import WorkerSpan, area_of, area_table, read_budgets, worker_rows
 from repo_paths import ROOT
-from xdist_scopes import SHARED_FLEET_MODULES, TORCH_FLEET, order_by_budget, scope_of
+from xdist_scopes import (
+    SHARED_FLEET_MODULES,
+    TORCH_FLEET,
+    VLLM_FLEET_MODULES,
+    VLLM_FLEETS,
+    order_by_budget,
+    scope_of,
+)
 
 
 def test_areas_are_integration_folders_or_unit() -> None:
@@ -58,6 +65,19 @@ def test_the_modules_on_the_shared_torch_fleet_are_the_ones_listed() -> None:
         if "torch_fleet" in path.read_text() or "torch_trainer" in path.read_text()
     }
     assert users == set(SHARED_FLEET_MODULES)
+
+
+def test_the_modules_that_start_vllm_fleets_share_one_scope() -> None:
+    """Two vLLM fleets at once outgrow the machine's memory: they run one after another."""
+    missing = [module for module in VLLM_FLEET_MODULES if not (ROOT / module).is_file()]
+    assert missing == []
+    assert {scope_of(f"{module}::t") for module in VLLM_FLEET_MODULES} == {VLLM_FLEETS}
+    starters = {
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tests" / "integration").rglob("test_*.py")
+        if "vllm_python()" in path.read_text()
+    }
+    assert starters <= set(VLLM_FLEET_MODULES), starters - set(VLLM_FLEET_MODULES)
 
 
 @dataclass
