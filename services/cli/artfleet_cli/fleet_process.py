@@ -73,7 +73,9 @@ class FleetProcess:
 
     def terminate(self, grace_s: float) -> None:
         """SIGTERM (and SIGCONT: a stopped process gets it too), SIGKILL past `grace_s`;
-        then what it left in its group."""
+        then what it left in its group. Killed, it leaves its log's end (its stacks in it)
+        in `killed_tail` for whoever stopped it."""
+        killed = False
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.send_signal(signal.SIGCONT)
@@ -81,18 +83,19 @@ class FleetProcess:
                 self.proc.wait(grace_s)
             except subprocess.TimeoutExpired:
                 self._kill_with_stacks()
-                return
-        self.reap()
+                killed = True
+        self.reap()  # after a kill, its output (the stacks) drained into the log
+        if killed:
+            self.killed_tail = self.log_tail(8000)
 
     def _kill_with_stacks(self) -> None:
         """SIGKILL to a process that outlived its grace, its threads' stacks first: our
         services write them to their log on STACKS_SIGNAL (faulthandler, even with the
-        event loop stuck), so a hang leaves a trace of where it hung; `killed_tail` keeps
-        the log's end for whoever stopped it."""
+        event loop stuck), so a hang leaves a trace of where it hung."""
         before = self._log_size()
         self.proc.send_signal(STACKS_SIGNAL)
         # faulthandler writes the whole dump at once from its signal handler: once its
-        # first bytes reach the log, the rest is in the pipe, and reap() drains it
+        # first bytes reach the log, the rest is in the pipe, which reap() drains
         deadline = time.monotonic() + STACKS_WAIT_S
         while self._log_size() == before and self.proc.poll() is None:
             if time.monotonic() > deadline:  # not one of ours, or not scheduled in time
@@ -100,8 +103,6 @@ class FleetProcess:
             time.sleep(0.05)
         self.proc.kill()
         self.proc.wait(5)
-        self.reap()  # its output drained into the log
-        self.killed_tail = self.log_tail(8000)
 
     def _log_size(self) -> int:
         try:
